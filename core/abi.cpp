@@ -1,0 +1,337 @@
+// The C ABI entry points of libattnrt.so (attnrt.h). Each one validates its arguments, runs inside a
+// guard that turns every exception into a status, and records the message for the calling thread.
+#include <cstddef>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "attnrt/attnrt.h"
+#include "core/op.h"
+#include "core/runtime.h"
+
+namespace {
+
+using attnrt::core::Status;
+
+thread_local std::string t_last_error;
+
+attnrt_status Record(const Status& status) {
+  if (status.ok()) {
+    t_last_error.clear();
+  } else {
+    t_last_error = status.message;
+  }
+  return status.code;
+}
+
+template <typename F>
+attnrt_status Guard(F&& body) {
+  try {
+    return Record(body());
+  } catch (const std::bad_alloc&) {
+    return Record({ATTNRT_ERROR_OUT_OF_MEMORY, "out of memory"});
+  } catch (const std::exception& e) {
+    return Record(attnrt::core::Internal(std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return Record(attnrt::core::Internal("unexpected exception of unknown type"));
+  }
+}
+
+Status NullArgument(const char* name) {
+  return attnrt::core::InvalidArgument(std::string(name) + ": expected a non-NULL pointer, got NULL");
+}
+
+// Output structs carry the caller's struct_size: it must cover what this library writes.
+template <typename T>
+Status CheckOutStruct(const T* out, const char* name) {
+  if (out == nullptr) return NullArgument(name);
+  if (out->struct_size < sizeof(T)) {
+    return attnrt::core::AbiMismatch(std::string(name) + "->struct_size: expected at least " +
+                                     std::to_string(sizeof(T)) + ", got " +
+                                     std::to_string(out->struct_size) +
+                                     "; set it to sizeof the struct");
+  }
+  return Status::Ok();
+}
+
+Status IndexNotFound(const char* what, size_t index, size_t count) {
+  return attnrt::core::NotFound(std::string(what) + ": index " + std::to_string(index) +
+                                " is out of range [0, " + std::to_string(count) + ")");
+}
+
+#define ATTNRT_REQUIRE(ptr) \
+  if ((ptr) == nullptr) return NullArgument(#ptr)
+
+}  // namespace
+
+extern "C" {
+
+ATTNRT_API const char* attnrt_last_error_message(void) { return t_last_error.c_str(); }
+
+ATTNRT_API const char* attnrt_version_string(void) { return ATTNRT_VERSION_STRING; }
+
+ATTNRT_API void attnrt_abi_version(uint32_t* major, uint32_t* minor) {
+  if (major != nullptr) *major = ATTNRT_ABI_VERSION_MAJOR;
+  if (minor != nullptr) *minor = ATTNRT_ABI_VERSION_MINOR;
+}
+
+ATTNRT_API void attnrt_runtime_options_init(attnrt_runtime_options* options) {
+  if (options == nullptr) return;
+  options->struct_size = sizeof(attnrt_runtime_options);
+  options->plugin_paths = nullptr;
+  options->num_plugin_paths = 0;
+  options->search_default_paths = 1;
+  options->kernel = nullptr;
+  options->disable = nullptr;
+  options->debug = -1;
+  options->num_threads = 0;
+  options->log_fn = nullptr;
+  options->log_user_data = nullptr;
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* options,
+                                               attnrt_runtime** out_runtime) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(out_runtime);
+    *out_runtime = nullptr;
+    std::shared_ptr<attnrt::core::RuntimeState> state;
+    ATTNRT_RETURN_IF_ERROR(attnrt::core::RuntimeState::Create(options, &state));
+    *out_runtime = new attnrt_runtime{std::move(state)};
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API void attnrt_runtime_destroy(attnrt_runtime* runtime) { delete runtime; }
+
+ATTNRT_API attnrt_status attnrt_runtime_num_threads(const attnrt_runtime* runtime,
+                                                    int32_t* out_num_threads) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_REQUIRE(out_num_threads);
+    *out_num_threads = runtime->state->pool().num_threads();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runtime,
+                                                     size_t* out_count) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_REQUIRE(out_count);
+    *out_count = runtime->state->plugins().size();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtime, size_t index,
+                                                    attnrt_plugin_info* out_info) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
+    const auto& plugins = runtime->state->plugins();
+    if (index >= plugins.size()) return IndexNotFound("plugin", index, plugins.size());
+    const auto& p = *plugins[index];
+    const size_t struct_size = out_info->struct_size;
+    *out_info = attnrt_plugin_info{};
+    out_info->struct_size = struct_size;
+    out_info->name = p.name.c_str();
+    out_info->path = p.path.c_str();
+    out_info->version = p.version.c_str();
+    out_info->abi_major = p.abi_major;
+    out_info->abi_minor = p.abi_minor;
+    out_info->available = p.available ? 1 : 0;
+    out_info->reason = p.reason.c_str();
+    out_info->num_facts = p.facts.size();
+    out_info->num_kernels = p.kernels.size();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtime,
+                                                    size_t plugin_index, size_t fact_index,
+                                                    const char** out_key, const char** out_value) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_REQUIRE(out_key);
+    ATTNRT_REQUIRE(out_value);
+    const auto& plugins = runtime->state->plugins();
+    if (plugin_index >= plugins.size()) return IndexNotFound("plugin", plugin_index, plugins.size());
+    const auto& facts = plugins[plugin_index]->facts;
+    if (fact_index >= facts.size()) return IndexNotFound("fact", fact_index, facts.size());
+    *out_key = facts[fact_index].first.c_str();
+    *out_value = facts[fact_index].second.c_str();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runtime,
+                                                      size_t plugin_index, size_t kernel_index,
+                                                      attnrt_kernel_info* out_info) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
+    const auto& plugins = runtime->state->plugins();
+    if (plugin_index >= plugins.size()) return IndexNotFound("plugin", plugin_index, plugins.size());
+    const auto& kernels = plugins[plugin_index]->kernels;
+    if (kernel_index >= kernels.size()) return IndexNotFound("kernel", kernel_index, kernels.size());
+    const auto& k = kernels[kernel_index];
+    const size_t struct_size = out_info->struct_size;
+    *out_info = attnrt_kernel_info{};
+    out_info->struct_size = struct_size;
+    out_info->name = k.name.c_str();
+    out_info->plugin = k.plugin->name.c_str();
+    out_info->op_kind = k.op_kind;
+    out_info->device_type = k.device_type;
+    out_info->priority = k.priority;
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* runtime,
+                                                         size_t* out_count) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_REQUIRE(out_count);
+    *out_count = runtime->state->diagnostics().size();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime, size_t index,
+                                                   attnrt_diagnostic* out_diagnostic) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_diagnostic, "out_diagnostic"));
+    const auto& diagnostics = runtime->state->diagnostics();
+    if (index >= diagnostics.size()) return IndexNotFound("diagnostic", index, diagnostics.size());
+    const size_t struct_size = out_diagnostic->struct_size;
+    *out_diagnostic = attnrt_diagnostic{};
+    out_diagnostic->struct_size = struct_size;
+    out_diagnostic->path = diagnostics[index].path.c_str();
+    out_diagnostic->message = diagnostics[index].message.c_str();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_op_create(attnrt_runtime* runtime, int32_t kind,
+                                          const void* attributes, attnrt_op** out_op) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(out_op);
+    *out_op = nullptr;
+    ATTNRT_REQUIRE(runtime);
+    ATTNRT_REQUIRE(attributes);
+    std::unique_ptr<attnrt::core::OpFamily> family;
+    ATTNRT_RETURN_IF_ERROR(attnrt::core::CreateOpFamily(kind, attributes, &family));
+    auto impl = std::make_unique<attnrt::core::OpImpl>(runtime->state, std::move(family));
+    *out_op = new attnrt_op{std::move(impl)};
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API void attnrt_op_destroy(attnrt_op* op) { delete op; }
+
+ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* const* inputs,
+                                        size_t num_inputs, const attnrt_tensor* const* outputs,
+                                        size_t num_outputs, attnrt_plan** out_plan) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(out_plan);
+    *out_plan = nullptr;
+    ATTNRT_REQUIRE(op);
+    std::shared_ptr<const attnrt::core::PlanImpl> plan;
+    ATTNRT_RETURN_IF_ERROR(
+        op->impl->Plan({inputs, num_inputs}, {outputs, num_outputs}, &plan));
+    *out_plan = new attnrt_plan{std::move(plan)};
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API void attnrt_plan_release(attnrt_plan* plan) { delete plan; }
+
+ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan,
+                                              attnrt_plan_info* out_info) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(plan);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
+    const size_t struct_size = out_info->struct_size;
+    *out_info = attnrt_plan_info{};
+    out_info->struct_size = struct_size;
+    out_info->kernel = plan->impl->kernel->name.c_str();
+    out_info->workspace_size = plan->impl->workspace_size;
+    out_info->workspace_alignment = attnrt::core::PlanImpl::kWorkspaceAlignment;
+    out_info->signature = plan->impl->description.c_str();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor* const* inputs,
+                                         size_t num_inputs, const attnrt_tensor* const* outputs,
+                                         size_t num_outputs, void* workspace,
+                                         size_t workspace_size, void* stream) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(plan);
+    return plan->impl->Run({inputs, num_inputs}, {outputs, num_outputs}, workspace, workspace_size,
+                           stream);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_op_plan_cache_stats(const attnrt_op* op, uint64_t* out_hits,
+                                                    uint64_t* out_misses) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(op);
+    ATTNRT_REQUIRE(out_hits);
+    ATTNRT_REQUIRE(out_misses);
+    op->impl->CacheStats(out_hits, out_misses);
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_op_explain(attnrt_op* op, const attnrt_tensor* const* inputs,
+                                           size_t num_inputs, const attnrt_tensor* const* outputs,
+                                           size_t num_outputs,
+                                           attnrt_explanation** out_explanation) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(out_explanation);
+    *out_explanation = nullptr;
+    ATTNRT_REQUIRE(op);
+    auto explanation = std::make_unique<attnrt_explanation>();
+    explanation->runtime = op->impl->runtime();
+    ATTNRT_RETURN_IF_ERROR(
+        op->impl->Explain({inputs, num_inputs}, {outputs, num_outputs}, &explanation->candidates));
+    *out_explanation = explanation.release();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_explanation_count(const attnrt_explanation* explanation,
+                                                  size_t* out_count) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(explanation);
+    ATTNRT_REQUIRE(out_count);
+    *out_count = explanation->candidates.size();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* explanation,
+                                                      size_t index,
+                                                      attnrt_candidate* out_candidate) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(explanation);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_candidate, "out_candidate"));
+    const auto& candidates = explanation->candidates;
+    if (index >= candidates.size()) return IndexNotFound("candidate", index, candidates.size());
+    const auto& c = candidates[index];
+    const size_t struct_size = out_candidate->struct_size;
+    *out_candidate = attnrt_candidate{};
+    out_candidate->struct_size = struct_size;
+    out_candidate->kernel = c.kernel->name.c_str();
+    out_candidate->priority = c.kernel->priority;
+    out_candidate->status = c.status;
+    out_candidate->reason = c.reason.c_str();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API void attnrt_explanation_destroy(attnrt_explanation* explanation) { delete explanation; }
+
+}  // extern "C"

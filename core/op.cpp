@@ -1,0 +1,267 @@
+#include "core/op.h"
+
+#include <cstdlib>
+#include <memory>
+
+namespace attnrt::core {
+namespace {
+
+constexpr int32_t kMaxRank = 8;
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ",";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+std::string TensorText(const TensorSignature& t) {
+  if (!t.present) return "absent";
+  std::string text = std::string(attnrt_dtype_name(t.dtype)) + ShapeText(t.shape);
+  if (t.device.device_type != ATTNRT_DEVICE_CPU) {
+    text += "@" + std::to_string(t.device.device_type) + ":" + std::to_string(t.device.device_id);
+  }
+  if (!t.strides.empty()) text += " strides " + ShapeText(t.strides);
+  return text;
+}
+
+std::string Describe(const OpFamily& family, const Signature& signature) {
+  std::string text;
+  auto append = [&](const char* name, const TensorSignature& t) {
+    if (!t.present) return;
+    if (!text.empty()) text += " ";
+    text += std::string(name) + "=" + TensorText(t);
+  };
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    append(family.input_name(i), signature.inputs[i]);
+  }
+  text += " ->";
+  for (size_t i = 0; i < signature.outputs.size(); ++i) {
+    append(family.output_name(i), signature.outputs[i]);
+  }
+  return text;
+}
+
+Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tensor,
+                  bool require_data, TensorSignature* out) {
+  *out = TensorSignature{};
+  if (tensor == nullptr) return Status::Ok();
+  const std::string who = std::string(role) + " '" + name + "'";
+  if (tensor->ndim < 0 || tensor->ndim > kMaxRank) {
+    return InvalidArgument(who + ": ndim must be in [0, " + std::to_string(kMaxRank) + "], got " +
+                           std::to_string(tensor->ndim));
+  }
+  if (tensor->ndim > 0 && tensor->shape == nullptr) {
+    return InvalidArgument(who + ": shape is NULL for ndim " + std::to_string(tensor->ndim));
+  }
+  if (tensor->dtype.lanes != 1) {
+    return InvalidArgument(who + ": dtype lanes must be 1, got " +
+                           std::to_string(tensor->dtype.lanes));
+  }
+  out->present = true;
+  out->dtype = tensor->dtype;
+  out->device = tensor->device;
+  int64_t elements = 1;
+  for (int32_t d = 0; d < tensor->ndim; ++d) {
+    const int64_t extent = tensor->shape[d];
+    if (extent < 0) {
+      return InvalidArgument(who + ": dimension " + std::to_string(d) +
+                             " must be >= 0, got " + std::to_string(extent));
+    }
+    if (extent > 0 && elements > (int64_t{1} << 48) / extent) {
+      return InvalidArgument(who + ": more than 2^48 elements (shape dimension " +
+                             std::to_string(d) + " = " + std::to_string(extent) + ")");
+    }
+    elements *= extent;
+    out->shape.push_back(extent);
+  }
+  if (tensor->strides != nullptr) {
+    // Compact strides are the same as NULL; anything else is kept so validation can name it.
+    int64_t expected = 1;
+    bool compact = true;
+    for (int32_t d = tensor->ndim - 1; d >= 0; --d) {
+      if (tensor->shape[d] != 1 && tensor->strides[d] != expected) compact = false;
+      expected *= tensor->shape[d];
+    }
+    if (!compact) out->strides.assign(tensor->strides, tensor->strides + tensor->ndim);
+  }
+  if (require_data && elements > 0 && tensor->data == nullptr) {
+    return InvalidArgument(who + ": data is NULL for a tensor of shape " + ShapeText(out->shape));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool TensorSignature::operator==(const TensorSignature& other) const {
+  return present == other.present && dtype.code == other.dtype.code &&
+         dtype.bits == other.dtype.bits && dtype.lanes == other.dtype.lanes &&
+         device.device_type == other.device.device_type &&
+         device.device_id == other.device.device_id && shape == other.shape &&
+         strides == other.strides;
+}
+
+std::vector<int64_t> Signature::Key() const {
+  std::vector<int64_t> key;
+  auto append = [&](const TensorSignature& t) {
+    key.push_back(t.present ? 1 : 0);
+    if (!t.present) return;
+    key.push_back((int64_t{t.dtype.code} << 32) | (int64_t{t.dtype.bits} << 16) | t.dtype.lanes);
+    key.push_back((int64_t{t.device.device_type} << 32) | uint32_t(t.device.device_id));
+    key.push_back(static_cast<int64_t>(t.shape.size()));
+    key.insert(key.end(), t.shape.begin(), t.shape.end());
+    key.push_back(static_cast<int64_t>(t.strides.size()));
+    key.insert(key.end(), t.strides.begin(), t.strides.end());
+  };
+  for (const auto& t : inputs) append(t);
+  key.push_back(-1);
+  for (const auto& t : outputs) append(t);
+  return key;
+}
+
+Status ReadSignature(const OpFamily& family, const TensorList& inputs, const TensorList& outputs,
+                     bool require_data, Signature* out) {
+  if (inputs.count > 0 && inputs.tensors == nullptr) {
+    return InvalidArgument("inputs: NULL array for num_inputs " + std::to_string(inputs.count));
+  }
+  if (outputs.count > 0 && outputs.tensors == nullptr) {
+    return InvalidArgument("outputs: NULL array for num_outputs " + std::to_string(outputs.count));
+  }
+  if (inputs.count > family.max_inputs()) {
+    return InvalidArgument("num_inputs: expected at most " + std::to_string(family.max_inputs()) +
+                           ", got " + std::to_string(inputs.count));
+  }
+  if (outputs.count > family.max_outputs()) {
+    return InvalidArgument("num_outputs: expected at most " +
+                           std::to_string(family.max_outputs()) + ", got " +
+                           std::to_string(outputs.count));
+  }
+  out->inputs.assign(family.max_inputs(), TensorSignature{});
+  out->outputs.assign(family.max_outputs(), TensorSignature{});
+  for (size_t i = 0; i < inputs.count; ++i) {
+    ATTNRT_RETURN_IF_ERROR(
+        ReadTensor("input", family.input_name(i), inputs.at(i), require_data, &out->inputs[i]));
+  }
+  for (size_t i = 0; i < outputs.count; ++i) {
+    ATTNRT_RETURN_IF_ERROR(ReadTensor("output", family.output_name(i), outputs.at(i),
+                                      require_data, &out->outputs[i]));
+  }
+  return Status::Ok();
+}
+
+Status OpImpl::Prepare(const TensorList& inputs, const TensorList& outputs, Signature* signature,
+                       std::unique_ptr<Problem>* problem) const {
+  ATTNRT_RETURN_IF_ERROR(ReadSignature(*family_, inputs, outputs, false, signature));
+  return family_->Prepare(inputs, outputs, problem);
+}
+
+Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
+                    std::shared_ptr<const PlanImpl>* out) {
+  Signature signature;
+  ATTNRT_RETURN_IF_ERROR(ReadSignature(*family_, inputs, outputs, false, &signature));
+  const std::vector<int64_t> key = signature.Key();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      ++hits_;
+      *out = it->second;
+      return Status::Ok();
+    }
+  }
+  auto plan = std::make_shared<PlanImpl>();
+  ATTNRT_RETURN_IF_ERROR(family_->Prepare(inputs, outputs, &plan->problem));
+  plan->runtime = runtime_;
+  plan->family = family_;
+  plan->signature = std::move(signature);
+  plan->description = Describe(*family_, plan->signature);
+
+  const auto candidates = runtime_->registry().Evaluate(runtime_->config(), family_->kind(),
+                                                        plan->problem->device_type(),
+                                                        plan->problem->abi());
+  for (const auto& candidate : candidates) {
+    if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
+  }
+  const std::string op_name = attnrt_op_kind_name(family_->kind());
+  if (plan->kernel == nullptr) {
+    return Unsupported("no kernel accepts " + op_name + " " + plan->description + " — " +
+                       DescribeRejections(candidates));
+  }
+  try {
+    plan->workspace_size =
+        plan->kernel->desc->workspace_size(plan->kernel->plugin->context, plan->problem->abi());
+  } catch (...) {
+    return Internal("kernel " + plan->kernel->name + ": workspace_size() threw an exception");
+  }
+  if (runtime_->config().debug) {
+    runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description + " kernel=" +
+                                        plan->kernel->name + " workspace=" +
+                                        std::to_string(plan->workspace_size));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++misses_;
+  // Another thread may have planned the same signature meanwhile; both plans are equivalent.
+  auto [it, inserted] = cache_.emplace(key, plan);
+  *out = inserted ? std::shared_ptr<const PlanImpl>(plan) : it->second;
+  return Status::Ok();
+}
+
+Status OpImpl::Explain(const TensorList& inputs, const TensorList& outputs,
+                       std::vector<Candidate>* out) const {
+  Signature signature;
+  std::unique_ptr<Problem> problem;
+  ATTNRT_RETURN_IF_ERROR(Prepare(inputs, outputs, &signature, &problem));
+  *out = runtime_->registry().Evaluate(runtime_->config(), family_->kind(), problem->device_type(),
+                                       problem->abi());
+  return Status::Ok();
+}
+
+Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* workspace,
+                     size_t workspace_size_given, void* stream) const {
+  Signature given;
+  ATTNRT_RETURN_IF_ERROR(ReadSignature(*family, inputs, outputs, true, &given));
+  auto compare = [&](const char* role, const char* name, const TensorSignature& planned,
+                     const TensorSignature& actual) -> Status {
+    if (planned == actual) return Status::Ok();
+    return PlanMismatch(std::string(role) + " '" + name + "': the plan was made for " +
+                        TensorText(planned) + ", got " + TensorText(actual) +
+                        "; make a plan for these tensors");
+  };
+  for (size_t i = 0; i < given.inputs.size(); ++i) {
+    ATTNRT_RETURN_IF_ERROR(
+        compare("input", family->input_name(i), signature.inputs[i], given.inputs[i]));
+  }
+  for (size_t i = 0; i < given.outputs.size(); ++i) {
+    ATTNRT_RETURN_IF_ERROR(
+        compare("output", family->output_name(i), signature.outputs[i], given.outputs[i]));
+  }
+  std::unique_ptr<void, decltype(&std::free)> owned(nullptr, &std::free);
+  if (workspace == nullptr) {
+    if (workspace_size > 0) {
+      const size_t rounded =
+          (workspace_size + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+      owned.reset(std::aligned_alloc(kWorkspaceAlignment, rounded));
+      if (!owned) {
+        return {ATTNRT_ERROR_OUT_OF_MEMORY,
+                "workspace: cannot allocate " + std::to_string(workspace_size) + " bytes"};
+      }
+      workspace = owned.get();
+    }
+    workspace_size_given = workspace_size;
+  } else {
+    if (workspace_size_given < workspace_size) {
+      return InvalidArgument("workspace_size: expected at least " +
+                             std::to_string(workspace_size) + " bytes, got " +
+                             std::to_string(workspace_size_given));
+    }
+    if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+      return InvalidArgument("workspace: expected an address aligned to " +
+                             std::to_string(kWorkspaceAlignment) + " bytes");
+    }
+  }
+  return problem->Run(*kernel, inputs, outputs, workspace, workspace_size_given, stream);
+}
+
+}  // namespace attnrt::core

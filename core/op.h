@@ -1,0 +1,99 @@
+// Ops and plans (DESIGN §2): an op is validated attributes bound to a runtime; a plan is a validated
+// shape signature with its chosen kernel and workspace size. Plans are cached per op by signature,
+// so a decode loop over fixed-shape buffers plans once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/ops/op_family.h"
+#include "core/registry.h"
+#include "core/runtime.h"
+
+namespace attnrt::core {
+
+// Everything of a tensor that a plan depends on (never its data).
+struct TensorSignature {
+  bool present = false;
+  attnrt_dtype dtype{};
+  attnrt_device device{};
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // empty = compact
+
+  bool operator==(const TensorSignature& other) const;
+};
+
+struct Signature {
+  std::vector<TensorSignature> inputs;
+  std::vector<TensorSignature> outputs;
+
+  std::vector<int64_t> Key() const;
+};
+
+class PlanImpl {
+ public:
+  std::shared_ptr<RuntimeState> runtime;
+  std::shared_ptr<const OpFamily> family;
+  std::unique_ptr<Problem> problem;
+  const KernelRecord* kernel = nullptr;
+  Signature signature;
+  std::string description;  // human-readable signature
+  size_t workspace_size = 0;
+  static constexpr size_t kWorkspaceAlignment = 64;
+
+  Status Run(const TensorList& inputs, const TensorList& outputs, void* workspace,
+             size_t workspace_size_given, void* stream) const;
+};
+
+class OpImpl {
+ public:
+  OpImpl(std::shared_ptr<RuntimeState> runtime, std::shared_ptr<const OpFamily> family)
+      : runtime_(std::move(runtime)), family_(std::move(family)) {}
+
+  Status Plan(const TensorList& inputs, const TensorList& outputs,
+              std::shared_ptr<const PlanImpl>* out);
+  Status Explain(const TensorList& inputs, const TensorList& outputs,
+                 std::vector<Candidate>* out) const;
+  const std::shared_ptr<RuntimeState>& runtime() const { return runtime_; }
+  void CacheStats(uint64_t* hits, uint64_t* misses) const {
+    *hits = hits_.load();
+    *misses = misses_.load();
+  }
+
+ private:
+  Status Prepare(const TensorList& inputs, const TensorList& outputs, Signature* signature,
+                 std::unique_ptr<Problem>* problem) const;
+
+  std::shared_ptr<RuntimeState> runtime_;
+  std::shared_ptr<const OpFamily> family_;
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const PlanImpl>> cache_;
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+};
+
+// Checks the generic well-formedness of every tensor (ndim range, shape pointer, extents) and
+// records its signature; `require_data` also demands data for non-empty tensors (run time).
+Status ReadSignature(const OpFamily& family, const TensorList& inputs, const TensorList& outputs,
+                     bool require_data, Signature* out);
+
+}  // namespace attnrt::core
+
+struct attnrt_op {
+  std::unique_ptr<attnrt::core::OpImpl> impl;
+};
+
+struct attnrt_plan {
+  std::shared_ptr<const attnrt::core::PlanImpl> impl;
+};
+
+struct attnrt_explanation {
+  // Candidates point into the runtime's registry; holding the state keeps them valid.
+  std::shared_ptr<attnrt::core::RuntimeState> runtime;
+  std::vector<attnrt::core::Candidate> candidates;
+};

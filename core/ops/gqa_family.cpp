@@ -1,0 +1,97 @@
+// GroupQueryAttention as an op family: attributes and shapes are validated by gqa_validation.cpp,
+// in the order of ONNX Runtime's com.microsoft.GroupQueryAttention (reference gqa-semantics.md §2).
+#include <cstdio>
+#include <exception>
+
+#include "attnrt/ops/gqa.h"
+#include "core/ops/gqa_validation.h"
+#include "core/ops/op_family.h"
+
+namespace attnrt::core {
+namespace {
+
+constexpr size_t kErrorCapacity = 1024;
+
+constexpr const char* kInputNames[ATTNRT_GQA_NUM_INPUTS] = {
+    "query",      "key",          "value",          "past_key",  "past_value",   "seqlens_k",
+    "total_sequence_length",      "cos_cache",      "sin_cache", "position_ids", "attention_bias",
+    "head_sink",  "k_scale",      "v_scale",        "q_norm_weight",             "k_norm_weight"};
+constexpr const char* kOutputNames[ATTNRT_GQA_NUM_OUTPUTS] = {"output", "present_key",
+                                                              "present_value", "output_qk"};
+
+class GqaProblem final : public Problem {
+ public:
+  explicit GqaProblem(const attnrt_gqa_problem& problem) : problem_(problem) {}
+
+  const void* abi() const override { return &problem_; }
+  int32_t device_type() const override { return problem_.device_type; }
+
+  Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
+             void* workspace, size_t workspace_size, void* stream) const override {
+    attnrt_gqa_args args{};
+    ATTNRT_RETURN_IF_ERROR(gqa::ValidateRun(problem_, inputs.tensors, inputs.count,
+                                            outputs.tensors, outputs.count, &args));
+    args.workspace = workspace;
+    args.workspace_size = workspace_size;
+    args.stream = stream;
+    char error[kErrorCapacity] = {0};
+    int32_t status = ATTNRT_ERROR_INTERNAL;
+    try {
+      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
+    } catch (...) {
+      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
+    }
+    error[sizeof(error) - 1] = '\0';
+    if (status == ATTNRT_OK) return Status::Ok();
+    return {static_cast<attnrt_status>(status),
+            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+  }
+
+ private:
+  attnrt_gqa_problem problem_;
+};
+
+class GqaFamily final : public OpFamily {
+ public:
+  explicit GqaFamily(const attnrt_gqa_attributes& attributes) : attributes_(attributes) {}
+
+  int32_t kind() const override { return ATTNRT_OP_GQA; }
+  size_t max_inputs() const override { return ATTNRT_GQA_NUM_INPUTS; }
+  size_t max_outputs() const override { return ATTNRT_GQA_NUM_OUTPUTS; }
+  const char* input_name(size_t index) const override {
+    return index < ATTNRT_GQA_NUM_INPUTS ? kInputNames[index] : "?";
+  }
+  const char* output_name(size_t index) const override {
+    return index < ATTNRT_GQA_NUM_OUTPUTS ? kOutputNames[index] : "?";
+  }
+
+  Status Prepare(const TensorList& inputs, const TensorList& outputs,
+                 std::unique_ptr<Problem>* out) const override {
+    attnrt_gqa_problem problem{};
+    ATTNRT_RETURN_IF_ERROR(gqa::ValidateShapes(attributes_, inputs.tensors, inputs.count,
+                                               outputs.tensors, outputs.count, &problem));
+    *out = std::make_unique<GqaProblem>(problem);
+    return Status::Ok();
+  }
+
+ private:
+  attnrt_gqa_attributes attributes_;
+};
+
+}  // namespace
+
+Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFamily>* out) {
+  switch (kind) {
+    case ATTNRT_OP_GQA: {
+      attnrt_gqa_attributes validated{};
+      ATTNRT_RETURN_IF_ERROR(gqa::ValidateAttributes(attributes, &validated));
+      *out = std::make_unique<GqaFamily>(validated);
+      return Status::Ok();
+    }
+    default:
+      return InvalidArgument("kind: unknown op kind " + std::to_string(kind) + " (known: " +
+                             std::to_string(ATTNRT_OP_GQA) + " = gqa)");
+  }
+}
+
+}  // namespace attnrt::core

@@ -1,0 +1,52 @@
+// What the core needs to know about one op family (GQA today; paged GQA and sparse MLA later):
+// how to validate its attributes and shapes into the problem struct kernels see, and how to check
+// run-time values and call a kernel. op.cpp does the rest (signatures, plan cache, dispatch).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "attnrt/attnrt.h"
+#include "core/plugin_record.h"
+#include "core/status.h"
+
+namespace attnrt::core {
+
+struct TensorList {
+  const attnrt_tensor* const* tensors = nullptr;
+  size_t count = 0;
+
+  const attnrt_tensor* at(size_t i) const { return i < count ? tensors[i] : nullptr; }
+};
+
+// A validated problem: the ABI struct handed to supports()/workspace_size(), plus run().
+class Problem {
+ public:
+  virtual ~Problem() = default;
+  // Pointer to the op's ABI problem struct (e.g. attnrt_gqa_problem).
+  virtual const void* abi() const = 0;
+  virtual int32_t device_type() const = 0;
+  // Checks run-time values and calls the kernel. Nothing is written on a validation error.
+  virtual Status Run(const KernelRecord& kernel, const TensorList& inputs,
+                     const TensorList& outputs, void* workspace, size_t workspace_size,
+                     void* stream) const = 0;
+};
+
+class OpFamily {
+ public:
+  virtual ~OpFamily() = default;
+  virtual int32_t kind() const = 0;
+  virtual size_t max_inputs() const = 0;
+  virtual size_t max_outputs() const = 0;
+  virtual const char* input_name(size_t index) const = 0;
+  virtual const char* output_name(size_t index) const = 0;
+  // Full shape validation of the tensors against the op's attributes.
+  virtual Status Prepare(const TensorList& inputs, const TensorList& outputs,
+                         std::unique_ptr<Problem>* out) const = 0;
+};
+
+// Validates `attributes` for `kind` and creates the family. INVALID_ARGUMENT for an unknown kind.
+Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFamily>* out);
+
+}  // namespace attnrt::core

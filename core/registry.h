@@ -1,0 +1,40 @@
+// The ranked kernel registry and candidate evaluation (DESIGN §3, §7a): every kernel of an op in
+// rank order (priority descending, then name), kept whole so that a declining kernel falls through
+// to the next and explain can report every reason.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attnrt/attnrt.h"
+#include "core/plugin_record.h"
+#include "core/runtime_config.h"
+
+namespace attnrt::core {
+
+struct Candidate {
+  const KernelRecord* kernel = nullptr;
+  attnrt_candidate_status status = ATTNRT_CANDIDATE_DECLINED;
+  std::string reason;
+};
+
+class Registry {
+ public:
+  void Build(const std::vector<std::unique_ptr<PluginRecord>>& plugins);
+
+  // Kernels registered for `op_kind`, in rank order.
+  std::vector<const KernelRecord*> KernelsFor(int32_t op_kind) const;
+
+  // Evaluates every kernel of the op against a validated problem: the first acceptable one is
+  // SELECTED, later acceptable ones ELIGIBLE, the others carry their status and reason.
+  std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind,
+                                  int32_t device_type, const void* problem) const;
+
+ private:
+  std::vector<const KernelRecord*> ranked_;
+};
+
+// "no kernel accepts ...: k1: reason; k2: reason" for a failed selection.
+std::string DescribeRejections(const std::vector<Candidate>& candidates);
+
+}  // namespace attnrt::core

@@ -1,0 +1,76 @@
+#include "core/runtime.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "core/discovery.h"
+
+namespace attnrt::core {
+namespace {
+
+RuntimeState* State(void* host_context) { return static_cast<RuntimeState*>(host_context); }
+
+void HostLog(void* host_context, int32_t level, const char* message) {
+  State(host_context)->Log(level, message != nullptr ? message : "");
+}
+
+void HostParallelFor(void* host_context, size_t n, size_t grain, attnrt_parallel_fn fn,
+                     void* user_data) {
+  if (fn == nullptr) return;
+  State(host_context)->pool().ParallelFor(n, grain, fn, user_data);
+}
+
+int32_t HostNumThreads(void* host_context) { return State(host_context)->pool().num_threads(); }
+
+void* HostAlloc(void* /*host_context*/, size_t size, size_t alignment) {
+  if (alignment < alignof(std::max_align_t)) alignment = alignof(std::max_align_t);
+  if ((alignment & (alignment - 1)) != 0) return nullptr;
+  if (size == 0) size = 1;
+  const size_t rounded = (size + alignment - 1) / alignment * alignment;
+  if (rounded < size) return nullptr;
+  return std::aligned_alloc(alignment, rounded);
+}
+
+void HostFree(void* /*host_context*/, void* ptr) { std::free(ptr); }
+
+}  // namespace
+
+Status RuntimeState::Create(const attnrt_runtime_options* options,
+                            std::shared_ptr<RuntimeState>* out) {
+  std::shared_ptr<RuntimeState> state(new RuntimeState());
+  std::vector<std::string> warnings;
+  ATTNRT_RETURN_IF_ERROR(ResolveConfig(options, DefaultPluginDir(), &state->config_, &warnings));
+  for (const auto& warning : warnings) state->Log(ATTNRT_LOG_WARNING, warning);
+
+  state->pool_ = std::make_unique<ThreadPool>(state->config_.num_threads);
+  state->host_.struct_size = sizeof(attnrt_host_services);
+  state->host_.abi_major = ATTNRT_ABI_VERSION_MAJOR;
+  state->host_.abi_minor = ATTNRT_ABI_VERSION_MINOR;
+  state->host_.host_context = state.get();
+  state->host_.log = HostLog;
+  state->host_.parallel_for = HostParallelFor;
+  state->host_.num_threads = HostNumThreads;
+  state->host_.alloc = HostAlloc;
+  state->host_.free = HostFree;
+
+  DiscoveryResult discovered = DiscoverPlugins(state->config_, &state->host_);
+  state->plugins_ = std::move(discovered.plugins);
+  state->diagnostics_ = std::move(discovered.diagnostics);
+  state->registry_.Build(state->plugins_);
+  if (state->config_.debug) {
+    for (const auto& plugin : state->plugins_) {
+      state->Log(ATTNRT_LOG_DEBUG, "loaded plugin " + plugin->name + " " + plugin->version +
+                                       " from " + plugin->path + " (" +
+                                       std::to_string(plugin->kernels.size()) + " kernels)");
+    }
+    for (const auto& diagnostic : state->diagnostics_) {
+      state->Log(ATTNRT_LOG_DEBUG, "skipped " + diagnostic.path + ": " + diagnostic.message);
+    }
+  }
+  *out = std::move(state);
+  return Status::Ok();
+}
+
+RuntimeState::~RuntimeState() = default;
+
+}  // namespace attnrt::core
