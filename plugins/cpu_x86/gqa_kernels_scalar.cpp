@@ -1,0 +1,44 @@
+// gqa.naive.scalar: the row pipeline on plain C++ loops. Baseline x86-64; runs on every CPU.
+#include <math.h>
+#include <stdint.h>
+
+#include "gqa_kernels.h"
+#include "gqa_pipeline.h"
+
+namespace attnrt::cpu_x86 {
+namespace {
+
+struct ScalarOps {
+  static float Dot(const float* a, const float* b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+  }
+  static void Axpy(float alpha, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+  static void Scale(float alpha, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+  }
+  static float Max(const float* x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+  }
+  static float ExpSum(float* x, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = expf(x[i] - m);
+      sum += x[i];
+    }
+    return sum;
+  }
+};
+
+}  // namespace
+
+void GqaAttendRowsScalar(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end) {
+  AttendRows<ScalarOps>(run, scratch, unit_begin, unit_end);
+}
+
+}  // namespace attnrt::cpu_x86

@@ -1,0 +1,100 @@
+// CPU probe: cpuinfo for what the CPU has, XCR0 for what the OS lets us use. CPUID alone is not
+// enough: a kernel that boots with AVX disabled (or a hypervisor hiding the state) faults on the
+// first VEX instruction even though CPUID advertises AVX2.
+#include <cpuid.h>
+#include <cpuinfo.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <string>
+
+#include "probe.h"
+
+namespace attnrt::cpu_x86 {
+namespace {
+
+// XCR0 state-component bits (Intel SDM vol. 1, 13.1).
+constexpr uint64_t kXcr0SseAvx = (1u << 1) | (1u << 2);              // XMM, upper YMM
+constexpr uint64_t kXcr0Avx512 = (1u << 5) | (1u << 6) | (1u << 7);  // opmask, ZMM_Hi256, Hi16_ZMM
+
+// XCR0, or 0 when the OS has not enabled XSAVE (XGETBV would then raise #UD).
+uint64_t ReadXcr0() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) return 0;
+  uint32_t low = 0, high = 0;
+  // Inline asm rather than _xgetbv: the intrinsic needs -mxsave, and this file stays baseline ISA.
+  __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+  return (static_cast<uint64_t>(high) << 32) | low;
+}
+
+std::string CacheBytes(const cpuinfo_cache* cache) {
+  return std::to_string(cache != nullptr ? cache->size : 0u);
+}
+
+void AppendIsa(std::string& list, bool usable, const char* name) {
+  if (!usable) return;
+  if (!list.empty()) list += ',';
+  list += name;
+}
+
+// cpuinfo builds process-lifetime tables it can never free (cpuinfo_deinitialize is a no-op in the
+// Debian 12 library). Were libcpuinfo unloaded together with this plugin, they would leak, and
+// LeakSanitizer would fail every test that unloads plugins; RTLD_NODELETE keeps it loaded.
+void PinCpuinfo() {
+  Dl_info info{};
+  if (dladdr(&cpuinfo_isa, &info) != 0 && info.dli_fname != nullptr) {
+    dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+
+}  // namespace
+
+CpuFeatures ProbeCpu() {
+  CpuFeatures f;
+  const uint64_t xcr0 = ReadXcr0();
+  const bool os_avx = (xcr0 & kXcr0SseAvx) == kXcr0SseAvx;
+  const bool os_avx512 = os_avx && (xcr0 & kXcr0Avx512) == kXcr0Avx512;
+  const bool cpuinfo_ok = cpuinfo_initialize();
+  PinCpuinfo();
+
+  std::string cpu = "unknown";
+  std::string cores = "0";
+  std::string l1d = "0", l2 = "0", l3 = "0";
+  if (cpuinfo_ok) {
+    f.sse42 = cpuinfo_has_x86_sse4_2();
+    f.avx2 = os_avx && cpuinfo_has_x86_avx2();
+    f.fma = os_avx && cpuinfo_has_x86_fma3();
+    f.f16c = os_avx && cpuinfo_has_x86_f16c();
+    f.avx512f = os_avx512 && cpuinfo_has_x86_avx512f();
+    f.avx512bw = os_avx512 && cpuinfo_has_x86_avx512bw();
+    f.avx512vl = os_avx512 && cpuinfo_has_x86_avx512vl();
+    f.avx512bf16 = os_avx512 && cpuinfo_has_x86_avx512bf16();
+    const cpuinfo_package* package = cpuinfo_get_package(0);
+    if (package != nullptr && package->name[0] != '\0') cpu = package->name;
+    cores = std::to_string(cpuinfo_get_cores_count());
+    l1d = CacheBytes(cpuinfo_get_l1d_cache(0));
+    l2 = CacheBytes(cpuinfo_get_l2_cache(0));
+    l3 = CacheBytes(cpuinfo_get_l3_cache(0));
+  }
+  AppendIsa(f.isa, f.sse42, "sse4.2");
+  AppendIsa(f.isa, f.avx2, "avx2");
+  AppendIsa(f.isa, f.fma, "fma");
+  AppendIsa(f.isa, f.f16c, "f16c");
+  AppendIsa(f.isa, f.avx512f, "avx512f");
+  AppendIsa(f.isa, f.avx512bw, "avx512bw");
+  AppendIsa(f.isa, f.avx512vl, "avx512vl");
+  AppendIsa(f.isa, f.avx512bf16, "avx512bf16");
+
+  f.facts = {{"isa", f.isa},
+             {"cpu", cpu},
+             {"cores", cores},
+             {"l1d_cache_bytes", l1d},
+             {"l2_cache_bytes", l2},
+             {"l3_cache_bytes", l3},
+             {"os_avx_state", os_avx ? "enabled" : "disabled"},
+             {"os_avx512_state", os_avx512 ? "enabled" : "disabled"}};
+  if (!cpuinfo_ok) f.facts.emplace_back("cpuinfo", "initialization failed");
+  return f;
+}
+
+}  // namespace attnrt::cpu_x86
