@@ -26,6 +26,11 @@ Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tens
 // phase, every seqlens_k[b], rotary positions, present length == max(T, P), past/present aliasing
 // (identical or disjoint; a partial overlap is an error). Resolves data pointers (byte_offset
 // applied) into *out; out->problem = &problem. Nothing is written to any output.
+// Rules beyond the reference, for memory safety: present_key/value that are past_key/value's memory
+// (same start address) must have past's length P, and then T <= P; with attention_bias or
+// output_qk (T columns) every seqlens_k[b] < T. Without a past input, outside the first prompt
+// the reference accepts P_b = T_b - S > 0: kernels treat past rows as absent (causal offset 0,
+// present rows not written by this step stay zero), they never read a past buffer.
 Status ValidateRun(const attnrt_gqa_problem& problem, const attnrt_tensor* const* inputs,
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_gqa_args* out);

@@ -1,0 +1,101 @@
+// Small checks on attnrt_tensor descriptors shared by the op validators: dtype names and equality,
+// well-formed shapes with overflow-safe element counts, compact row-major strides, devices, ranks,
+// byte ranges for aliasing checks. Every failing check returns INVALID_ARGUMENT with a message that
+// starts with the tensor's name and gives the expected and the actual value.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "attnrt/attnrt.h"
+#include "core/status.h"
+
+namespace attnrt::core {
+
+// Concatenates its arguments with operator<< (message building).
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+// The element types of attnrt.h.
+inline constexpr attnrt_dtype kFloat32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+inline constexpr attnrt_dtype kFloat16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+inline constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+inline constexpr attnrt_dtype kInt8{ATTNRT_DTYPE_CODE_INT, 8, 1};
+inline constexpr attnrt_dtype kUInt8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+inline constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+inline constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
+inline constexpr attnrt_dtype kFloat8E4M3FN{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+inline constexpr attnrt_dtype kFloat8E8M0FNU{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1};
+inline constexpr attnrt_dtype kInt4{ATTNRT_DTYPE_CODE_INT, 4, 1};
+
+// Largest extent of one dimension. Kernels index rows and columns with 32-bit integers and every
+// run-time length (seqlens_k, total_sequence_length) is int32, so larger extents are rejected.
+inline constexpr int64_t kMaxDimExtent = INT32_MAX;
+// Largest element count of one tensor (2^56: any larger tensor is absurd, and byte sizes of every
+// known dtype then fit int64 with room to spare).
+inline constexpr int64_t kMaxElements = int64_t{1} << 56;
+// Largest rank accepted by the generic checks (the ops use ranks 0 to 4).
+inline constexpr int32_t kMaxRank = 8;
+
+// Same code, bits and lanes.
+bool DtypeEquals(attnrt_dtype a, attnrt_dtype b);
+
+// The names of attnrt_dtype_name ("float32", ..., "int4", "unknown"); a local equivalent, so the
+// validators do not depend on the exported symbol.
+const char* DtypeName(attnrt_dtype dtype);
+
+// Bits per element of a known dtype; 0 for an unknown one.
+int DtypeBits(attnrt_dtype dtype);
+
+// "[2, 3, 64]" (rank 0: "[]").
+std::string ShapeString(const attnrt_tensor& t);
+
+// "cpu:0", "cuda:1", or "device_type 7:0".
+std::string DeviceString(attnrt_device device);
+
+// ndim in [0, kMaxRank], shape non-NULL when ndim > 0, every extent in [0, kMaxDimExtent], element
+// count at most kMaxElements (computed without overflow).
+Status CheckWellFormed(const attnrt_tensor& t, std::string_view name);
+
+// Element count of a well-formed tensor (1 for rank 0).
+int64_t NumElements(const attnrt_tensor& t);
+
+// Bytes spanned by a well-formed tensor of known dtype: ceil(elements * bits / 8).
+uint64_t NumBytes(const attnrt_tensor& t);
+
+// strides NULL, or equal to the compact row-major strides (extents of 1 may carry any stride, and
+// a tensor with no elements has no layout), else "<name>: only compact row-major tensors are
+// supported, got strides [..] for shape [..]".
+Status CheckCompact(const attnrt_tensor& t, std::string_view name);
+
+// "<name>: expected rank R, got r".
+Status CheckRank(const attnrt_tensor& t, std::string_view name, int32_t rank);
+
+// "<name>: expected dtype D, got d" (with `why` appended in parentheses when non-empty).
+Status CheckDtype(const attnrt_tensor& t, std::string_view name, attnrt_dtype expected,
+                  std::string_view why = {});
+
+// Equal device type and, except on the CPU, equal device id.
+bool SameDevice(attnrt_device a, attnrt_device b);
+
+// Half-open byte range [begin, end) of a tensor's elements in its device's address space.
+struct ByteRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  bool empty() const { return begin == end; }
+};
+
+// Both ranges non-empty and intersecting.
+bool Overlaps(const ByteRange& a, const ByteRange& b);
+
+// The range of a well-formed tensor of known dtype: (char*)data + byte_offset, NumBytes(t) long.
+// Errors when data is NULL for a tensor with elements, or when the range wraps the address space.
+Status ResolveRange(const attnrt_tensor& t, std::string_view name, ByteRange* out);
+
+}  // namespace attnrt::core
