@@ -187,7 +187,9 @@ std::string DefaultPluginDir() {
   std::error_code ec;
   const fs::path library = dll::this_line_location(ec);
   if (ec || library.empty()) return "";
-  return (library.parent_path() / ATTNRT_PLUGIN_SUBDIR).string();
+  const fs::path folder = library.parent_path() / ATTNRT_PLUGIN_SUBDIR;
+  const fs::path canonical = fs::weakly_canonical(folder, ec);
+  return (ec ? folder : canonical).string();
 }
 
 DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_services* host) {

@@ -1,0 +1,112 @@
+// plugin-inspect run: option parsing and the choice between a model workload (--model) and
+// .npy inputs (--inputs/--outputs).
+#include <random>
+#include <string>
+
+#include "cli_options.h"
+#include "commands.h"
+#include "errors.h"
+#include "model_presets.h"
+#include "run_common.h"
+
+namespace plugin_inspect {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: plugin-inspect run [--model NAME] [--context N] [--steps N] [--batch N] [--seed N]\n"
+    "                          [--check|--no-check] [--check-prompt] [--tolerance X] [flags]\n"
+    "       plugin-inspect run --inputs DIR --outputs DIR --num-heads N --kv-num-heads K [flags]\n"
+    "\n"
+    "Model mode: a first prompt of --context tokens fills a KV cache of capacity context+steps\n"
+    "(past and present share one buffer, RoPE from the preset's theta), then --steps decode\n"
+    "steps of one token each reuse one plan. Per phase it prints the kernel, ms per step (decode:\n"
+    "median), tokens/s and the max abs error of output, present_key and present_value against\n"
+    "the scalar reference (a second runtime pinned to '*.scalar' on identical inputs and a copy\n"
+    "of the cache). The prompt is checked only up to --context 1024 unless --check-prompt.\n"
+    "Exit code 1 when an error exceeds --tolerance.\n"
+    "\n"
+    "File mode: reads ONNX Runtime-named inputs (query.npy, key.npy, value.npy, past_key.npy,\n"
+    "past_value.npy, seqlens_k.npy, total_sequence_length.npy, cos_cache.npy, sin_cache.npy,\n"
+    "position_ids.npy, attention_bias.npy, head_sink.npy, k_scale.npy, v_scale.npy) and the\n"
+    "optional DIR/attributes.json (ONNX attribute names; flags override it), writes output.npy,\n"
+    "present_key.npy, present_value.npy (and output_qk.npy) to the --outputs folder.";
+
+po::options_description run_options() {
+  po::options_description desc("Run");
+  desc.add_options()  //
+      ("model", po::value<std::string>(),
+       ("model preset (default " + std::string(kDefaultModel) + "; see plugin-inspect --help)")
+           .c_str())                                                                      //
+      ("context", po::value<int64_t>()->default_value(512), "prompt length (tokens)")     //
+      ("steps", po::value<int64_t>()->default_value(8), "decode steps after the prompt")  //
+      ("batch", po::value<int64_t>()->default_value(1), "batch size")                     //
+      ("seed", po::value<uint64_t>(), "random seed (default: from std::random_device)")   //
+      ("check", "compare with the scalar reference kernel (default)")                     //
+      ("no-check", "skip the reference comparison")                                       //
+      ("check-prompt", "also check the prompt when --context > 1024 (slow)")              //
+      ("tolerance", po::value<double>(),
+       "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")  //
+      ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")        //
+      ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)");
+  return desc;
+}
+
+}  // namespace
+
+int cmd_run(const Args& args) {
+  po::options_description desc;
+  desc.add(run_options()).add(gqa_flag_options()).add(common_options());
+  po::variables_map vm;
+  if (!parse_command_line(args, desc, kUsage, vm)) return 0;
+
+  RunOptions options;
+  options.common = read_common_flags(vm);
+  options.gqa = read_gqa_flags(vm);
+  if (vm.count("model")) options.model = vm["model"].as<std::string>();
+  options.context = vm["context"].as<int64_t>();
+  options.steps = vm["steps"].as<int64_t>();
+  options.batch = vm["batch"].as<int64_t>();
+  options.seed = vm.count("seed") ? vm["seed"].as<uint64_t>()
+                                  : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                        std::random_device{}();
+  if (vm.count("check") && vm.count("no-check")) {
+    throw UsageError("--check and --no-check exclude each other");
+  }
+  options.check = vm.count("no-check") == 0;
+  options.check_prompt = vm.count("check-prompt") > 0;
+  if (vm.count("tolerance")) {
+    options.tolerance = vm["tolerance"].as<double>();
+    if (!(*options.tolerance >= 0)) throw UsageError("--tolerance must be >= 0");
+  }
+  if (vm.count("inputs")) options.inputs_dir = vm["inputs"].as<std::string>();
+  if (vm.count("outputs")) options.outputs_dir = vm["outputs"].as<std::string>();
+
+  if (options.inputs_dir || options.outputs_dir) {
+    if (!options.inputs_dir || !options.outputs_dir) {
+      throw UsageError("--inputs and --outputs go together");
+    }
+    if (options.model) throw UsageError("--model and --inputs exclude each other");
+    for (const char* name : {"context", "steps", "batch", "seed", "check-prompt"}) {
+      if (vm.count(name) && !vm[name].defaulted()) {
+        throw UsageError(std::string("--") + name + " does not apply with --inputs");
+      }
+    }
+    for (const char* name : {"head-size", "dtype", "cache-dtype", "head-sink", "attention-bias",
+                             "packed-qkv", "shared-buffer", "rope-theta"}) {
+      if (vm.count(name)) {
+        throw UsageError(std::string("--") + name +
+                         " does not apply with --inputs (the .npy files define the inputs)");
+      }
+    }
+    return run_files(options);
+  }
+  if (options.context < 1) throw UsageError("--context must be at least 1");
+  if (options.steps < 0) throw UsageError("--steps must be >= 0");
+  if (options.batch < 1) throw UsageError("--batch must be at least 1");
+  if (options.gqa.shared_buffer) {
+    throw UsageError("--shared-buffer is implied in model mode (the cache is always shared)");
+  }
+  return run_model(options);
+}
+
+}  // namespace plugin_inspect

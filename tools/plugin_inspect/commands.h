@@ -1,0 +1,16 @@
+// The subcommands. Each takes the words after its name and returns the process exit code; errors
+// are thrown (UsageError, AttnrtError, ToolError) and mapped to exit codes in main().
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace plugin_inspect {
+
+using Args = std::vector<std::string>;
+
+int cmd_list(const Args& args);
+int cmd_explain(const Args& args);
+int cmd_run(const Args& args);
+
+}  // namespace plugin_inspect

@@ -1,0 +1,45 @@
+// Element types as plugin-inspect uses them: names, sizes, and float conversion for filling inputs
+// and comparing outputs of any dtype attnrt knows on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "attnrt/attnrt.h"
+
+namespace plugin_inspect {
+
+inline constexpr attnrt_dtype kFloat32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+inline constexpr attnrt_dtype kFloat16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+inline constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+inline constexpr attnrt_dtype kInt8{ATTNRT_DTYPE_CODE_INT, 8, 1};
+inline constexpr attnrt_dtype kUInt8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+inline constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+inline constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
+
+inline bool same_dtype(attnrt_dtype a, attnrt_dtype b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+// "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64"; throws UsageError otherwise.
+attnrt_dtype dtype_from_name(std::string_view name);
+
+// The tool's own name for a dtype (same spelling as attnrt_dtype_name, without needing the
+// library).
+std::string dtype_name(attnrt_dtype dtype);
+
+// Bytes of one element; every dtype the tool allocates is byte-sized or larger.
+std::size_t element_size(attnrt_dtype dtype);
+
+bool is_floating(attnrt_dtype dtype);
+
+// Element i of a host buffer of `dtype`, widened to double (float16/bfloat16 decoded exactly).
+double load_element(const void* data, attnrt_dtype dtype, std::size_t i);
+
+// Stores `value` as element i, rounding to nearest even for float16/bfloat16 and saturating casts
+// for integer types.
+void store_element(void* data, attnrt_dtype dtype, std::size_t i, double value);
+
+}  // namespace plugin_inspect

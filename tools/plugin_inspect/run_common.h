@@ -1,0 +1,62 @@
+// Shared pieces of `plugin-inspect run`: its parsed options, the reference runtime, and the
+// comparison of one call's outputs with the reference kernel's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_options.h"
+#include "gqa_workload.h"
+
+namespace plugin_inspect {
+
+struct RunOptions {
+  CommonFlags common;
+  GqaFlags gqa;
+  std::optional<std::string> model;
+  int64_t context = 512;
+  int64_t steps = 8;
+  int64_t batch = 1;
+  uint64_t seed = 0;
+  bool check = true;
+  bool check_prompt = false;
+  std::optional<double> tolerance;
+  std::optional<std::string> inputs_dir;
+  std::optional<std::string> outputs_dir;
+};
+
+int run_model(const RunOptions& options);  // --model (prompt + decode steps)
+int run_files(const RunOptions& options);  // --inputs DIR --outputs DIR
+
+// Kernel globs the reference runtime pins.
+inline constexpr const char* kReferenceKernelGlob = "*.scalar";
+
+// The user's runtime settings with kernel pinned to kReferenceKernelGlob and nothing disabled
+// (so neither --disable nor ATTNRT_DISABLE can exclude the reference).
+RuntimeSettings reference_settings(const RuntimeSettings& settings);
+
+// --tolerance, else 1e-4 for float32, 2e-3 for float16 (one ulp near 1 is 9.8e-4 after rounding
+// both results), 1.6e-2 for bfloat16.
+double tolerance_for(const RunOptions& options, attnrt_dtype dtype);
+
+// Max abs error per output (output, present_key, present_value, output_qk when produced).
+struct OutputErrors {
+  double output = 0;
+  double present_key = 0;
+  double present_value = 0;
+  std::optional<double> output_qk;
+
+  // Worst value so far of each output of `actual` against `reference`.
+  void accumulate(const GqaTensors& actual, const GqaTensors& reference);
+  double worst() const;
+  nlohmann::ordered_json to_json() const;
+  std::string to_text() const;  // "output 1.2e-07  present_key 0.0e+00  ..."
+};
+
+// NaN-safe "error exceeds tolerance" (NaN and inf fail).
+inline bool exceeds(double error, double tolerance) { return !(error <= tolerance); }
+
+}  // namespace plugin_inspect

@@ -1,0 +1,206 @@
+// plugin-inspect run --model: a first prompt that fills a shared past/present KV cache, then
+// decode steps of one token through one reused plan, each checked against the scalar reference.
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnrt_handles.h"
+#include "errors.h"
+#include "gqa_config.h"
+#include "gqa_session.h"
+#include "model_presets.h"
+#include "run_common.h"
+#include "text_output.h"
+
+namespace plugin_inspect {
+namespace {
+
+// Beyond this context the scalar reference prompt (~N·context²·H·2 multiply-adds) is too slow
+// to run by default.
+constexpr int64_t kMaxCheckedPromptContext = 1024;
+
+struct PhaseResult {
+  std::string phase;
+  std::string kernel;
+  double ms_per_step = 0;
+  double tokens_per_s = 0;
+  bool checked = false;
+  OutputErrors errors;
+  std::string note;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// Runs `tensors` on the main session and, when `reference` is given, the same inputs (and a copy
+// of the cache as it was before the step) on the reference session; returns the main result.
+StepResult checked_step(GqaSession& session, GqaSession* reference, GqaTensors& tensors,
+                        OutputErrors& errors, std::string& reference_kernel) {
+  std::optional<GqaTensors> reference_tensors;
+  if (reference) reference_tensors = reference_copy(tensors);
+  const StepResult result = session.step(tensors);
+  if (reference) {
+    reference_kernel = reference->step(*reference_tensors).kernel;
+    errors.accumulate(tensors, *reference_tensors);
+  }
+  return result;
+}
+
+nlohmann::ordered_json phase_json(const PhaseResult& phase) {
+  nlohmann::ordered_json json;
+  json["phase"] = phase.phase;
+  json["kernel"] = phase.kernel;
+  json["ms_per_step"] = phase.ms_per_step;
+  json["tokens_per_s"] = phase.tokens_per_s;
+  json["max_abs_error"] = phase.checked ? phase.errors.to_json() : nlohmann::ordered_json(nullptr);
+  json["checked"] = phase.checked;
+  return json;
+}
+
+}  // namespace
+
+int run_model(const RunOptions& options) {
+  const ModelPreset& preset = find_model_preset(options.model.value_or(std::string(kDefaultModel)));
+  GqaConfig prompt = config_from_flags(options.gqa, &preset);
+  const double theta = options.gqa.rope_theta.value_or(preset.rope_theta);
+  const int64_t context = options.context, capacity = options.context + options.steps;
+  prompt.batch = options.batch;
+  prompt.seq_len = context;
+  prompt.total_len = context;
+  prompt.past_len = capacity;
+  prompt.with_past = true;
+  prompt.shared_buffer = true;
+  if (prompt.attributes.do_rotary == 1) prompt.rotary_cache_len = capacity;
+  const double tolerance = tolerance_for(options, prompt.dtype);
+
+  const RuntimePtr runtime = make_runtime(options.common.runtime);
+  GqaSession prompt_op(runtime.get(), prompt.attributes);
+  GqaSession decode_op(runtime.get(), prompt.attributes);
+  RuntimePtr reference_runtime;
+  std::optional<GqaSession> reference;
+  if (options.check) {
+    reference_runtime = make_runtime(reference_settings(options.common.runtime));
+    reference.emplace(reference_runtime.get(), prompt.attributes);
+  }
+  std::string reference_kernel;
+  std::mt19937_64 rng(options.seed);
+
+  // Prompt: S = T = context, seqlens_k = context - 1, cache rows [0, context) written.
+  GqaTensors prompt_tensors = make_gqa_tensors(prompt, /*allocate=*/true);
+  fill_parameters(prompt_tensors, prompt, rng);
+  fill_random_inputs(prompt_tensors, prompt, rng);
+  if (prompt.rotary_cache_len > 0) fill_rotary_caches(prompt_tensors, theta);
+  set_lengths(prompt_tensors, static_cast<int32_t>(context - 1), static_cast<int32_t>(context));
+  prompt_tensors.inputs[ATTNRT_GQA_INPUT_PAST_KEY]->poison();
+  prompt_tensors.inputs[ATTNRT_GQA_INPUT_PAST_VALUE]->poison();
+  poison_outputs(prompt_tensors);
+
+  PhaseResult prompt_phase;
+  prompt_phase.phase = "prompt";
+  prompt_phase.checked =
+      options.check && (context <= kMaxCheckedPromptContext || options.check_prompt);
+  if (options.check && !prompt_phase.checked) {
+    prompt_phase.note = "prompt check skipped (context > " +
+                        std::to_string(kMaxCheckedPromptContext) + "; use --check-prompt)";
+  }
+  const StepResult prompt_result =
+      checked_step(prompt_op, prompt_phase.checked ? &*reference : nullptr, prompt_tensors,
+                   prompt_phase.errors, reference_kernel);
+  prompt_phase.kernel = prompt_result.kernel;
+  prompt_phase.ms_per_step = prompt_result.ms;
+  prompt_phase.tokens_per_s =
+      static_cast<double>(options.batch * context) / (prompt_result.ms / 1e3);
+
+  // Decode: S = 1, seqlens_k = context + step, T = context + step + 1, same cache buffer.
+  PhaseResult decode_phase;
+  decode_phase.phase = "decode";
+  decode_phase.checked = options.check && options.steps > 0;
+  std::vector<double> step_ms;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    GqaConfig decode = prompt;
+    decode.seq_len = 1;
+    decode.total_len = context + step + 1;
+    GqaTensors tensors = make_gqa_tensors(decode, /*allocate=*/true, &prompt_tensors);
+    fill_random_inputs(tensors, decode, rng);
+    set_lengths(tensors, static_cast<int32_t>(context + step),
+                static_cast<int32_t>(context + step + 1));
+    poison_outputs(tensors);
+    const StepResult result = checked_step(decode_op, decode_phase.checked ? &*reference : nullptr,
+                                           tensors, decode_phase.errors, reference_kernel);
+    decode_phase.kernel = result.kernel;
+    step_ms.push_back(result.ms);
+  }
+  decode_phase.ms_per_step = median(step_ms);
+  decode_phase.tokens_per_s =
+      step_ms.empty() ? 0 : static_cast<double>(options.batch) / (decode_phase.ms_per_step / 1e3);
+  const PlanCacheStats plan_cache = decode_op.plan_cache_stats();
+
+  std::vector<PhaseResult> phases{prompt_phase};
+  if (options.steps > 0) phases.push_back(decode_phase);
+  std::vector<std::string> failures;
+  for (const PhaseResult& phase : phases) {
+    if (phase.checked && exceeds(phase.errors.worst(), tolerance)) {
+      failures.push_back(phase.phase + ": " + phase.errors.to_text());
+    }
+  }
+  const int threads = runtime_threads(runtime.get());
+
+  if (options.common.json) {
+    nlohmann::ordered_json json;
+    json["model"] = std::string(preset.name);
+    json["seed"] = options.seed;
+    json["batch"] = options.batch;
+    json["context"] = context;
+    json["steps"] = options.steps;
+    json["threads"] = threads;
+    json["phases"] = nlohmann::ordered_json::array();
+    for (const PhaseResult& phase : phases) json["phases"].push_back(phase_json(phase));
+    json["plan_cache"] = {{"hits", plan_cache.hits}, {"misses", plan_cache.misses}};
+    json["reference_kernel"] = reference_kernel;
+    json["tolerance"] = tolerance;
+    json["passed"] = failures.empty();
+    std::cout << json.dump(2) << "\n";
+  } else {
+    std::cout << "model " << preset.name << " (" << describe_config(prompt) << ", rope theta "
+              << theta << ")\n"
+              << "batch " << options.batch << ", context " << context << ", steps " << options.steps
+              << ", threads " << threads << ", seed " << options.seed << "\n\n";
+    TextTable table({"phase", "kernel", "ms/step", "tokens/s", "max abs error vs reference"});
+    for (const PhaseResult& phase : phases) {
+      table.add_row({phase.phase, phase.kernel, format_fixed(phase.ms_per_step, 3),
+                     format_fixed(phase.tokens_per_s, 1),
+                     phase.checked ? phase.errors.to_text() : "not checked"});
+    }
+    table.print(std::cout);
+    std::cout << "\n";
+    if (!prompt_phase.note.empty()) std::cout << prompt_phase.note << "\n";
+    if (options.check) {
+      std::cout << "reference: " << (reference_kernel.empty() ? "(not run)" : reference_kernel)
+                << " (runtime pinned to '" << kReferenceKernelGlob << "'), tolerance "
+                << format_error(tolerance) << "\n";
+    }
+    std::cout << "decode plan cache: " << plan_cache.hits << " hits, " << plan_cache.misses
+              << " misses";
+    if (prompt.attention_bias || prompt.attributes.qk_output != ATTNRT_GQA_QK_OUTPUT_NONE) {
+      std::cout << " (attention_bias/output_qk grow with T, so every step has new shapes)";
+    }
+    std::cout << "\n";
+    if (options.check) std::cout << (failures.empty() ? "check passed\n" : "check FAILED\n");
+  }
+  for (const std::string& failure : failures) {
+    std::cerr << "error: max abs error above tolerance " << format_error(tolerance) << " in "
+              << failure << "\n";
+  }
+  return failures.empty() ? 0 : 1;
+}
+
+}  // namespace plugin_inspect
