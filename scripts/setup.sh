@@ -15,7 +15,7 @@ packages=(
   libcpuinfo-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libxtensor-dev nlohmann-json3-dev
-  python3
+  python3 python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test.
-#   scripts/test.sh            release build in build/, all tests
+# Sets up, builds and runs every test: the GoogleTest suites (ctest), then the onnxruntime parity
+# suite (pytest, in a venv under the build folder).
+#   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
+#                              (ctest only: the parity suite drives the same kernels through
+#                              plugin-inspect and adds nothing under sanitizers but time)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir=build
+sanitize=0
 if [ "${1:-}" = "--sanitize" ]; then
   build_dir=build-asan
+  sanitize=1
   export ATTNRT_SANITIZE=address,undefined
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 "$root/scripts/setup.sh" "$build_dir"
 ctest --test-dir "$root/$build_dir" --output-on-failure -j "$(nproc)"
+
+if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
+  venv="$root/$build_dir/venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -r "$root/tests/python/requirements.txt"
+  ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest "$root/tests/python" -q
+fi

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnrt/ops/gqa.h"
+#include "gqa_flash.h"
 #include "plugin_context.h"
 
 namespace attnrt::cpu_x86 {
@@ -14,11 +15,8 @@ namespace {
 // Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then AVX-512 > AVX2 > scalar): naive
 // 100, flash 200; +0 scalar, +20 AVX2, +30 AVX-512.
 constexpr int32_t kNaivePriority = 100;
+constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
-
-bool IsFloat32(attnrt_dtype d) {
-  return d.code == ATTNRT_DTYPE_CODE_FLOAT && d.bits == 32 && d.lanes == 1;
-}
 
 // The names attnrt_dtype_name gives (the plugin cannot link the core).
 std::string DtypeName(attnrt_dtype d) {
@@ -75,9 +73,11 @@ std::string DeviceName(int32_t device_type) {
   }
 }
 
-// Empty when the naive float32 pipeline computes `p` as the reference does; else the reason it does
-// not. Everything else the reference defines on CPU (phases, packing, shared buffers, masks,
-// rotary, softcap, bias, sinks, qk_output) is supported.
+// Empty when the naive pipeline computes `p` as the reference does; else the reason it does not.
+// Supported: T float32, float16, bfloat16 with a T cache, or with a quantized cache (k_quant_type
+// == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
+// holding int4 (4-bit); and everything the reference defines on CPU (phases, packing, shared
+// buffers, masks, rotary, softcap, bias, sinks, qk_output) with each.
 std::string DeclineReason(const attnrt_gqa_problem& p) {
   if (p.struct_size < sizeof(attnrt_gqa_problem)) {
     return "attnrt_gqa_problem struct_size " + std::to_string(p.struct_size) +
@@ -87,15 +87,40 @@ std::string DeclineReason(const attnrt_gqa_problem& p) {
   if (p.device_type != ATTNRT_DEVICE_CPU) {
     return "device " + DeviceName(p.device_type) + " is not supported (CPU tensors only)";
   }
-  if (!IsFloat32(p.query_dtype)) {
-    return "query dtype " + DtypeName(p.query_dtype) + " is not supported (float32 only)";
+  const attnrt_gqa_attributes& a = p.attributes;
+  GqaFloatType type;
+  GqaCacheType cache_type;
+  if (!GqaElementTypes(p, &type, &cache_type)) {
+    if (a.k_quant_type == ATTNRT_GQA_QUANT_NONE) {
+      return "query dtype " + DtypeName(p.query_dtype) + " with KV cache dtype " +
+             DtypeName(p.cache_dtype) +
+             " is not supported (query float32, float16 or bfloat16 with a cache of the same "
+             "dtype)";
+    }
+    return "query dtype " + DtypeName(p.query_dtype) + " with KV cache dtype " +
+           DtypeName(p.cache_dtype) +
+           " and kv_cache_bit_width=" + std::to_string(a.kv_cache_bit_width) +
+           " is not supported (query float32, float16 or bfloat16; cache int8 or float8_e4m3fn "
+           "for 8 bits, uint8 for 4 bits)";
   }
-  if (p.attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
-    return "quantized KV cache (k_quant_type=" + QuantTypeName(p.attributes.k_quant_type) +
-           ") is not supported";
-  }
-  if (!IsFloat32(p.cache_dtype)) {
-    return "KV cache dtype " + DtypeName(p.cache_dtype) + " is not supported (float32 only)";
+  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
+    if (a.v_quant_type != a.k_quant_type) {
+      return "v_quant_type=" + QuantTypeName(a.v_quant_type) +
+             " differs from k_quant_type=" + QuantTypeName(a.k_quant_type) +
+             " (one quantization type for K and V only)";
+    }
+    if (a.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR &&
+        a.k_quant_type != ATTNRT_GQA_QUANT_PER_CHANNEL) {
+      return "k_quant_type=" + QuantTypeName(a.k_quant_type) + " is not supported";
+    }
+    const int64_t scales =
+        a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? p.kv_num_heads * p.head_size : 1;
+    if (p.k_scale_count != scales || p.v_scale_count != scales) {
+      return "k_scale/v_scale with " + std::to_string(p.k_scale_count) + "/" +
+             std::to_string(p.v_scale_count) +
+             " elements are not supported with k_quant_type=" + QuantTypeName(a.k_quant_type) +
+             " (expected " + std::to_string(scales) + ")";
+    }
   }
   if (p.attributes.sliding_window_cache == 1) return "sliding_window_cache=1 is not supported";
   return {};
@@ -107,13 +132,24 @@ std::string Avx2DeclineReason(const CpuFeatures& cpu) {
          (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
 }
 
+// The AVX2 pipeline converts float16 rows with F16C; T float16 is the only way to float16 tensors.
+std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& p) {
+  const bool float16 = p.query_dtype.code == ATTNRT_DTYPE_CODE_FLOAT && p.query_dtype.bits == 16;
+  if (!float16 || cpu.f16c) return {};
+  return "query dtype float16 requires F16C with OS-enabled AVX state; this CPU/OS provides: " +
+         cpu.isa;
+}
+
 template <bool kNeedsAvx2>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   try {
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
     std::string why = kNeedsAvx2 ? Avx2DeclineReason(context.cpu) : std::string();
-    if (why.empty()) why = DeclineReason(*static_cast<const attnrt_gqa_problem*>(problem));
+    if (why.empty()) why = DeclineReason(p);
+    // After DeclineReason: it checked struct_size before any other field is read.
+    if (why.empty() && kNeedsAvx2) why = F16cDeclineReason(context.cpu, p);
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {
@@ -165,6 +201,22 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .supports = &Supports<true>,
      .workspace_size = &WorkspaceSize,
      .run = &Run<&GqaAttendRowsAvx2>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.gqa.flash.scalar",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority,
+     .supports = &GqaFlashSupportsScalar,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &GqaFlashRunScalar},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.gqa.flash.avx2",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority + kAvx2Bonus,
+     .supports = &GqaFlashSupportsAvx2,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &GqaFlashRunAvx2},
 };
 
 }  // namespace

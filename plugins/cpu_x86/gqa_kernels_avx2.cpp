@@ -1,10 +1,15 @@
-// gqa.naive.avx2: the row pipeline on AVX2 + FMA. The only file built with -mavx2 -mfma; reached
-// only after gqa.naive.avx2's supports() saw both usable (CPUID and OS-enabled YMM state).
+// gqa.naive.avx2: the row pipeline on AVX2 + FMA, with F16C for float16 tensors. The only naive
+// file built with -mavx2 -mfma -mf16c; reached only after gqa.naive.avx2's supports() saw AVX2 and
+// FMA usable (CPUID and OS-enabled YMM state), and F16C too when the problem has float16 tensors:
+// the F16C instructions here run for float16 rows only.
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "gqa_convert.h"
 #include "gqa_kernels.h"
 #include "gqa_pipeline.h"
+#include "gqa_quant.h"
 
 namespace attnrt::cpu_x86 {
 namespace {
@@ -45,33 +50,177 @@ __m256 Exp(__m256 x) {
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(two_n)));
 }
 
+// Per-tensor scale broadcast, or the 8 per-channel scales of elements [i, i + 8).
+__m256 Scale8(const GqaCacheRow& row, int64_t i) {
+  return row.per_channel ? _mm256_loadu_ps(row.scale + i) : _mm256_set1_ps(row.scale[0]);
+}
+
+// Elements [i, i + 8) of a cache row as float32: widened, or q * scale (the product rounded to
+// float32 before any accumulation, as a dequantized row would hold it).
+template <GqaCacheType kType>
+__m256 LoadCache8(const GqaCacheRow& row, int64_t i) {
+  if constexpr (kType == GqaCacheType::kFloat32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row.data) + i);
+  } else if constexpr (kType == GqaCacheType::kFloat16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row.data) + i)));
+  } else if constexpr (kType == GqaCacheType::kBFloat16) {
+    const __m128i bits = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row.data) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  } else if constexpr (kType == GqaCacheType::kInt8) {
+    const __m128i bytes =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row.data) + i));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), Scale8(row, i));
+  } else if constexpr (kType == GqaCacheType::kInt4) {
+    // 4 bytes hold elements i..i+7; each byte goes to two lanes, the even one keeps the low nibble.
+    int32_t packed;
+    memcpy(&packed, static_cast<const uint8_t*>(row.data) + i / 2, sizeof packed);
+    const __m128i pairs =
+        _mm_shuffle_epi8(_mm_cvtsi32_si128(packed),
+                         _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m256i nibbles = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_cvtepu8_epi32(pairs), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
+        _mm256_set1_epi32(0xF));
+    const __m256i q = _mm256_sub_epi32(nibbles, _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), Scale8(row, i));
+  } else {
+    static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
+    // e4m3fn to float32 bits: rebias normals (7 -> 127); subnormals are mantissa * 2^-9; S.1111.111
+    // is NaN. As Float8E4M3FnToFloat, without arithmetic on float32 subnormals.
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(row.data) + i)));
+    const __m256i exponent = _mm256_and_si256(_mm256_srli_epi32(v, 3), _mm256_set1_epi32(0xF));
+    const __m256i mantissa = _mm256_and_si256(v, _mm256_set1_epi32(0x7));
+    const __m256i normal =
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(exponent, _mm256_set1_epi32(120)), 23),
+                        _mm256_slli_epi32(mantissa, 20));
+    const __m256i subnormal =
+        _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mantissa), _mm256_set1_ps(0x1p-9f)));
+    __m256i bits =
+        _mm256_blendv_epi8(normal, subnormal, _mm256_cmpeq_epi32(exponent, _mm256_setzero_si256()));
+    const __m256i is_nan =
+        _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7F)), _mm256_set1_epi32(0x7F));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), is_nan);
+    bits =
+        _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), Scale8(row, i));
+  }
+}
+
+template <GqaCacheType kType>
+float DotCache(const float* q, const GqaCacheRow& k, int64_t n) {
+  // Four accumulators hide the FMA latency.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LoadCache8<kType>(k, i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), LoadCache8<kType>(k, i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), LoadCache8<kType>(k, i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), LoadCache8<kType>(k, i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LoadCache8<kType>(k, i), acc0);
+  }
+  float sum = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  auto step = [&](int64_t j, float x) { sum += q[j] * x; };
+  ForEachCacheElement(k, i, n, step);
+  return sum;
+}
+
+template <GqaCacheType kType>
+void AxpyCache(float alpha, const GqaCacheRow& v, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LoadCache8<kType>(v, i), _mm256_loadu_ps(y + i)));
+  }
+  auto step = [&](int64_t j, float x) { y[j] += alpha * x; };
+  ForEachCacheElement(v, i, n, step);
+}
+
+// Elements [i, i + 8) of a T row as float32.
+__m256 LoadWide8(const void* x, GqaFloatType type, int64_t i) {
+  switch (type) {
+    case GqaFloatType::kFloat16:
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i)));
+    case GqaFloatType::kBFloat16: {
+      const __m128i bits =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+    }
+    case GqaFloatType::kFloat32:
+      break;
+  }
+  return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+}
+
 struct Avx2Ops {
-  static float Dot(const float* a, const float* b, int64_t n) {
-    // Four accumulators hide the FMA latency.
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-      acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
-      acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  static float Dot(const float* q, const GqaCacheRow& k, int64_t n) {
+    switch (k.type) {
+      case GqaCacheType::kFloat16:
+        return DotCache<GqaCacheType::kFloat16>(q, k, n);
+      case GqaCacheType::kBFloat16:
+        return DotCache<GqaCacheType::kBFloat16>(q, k, n);
+      case GqaCacheType::kInt8:
+        return DotCache<GqaCacheType::kInt8>(q, k, n);
+      case GqaCacheType::kInt4:
+        return DotCache<GqaCacheType::kInt4>(q, k, n);
+      case GqaCacheType::kFloat8E4M3Fn:
+        return DotCache<GqaCacheType::kFloat8E4M3Fn>(q, k, n);
+      case GqaCacheType::kFloat32:
+        break;
     }
-    for (; i + 8 <= n; i += 8) {
-      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    }
-    float sum = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; i < n; ++i) sum += a[i] * b[i];
-    return sum;
+    return DotCache<GqaCacheType::kFloat32>(q, k, n);
   }
 
-  static void Axpy(float alpha, const float* x, float* y, int64_t n) {
-    const __m256 va = _mm256_set1_ps(alpha);
+  static void Axpy(float alpha, const GqaCacheRow& v, float* y, int64_t n) {
+    switch (v.type) {
+      case GqaCacheType::kFloat16:
+        return AxpyCache<GqaCacheType::kFloat16>(alpha, v, y, n);
+      case GqaCacheType::kBFloat16:
+        return AxpyCache<GqaCacheType::kBFloat16>(alpha, v, y, n);
+      case GqaCacheType::kInt8:
+        return AxpyCache<GqaCacheType::kInt8>(alpha, v, y, n);
+      case GqaCacheType::kInt4:
+        return AxpyCache<GqaCacheType::kInt4>(alpha, v, y, n);
+      case GqaCacheType::kFloat8E4M3Fn:
+        return AxpyCache<GqaCacheType::kFloat8E4M3Fn>(alpha, v, y, n);
+      case GqaCacheType::kFloat32:
+        break;
+    }
+    AxpyCache<GqaCacheType::kFloat32>(alpha, v, y, n);
+  }
+
+  static void Widen(const void* x, GqaFloatType type, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, LoadWide8(x, type, i));
+    for (; i < n; ++i) y[i] = LoadElement(x, type, i);
+  }
+
+  static void AddWidened(const void* x, GqaFloatType type, float* y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+      _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), LoadWide8(x, type, i)));
     }
-    for (; i < n; ++i) y[i] += alpha * x[i];
+    for (; i < n; ++i) y[i] += LoadElement(x, type, i);
+  }
+
+  static void Narrow(const float* x, GqaFloatType type, void* y, int64_t n) {
+    if (type != GqaFloatType::kFloat16) {
+      NarrowRow(x, type, y, n);
+      return;
+    }
+    // VCVTPS2PH rounds to nearest even and quiets NaN exactly as FloatToHalf does.
+    auto* dst = static_cast<uint16_t*>(y);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) dst[i] = FloatToHalf(x[i]);
   }
 
   static void Scale(float alpha, float* y, int64_t n) {

@@ -2,20 +2,33 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "gqa_convert.h"
 #include "gqa_kernels.h"
 #include "gqa_pipeline.h"
+#include "gqa_quant.h"
 
 namespace attnrt::cpu_x86 {
 namespace {
 
 struct ScalarOps {
-  static float Dot(const float* a, const float* b, int64_t n) {
+  static float Dot(const float* q, const GqaCacheRow& k, int64_t n) {
     float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+    auto step = [&](int64_t i, float x) { sum += q[i] * x; };
+    ForEachCacheElement(k, 0, n, step);
     return sum;
   }
-  static void Axpy(float alpha, const float* x, float* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  static void Axpy(float alpha, const GqaCacheRow& v, float* y, int64_t n) {
+    auto step = [&](int64_t i, float x) { y[i] += alpha * x; };
+    ForEachCacheElement(v, 0, n, step);
+  }
+  static void Widen(const void* x, GqaFloatType type, float* y, int64_t n) {
+    WidenRow(x, type, y, n);
+  }
+  static void AddWidened(const void* x, GqaFloatType type, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += LoadElement(x, type, i);
+  }
+  static void Narrow(const float* x, GqaFloatType type, void* y, int64_t n) {
+    NarrowRow(x, type, y, n);
   }
   static void Scale(float alpha, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= alpha;

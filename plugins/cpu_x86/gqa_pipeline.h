@@ -1,13 +1,21 @@
-// Score pipeline of GroupQueryAttention for one query row (reference gqa-semantics.md §3.2–§3.4),
-// templated on an ISA "ops" struct; each gqa_kernels_<isa>.cpp instantiates it (MLAS pattern).
+// Score pipeline of GroupQueryAttention for one query row (reference gqa-semantics.md §3.2–§3.4,
+// §3.7, §4), templated on an ISA "ops" struct; each gqa_kernels_<isa>.cpp instantiates it (MLAS
+// pattern). Every T tensor is widened to float32 per element; scores, softmax and P·V are float32;
+// the output and output_qk rows are rounded to T. Cached K/V rows are decoded (dequantized) inside
+// Dot and Axpy, never copied out; the float32 query is never quantized.
 //
-// Ops provides, over float rows of n elements (any n >= 0 unless noted):
-//   static float Dot(const float* a, const float* b, int64_t n);    // sum a[i]*b[i]
-//   static void Axpy(float alpha, const float* x, float* y, int64_t n);  // y += alpha*x
+// Ops provides, over rows of n elements (any n >= 0 unless noted):
+//   static float Dot(const float* q, const GqaCacheRow& k, int64_t n);   // sum q[i]*k[i]
+//   static void Axpy(float alpha, const GqaCacheRow& v, float* y, int64_t n);  // y += alpha*v
+//   static void Widen(const void* x, GqaFloatType t, float* y, int64_t n);     // y = float(x)
+//   static void AddWidened(const void* x, GqaFloatType t, float* y, int64_t n);  // y += float(x)
+//   static void Narrow(const float* x, GqaFloatType t, void* y, int64_t n);    // y = T(x), RNE
 //   static void Scale(float alpha, float* y, int64_t n);            // y *= alpha
 //   static float Max(const float* x, int64_t n);                    // n >= 1
 //   static float ExpSum(float* x, int64_t n, float m);              // x = exp(x - m); returns the
 //   sum
+// where a cache row's element i is float(k[i]) for float caches and q[i] * scale (float32) for
+// quantized ones.
 //
 // Everything here has internal linkage and calls only C library functions, never std:: inline or
 // template code: such functions would be emitted by the baseline and the AVX2 translation units
@@ -19,26 +27,40 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gqa_convert.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu_x86 {
 namespace {
 
-// Writes one output_qk row of length T: row[j] for j in [begin, end), 0 elsewhere (columns >= T_b
-// are unspecified by the reference; zeros, as it was observed to leave them).
+// Writes one output_qk row of length T in T: row[j] for j in [begin, end), 0 elsewhere (columns >=
+// T_b are unspecified by the reference; zeros, as it was observed to leave them).
+template <class Ops>
 void WriteQkRow(const GqaRun& r, int64_t b, int64_t n, int64_t s, const float* row, int64_t begin,
                 int64_t end) {
-  float* dst = r.output_qk + ((b * r.heads + n) * r.seq + s) * r.total_length;
-  memset(dst, 0, static_cast<size_t>(r.total_length) * sizeof(float));
+  void* dst = ElementAddress(r.output_qk, r.element_bytes,
+                             ((b * r.heads + n) * r.seq + s) * r.total_length);
+  memset(dst, 0, static_cast<size_t>(r.total_length) * r.element_bytes);
   if (end > begin) {
-    memcpy(dst + begin, row + begin, static_cast<size_t>(end - begin) * sizeof(float));
+    Ops::Narrow(row + begin, r.type, ElementAddress(dst, r.element_bytes, begin), end - begin);
   }
 }
 
+// Row j of kv head (b, kvh) of a cache with `rows` rows per head.
+GqaCacheRow CacheRow(const GqaRun& r, const void* cache, int64_t rows, const float* scale,
+                     int64_t b, int64_t kvh, int64_t j) {
+  GqaCacheRow row;
+  row.data = ElementAddress(cache, r.cache_row_bytes, (b * r.kv_heads + kvh) * rows + j);
+  row.type = r.cache_type;
+  row.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
+  row.per_channel = r.scale_per_channel;
+  return row;
+}
+
 // One (b, n, s) row: scores over the window, softcap, bias, softmax (optionally with a sink), P·V.
-// scores holds max T_b floats, q_rotated H floats.
+// scores holds max T_b floats, q_row and acc H floats each.
 template <class Ops>
-void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_rotated) {
+void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float* acc) {
   const int64_t s = unit % r.seq;
   const int64_t n = (unit / r.seq) % r.heads;
   const int64_t b = unit / (r.seq * r.heads);
@@ -55,15 +77,21 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_rotated) {
   const int64_t begin = (r.window >= 0 && end > r.window) ? end - r.window : 0;
   const int64_t count = end > begin ? end - begin : 0;
 
-  const float* q = r.query + (b * r.seq + s) * r.q_token_stride + n * h;
+  const void* q_in =
+      ElementAddress(r.query, r.element_bytes, (b * r.seq + s) * r.q_token_stride + n * h);
+  const float* q = q_row;
   if (r.rotary) {
-    GqaRotateRow(r, q, q_rotated, GqaRotaryPosition(r, b, s));
-    q = q_rotated;
+    GqaRotateRow(r, q_in, q_row, GqaRotaryPosition(r, b, s));
+  } else if (r.type == GqaFloatType::kFloat32) {
+    q = static_cast<const float*>(q_in);
+  } else {
+    Ops::Widen(q_in, r.type, q_row, h);
   }
-  const float* keys = r.key_cache + (b * r.kv_heads + kvh) * r.key_cache_rows * h;
-  const float* values = r.value_cache + (b * r.kv_heads + kvh) * r.value_cache_rows * h;
 
-  for (int64_t j = begin; j < end; ++j) scores[j] = r.scale * Ops::Dot(q, keys + j * h, h);
+  for (int64_t j = begin; j < end; ++j) {
+    scores[j] =
+        r.scale * Ops::Dot(q, CacheRow(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, j), h);
+  }
   if (r.softcap > 0.0f) {
     for (int64_t j = begin; j < end; ++j) scores[j] = r.softcap * tanhf(scores[j] / r.softcap);
   }
@@ -72,18 +100,18 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_rotated) {
     const int64_t bias_b = r.bias_broadcast_batch ? 0 : b;
     const int64_t bias_heads = r.bias_broadcast_heads ? 1 : r.heads;
     const int64_t bias_n = r.bias_broadcast_heads ? 0 : n;
-    const float* bias =
-        r.attention_bias + ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length;
-    for (int64_t j = begin; j < end; ++j) scores[j] += bias[j];
+    const int64_t bias_row = ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length;
+    Ops::AddWidened(ElementAddress(r.attention_bias, r.element_bytes, bias_row + begin), r.type,
+                    scores + begin, count);
   }
   if (r.qk_output == ATTNRT_GQA_QK_OUTPUT_BEFORE_SOFTMAX) {
-    WriteQkRow(r, b, n, s, scores, begin, end);
+    WriteQkRow<Ops>(r, b, n, s, scores, begin, end);
   }
 
   float* x = scores + begin;
   if (r.sink_softmax) {
     // The sink joins the softmax as one more logit, raw: not scaled, capped or biased.
-    const float sink = r.head_sink != nullptr ? r.head_sink[n] : 0.0f;
+    const float sink = r.head_sink != nullptr ? LoadElement(r.head_sink, r.type, n) : 0.0f;
     float m = sink;
     if (count > 0) {
       const float row_max = Ops::Max(x, count);
@@ -96,22 +124,29 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_rotated) {
     Ops::Scale(1.0f / Ops::ExpSum(x, count, m), x, count);
   }
   if (r.qk_output == ATTNRT_GQA_QK_OUTPUT_AFTER_SOFTMAX) {
-    WriteQkRow(r, b, n, s, scores, begin, end);
+    WriteQkRow<Ops>(r, b, n, s, scores, begin, end);
   }
 
+  // float32 output accumulates in place; the narrow types accumulate in float32 and round once.
   // An empty window (W = 0) leaves an all-zero output row.
-  float* out = r.output + ((b * r.seq + s) * r.heads + n) * h;
-  memset(out, 0, static_cast<size_t>(h) * sizeof(float));
-  for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values + (begin + j) * h, out, h);
+  void* out = ElementAddress(r.output, r.element_bytes, ((b * r.seq + s) * r.heads + n) * h);
+  float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
+  memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
+  for (int64_t j = 0; j < count; ++j) {
+    Ops::Axpy(x[j], CacheRow(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin + j),
+              sum, h);
+  }
+  if (sum == acc) Ops::Narrow(acc, r.type, out, h);
 }
 
 // GqaAttendRowsFn body for one ISA.
 template <class Ops>
 void AttendRows(const GqaRun& r, float* scratch, int64_t unit_begin, int64_t unit_end) {
   float* scores = scratch;
-  float* q_rotated = scratch + r.scratch_query_offset;
+  float* q_row = scratch + r.scratch_query_offset;
+  float* acc = scratch + r.scratch_output_offset;
   for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
-    AttendRow<Ops>(r, unit, scores, q_rotated);
+    AttendRow<Ops>(r, unit, scores, q_row, acc);
   }
 }
 

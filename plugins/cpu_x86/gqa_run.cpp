@@ -1,5 +1,6 @@
 // Driver of the cpu_x86 GroupQueryAttention kernels (baseline ISA): workspace layout, the K/V
-// append prologue with RoPE (reference §3.5, §3.6), and the threading of the ISA row pipeline.
+// append prologue with RoPE and quantize-on-write (reference §3.5, §3.6, §4), and the threading of
+// the ISA row pipeline.
 #include "gqa_run.h"
 
 #include <algorithm>
@@ -10,6 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "gqa_convert.h"
+#include "gqa_quant.h"
+
 namespace attnrt::cpu_x86 {
 namespace {
 
@@ -18,11 +22,34 @@ constexpr size_t kAlign = 64;
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// New K/V rows are rotated and quantized this many elements at a time, on the stack (H has no
+// upper bound). Even, so a chunk never splits an int4 byte.
+constexpr int64_t kRowChunk = 64;
+
 size_t SlotBytes(int64_t score_rows, int64_t head_size) {
   return AlignUp(static_cast<size_t>(score_rows) * sizeof(float)) +
-         AlignUp(static_cast<size_t>(head_size) * sizeof(float));
+         2 * AlignUp(static_cast<size_t>(head_size) * sizeof(float));
 }
 
+size_t CacheRowBytes(GqaCacheType type, int64_t head_size) {
+  const auto h = static_cast<size_t>(head_size);
+  switch (type) {
+    case GqaCacheType::kFloat32:
+      return h * sizeof(float);
+    case GqaCacheType::kFloat16:
+    case GqaCacheType::kBFloat16:
+      return h * sizeof(uint16_t);
+    case GqaCacheType::kInt8:
+    case GqaCacheType::kFloat8E4M3Fn:
+      return h;
+    case GqaCacheType::kInt4:
+      break;
+  }
+  return h / 2;
+}
+
+// Only the float cache types stage (a quantized cache always has present outputs), and none of
+// them is wider than float32.
 size_t StagingBytes(const attnrt_gqa_problem& p, int64_t rows) {
   return AlignUp(static_cast<size_t>(p.batch_size * p.kv_num_heads * rows * p.head_size) *
                  sizeof(float));
@@ -34,13 +61,44 @@ int64_t NumThreads(const attnrt_host_services& host) {
 
 // One of the two caches (K or V) the prologue fills.
 struct CacheSide {
-  float* cache;
+  void* cache;
   int64_t rows;
   bool holds_past;
-  const float* past;
-  const float* fresh;
+  const void* past;
+  const void* fresh;
   bool rotate;
+  const float* scale;  // quantized: k_scale or v_scale; else NULL
 };
+
+// Elements [first, first + n) of RoPE(x) into y[0, n); x is a T row of H elements. Each output is
+// computed on its own from its pair, so any element range comes out as the whole row would. The
+// arithmetic is that of MLAS's AVX2 RoPE, which ONNX Runtime runs on AVX2 CPUs for float32 and
+// float16 alike: y0 = fma(x0, c, -(x1*s)), y1 = fma(x0, s, x1*c), then rounded to T. fmaf is the C
+// library's, correctly rounded on every CPU (not std::fma: an inline copy of it could come from an
+// FMA-compiled file).
+void RotateElements(const GqaRun& r, const void* x, int64_t position, int64_t first, int64_t n,
+                    float* y) {
+  const int64_t half = r.rotary_half;
+  const void* cos_row = ElementAddress(r.cos_cache, r.element_bytes, position * half);
+  const void* sin_row = ElementAddress(r.sin_cache, r.element_bytes, position * half);
+  for (int64_t k = first; k < first + n; ++k) {
+    if (k >= 2 * half) {
+      y[k - first] = LoadElement(x, r.type, k);
+      continue;
+    }
+    // Pair index i; k is its first (x0) or second (x1) element.
+    const bool second = r.rotary_interleaved ? (k & 1) != 0 : k >= half;
+    const int64_t i = r.rotary_interleaved ? k / 2 : (second ? k - half : k);
+    const int64_t i0 = r.rotary_interleaved ? 2 * i : i;
+    const int64_t i1 = r.rotary_interleaved ? 2 * i + 1 : i + half;
+    const float x0 = LoadElement(x, r.type, i0);
+    const float x1 = LoadElement(x, r.type, i1);
+    const float c = LoadElement(cos_row, r.type, i);
+    const float s = LoadElement(sin_row, r.type, i);
+    const float rotated = second ? fmaf(x0, s, x1 * c) : fmaf(x0, c, -(x1 * s));
+    y[k - first] = RoundToType(rotated, r.type);
+  }
+}
 
 // Rows of (b, kvh) in one cache, as ONNX Runtime's present: past rows [0, P_b), new rows at
 // [P_b, P_b + L), zeros after. Row indices are clipped to the buffer: staging holds only max T_b
@@ -53,34 +111,52 @@ void AppendSide(const GqaRun& r, const CacheSide& side, int64_t b, int64_t kvh) 
   // ones.
   const int64_t past_rows = std::min(r.kv_seq == 0 ? total : past, side.rows);
   const int64_t written_end = std::min(r.kv_seq == 0 ? past_rows : past + r.kv_seq, side.rows);
-  float* dst = side.cache + (b * r.kv_heads + kvh) * side.rows * h;
+  const size_t row_bytes = r.cache_row_bytes;
+  void* dst = ElementAddress(side.cache, row_bytes, (b * r.kv_heads + kvh) * side.rows);
+  // Past bytes are copied verbatim: a quantized past is never re-quantized.
   if (!side.holds_past && past_rows > 0) {
-    const float* src = side.past + (b * r.kv_heads + kvh) * r.past_length * h;
-    std::memcpy(dst, src, static_cast<size_t>(past_rows * h) * sizeof(float));
+    const void* src = ElementAddress(side.past, row_bytes, (b * r.kv_heads + kvh) * r.past_length);
+    std::memcpy(dst, src, static_cast<size_t>(past_rows) * row_bytes);
   }
+  const bool quantized = side.scale != nullptr;
+  const float* scale = quantized && r.scale_per_channel ? side.scale + kvh * h : side.scale;
   for (int64_t l = 0; l < r.kv_seq && past + l < side.rows; ++l) {
-    const float* src = side.fresh + (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h;
-    float* row = dst + (past + l) * h;
-    if (side.rotate) {
-      GqaRotateRow(r, src, row, GqaRotaryPosition(r, b, l));
-    } else {
-      std::memcpy(row, src, static_cast<size_t>(h) * sizeof(float));
+    const void* src = ElementAddress(side.fresh, r.element_bytes,
+                                     (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h);
+    void* row = ElementAddress(dst, row_bytes, past + l);
+    if (!side.rotate && !quantized) {  // the cache type is T
+      std::memcpy(row, src, row_bytes);
+      continue;
+    }
+    // The rotated K row is rounded to T (the reference rotates into a T buffer), then stored or
+    // quantized from that value.
+    const int64_t position = side.rotate ? GqaRotaryPosition(r, b, l) : 0;
+    float chunk[kRowChunk];
+    for (int64_t first = 0; first < h; first += kRowChunk) {
+      const int64_t n = std::min(kRowChunk, h - first);
+      if (side.rotate) {
+        RotateElements(r, src, position, first, n, chunk);
+      } else {
+        WidenRow(ElementAddress(src, r.element_bytes, first), r.type, chunk, n);
+      }
+      StoreCacheElements(chunk, n, r.cache_type, scale, r.scale_per_channel, row, first);
     }
   }
   // A shared present keeps its other rows: only the new rows belong to this step.
   if (!side.holds_past && written_end < side.rows) {
-    std::memset(dst + written_end * h, 0,
-                static_cast<size_t>((side.rows - written_end) * h) * sizeof(float));
+    std::memset(ElementAddress(dst, row_bytes, written_end), 0,
+                static_cast<size_t>(side.rows - written_end) * row_bytes);
   }
 }
 
 // parallel_for body over (b, kv head) units.
 void AppendKvUnits(void* user, size_t begin, size_t end) {
   const GqaRun& r = *static_cast<const GqaRun*>(user);
-  const CacheSide key{r.key_cache, r.key_cache_rows, r.key_cache_holds_past,
-                      r.past_key,  r.new_key,        r.rotary};
+  const CacheSide key{r.key_cache, r.key_cache_rows, r.key_cache_holds_past, r.past_key, r.new_key,
+                      r.rotary,    r.k_scale};
   const CacheSide value{r.value_cache, r.value_cache_rows, r.value_cache_holds_past,
-                        r.past_value,  r.new_value,        false};
+                        r.past_value,  r.new_value,        false,
+                        r.v_scale};
   for (size_t u = begin; u < end; ++u) {
     const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
     const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
@@ -116,6 +192,41 @@ void AttendSlots(void* user, size_t begin, size_t end) {
 
 }  // namespace
 
+bool GqaElementTypes(const attnrt_gqa_problem& p, GqaFloatType* type,
+                     GqaCacheType* cache_type) noexcept {
+  const attnrt_dtype q = p.query_dtype;
+  const attnrt_dtype c = p.cache_dtype;
+  if (q.lanes != 1 || c.lanes != 1) return false;
+  if (q.code == ATTNRT_DTYPE_CODE_FLOAT && q.bits == 32) {
+    *type = GqaFloatType::kFloat32;
+  } else if (q.code == ATTNRT_DTYPE_CODE_FLOAT && q.bits == 16) {
+    *type = GqaFloatType::kFloat16;
+  } else if (q.code == ATTNRT_DTYPE_CODE_BFLOAT && q.bits == 16) {
+    *type = GqaFloatType::kBFloat16;
+  } else {
+    return false;
+  }
+  const attnrt_gqa_attributes& a = p.attributes;
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_NONE) {
+    if (c.code != q.code || c.bits != q.bits) return false;
+    *cache_type = *type == GqaFloatType::kFloat32   ? GqaCacheType::kFloat32
+                  : *type == GqaFloatType::kFloat16 ? GqaCacheType::kFloat16
+                                                    : GqaCacheType::kBFloat16;
+    return true;
+  }
+  if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_INT && c.bits == 8) {
+    *cache_type = GqaCacheType::kInt8;
+  } else if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN &&
+             c.bits == 8) {
+    *cache_type = GqaCacheType::kFloat8E4M3Fn;
+  } else if (a.kv_cache_bit_width == 4 && c.code == ATTNRT_DTYPE_CODE_UINT && c.bits == 8) {
+    *cache_type = GqaCacheType::kInt4;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& p) noexcept {
   // T_b <= present length; without a present, T_b <= P + L with a past and T_b <= S in a first
   // prompt. Only a subsequent prompt or decode with neither past nor present can need more (T_b <=
@@ -133,24 +244,14 @@ int64_t GqaRotaryPosition(const GqaRun& r, int64_t b, int64_t s) noexcept {
   return r.seqlens_k[b] + 1 - r.seq + s;
 }
 
-void GqaRotateRow(const GqaRun& r, const float* x, float* y, int64_t position) noexcept {
-  const int64_t half = r.rotary_half;
-  const float* cos_row = r.cos_cache + position * half;
-  const float* sin_row = r.sin_cache + position * half;
-  for (int64_t i = 0; i < half; ++i) {
-    const int64_t i0 = r.rotary_interleaved ? 2 * i : i;
-    const int64_t i1 = r.rotary_interleaved ? 2 * i + 1 : i + half;
-    const float x0 = x[i0];
-    const float x1 = x[i1];
-    y[i0] = x0 * cos_row[i] - x1 * sin_row[i];
-    y[i1] = x1 * cos_row[i] + x0 * sin_row[i];
-  }
-  std::memcpy(y + 2 * half, x + 2 * half,
-              static_cast<size_t>(r.head_size - 2 * half) * sizeof(float));
+void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) noexcept {
+  RotateElements(r, x, position, 0, r.head_size, y);
 }
 
-int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
-               GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept {
+namespace {
+
+// Every field of GqaRun that follows from args alone (not the K/V caches or the scratch layout).
+GqaRun ResolveRun(const attnrt_gqa_args& args) {
   const attnrt_gqa_problem& p = *args.problem;
   const attnrt_gqa_attributes& a = p.attributes;
   const int64_t h = p.head_size;
@@ -168,26 +269,35 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   r.first_prompt = args.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
   r.past_from_seqlens = !r.first_prompt && p.has_past;
 
-  r.query = static_cast<const float*>(args.query);
+  // supports() declined every problem without element types.
+  GqaElementTypes(p, &r.type, &r.cache_type);
+  r.element_bytes = r.type == GqaFloatType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  r.cache_row_bytes = CacheRowBytes(r.cache_type, h);
+  r.query = args.query;
   if (p.packed_qkv) {
     r.q_token_stride = (p.num_heads + 2 * p.kv_num_heads) * h;
-    r.new_key = r.query + p.num_heads * h;
-    r.new_value = r.new_key + p.kv_num_heads * h;
+    r.new_key = ElementAddress(r.query, r.element_bytes, p.num_heads * h);
+    r.new_value = ElementAddress(r.new_key, r.element_bytes, p.kv_num_heads * h);
     r.new_kv_token_stride = r.q_token_stride;
   } else {
     r.q_token_stride = p.num_heads * h;
-    r.new_key = static_cast<const float*>(args.key);
-    r.new_value = static_cast<const float*>(args.value);
+    r.new_key = args.key;
+    r.new_value = args.value;
     r.new_kv_token_stride = p.kv_num_heads * h;
   }
-  r.past_key = static_cast<const float*>(args.past_key);
-  r.past_value = static_cast<const float*>(args.past_value);
+  r.past_key = args.past_key;
+  r.past_value = args.past_value;
   r.past_length = p.past_sequence_length;
+  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
+    r.k_scale = args.k_scale;
+    r.v_scale = args.v_scale;
+    r.scale_per_channel = a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL;
+  }
 
   r.rotary = a.do_rotary == 1;
   r.rotary_interleaved = a.rotary_interleaved == 1;
-  r.cos_cache = static_cast<const float*>(args.cos_cache);
-  r.sin_cache = static_cast<const float*>(args.sin_cache);
+  r.cos_cache = args.cos_cache;
+  r.sin_cache = args.sin_cache;
   r.rotary_half = p.rotary_dim / 2;
   r.position_ids = args.position_ids;
   r.position_ids_stride = p.position_ids_length;
@@ -196,21 +306,47 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   r.softcap = a.softcap;
   r.causal = a.causal == 1;
   r.window = a.local_window_size;
-  r.attention_bias = static_cast<const float*>(args.attention_bias);
+  r.attention_bias = args.attention_bias;
   r.bias_broadcast_batch = p.attention_bias_broadcast_batch;
   r.bias_broadcast_heads = p.attention_bias_broadcast_heads;
   r.bias_row_length = p.attention_bias_total_length;
-  r.head_sink = static_cast<const float*>(args.head_sink);
+  r.head_sink = args.head_sink;
   r.sink_softmax = a.smooth_softmax == 1 || r.head_sink != nullptr;
   r.qk_output = a.qk_output;
-  r.output_qk = static_cast<float*>(args.output_qk);
-  r.output = static_cast<float*>(args.output);
+  r.output_qk = args.output_qk;
+  r.output = args.output;
+  return r;
+}
+
+}  // namespace
+
+GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args) noexcept {
+  GqaRun r = ResolveRun(args);
+  r.key_cache = static_cast<float*>(args.present_key);
+  r.value_cache = static_cast<float*>(args.present_value);
+  r.key_cache_rows = args.problem->present_sequence_length;
+  r.value_cache_rows = args.problem->present_sequence_length;
+  r.key_cache_holds_past = args.present_shares_past;
+  r.value_cache_holds_past = args.present_shares_past;
+  host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendKvUnits,
+                    &r);
+  return r;
+}
+
+int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
+               GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept {
+  const attnrt_gqa_problem& p = *args.problem;
+  const int64_t h = p.head_size;
+  GqaRun r = ResolveRun(args);
 
   int64_t max_total = 1;
   for (int64_t b = 0; b < r.batch; ++b)
     max_total = std::max<int64_t>(max_total, r.seqlens_k[b] + 1);
   r.scratch_query_offset =
       static_cast<int64_t>(AlignUp(static_cast<size_t>(max_total) * sizeof(float)) / sizeof(float));
+  r.scratch_output_offset =
+      r.scratch_query_offset +
+      static_cast<int64_t>(AlignUp(static_cast<size_t>(h) * sizeof(float)) / sizeof(float));
 
   // Workspace: [K staging][V staging][slot 0 scratch][slot 1 scratch]..., each 64-byte aligned.
   const auto base = reinterpret_cast<uintptr_t>(args.workspace);
@@ -233,10 +369,9 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
     return ATTNRT_ERROR_INVALID_ARGUMENT;
   }
   auto* area = reinterpret_cast<std::byte*>(aligned);
-  r.key_cache = args.present_key != nullptr ? static_cast<float*>(args.present_key)
-                                            : reinterpret_cast<float*>(area);
-  r.value_cache = args.present_value != nullptr ? static_cast<float*>(args.present_value)
-                                                : reinterpret_cast<float*>(area + key_staging);
+  r.key_cache = args.present_key != nullptr ? args.present_key : static_cast<void*>(area);
+  r.value_cache =
+      args.present_value != nullptr ? args.present_value : static_cast<void*>(area + key_staging);
   r.key_cache_rows = args.present_key != nullptr ? p.present_sequence_length : max_total;
   r.value_cache_rows = args.present_value != nullptr ? p.present_sequence_length : max_total;
   r.key_cache_holds_past = args.present_key != nullptr && args.present_shares_past;

@@ -15,7 +15,25 @@
 
 namespace attnrt::cpu_x86 {
 
-// One run with every pointer resolved and every flag decoded. All tensors are float32, compact.
+// T: the element type of query, key, value, cos/sin caches, attention_bias, head_sink, output and
+// output_qk.
+enum class GqaFloatType : uint8_t { kFloat32, kFloat16, kBFloat16 };
+
+// T_CACHE: the element type of past/present K and V. The float types equal T; int4 is stored as
+// uint8, two elements per byte (element 2i in the low nibble, +8 biased).
+enum class GqaCacheType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt4, kFloat8E4M3Fn };
+
+// One K or V cache row as attention reads it: `data` at element 0 of the row; for quantized types
+// the float32 scales of its kv head (scale[0] per tensor, scale[i] for element i per channel).
+struct GqaCacheRow {
+  const void* data;
+  GqaCacheType type;
+  const float* scale;  // NULL for float types
+  bool per_channel;
+};
+
+// One run with every pointer resolved and every flag decoded. All tensors are compact; element
+// types as GqaRun::type and GqaRun::cache_type say.
 struct GqaRun {
   int64_t batch;             // B
   int64_t seq;               // S, new query tokens
@@ -31,20 +49,28 @@ struct GqaRun {
   bool past_from_seqlens;
   bool first_prompt;
 
-  const float* query;      // (B, S, q_token_stride): head n at column n*H
+  GqaFloatType type;       // T
+  size_t element_bytes;    // of T
+  const void* query;       // T (B, S, q_token_stride): head n at element column n*H
   int64_t q_token_stride;  // N*H, or (N+2*Nkv)*H for packed QKV
-  const float*
-      new_key;  // row (b, l) at new_key + (b*L + l)*new_kv_token_stride, head kvh at +kvh*H
-  const float* new_value;
+  // T: row (b, l) at element (b*L + l)*new_kv_token_stride, head kvh at +kvh*H.
+  const void* new_key;
+  const void* new_value;
   int64_t new_kv_token_stride;  // Nkv*H, or (N+2*Nkv)*H for packed QKV
-  const float* past_key;        // (B, Nkv, P, H) or NULL
-  const float* past_value;
+  const void* past_key;         // T_CACHE (B, Nkv, P, cache_row_bytes) or NULL
+  const void* past_value;
   int64_t past_length;  // P
 
+  GqaCacheType cache_type;  // T_CACHE
+  size_t cache_row_bytes;   // bytes of one cache row of H elements (H/2 for int4)
+  const float* k_scale;     // quantized caches: float32, 1 or Nkv*H values; else NULL
+  const float* v_scale;
+  bool scale_per_channel;  // Nkv*H scales: kv head h uses [h*H, (h+1)*H)
+
   // K/V rows attention reads: the present outputs, or workspace staging when a present is absent.
-  // Layout (B, Nkv, rows, H).
-  float* key_cache;
-  float* value_cache;
+  // Layout (B, Nkv, rows, cache_row_bytes).
+  void* key_cache;
+  void* value_cache;
   int64_t key_cache_rows;
   int64_t value_cache_rows;
   bool key_cache_holds_past;  // present_key is past_key's memory: rows before P_b are already there
@@ -52,8 +78,8 @@ struct GqaRun {
 
   bool rotary;
   bool rotary_interleaved;
-  const float* cos_cache;  // (M, rotary_half)
-  const float* sin_cache;
+  const void* cos_cache;  // T (M, rotary_half)
+  const void* sin_cache;
   int64_t rotary_half;          // R/2
   const int64_t* position_ids;  // (B, position_ids_stride) or NULL
   int64_t position_ids_stride;
@@ -61,43 +87,58 @@ struct GqaRun {
   float scale;    // alpha: the attribute, or 1/sqrt(H) when it is 0
   float softcap;  // applied when > 0
   bool causal;
-  int64_t window;               // local_window_size W; < 0 off
-  const float* attention_bias;  // (B|1, N|1, S, bias_row_length) or NULL
+  int64_t window;              // local_window_size W; < 0 off
+  const void* attention_bias;  // T (B|1, N|1, S, bias_row_length) or NULL
   bool bias_broadcast_batch;
   bool bias_broadcast_heads;
   int64_t bias_row_length;
-  bool sink_softmax;       // smooth_softmax == 1 or head_sink given
-  const float* head_sink;  // (N) or NULL (then the sink logit is 0)
-  int32_t qk_output;       // attnrt_gqa_qk_output
-  float* output_qk;        // (B, N, S, T) or NULL
-  float* output;           // (B, S, N*H)
+  bool sink_softmax;      // smooth_softmax == 1 or head_sink given
+  const void* head_sink;  // T (N) or NULL (then the sink logit is 0)
+  int32_t qk_output;      // attnrt_gqa_qk_output
+  void* output_qk;        // T (B, N, S, T) or NULL
+  void* output;           // T (B, S, N*H)
 
-  // Per-slot scratch: a score row of max T_b floats at offset 0, a rotated query row (H floats) at
-  // scratch_query_offset floats.
+  // Per-slot scratch: a score row of max T_b floats at offset 0, the float32 query row (H floats)
+  // at scratch_query_offset floats, the float32 output accumulator (H floats) at
+  // scratch_output_offset floats.
   int64_t scratch_query_offset;
+  int64_t scratch_output_offset;
 };
 
 // Processes attention units [unit_begin, unit_end), unit = (b*N + n)*S + s, with a private scratch
-// laid out as GqaRun::scratch_query_offset says.
+// laid out as GqaRun::scratch_query_offset and scratch_output_offset say.
 using GqaAttendRowsFn = void (*)(const GqaRun& run, float* scratch, int64_t unit_begin,
                                  int64_t unit_end);
+
+// The element types of `problem` (T and T_CACHE). False when this driver has none for them: T not
+// float32/float16/bfloat16, or T_CACHE not T (not quantized), int8 or float8_e4m3fn (8-bit), uint8
+// (4-bit).
+bool GqaElementTypes(const attnrt_gqa_problem& problem, GqaFloatType* type,
+                     GqaCacheType* cache_type) noexcept;
 
 // Workspace bytes one run of `problem` needs with host.num_threads() slots: per-slot scratch sized
 // by the longest key row a planned shape allows, plus K/V staging when there is no present output.
 size_t GqaWorkspaceSize(const attnrt_host_services& host,
                         const attnrt_gqa_problem& problem) noexcept;
 
-// Runs GroupQueryAttention on float32 tensors: appends the new K/V rows (RoPE on K), then calls
-// `attend` on the host's pool. Returns ATTNRT_OK, or ATTNRT_ERROR_INVALID_ARGUMENT with a message
-// when args.workspace is too small for this run's seqlens_k.
+// Runs GroupQueryAttention: appends the new K/V rows (RoPE on K, quantized for a quantized cache;
+// past rows copied verbatim), then calls `attend` on the host's pool. Returns ATTNRT_OK, or
+// ATTNRT_ERROR_INVALID_ARGUMENT with a message when args.workspace is too small for this run's
+// seqlens_k.
 int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
                GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept;
+
+// RunGqa's prologue alone, for kernels that need the present outputs (gqa.flash): resolves `args`
+// into a GqaRun whose key_cache/value_cache are present_key/present_value (both must be given) and
+// appends the new K/V rows into them (RoPE on K) on the host's pool. scratch_query_offset stays 0.
+GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args) noexcept;
 
 // Rotary position of token s of batch b (reference §3.6).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
 
 // y = RoPE(x) at `position` (reference §3.6): the first R dims rotated (half-split or interleaved
-// pairs), [R, H) copied. x and y are H floats and must not overlap.
-void GqaRotateRow(const GqaRun& run, const float* x, float* y, int64_t position) noexcept;
+// pairs), [R, H) copied. x is a T row of H elements, y H floats, each rounded to T as the reference
+// stores its rotated Q and K in T; for float32 bit-identical to ONNX Runtime's (MLAS AVX2) RoPE.
+void GqaRotateRow(const GqaRun& run, const void* x, float* y, int64_t position) noexcept;
 
 }  // namespace attnrt::cpu_x86

@@ -1,0 +1,538 @@
+// Driver of gqa.flash (baseline ISA): eligibility, block sizes, workspace layout, tiling with the
+// online softmax, flash decoding and its log-sum-exp merge. The block arithmetic is the ISA's
+// (GqaFlashOps). Semantics: reference/gqa-semantics.md §3 (math, with the flash rule of §3.3 for
+// padded rows) and §5 (flash path).
+#include "gqa_flash.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "attnrt/ops/gqa.h"
+#include "gqa_run.h"
+#include "plugin_context.h"
+
+namespace attnrt::cpu_x86 {
+namespace {
+
+// Scratch areas start on cache lines so slots of different threads never share one.
+constexpr size_t kAlign = 64;
+// Query rows (tokens x heads of a group) per tile: seed 000's q block of ~64.
+constexpr int64_t kTileRows = 64;
+// Fewest keys worth a flash-decoding task of their own: below this the merge costs more than the
+// parallelism gains.
+constexpr int64_t kMinChunkKeys = 256;
+// L2 size when the probe could not read it (a zero would give degenerate one-key blocks, as on
+// Linux aarch64 before onnxruntime PR #29621).
+constexpr int64_t kFallbackL2Bytes = int64_t{1} << 20;
+constexpr int64_t kMinKvBlock = 16;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+int64_t NumThreads(const attnrt_host_services& host) {
+  return std::max<int64_t>(1, host.num_threads(host.host_context));
+}
+
+int64_t L2Bytes(const PluginContext& context) {
+  for (const auto& [key, value] : context.cpu.facts) {
+    if (key != "l2_cache_bytes") continue;
+    const long long bytes = std::strtoll(value.c_str(), nullptr, 10);
+    return bytes > 0 ? bytes : kFallbackL2Bytes;
+  }
+  return kFallbackL2Bytes;
+}
+
+// ---- eligibility --------------------------------------------------------------------------------
+
+bool IsFloat32(attnrt_dtype d) {
+  return d.code == ATTNRT_DTYPE_CODE_FLOAT && d.bits == 32 && d.lanes == 1;
+}
+
+std::string DtypeName(attnrt_dtype d) {
+  switch (d.code) {
+    case ATTNRT_DTYPE_CODE_FLOAT:
+      return "float" + std::to_string(d.bits);
+    case ATTNRT_DTYPE_CODE_BFLOAT:
+      return "bfloat" + std::to_string(d.bits);
+    case ATTNRT_DTYPE_CODE_INT:
+      return "int" + std::to_string(d.bits);
+    case ATTNRT_DTYPE_CODE_UINT:
+      return "uint" + std::to_string(d.bits);
+    case ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN:
+      return "float8_e4m3fn";
+    case ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU:
+      return "float8_e8m0fnu";
+    default:
+      return "unknown";
+  }
+}
+
+// Empty when the flash path computes `p` exactly; else why not. The conditions are ONNX Runtime's
+// for its fp32 flash path (reference §5); T > 1 is a run-time value, and a run with T == 1 (one
+// key) is computed exactly anyway, equal to the naive path.
+std::string DeclineReason(const attnrt_gqa_problem& p) {
+  if (p.struct_size < sizeof(attnrt_gqa_problem)) {
+    return "attnrt_gqa_problem struct_size " + std::to_string(p.struct_size) +
+           " is smaller than the " + std::to_string(sizeof(attnrt_gqa_problem)) +
+           " bytes this kernel was built with";
+  }
+  const attnrt_gqa_attributes& a = p.attributes;
+  if (p.device_type != ATTNRT_DEVICE_CPU) return "CPU tensors only";
+  if (!IsFloat32(p.query_dtype)) {
+    return "query dtype " + DtypeName(p.query_dtype) + " is not supported (float32 only)";
+  }
+  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
+    return "quantized KV cache is not supported (float32 cache only)";
+  }
+  if (!IsFloat32(p.cache_dtype)) {
+    return "KV cache dtype " + DtypeName(p.cache_dtype) + " is not supported (float32 only)";
+  }
+  if (a.sliding_window_cache == 1) return "sliding_window_cache=1 is not supported";
+  if (a.softcap > 0.0f) return "softcap requires the naive path (as in ONNX Runtime)";
+  if (a.smooth_softmax == 1) return "smooth_softmax=1 requires the naive path (as in ONNX Runtime)";
+  if (p.has_head_sink) return "head_sink requires the naive path (as in ONNX Runtime)";
+  if (a.qk_output != ATTNRT_GQA_QK_OUTPUT_NONE) {
+    return "qk_output=" + std::to_string(a.qk_output) +
+           " requires the naive path (as in ONNX Runtime)";
+  }
+  if (!p.has_present) {
+    return "needs the present_key and present_value outputs (as ONNX Runtime's fp32 flash path)";
+  }
+  return {};
+}
+
+std::string Avx2DeclineReason(const CpuFeatures& cpu) {
+  if (cpu.avx2 && cpu.fma) return {};
+  return "requires AVX2 and FMA with OS-enabled AVX state; this CPU/OS provides: " +
+         (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
+}
+
+int32_t Supports(void* plugin_context, const void* problem, char* reason, size_t reason_capacity,
+                 bool needs_avx2) noexcept {
+  try {
+    const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    std::string why = needs_avx2 ? Avx2DeclineReason(context.cpu) : std::string();
+    if (why.empty()) why = DeclineReason(*static_cast<const attnrt_gqa_problem*>(problem));
+    if (why.empty()) return 1;
+    WriteMessage(reason, reason_capacity, why);
+  } catch (...) {
+    WriteCurrentException(reason, reason_capacity, "cpu_x86 gqa.flash supports()");
+  }
+  return 0;
+}
+
+// ---- block sizes and workspace ------------------------------------------------------------------
+
+// q_block tokens x G heads form a tile of about kTileRows query rows. kv_block keys: the K and V
+// blocks (2 * kv_block * H floats) plus one score per tile row and key fill half of L2; the other
+// half holds the Q tile, the accumulator and the next block being prefetched. Capped at the longest
+// key range (max_keys).
+struct FlashBlocks {
+  int64_t q_block;
+  int64_t rows;  // q_block * G
+  int64_t kv_block;
+};
+
+FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys) {
+  const int64_t group = p.num_heads / p.kv_num_heads;
+  FlashBlocks f{};
+  f.q_block = std::clamp<int64_t>(kTileRows / group, 1, std::max<int64_t>(1, p.sequence_length));
+  f.rows = f.q_block * group;
+  const int64_t per_key = static_cast<int64_t>(sizeof(float)) * (2 * p.head_size + f.rows);
+  const int64_t kv = std::max(kMinKvBlock, l2_bytes / 2 / per_key / 8 * 8);
+  f.kv_block = std::clamp<int64_t>(max_keys, 1, kv);
+  return f;
+}
+
+// Per-slot scratch: the Q tile and the accumulator (rows x H), scores (rows x kv_block), the
+// running max m and sum l (rows each).
+struct SlotLayout {
+  size_t acc;
+  size_t scores;
+  size_t m;
+  size_t l;
+  size_t bytes;
+};
+
+SlotLayout LayoutSlot(const FlashBlocks& f, int64_t head_size) {
+  const size_t tile = AlignUp(static_cast<size_t>(f.rows * head_size) * sizeof(float));
+  const size_t row = AlignUp(static_cast<size_t>(f.rows) * sizeof(float));
+  SlotLayout s{};
+  s.acc = tile;
+  s.scores = 2 * tile;
+  s.m = s.scores + AlignUp(static_cast<size_t>(f.rows * f.kv_block) * sizeof(float));
+  s.l = s.m + row;
+  s.bytes = s.l + row;
+  return s;
+}
+
+// Flash-decoding partials: (m, l, unnormalized output of H floats) per (b, n, chunk).
+size_t PartialBytes(const attnrt_gqa_problem& p, int64_t chunks) {
+  return AlignUp(static_cast<size_t>(p.batch_size * p.num_heads * chunks * (2 + p.head_size)) *
+                 sizeof(float));
+}
+
+// Most key chunks a decode may use: one per thread (the plan cannot know T).
+int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
+  return p.sequence_length == 1 && threads > 1 ? threads : 1;
+}
+
+// ---- tiles --------------------------------------------------------------------------------------
+
+// Keys [lo, hi) query row s of a batch with T_b = total and causal offset `past` sees; may be
+// empty. lo and hi never decrease with s. For the padded rows of a right-padded first prompt
+// (s >= T_b) the window is measured from s, not from T_b: the reference's flash rule (§3.3).
+struct KeyRange {
+  int64_t lo;
+  int64_t hi;
+};
+
+KeyRange RowKeys(const GqaRun& r, int64_t total, int64_t past, int64_t s) {
+  if (!r.causal) return {r.window >= 0 ? std::max<int64_t>(0, total - r.window) : 0, total};
+  const int64_t end = past + s + 1;
+  return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, total)};
+}
+
+struct FlashJob {
+  const GqaRun* run;
+  const GqaFlashOps* ops;
+  FlashBlocks blocks;
+  SlotLayout slot;
+  std::byte* slots;
+  int64_t q_blocks;  // ceil(S / q_block)
+  int64_t chunks;    // key chunks per (b, kv head): > 1 only for flash decoding
+  float* partials;   // (B, N, chunks, 2 + H) when chunks > 1
+  int64_t tasks;
+  std::atomic<int64_t> next{0};
+};
+
+// Per-thread state of one tile.
+struct Tile {
+  float* q;
+  float* acc;
+  float* scores;
+  float* m;
+  float* l;
+};
+
+// Zeroes x[from, to) (relative to the block start).
+void Zero(float* x, int64_t from, int64_t to) {
+  if (to > from) std::memset(x + from, 0, static_cast<size_t>(to - from) * sizeof(float));
+}
+
+// One task: query tokens [s0, s0 + count) of (b, kvh), all G heads, over the keys of chunk c.
+void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t s0, int64_t count,
+             int64_t chunk) {
+  const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
+  const int64_t h = r.head_size;
+  const int64_t group = r.group;
+  const int64_t rows = count * group;
+  const int64_t ld = job.blocks.kv_block;
+  const int64_t total = r.seqlens_k[b] + 1;
+  const int64_t past = r.past_from_seqlens ? total - r.seq : 0;
+
+  // Keys the tile needs (lo and hi are monotone in s), then this task's chunk of them.
+  int64_t key_begin = RowKeys(r, total, past, s0).lo;
+  int64_t key_end = RowKeys(r, total, past, s0 + count - 1).hi;
+  if (job.chunks > 1 && key_end > key_begin) {
+    const int64_t per_chunk = (key_end - key_begin + job.chunks - 1) / job.chunks;
+    key_begin = std::min(key_end, key_begin + chunk * per_chunk);
+    key_end = std::min(key_end, key_begin + per_chunk);
+  }
+
+  std::fill(t.m, t.m + rows, kNegInf);
+  std::fill(t.l, t.l + rows, 0.0f);
+  std::memset(t.acc, 0, static_cast<size_t>(rows * h) * sizeof(float));
+  if (key_end > key_begin) {
+    // Tile row i*G + g is token s0 + i of query head kvh*G + g: the G heads of one token are
+    // adjacent in the query, so rows of equal masks are adjacent too.
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t s = s0 + i;
+      const float* src =
+          static_cast<const float*>(r.query) + (b * r.seq + s) * r.q_token_stride + kvh * group * h;
+      float* dst = t.q + i * group * h;
+      if (r.rotary) {
+        const int64_t position = GqaRotaryPosition(r, b, s);
+        for (int64_t g = 0; g < group; ++g) GqaRotateRow(r, src + g * h, dst + g * h, position);
+      } else {
+        std::memcpy(dst, src, static_cast<size_t>(group * h) * sizeof(float));
+      }
+    }
+  }
+
+  // Flash runs on float32 only (DeclineReason), so every T and T_CACHE pointer is a float one.
+  const float* keys =
+      static_cast<const float*>(r.key_cache) + (b * r.kv_heads + kvh) * r.key_cache_rows * h;
+  const float* values =
+      static_cast<const float*>(r.value_cache) + (b * r.kv_heads + kvh) * r.value_cache_rows * h;
+  const int64_t bias_b = r.bias_broadcast_batch ? 0 : b;
+  const int64_t bias_heads = r.bias_broadcast_heads ? 1 : r.heads;
+  const size_t row_bytes = static_cast<size_t>(h) * sizeof(float);
+
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += ld) {
+    const int64_t j1 = std::min(j0 + ld, key_end);
+    // Tokens whose window meets [j0, j1): a contiguous run, as lo and hi are monotone.
+    int64_t i_begin = 0;
+    while (i_begin < count && RowKeys(r, total, past, s0 + i_begin).hi <= j0) ++i_begin;
+    int64_t i_end = count;
+    while (i_end > i_begin && RowKeys(r, total, past, s0 + i_end - 1).lo >= j1) --i_end;
+    if (i_begin == i_end) continue;
+    const int64_t ja = std::max(j0, RowKeys(r, total, past, s0 + i_begin).lo);
+    const int64_t je = std::min(j1, RowKeys(r, total, past, s0 + i_end - 1).hi);
+    const int64_t width = je - ja;
+    if (width <= 0) continue;  // only rows whose windows are empty (padded rows past T_b)
+    const int64_t row_begin = i_begin * group;
+    const int64_t row_count = (i_end - i_begin) * group;
+
+    // V of this block streams in while the scores are computed, the next K block while P·V is.
+    ops.scores(t.q + row_begin * h, row_count, keys + ja * h, width, h, r.scale,
+               t.scores + row_begin * ld, ld, values + ja * h,
+               static_cast<size_t>(width) * row_bytes);
+
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      const int64_t s = s0 + i;
+      const KeyRange k = RowKeys(r, total, past, s);
+      const int64_t a = std::max(k.lo, ja) - ja;
+      const int64_t e = std::min(k.hi, je) - ja;
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t row = i * group + g;
+        float* x = t.scores + row * ld;
+        float row_max = kNegInf;
+        if (e > a) {
+          if (r.attention_bias != nullptr) {
+            const int64_t n = kvh * group + g;
+            const int64_t bias_n = r.bias_broadcast_heads ? 0 : n;
+            const float* bias = static_cast<const float*>(r.attention_bias) +
+                                ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length +
+                                ja;
+            for (int64_t j = a; j < e; ++j) x[j] += bias[j];
+          }
+          row_max = ops.max(x + a, e - a);
+        }
+        // Nothing to add (outside the window, or every score -inf from the bias).
+        if (row_max == kNegInf) {
+          Zero(x, 0, width);
+          continue;
+        }
+        const float m_new = std::max(t.m[row], row_max);
+        const float sum = ops.exp_sum(x + a, e - a, m_new);
+        Zero(x, 0, a);
+        Zero(x, e, width);
+        if (t.m[row] != kNegInf && t.m[row] != m_new) {
+          const float correction = std::exp(t.m[row] - m_new);
+          ops.scale(correction, t.acc + row * h, h);
+          t.l[row] *= correction;
+        }
+        t.l[row] += sum;
+        t.m[row] = m_new;
+      }
+    }
+
+    const int64_t next_end = std::min(key_end, j1 + ld);
+    ops.accumulate(t.scores + row_begin * ld, row_count, ld, values + ja * h, width, h,
+                   t.acc + row_begin * h, keys + j1 * h,
+                   j1 < key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0);
+  }
+
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t s = s0 + i;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t row = i * group + g;
+      const int64_t n = kvh * group + g;
+      float* acc = t.acc + row * h;
+      if (job.chunks > 1) {
+        float* partial = job.partials + ((b * r.heads + n) * job.chunks + chunk) * (2 + h);
+        partial[0] = t.m[row];
+        partial[1] = t.l[row];
+        std::memcpy(partial + 2, acc, static_cast<size_t>(h) * sizeof(float));
+        continue;
+      }
+      // An empty window (W = 0, or a padded row whose window lies past T_b) leaves zeros.
+      float* out = static_cast<float*>(r.output) + ((b * r.seq + s) * r.heads + n) * h;
+      const float inv = t.l[row] > 0.0f ? 1.0f / t.l[row] : 0.0f;
+      for (int64_t d = 0; d < h; ++d) out[d] = acc[d] * inv;
+    }
+  }
+}
+
+// Tasks are handed out from a shared counter, the costliest (last query blocks of a causal
+// prompt) first; parallel_for gives no thread index, hence one parallel_for index per slot.
+void TileSlots(void* user, size_t begin, size_t end) {
+  FlashJob& job = *static_cast<FlashJob*>(user);
+  const GqaRun& r = *job.run;
+  const int64_t per_block = r.batch * r.kv_heads * job.chunks;
+  for (size_t slot = begin; slot < end; ++slot) {
+    std::byte* base = job.slots + slot * job.slot.bytes;
+    const Tile t{reinterpret_cast<float*>(base), reinterpret_cast<float*>(base + job.slot.acc),
+                 reinterpret_cast<float*>(base + job.slot.scores),
+                 reinterpret_cast<float*>(base + job.slot.m),
+                 reinterpret_cast<float*>(base + job.slot.l)};
+    for (;;) {
+      const int64_t task = job.next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= job.tasks) break;
+      const int64_t q_block = job.q_blocks - 1 - task / per_block;
+      const int64_t rest = task % per_block;
+      const int64_t chunk = rest % job.chunks;
+      const int64_t b = rest / job.chunks / r.kv_heads;
+      const int64_t kvh = rest / job.chunks % r.kv_heads;
+      const int64_t s0 = q_block * job.blocks.q_block;
+      const int64_t count = std::min(job.blocks.q_block, r.seq - s0);
+      RunTile(job, t, b, kvh, s0, count, chunk);
+    }
+  }
+}
+
+// Flash decoding, phase 2: out = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c per (b, n).
+void MergeRows(void* user, size_t begin, size_t end) {
+  const FlashJob& job = *static_cast<const FlashJob*>(user);
+  const GqaRun& r = *job.run;
+  const int64_t h = r.head_size;
+  for (size_t unit = begin; unit < end; ++unit) {
+    const float* partials = job.partials + static_cast<int64_t>(unit) * job.chunks * (2 + h);
+    // S == 1: the (b, n) row.
+    float* out = static_cast<float*>(r.output) + static_cast<int64_t>(unit) * h;
+    float m = kNegInf;
+    for (int64_t c = 0; c < job.chunks; ++c) m = std::max(m, partials[c * (2 + h)]);
+    std::memset(out, 0, static_cast<size_t>(h) * sizeof(float));
+    if (m == kNegInf) continue;
+    float l = 0.0f;
+    for (int64_t c = 0; c < job.chunks; ++c) {
+      const float* partial = partials + c * (2 + h);
+      if (partial[0] == kNegInf) continue;
+      const float weight = std::exp(partial[0] - m);
+      l += weight * partial[1];
+      for (int64_t d = 0; d < h; ++d) out[d] += weight * partial[2 + d];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < h; ++d) out[d] *= inv;
+  }
+}
+
+int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, const GqaFlashOps& ops,
+                 char* error, size_t error_capacity) {
+  const attnrt_host_services& host = context.host;
+  const attnrt_gqa_problem& p = *args.problem;
+  const int64_t threads = NumThreads(host);
+
+  int64_t max_total = 1;
+  for (int64_t b = 0; b < p.batch_size; ++b) {
+    max_total = std::max<int64_t>(max_total, args.seqlens_k[b] + 1);
+  }
+  const FlashBlocks blocks = ChooseBlocks(L2Bytes(context), p, max_total);
+  const SlotLayout slot = LayoutSlot(blocks, p.head_size);
+
+  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
+  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
+  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
+  const size_t available = args.workspace_size > lead ? args.workspace_size - lead : 0;
+  if (args.workspace == nullptr || available < slot.bytes) {
+    if (error != nullptr && error_capacity > 0) {
+      std::snprintf(error, error_capacity,
+                    "workspace of %zu bytes is too small: this run (longest key row T_b = %lld) "
+                    "needs at least %zu bytes",
+                    args.workspace_size, static_cast<long long>(max_total), kAlign + slot.bytes);
+    }
+    return ATTNRT_ERROR_INVALID_ARGUMENT;
+  }
+
+  // Flash decoding (reference §5): with S == 1 the tiles are only B x Nkv; when that leaves threads
+  // idle, the key range is split into chunks as well, and merged afterwards.
+  int64_t chunks = 1;
+  const int64_t tiles = p.batch_size * p.kv_num_heads;
+  if (p.sequence_length == 1 && tiles < threads) {
+    chunks =
+        std::min({(threads + tiles - 1) / tiles, max_total / kMinChunkKeys, MaxChunks(p, threads)});
+    if (chunks < 2 || available < PartialBytes(p, chunks) + slot.bytes) chunks = 1;
+  }
+  const size_t partial_bytes = chunks > 1 ? PartialBytes(p, chunks) : 0;
+
+  // The caches get this step's rows first; every tile then reads present only.
+  const GqaRun run = GqaStagePresentKv(host, args);
+
+  auto* area = reinterpret_cast<std::byte*>(aligned);
+  FlashJob job;
+  job.run = &run;
+  job.ops = &ops;
+  job.blocks = blocks;
+  job.slot = slot;
+  job.partials = chunks > 1 ? reinterpret_cast<float*>(area) : nullptr;
+  job.slots = area + partial_bytes;
+  job.q_blocks = (p.sequence_length + blocks.q_block - 1) / blocks.q_block;
+  job.chunks = chunks;
+  job.tasks = job.q_blocks * tiles * chunks;
+  const int64_t slots_fit = static_cast<int64_t>((available - partial_bytes) / slot.bytes);
+  const int64_t slots = std::min({threads, job.tasks, slots_fit});
+  host.parallel_for(host.host_context, static_cast<size_t>(slots), 1, TileSlots, &job);
+  if (chunks > 1) {
+    host.parallel_for(host.host_context, static_cast<size_t>(p.batch_size * p.num_heads), 1,
+                      MergeRows, &job);
+  }
+  return ATTNRT_OK;
+}
+
+int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity,
+            const GqaFlashOps& ops) noexcept {
+  try {
+    const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    const auto& a = *static_cast<const attnrt_gqa_args*>(args);
+    if (a.struct_size < sizeof(attnrt_gqa_args)) {
+      WriteMessage(error, error_capacity,
+                   "attnrt_gqa_args struct_size " + std::to_string(a.struct_size) +
+                       " is smaller than the " + std::to_string(sizeof(attnrt_gqa_args)) +
+                       " bytes this kernel was built with");
+      return ATTNRT_ERROR_ABI_MISMATCH;
+    }
+    return RunFlash(context, a, ops, error, error_capacity);
+  } catch (...) {
+    WriteCurrentException(error, error_capacity, "cpu_x86 gqa.flash run()");
+    return ATTNRT_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace
+
+int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept {
+  return Supports(plugin_context, problem, reason, reason_capacity, false);
+}
+
+int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
+                             size_t reason_capacity) noexcept {
+  return Supports(plugin_context, problem, reason, reason_capacity, true);
+}
+
+size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
+  const auto& context = *static_cast<const PluginContext*>(plugin_context);
+  const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
+  // supports() declined such a problem; nothing larger than what it read may be touched.
+  if (p.struct_size < sizeof(attnrt_gqa_problem)) return 0;
+  // T is known only at run time; T_b never exceeds the present length (flash requires present),
+  // nor these other bounds.
+  const int64_t max_keys =
+      std::max({p.present_sequence_length, p.past_sequence_length + p.kv_sequence_length,
+                p.sequence_length});
+  const int64_t threads = NumThreads(context.host);
+  const int64_t chunks = MaxChunks(p, threads);
+  const SlotLayout slot = LayoutSlot(ChooseBlocks(L2Bytes(context), p, max_keys), p.head_size);
+  return kAlign + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
+         static_cast<size_t>(threads) * slot.bytes;
+}
+
+int32_t GqaFlashRunScalar(void* plugin_context, const void* args, char* error,
+                          size_t error_capacity) noexcept {
+  return Run(plugin_context, args, error, error_capacity, kGqaFlashOpsScalar);
+}
+
+int32_t GqaFlashRunAvx2(void* plugin_context, const void* args, char* error,
+                        size_t error_capacity) noexcept {
+  return Run(plugin_context, args, error, error_capacity, kGqaFlashOpsAvx2);
+}
+
+}  // namespace attnrt::cpu_x86

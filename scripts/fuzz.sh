@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp).
+# Usage: scripts/fuzz.sh [SECONDS]      (default 60)
+#
+# Builds libattnrt, the cpu_x86 plugin and the fuzzer with Clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
+# the fuzzer for SECONDS over a copy of tests/fuzz/corpus (the repository's corpus is never
+# modified). Prints the number of executions; exits non-zero on a crash, a leak, a timeout or an
+# invariant violation, with the path of the saved input in the output.
+#   GQA_FUZZER_AVOID=...       masks known findings while fuzzing (see tests/fuzz/gqa_fuzzer.cpp)
+#   ATTNRT_FUZZ_ARTIFACTS=DIR  where crash inputs go (default build-fuzz/fuzz-artifacts)
+# Regression inputs (tests/fuzz/regressions and the corpus, each run once):
+#   ctest --test-dir build-fuzz/tests/fuzz --output-on-failure
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds="${1:-60}"
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
+  echo "usage: scripts/fuzz.sh [SECONDS]   (a positive number of seconds, default 60)" >&2
+  exit 2
+fi
+build_dir="$root/build-fuzz"
+
+# ---- packages (Debian 12): the compiler, its libFuzzer/sanitizer runtimes, attnrt's build deps ----
+packages=(
+  clang libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config
+  libboost-dev libboost-program-options-dev
+  libcpuinfo-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "fuzz: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi
+
+# ---- configure and build ----------------------------------------------------------------------------
+# libattnrt and the plugins link with -Wl,--no-undefined, so they need Clang's shared sanitizer
+# runtime (-shared-libsan; GCC uses a shared libasan by default); the rpath lets every binary find it.
+# fuzzer-no-link adds libFuzzer's coverage instrumentation to the library and the plugin, so that the
+# fuzzer is guided by the code it tests, not only by its own.
+asan_runtime="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)"
+if [ ! -f "$asan_runtime" ]; then
+  echo "fuzz: Clang's ASan runtime was not found (libclang-rt-14-dev)" >&2
+  exit 1
+fi
+link_flags="-shared-libsan -Wl,-rpath,$(dirname "$asan_runtime")"
+cmake -S "$root" -B "$build_dir" -G Ninja \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DATTNRT_SANITIZE=address,undefined,fuzzer-no-link \
+  -DATTNRT_BUILD_FUZZERS=ON -DATTNRT_BUILD_TESTS=OFF -DATTNRT_BUILD_BENCH=OFF \
+  -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
+  -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer attnrt_cpu_x86
+fuzzer="$build_dir/tests/fuzz/gqa_fuzzer"
+
+# ---- fuzz -------------------------------------------------------------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/attnrt-fuzz.XXXXXX")"
+mkdir -p "$work/corpus"
+cp -R "$root/tests/fuzz/corpus/." "$work/corpus/"
+artifacts="${ATTNRT_FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}"
+mkdir -p "$artifacts"
+log="$work/fuzz.log"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+echo "fuzz: running $fuzzer for ${seconds}s over a copy of tests/fuzz/corpus in $work/corpus"
+set +e
+"$fuzzer" -max_total_time="$seconds" -timeout=25 -print_final_stats=1 \
+  -artifact_prefix="$artifacts/" "$work/corpus" >"$log" 2>&1
+rc=$?
+set -e
+
+# Everything but libFuzzer's per-input progress lines: setup, reports, final stats.
+grep -v -E '^#[0-9]+[[:space:]]' "$log" || true
+executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
+echo "fuzz: ${executions:-unknown} executions in ${seconds}s (full log: $log)"
+if [ "$rc" -ne 0 ]; then
+  crash="$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)"
+  echo "fuzz: FAILED (exit $rc)${crash:+; input saved to $crash}" >&2
+  if [ -n "$crash" ]; then
+    echo "fuzz: reproduce:  GQA_FUZZER_VERBOSE=1 $fuzzer $crash" >&2
+    echo "fuzz: minimize:   $fuzzer -minimize_crash=1 -max_total_time=60 $crash" >&2
+  fi
+  exit "$rc"
+fi
+rm -rf "$work"
+echo "fuzz: no crash"
