@@ -1,0 +1,71 @@
+"""Runs attnrt on one GQA call through `plugin-inspect run --inputs DIR --outputs DIR`."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Features whose kernels are still being written (cpu_x86). A case that uses one of them is
+# skipped — not failed — only when the runtime answers ATTNRT_ERROR_UNSUPPORTED with a message that
+# matches the pattern in the kernels' reasons for declining (the text after " — "). Any other error, or an UNSUPPORTED answer for anything else, is a failure.
+PENDING = {
+    "float16 query": r"float16",
+    "int8 KV cache": r"quantiz|int8",
+    "int4 KV cache": r"quantiz|int4|uint8",
+}
+
+
+class AttnrtError(RuntimeError):
+    def __init__(self, status: str, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status, self.message = status, message
+
+
+def plugin_inspect() -> Path:
+    build = Path(os.environ.get("ATTNRT_BUILD_DIR", REPO / "build"))
+    tool = build / "bin" / "plugin-inspect"
+    if not tool.is_file():
+        raise FileNotFoundError(f"{tool} not found (set ATTNRT_BUILD_DIR to the build folder)")
+    return tool
+
+
+def run_attnrt(attrs: dict, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+    """Returns (outputs by ONNX Runtime name, kernel that ran); raises AttnrtError on failure."""
+    with tempfile.TemporaryDirectory(prefix="attnrt-parity-") as tmp:
+        inputs, outputs = Path(tmp, "in"), Path(tmp, "out")
+        inputs.mkdir()
+        for name, array in feeds.items():
+            np.save(inputs / f"{name}.npy", array)
+        (inputs / "attributes.json").write_text(json.dumps(attrs))
+        proc = subprocess.run(
+            [str(plugin_inspect()), "run", "--inputs", str(inputs), "--outputs", str(outputs),
+             "--no-check", "--json"], capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
+            match = re.match(r"error: (ATTNRT_\w+): (.*)", lines[-1] if lines else "", re.S)
+            if match:
+                raise AttnrtError(match.group(1), match.group(2))
+            raise AttnrtError(f"exit {proc.returncode}", proc.stderr.strip() or proc.stdout)
+        kernel = json.loads(proc.stdout)["kernel"]
+        return {p.stem: np.load(p) for p in outputs.glob("*.npy")}, kernel
+
+
+def run_attnrt_or_skip(attrs: dict, feeds: dict[str, np.ndarray], features: set[str]):
+    """run_attnrt, turned into a pytest skip for UNSUPPORTED answers about a PENDING feature."""
+    try:
+        return run_attnrt(attrs, feeds)
+    except AttnrtError as e:
+        if e.status == "ATTNRT_ERROR_UNSUPPORTED":
+            reasons = e.message.split(" — ", 1)[-1]
+            for feature in sorted(features & PENDING.keys()):
+                if re.search(PENDING[feature], reasons, re.I):
+                    pytest.skip(f"pending kernel support ({feature}): {e.message}")
+        raise
