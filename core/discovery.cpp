@@ -179,6 +179,12 @@ void RegisterKernels(PluginRecord* plugin,
     plugin->kernels.push_back(
         {desc->name, desc, plugin, desc->op_kind, desc->device_type, desc->priority});
   }
+  // Reported in rank order, the order dispatch tries them.
+  std::stable_sort(plugin->kernels.begin(), plugin->kernels.end(),
+                   [](const KernelRecord& a, const KernelRecord& b) {
+                     if (a.priority != b.priority) return a.priority > b.priority;
+                     return a.name < b.name;
+                   });
 }
 
 }  // namespace

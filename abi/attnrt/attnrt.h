@@ -252,6 +252,7 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtim
 ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtime, size_t plugin_index,
                                                     size_t fact_index, const char** out_key,
                                                     const char** out_value);
+/** Kernels of a plugin, in rank order (priority descending, then name). */
 ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runtime, size_t plugin_index,
                                                       size_t kernel_index, attnrt_kernel_info* out_info);
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* runtime,

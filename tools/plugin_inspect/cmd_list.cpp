@@ -17,7 +17,7 @@ constexpr const char* kUsage =
     "usage: plugin-inspect list [options]\n"
     "\n"
     "Lists the plugins the runtime loaded (name, path, version, ABI version, availability or\n"
-    "the reason, probe facts), their kernels in the order the runtime reports them, and a\n"
+    "the reason, probe facts), their kernels in rank order, and a\n"
     "diagnostic for every file it skipped.";
 
 std::string device_name(int32_t device_type) {
