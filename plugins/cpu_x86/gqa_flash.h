@@ -1,8 +1,12 @@
 // gqa.flash: tiled GroupQueryAttention with an online softmax (FlashAttention-2 on the CPU, as ONNX
-// Runtime's MlasFlashAttentionGQA; reference/gqa-semantics.md §5, seed 000). The driver
+// Runtime's MlasFlashAttentionGQA and, for quantized caches, MlasFlashAttentionQuantizedKV;
+// reference/gqa-semantics.md §5, seed 000). The driver
 // (gqa_flash.cpp, baseline ISA) tiles over (batch, kv head, query block) so one pass over a K/V
 // block serves all G = N/Nkv query heads of the group, and splits the key range across threads for
 // decode (flash decoding). The ISA files (gqa_flash_<isa>.cpp) provide the block operations.
+// Queries of every T are widened to float32 (a float16/bfloat16 query is never quantized), K/V
+// tiles of every accepted cache type are dequantized inside the block operations, and the output
+// is rounded to T once, to nearest even (reference §4, §5).
 //
 // Included by the ISA files, so it declares only plain structs and out-of-line functions (see
 // gqa_run.h for why).
@@ -12,21 +16,38 @@
 #include <cstdint>
 
 #include "attnrt/plugin.h"
+#include "gqa_run.h"
 
 namespace attnrt::cpu_x86 {
 
-// Block operations of one ISA on float32 rows. A tile holds `rows` query rows of H floats
-// (contiguous), a score/probability block of `rows` x `keys` floats with row stride ld, and an
-// accumulator of `rows` x H floats. K and V rows are H floats, contiguous.
+// K or V rows of one block as the block operations read them: row j starts at
+// data + j * row_bytes and holds H elements of `type`; element d is float(x) for the float types
+// and q * scale (rounded to float32, as a dequantized row would hold it) for the quantized ones,
+// with scale[0] per tensor or scale[d] per channel (the scales of this kv head; NULL for float
+// types). The operations dequantize on the fly and never write the cache.
+struct GqaFlashKv {
+  const void* data;
+  size_t row_bytes;
+  GqaCacheType type;
+  const float* scale;
+  bool per_channel;
+};
+
+// Block operations of one ISA. A tile holds `rows` float32 query rows of H floats (contiguous), a
+// score/probability block of `rows` x `keys` floats with row stride ld, and a float32 accumulator
+// of `rows` x H floats. H is a multiple of 8 (validation rejects other head sizes).
 struct GqaFlashOps {
-  // scores[i*ld + j] = scale * <q[i*h ..], k[j*h ..]> for i < rows, j < keys; meanwhile
+  // scores[i*ld + j] = scale * <q[i*h ..], k row j> for i < rows, j < keys; meanwhile
   // [prefetch, prefetch + prefetch_bytes) is brought towards the cache (the V rows of this block).
-  void (*scores)(const float* q, int64_t rows, const float* k, int64_t keys, int64_t h, float scale,
-                 float* scores, int64_t ld, const float* prefetch, size_t prefetch_bytes);
-  // acc[i*h ..] += sum_j p[i*ld + j] * v[j*h ..] for i < rows, j < keys; meanwhile
+  void (*scores)(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h,
+                 float scale, float* scores, int64_t ld, const void* prefetch,
+                 size_t prefetch_bytes);
+  // acc[i*h ..] += sum_j p[i*ld + j] * v row j for i < rows, j < keys; meanwhile
   // [prefetch, prefetch + prefetch_bytes) is brought towards the cache (the next K block).
-  void (*accumulate)(const float* p, int64_t rows, int64_t ld, const float* v, int64_t keys,
-                     int64_t h, float* acc, const float* prefetch, size_t prefetch_bytes);
+  void (*accumulate)(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                     int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes);
+  // out[j*h + d] = element d of row j, as float32 (dequantized), for j < keys, d < h.
+  void (*dequantize)(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out);
   // max of x[0, n), n >= 1.
   float (*max)(const float* x, int64_t n);
   // x = exp(x - m) over [0, n); returns the sum.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnrt/ops/gqa.h"
+#include "gqa_decline.h"
 #include "gqa_flash.h"
 #include "plugin_context.h"
 
@@ -78,7 +79,9 @@ std::string DeviceName(int32_t device_type) {
 // == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
 // holding int4 (4-bit); and everything the reference defines on CPU (phases, packing, shared
 // buffers, masks, rotary, softcap, bias, sinks, qk_output) with each.
-std::string DeclineReason(const attnrt_gqa_problem& p) {
+}  // namespace
+
+std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
   if (p.struct_size < sizeof(attnrt_gqa_problem)) {
     return "attnrt_gqa_problem struct_size " + std::to_string(p.struct_size) +
            " is smaller than the " + std::to_string(sizeof(attnrt_gqa_problem)) +
@@ -126,6 +129,8 @@ std::string DeclineReason(const attnrt_gqa_problem& p) {
   return {};
 }
 
+namespace {
+
 std::string Avx2DeclineReason(const CpuFeatures& cpu) {
   if (cpu.avx2 && cpu.fma) return {};
   return "requires AVX2 and FMA with OS-enabled AVX state; this CPU/OS provides: " +
@@ -147,7 +152,7 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
     const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
     std::string why = kNeedsAvx2 ? Avx2DeclineReason(context.cpu) : std::string();
-    if (why.empty()) why = DeclineReason(p);
+    if (why.empty()) why = GqaNaiveDeclineReason(p);
     // After DeclineReason: it checked struct_size before any other field is read.
     if (why.empty() && kNeedsAvx2) why = F16cDeclineReason(context.cpu, p);
     if (why.empty()) return 1;

@@ -31,23 +31,6 @@ size_t SlotBytes(int64_t score_rows, int64_t head_size) {
          2 * AlignUp(static_cast<size_t>(head_size) * sizeof(float));
 }
 
-size_t CacheRowBytes(GqaCacheType type, int64_t head_size) {
-  const auto h = static_cast<size_t>(head_size);
-  switch (type) {
-    case GqaCacheType::kFloat32:
-      return h * sizeof(float);
-    case GqaCacheType::kFloat16:
-    case GqaCacheType::kBFloat16:
-      return h * sizeof(uint16_t);
-    case GqaCacheType::kInt8:
-    case GqaCacheType::kFloat8E4M3Fn:
-      return h;
-    case GqaCacheType::kInt4:
-      break;
-  }
-  return h / 2;
-}
-
 // Only the float cache types stage (a quantized cache always has present outputs), and none of
 // them is wider than float32.
 size_t StagingBytes(const attnrt_gqa_problem& p, int64_t rows) {
@@ -227,6 +210,23 @@ bool GqaElementTypes(const attnrt_gqa_problem& p, GqaFloatType* type,
   return true;
 }
 
+size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
+  const auto h = static_cast<size_t>(head_size);
+  switch (type) {
+    case GqaCacheType::kFloat32:
+      return h * sizeof(float);
+    case GqaCacheType::kFloat16:
+    case GqaCacheType::kBFloat16:
+      return h * sizeof(uint16_t);
+    case GqaCacheType::kInt8:
+    case GqaCacheType::kFloat8E4M3Fn:
+      return h;
+    case GqaCacheType::kInt4:
+      break;
+  }
+  return h / 2;
+}
+
 size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& p) noexcept {
   // T_b <= present length; without a present, T_b <= P + L with a past and T_b <= S in a first
   // prompt. Only a subsequent prompt or decode with neither past nor present can need more (T_b <=
@@ -272,7 +272,7 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   // supports() declined every problem without element types.
   GqaElementTypes(p, &r.type, &r.cache_type);
   r.element_bytes = r.type == GqaFloatType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  r.cache_row_bytes = CacheRowBytes(r.cache_type, h);
+  r.cache_row_bytes = GqaCacheRowBytes(r.cache_type, h);
   r.query = args.query;
   if (p.packed_qkv) {
     r.q_token_stride = (p.num_heads + 2 * p.kv_num_heads) * h;

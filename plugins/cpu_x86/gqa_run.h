@@ -116,6 +116,9 @@ using GqaAttendRowsFn = void (*)(const GqaRun& run, float* scratch, int64_t unit
 bool GqaElementTypes(const attnrt_gqa_problem& problem, GqaFloatType* type,
                      GqaCacheType* cache_type) noexcept;
 
+// Bytes of one cache row of head_size elements of `type` (head_size / 2 for int4).
+size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept;
+
 // Workspace bytes one run of `problem` needs with host.num_threads() slots: per-slot scratch sized
 // by the longest key row a planned shape allows, plus K/V staging when there is no present output.
 size_t GqaWorkspaceSize(const attnrt_host_services& host,

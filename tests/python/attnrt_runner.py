@@ -9,19 +9,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-# Features whose kernels are still being written (cpu_x86). A case that uses one of them is
-# skipped — not failed — only when the runtime answers ATTNRT_ERROR_UNSUPPORTED with a message that
-# matches the pattern in the kernels' reasons for declining (the text after " — "). Any other error, or an UNSUPPORTED answer for anything else, is a failure.
-PENDING = {
-    "float16 query": r"float16",
-    "int8 KV cache": r"quantiz|int8",
-    "int4 KV cache": r"quantiz|int4|uint8",
-}
-
 
 class AttnrtError(RuntimeError):
     def __init__(self, status: str, message: str):
@@ -56,16 +45,3 @@ def run_attnrt(attrs: dict, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.
             raise AttnrtError(f"exit {proc.returncode}", proc.stderr.strip() or proc.stdout)
         kernel = json.loads(proc.stdout)["kernel"]
         return {p.stem: np.load(p) for p in outputs.glob("*.npy")}, kernel
-
-
-def run_attnrt_or_skip(attrs: dict, feeds: dict[str, np.ndarray], features: set[str]):
-    """run_attnrt, turned into a pytest skip for UNSUPPORTED answers about a PENDING feature."""
-    try:
-        return run_attnrt(attrs, feeds)
-    except AttnrtError as e:
-        if e.status == "ATTNRT_ERROR_UNSUPPORTED":
-            reasons = e.message.split(" — ", 1)[-1]
-            for feature in sorted(features & PENDING.keys()):
-                if re.search(PENDING[feature], reasons, re.I):
-                    pytest.skip(f"pending kernel support ({feature}): {e.message}")
-        raise

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from attnrt_runner import PENDING  # noqa: E402
 
 TABLE = "max_abs_errors"
 
@@ -81,10 +80,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
     tr.section("attnrt parity vs onnxruntime")
     tr.write_line(f"ATTNRT_TEST_SEED={suite_seed()}")
-    tr.write_line("PENDING (skipped only on ATTNRT_ERROR_UNSUPPORTED naming them): "
-                  + ", ".join(sorted(PENDING)))
-    pending = [r for r in tr.stats.get("skipped", []) if "pending kernel support" in str(r.longrepr)]
-    tr.write_line(f"skipped as pending kernel support: {len(pending)}")
     table = ErrorTable(_table_dir(config) / f"{TABLE}.jsonl")
     if table.rows():
         json_path, md_path = table.write()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -107,7 +107,6 @@ class Case:
     dtype: np.dtype
     quant_bits: int = 0
     path_dependent_rows: bool = False  # padded rows whose values depend on ORT's path (§3.3)
-    features: set = field(default_factory=set)  # for attnrt_runner.PENDING
 
 
 def randn(rng, shape, dtype, scale=1.0):
@@ -154,7 +153,6 @@ def build_cycling_case(r: dict, rng) -> Case:
         T = int(valid.max())
 
     attrs = {"num_heads": N, "kv_num_heads": Nkv}
-    features = {"float16 query"} if dtype == np.float16 else set()
     q_scale = 2.0 if r["softcap"] else 1.0  # scores up to ~10, so that the softcap matters
     q = randn(rng, (B, S, N * H), dtype, q_scale)
     k, v = randn(rng, (B, L, Nkv * H), dtype), randn(rng, (B, L, Nkv * H), dtype)
@@ -165,7 +163,6 @@ def build_cycling_case(r: dict, rng) -> Case:
     if bits:
         qmax = 127 if bits == 8 else 7
         attrs.update(k_quant_type=qmode, v_quant_type=qmode, kv_cache_bit_width=bits)
-        features.add(f"int{bits} KV cache")
         sample_k = k if L else randn(rng, (B, 4, Nkv * H), np.float32)
         sample_v = v if L else randn(rng, (B, 4, Nkv * H), np.float32)
         feeds["k_scale"] = quant_scales(sample_k, qmode, qmax, Nkv, H)
@@ -207,8 +204,7 @@ def build_cycling_case(r: dict, rng) -> Case:
 
     if r["local"]:
         attrs["local_window_size"] = int(rng.integers(1, T + 1))
-    return Case(attrs, feeds, valid, dtype, bits, _path_dependent(attrs, valid, S, phase),
-                features)
+    return Case(attrs, feeds, valid, dtype, bits, _path_dependent(attrs, valid, S, phase))
 
 
 def _path_dependent(attrs: dict, valid, S: int, phase: str) -> bool:
