@@ -37,9 +37,23 @@ std::vector<fs::path> CandidateFiles(const std::string& folder, const std::strin
   for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file_name = it->path().filename().string();
     if (!IsCandidateName(file_name)) continue;
+    // Only regular files are opened (a FIFO or device would block or mislead dlopen); anything
+    // else with a plugin's name is reported, so nothing named like a plugin vanishes silently.
     std::error_code type_ec;
-    if (!fs::is_regular_file(it->path(), type_ec)) continue;
-    files.push_back(it->path());
+    const fs::file_status status = fs::status(it->path(), type_ec);
+    if (type_ec) {
+      diagnostics->push_back(
+          {it->path().string(), "cannot read file status: " + type_ec.message()});
+    } else if (fs::is_regular_file(status)) {
+      files.push_back(it->path());
+    } else {
+      const char* kind = fs::is_directory(status) ? "a directory"
+                         : fs::is_fifo(status)    ? "a FIFO"
+                         : fs::is_character_file(status) || fs::is_block_file(status) ? "a device"
+                         : fs::is_socket(status)                                      ? "a socket"
+                                                 : "not a regular file";
+      diagnostics->push_back({it->path().string(), std::string("not a plugin: ") + kind});
+    }
   }
   if (ec) diagnostics->push_back({folder, "cannot list plugin folder: " + ec.message()});
   std::sort(files.begin(), files.end());
@@ -80,8 +94,8 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
   if (!record->library.has(ATTNRT_PLUGIN_ENTRY_NAME)) {
     return fail(std::string("does not export the entry symbol ") + ATTNRT_PLUGIN_ENTRY_NAME);
   }
-  const auto query = &record->library.get<const attnrt_plugin_api*(uint32_t, uint32_t)>(
-      ATTNRT_PLUGIN_ENTRY_NAME);
+  const auto query =
+      &record->library.get<const attnrt_plugin_api*(uint32_t, uint32_t)>(ATTNRT_PLUGIN_ENTRY_NAME);
   const attnrt_plugin_api* api = query(ATTNRT_ABI_VERSION_MAJOR, ATTNRT_ABI_VERSION_MINOR);
   if (api == nullptr) {
     return fail(std::string(ATTNRT_PLUGIN_ENTRY_NAME) + " returned NULL for host ABI " +
@@ -94,8 +108,8 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
   }
   if (api->abi_major != ATTNRT_ABI_VERSION_MAJOR) {
     return fail("plugin ABI major version " + std::to_string(api->abi_major) +
-                " differs from the runtime's ABI " + std::to_string(ATTNRT_ABI_VERSION_MAJOR) + "." +
-                std::to_string(ATTNRT_ABI_VERSION_MINOR));
+                " differs from the runtime's ABI " + std::to_string(ATTNRT_ABI_VERSION_MAJOR) +
+                "." + std::to_string(ATTNRT_ABI_VERSION_MINOR));
   }
   if (!ValidName(api->name)) {
     return fail("plugin name is missing or has characters outside [A-Za-z0-9_.-]");

@@ -1,5 +1,6 @@
 #include "core/op.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -67,8 +68,8 @@ Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tenso
   for (int32_t d = 0; d < tensor->ndim; ++d) {
     const int64_t extent = tensor->shape[d];
     if (extent < 0) {
-      return InvalidArgument(who + ": dimension " + std::to_string(d) +
-                             " must be >= 0, got " + std::to_string(extent));
+      return InvalidArgument(who + ": dimension " + std::to_string(d) + " must be >= 0, got " +
+                             std::to_string(extent));
     }
     if (extent > 0 && elements > (int64_t{1} << 48) / extent) {
       return InvalidArgument(who + ": more than 2^48 elements (shape dimension " +
@@ -87,8 +88,20 @@ Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tenso
     }
     if (!compact) out->strides.assign(tensor->strides, tensor->strides + tensor->ndim);
   }
-  if (require_data && elements > 0 && tensor->data == nullptr) {
-    return InvalidArgument(who + ": data is NULL for a tensor of shape " + ShapeText(out->shape));
+  if (require_data && elements > 0) {
+    if (tensor->data == nullptr) {
+      return InvalidArgument(who + ": data is NULL for a tensor of shape " + ShapeText(out->shape));
+    }
+    // Kernels access elements through typed pointers: element 0 must be aligned to its size.
+    const uint64_t alignment = std::max<uint64_t>(1, tensor->dtype.bits / 8);
+    const uint64_t address = reinterpret_cast<uintptr_t>(tensor->data) + tensor->byte_offset;
+    if (address % alignment != 0) {
+      return InvalidArgument(who + ": data + byte_offset must be aligned to " +
+                             std::to_string(alignment) + " bytes for " +
+                             attnrt_dtype_name(tensor->dtype) + ", got an address " +
+                             std::to_string(address % alignment) + " bytes past a boundary" +
+                             " (byte_offset " + std::to_string(tensor->byte_offset) + ")");
+    }
   }
   return Status::Ok();
 }
@@ -134,9 +147,8 @@ Status ReadSignature(const OpFamily& family, const TensorList& inputs, const Ten
                            ", got " + std::to_string(inputs.count));
   }
   if (outputs.count > family.max_outputs()) {
-    return InvalidArgument("num_outputs: expected at most " +
-                           std::to_string(family.max_outputs()) + ", got " +
-                           std::to_string(outputs.count));
+    return InvalidArgument("num_outputs: expected at most " + std::to_string(family.max_outputs()) +
+                           ", got " + std::to_string(outputs.count));
   }
   out->inputs.assign(family.max_inputs(), TensorSignature{});
   out->outputs.assign(family.max_outputs(), TensorSignature{});
@@ -145,8 +157,8 @@ Status ReadSignature(const OpFamily& family, const TensorList& inputs, const Ten
         ReadTensor("input", family.input_name(i), inputs.at(i), require_data, &out->inputs[i]));
   }
   for (size_t i = 0; i < outputs.count; ++i) {
-    ATTNRT_RETURN_IF_ERROR(ReadTensor("output", family.output_name(i), outputs.at(i),
-                                      require_data, &out->outputs[i]));
+    ATTNRT_RETURN_IF_ERROR(
+        ReadTensor("output", family.output_name(i), outputs.at(i), require_data, &out->outputs[i]));
   }
   return Status::Ok();
 }
@@ -178,9 +190,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
   plan->signature = std::move(signature);
   plan->description = Describe(*family_, plan->signature);
 
-  const auto candidates = runtime_->registry().Evaluate(runtime_->config(), family_->kind(),
-                                                        plan->problem->device_type(),
-                                                        plan->problem->abi());
+  const auto candidates = runtime_->registry().Evaluate(
+      runtime_->config(), family_->kind(), plan->problem->device_type(), plan->problem->abi());
   for (const auto& candidate : candidates) {
     if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
   }
@@ -196,9 +207,9 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     return Internal("kernel " + plan->kernel->name + ": workspace_size() threw an exception");
   }
   if (runtime_->config().debug) {
-    runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description + " kernel=" +
-                                        plan->kernel->name + " workspace=" +
-                                        std::to_string(plan->workspace_size));
+    runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description +
+                                        " kernel=" + plan->kernel->name +
+                                        " workspace=" + std::to_string(plan->workspace_size));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ++misses_;
@@ -252,9 +263,8 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
     workspace_size_given = workspace_size;
   } else {
     if (workspace_size_given < workspace_size) {
-      return InvalidArgument("workspace_size: expected at least " +
-                             std::to_string(workspace_size) + " bytes, got " +
-                             std::to_string(workspace_size_given));
+      return InvalidArgument("workspace_size: expected at least " + std::to_string(workspace_size) +
+                             " bytes, got " + std::to_string(workspace_size_given));
     }
     if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
       return InvalidArgument("workspace: expected an address aligned to " +

@@ -57,6 +57,7 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DATTNRT_SANITIZE=address,undefined,fuzzer-no-link \
   -DATTNRT_BUILD_FUZZERS=ON -DATTNRT_BUILD_TESTS=OFF -DATTNRT_BUILD_BENCH=OFF \
+  -DATTNRT_BUILD_BINDINGS=OFF \
   -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
   -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null

@@ -128,7 +128,8 @@ typedef struct attnrt_dtype {
 /**
  * A borrowed tensor; same layout as DLPack's DLTensor, so DLPack producers convert without copies.
  * shape: ndim extents (int64). strides: ndim strides in elements, or NULL for compact row-major.
- * The address of element 0 is (char*)data + byte_offset. attnrt never takes ownership.
+ * The address of element 0 is (char*)data + byte_offset and must be aligned to the element size
+ * (checked at run: INVALID_ARGUMENT). attnrt never takes ownership.
  * Kernels of ABI 1.0 accept compact row-major tensors only; others are rejected by name.
  */
 typedef struct attnrt_tensor {
@@ -276,7 +277,9 @@ ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 /**
  * Creates an op of `kind` from its attribute struct (which starts with size_t struct_size). The
  * attributes are validated and copied. Errors: INVALID_ARGUMENT naming the attribute, with expected
- * and actual values; ABI_MISMATCH for an unknown struct_size.
+ * and actual values; ABI_MISMATCH when struct_size is smaller than this library's struct. A larger
+ * struct_size (a caller built against a newer minor version) is accepted and the fields beyond
+ * this library's struct are ignored; newer fields therefore default to "off" when zero.
  */
 ATTNRT_API attnrt_status attnrt_op_create(attnrt_runtime* runtime, int32_t kind, const void* attributes,
                                           attnrt_op** out_op);

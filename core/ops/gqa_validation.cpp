@@ -4,6 +4,7 @@
 #include "core/ops/gqa_validation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -93,6 +94,13 @@ Status CheckAttributeValues(const attnrt_gqa_attributes& a) {
   }
   if (a.kv_num_heads <= 0) {
     return InvalidArgument(StrCat("kv_num_heads must be positive, got ", a.kv_num_heads));
+  }
+  // Non-finite values would turn whole rows into NaN; attnrt rejects them (beyond the reference).
+  for (const auto& [name, value] : {std::pair{"scale", a.scale}, std::pair{"softcap", a.softcap},
+                                    std::pair{"qk_norm_epsilon", a.qk_norm_epsilon}}) {
+    if (!std::isfinite(value)) {
+      return InvalidArgument(StrCat(name, " must be a finite number, got ", value));
+    }
   }
   if (a.causal != 0 && a.causal != 1) {
     return InvalidArgument(StrCat("causal must be 0 or 1, got ", a.causal));
@@ -755,15 +763,17 @@ Status CheckAliasing(const Tensors& t, const ByteRange (&in)[ATTNRT_GQA_NUM_INPU
   };
   const bool share_k = same_start(ATTNRT_GQA_OUTPUT_PRESENT_KEY, ATTNRT_GQA_INPUT_PAST_KEY);
   const bool share_v = same_start(ATTNRT_GQA_OUTPUT_PRESENT_VALUE, ATTNRT_GQA_INPUT_PAST_VALUE);
-  if (share_k && !share_v) {
-    return InvalidArgument(
-        "present_key shares memory with past_key but present_value does not share memory with "
-        "past_value");
-  }
-  if (share_v && !share_k) {
-    return InvalidArgument(
-        "present_value shares memory with past_value but present_key does not share memory with "
-        "past_key");
+  // In-place append needs both caches in place; say which one is not, and whether it overlaps.
+  if (share_k != share_v) {
+    const int o = share_k ? ATTNRT_GQA_OUTPUT_PRESENT_VALUE : ATTNRT_GQA_OUTPUT_PRESENT_KEY;
+    const int i = share_k ? ATTNRT_GQA_INPUT_PAST_VALUE : ATTNRT_GQA_INPUT_PAST_KEY;
+    const char* shared = share_k ? "present_key shares past_key's"
+                                 : "present_value shares "
+                                   "past_value's";
+    const bool overlaps = t.out[o] != nullptr && t.in[i] != nullptr && Overlaps(out[o], in[i]);
+    return InvalidArgument(StrCat(shared, " memory, so Output '", kOutputNames[o],
+                                  "' must start exactly at input '", kInputNames[i], "', but it ",
+                                  overlaps ? "overlaps it at another address" : "does not"));
   }
   auto device_type = [](const attnrt_tensor* x) { return x->device.device_type; };
   for (int o = 0; o < ATTNRT_GQA_NUM_OUTPUTS; ++o) {
@@ -964,8 +974,8 @@ Status ValidateRunImpl(const attnrt_gqa_problem& p, const attnrt_tensor* const* 
       if (pos0 < 0 || pos0 > M - S) {
         return InvalidArgument(
             StrCat("position_ids value ", pos0, " at index 0 is out of range [0, ", M - S,
-                   "] (first prompt: positions ", pos0, " to ", pos0 + S - 1,
-                   " must lie in the rotary cache dimension 0 range [0, ", M, "))"));
+                   "] (first prompt: the ", S, " positions starting there must lie in the rotary ",
+                   "cache dimension 0 range [0, ", M, "))"));
       }
     } else if (positions != nullptr) {
       const int64_t row = p.position_ids_length;

@@ -62,6 +62,7 @@ struct Expectation {
 const std::vector<Expectation>& BrokenFiles() {
   static const std::vector<Expectation> files = {
       {"libattnrt_notalib.so", {}},
+      {"libattnrt_dir.so", {{"directory"}}},
       {"libattnrt_noentry.so", {{"attnrt_plugin_query"}}},
       {"libattnrt_badabi.so", {{"abi"}, {"99"}}},
       {"libattnrt_initfail.so", {{"init"}, {"simulated init failure"}}},

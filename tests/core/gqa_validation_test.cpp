@@ -1525,15 +1525,17 @@ TEST(GqaRun, RejectsSharedBufferViolations) {
     g.out[ATTNRT_GQA_OUTPUT_PRESENT_KEY] = g.in[ATTNRT_GQA_INPUT_PAST_KEY];
     g.Reshape(g.O(ATTNRT_GQA_OUTPUT_PRESENT_VALUE), {2, 2, 16, 16});
     EXPECT_INVALID(g.Run(),
-                   "present_key shares memory with past_key but present_value does not share "
-                   "memory with past_value");
+                   "present_key shares past_key's memory, so Output 'present_value' must start "
+                   "exactly at input 'past_value', but it does not");
   }
   {
     Gqa g = Decode(2, 16, 4, 2, 16);
     g.SetTotal(9);
     g.out[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] = g.in[ATTNRT_GQA_INPUT_PAST_VALUE];
     g.Reshape(g.O(ATTNRT_GQA_OUTPUT_PRESENT_KEY), {2, 2, 16, 16});
-    EXPECT_INVALID(g.Run(), "present_value shares memory with past_value but present_key does not");
+    EXPECT_INVALID(g.Run(),
+                   "present_value shares past_value's memory, so Output 'present_key' must start "
+                   "exactly at input 'past_key', but it does not");
   }
 }
 

@@ -115,7 +115,7 @@ TEST(PluginInspectTest, ListJsonOverBrokenFolder) {
   const std::map<std::string, int> expected = {
       {"libattnrt_badabi.so", 1},      {"libattnrt_initfail.so", 1},  {"libattnrt_noentry.so", 1},
       {"libattnrt_notalib.so", 1},     {"libattnrt_nullquery.so", 1}, {"libattnrt_probefail.so", 1},
-      {"libattnrt_smallstruct.so", 1},
+      {"libattnrt_smallstruct.so", 1}, {"libattnrt_dir.so", 1},
   };
   EXPECT_EQ(per_file, expected) << doc["diagnostics"].dump(2);
 }

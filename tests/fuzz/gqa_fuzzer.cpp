@@ -3,12 +3,12 @@
 // Each input is decoded with FuzzedDataProvider into one call sequence:
 //   attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan (twice: the second hits the plan cache)
 //   -> attnrt_plan_run (workspace of the planned size, NULL, too small or misaligned).
-// The decoder first builds a mostly consistent problem (attributes, phase, shapes, values; an input of
-// zero bytes decodes to a valid float32 prompt), then applies a few mutations (presence, extents,
-// ranks, dtypes, devices, strides, NULL data, offsets, aliasing). Every tensor is backed by a heap
-// buffer of exactly the bytes its shape and dtype describe (int4: two elements per byte), so any
-// access outside what the caller described is reported by AddressSanitizer. A shape too large to
-// allocate gets NULL data (attnrt must then refuse to run, it may still plan).
+// The decoder first builds a mostly consistent problem (attributes, phase, shapes, values; an input
+// of zero bytes decodes to a valid float32 prompt), then applies a few mutations (presence,
+// extents, ranks, dtypes, devices, strides, NULL data, offsets, aliasing). Every tensor is backed
+// by a heap buffer of exactly the bytes its shape and dtype describe (int4: two elements per byte),
+// so any access outside what the caller described is reported by AddressSanitizer. A shape too
+// large to allocate gets NULL data (attnrt must then refuse to run, it may still plan).
 //
 // Invariants checked (a violation aborts with a description, which libFuzzer records as a crash):
 //   - a failing call returns a known non-OK status and a non-empty attnrt_last_error_message();
@@ -20,8 +20,9 @@
 //   - run with the planned tensors never reports PLAN_MISMATCH; a run with a too small or
 //     misaligned workspace fails; a failing run leaves every output byte untouched.
 //
-// Seeds: GQA_FUZZER_WRITE_SEEDS=DIR ./gqa_fuzzer -runs=0 searches deterministic sparse inputs and
-// writes the smallest one found for each class (prompt, decode, packed, ...) into DIR.
+// Seeds: GQA_FUZZER_WRITE_SEEDS=DIR ./gqa_fuzzer -runs=0 searches deterministic sparse inputs (and
+// the files in GQA_FUZZER_SEED_SOURCE=DIR2, e.g. a campaign's corpus, for the rare classes) and
+// writes the smallest one that runs for each class (prompt, decode, packed, ...) into DIR.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <stdlib.h>
 
@@ -30,6 +31,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -56,7 +60,7 @@ constexpr attnrt_dtype kOddBits{ATTNRT_DTYPE_CODE_INT, 12, 1};
 constexpr attnrt_dtype kTwoLanes{ATTNRT_DTYPE_CODE_FLOAT, 32, 2};
 constexpr attnrt_dtype kBadCode{7, 32, 1};
 
-constexpr attnrt_dtype kAnyDtype[] = {kF32, kF16, kBF16, kI8,  kU8,       kI32,      kI64,
+constexpr attnrt_dtype kAnyDtype[] = {kF32, kF16,    kBF16,   kI8,  kU8,      kI32,      kI64,
                                       kI4,  kF8E4M3, kF8E8M0, kF64, kOddBits, kTwoLanes, kBadCode};
 
 // Largest tensor the fuzzer backs with memory; larger ones get NULL data.
@@ -69,16 +73,15 @@ constexpr int kNumSlots = int{ATTNRT_GQA_NUM_INPUTS} + int{ATTNRT_GQA_NUM_OUTPUT
 constexpr int Out(int output) { return kNumInputs + output; }
 
 constexpr const char* kSlotNames[kNumSlots] = {
-    "query",          "key",           "value",         "past_key",
-    "past_value",     "seqlens_k",     "total_seqlen",  "cos_cache",
-    "sin_cache",      "position_ids",  "attention_bias", "head_sink",
-    "k_scale",        "v_scale",       "q_norm_weight", "k_norm_weight",
-    "output",         "present_key",   "present_value", "output_qk"};
+    "query",          "key",          "value",       "past_key",      "past_value",
+    "seqlens_k",      "total_seqlen", "cos_cache",   "sin_cache",     "position_ids",
+    "attention_bias", "head_sink",    "k_scale",     "v_scale",       "q_norm_weight",
+    "k_norm_weight",  "output",       "present_key", "present_value", "output_qk"};
 
-// ---- decoding helpers ----------------------------------------------------------------------------
+// ---- decoding helpers ---------------------------------------------------------------------------
 
-// Thin layer over FuzzedDataProvider. Exhausted data yields 0 for every choice, so the first entry of
-// each table is the common, valid case and OneIn() is false.
+// Thin layer over FuzzedDataProvider. Exhausted data yields 0 for every choice, so the first entry
+// of each table is the common, valid case and OneIn() is false.
 class Choices {
  public:
   explicit Choices(FuzzedDataProvider& fdp) : fdp_(fdp) {}
@@ -112,7 +115,23 @@ class Rng {
   uint64_t state_;
 };
 
-// ---- the decoded case ----------------------------------------------------------------------------
+// Known, reported and unfixed findings can be masked while fuzzing for others:
+// GQA_FUZZER_AVOID=<token>[,<token>...]. A mask changes values only, never how bytes decode, so an
+// input found with a mask reproduces without it.
+//   position_ids_near_int64_max  position_ids values are clamped to [-2^62, 2^62]
+//                                (core/ops/gqa_validation.cpp computes pos0 + S - 1 in its
+//                                message).
+//   misaligned                   element 0 of every tensor is 8-byte aligned (attnrt accepts
+//                                misaligned float tensors; the plugin then accesses them as float).
+//   empty_batch                  batch_size 0 becomes 1 (the flash kernel divides by B * Nkv).
+struct Avoid {
+  bool position_ids_near_int64_max = false;
+  bool misaligned = false;
+  bool empty_batch = false;
+};
+Avoid g_avoid;
+
+// ---- the decoded case ---------------------------------------------------------------------------
 
 struct TensorSpec {
   bool present = false;
@@ -156,6 +175,8 @@ struct Case {
   int specials = 0;  // 0: finite values only; else one element in `specials` is NaN/inf/huge
   int workspace_mode = 0;
   int mismatch_mode = 0;
+  bool multi_threaded = false;  // run on the runtime with kMultiThreads threads
+  bool long_context = false;
   // Nominal problem, for the seed classes.
   int64_t batch = 0, seq = 0, past = 0, total = 0;
   bool packed = false, has_past = false, shares_past = false;
@@ -212,8 +233,8 @@ void Mutate(Choices& c, Case* k) {
     case 1:  // one extent off
       if (!t.shape.empty()) {
         int64_t& d = t.shape[c.Pick(static_cast<uint32_t>(t.shape.size()))];
-        const int64_t options[] = {AddSat(d, 1), AddSat(d, -1), 0, 1, AddSat(d, d),
-                                   static_cast<int64_t>(c.Pick(65))};
+        const int64_t options[] = {
+            AddSat(d, 1), AddSat(d, -1), 0, 1, AddSat(d, d), static_cast<int64_t>(c.Pick(65))};
         d = c.From(options);
       }
       break;
@@ -242,12 +263,9 @@ void Mutate(Choices& c, Case* k) {
       t.dtype = c.From(kAnyDtype);
       break;
     case 5: {
-      constexpr attnrt_device kDevices[] = {{ATTNRT_DEVICE_CUDA, 0},
-                                            {ATTNRT_DEVICE_CPU, 1},
-                                            {ATTNRT_DEVICE_CUDA, 1},
-                                            {7, 0},
-                                            {0, 0},
-                                            {ATTNRT_DEVICE_CPU, -1}};
+      constexpr attnrt_device kDevices[] = {
+          {ATTNRT_DEVICE_CUDA, 0}, {ATTNRT_DEVICE_CPU, 1}, {ATTNRT_DEVICE_CUDA, 1}, {7, 0}, {0, 0},
+          {ATTNRT_DEVICE_CPU, -1}};
       t.device = c.From(kDevices);
       break;
     }
@@ -377,7 +395,10 @@ void Decode(Choices& c, Case* k) {
   const bool quantized = a.k_quant_type != ATTNRT_GQA_QUANT_NONE;
   const bool windowed = a.sliding_window_cache == 1;
   if (c.OneIn(64)) {
-    constexpr size_t kSizes[] = {0, 4, sizeof(size_t), sizeof(attnrt_gqa_attributes) - 4,
+    constexpr size_t kSizes[] = {0,
+                                 4,
+                                 sizeof(size_t),
+                                 sizeof(attnrt_gqa_attributes) - 4,
                                  sizeof(attnrt_gqa_attributes) + 8,
                                  sizeof(attnrt_gqa_attributes) + 64};
     k->attributes_struct_size = c.From(kSizes);
@@ -389,16 +410,35 @@ void Decode(Choices& c, Case* k) {
   constexpr int64_t kBatches[] = {1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 1, 1, 2, 1, 0};
   constexpr int64_t kHeadSizes[] = {16, 16, 8, 32, 64, 24, 16, 32, 8, 64, 16, 32, 0, 12, 17, 4};
   int64_t B = c.From(kBatches);
-  const int64_t H = c.From(kHeadSizes);
+  if (g_avoid.empty_batch && B == 0) B = 1;
+  int64_t H = c.From(kHeadSizes);
   const uint32_t phase = c.Pick(4);  // 0 prompt, 1 decode, 2 chunked prompt, 3 prompt with past
   const bool packed = c.Pick(4) == 3;
   int64_t S = phase == 1 ? 1 : phase == 2 ? 2 + c.Pick(7) : 1 + c.Pick(8);
   if (c.OneIn(32)) S = 0;
-  bool has_past = phase == 0 ? c.OneIn(4) : phase == 1 ? !c.OneIn(8) : phase == 2 ? !c.OneIn(4)
-                                                                                  : true;
+  bool has_past = phase == 0   ? c.OneIn(4)
+                  : phase == 1 ? !c.OneIn(8)
+                  : phase == 2 ? !c.OneIn(4)
+                               : true;
   if (quantized || windowed) has_past = true;
   if (phase == 2 && !c.OneIn(8)) B = 1;
   int64_t P = c.Pick(17);
+  // Long context, rarely: several key blocks per tile, several query tiles, and (with the
+  // multi-threaded runtime) flash decoding's split key range, which needs >= 512 keys.
+  k->long_context = c.OneIn(16);
+  if (k->long_context) {
+    constexpr int64_t kLongHeadSizes[] = {64, 128, 256, 32};
+    H = c.From(kLongHeadSizes);
+    if (phase != 1 && S != 0) S = phase == 2 ? 2 + c.Pick(31) : 1 + c.Pick(48);
+    P = 200 + c.Pick(1000);
+    B = std::min<int64_t>(B, 2);
+    // Keep each cache within what the fuzzer backs with memory.
+    const int64_t row_bytes = MulClamp(MulClamp(B, Nkv), MulClamp(H, 4));
+    if (row_bytes > 0) {
+      P = std::min<int64_t>(P, static_cast<int64_t>(kMaxTensorBytes) / row_bytes - S - 8);
+    }
+    P = std::max<int64_t>(P, 0);
+  }
   const bool shares = has_past && (phase == 1 || phase == 2) && c.Pick(3) == 2;
   int64_t T;
   if (phase == 0 || phase == 3) {
@@ -499,8 +539,8 @@ void Decode(Choices& c, Case* k) {
     for (int i : {ATTNRT_GQA_INPUT_K_SCALE, ATTNRT_GQA_INPUT_V_SCALE}) {
       std::vector<int64_t> shape;
       if (per_channel) {
-        shape = c.Flag() ? std::vector<int64_t>{MulClamp(Nkv, H)}
-                         : std::vector<int64_t>{1, Nkv, 1, H};
+        shape =
+            c.Flag() ? std::vector<int64_t>{MulClamp(Nkv, H)} : std::vector<int64_t>{1, Nkv, 1, H};
       } else if (c.Flag()) {
         shape = {1};
       }
@@ -547,8 +587,8 @@ void Decode(Choices& c, Case* k) {
   }
   if (s[ATTNRT_GQA_INPUT_POSITION_IDS].present) {
     const int64_t row = s[ATTNRT_GQA_INPUT_POSITION_IDS].shape[1];
-    const int64_t start = M > S ? c.Pick(static_cast<uint32_t>(std::min<int64_t>(M - S + 1, 64)))
-                                : 0;
+    const int64_t start =
+        M > S ? c.Pick(static_cast<uint32_t>(std::min<int64_t>(M - S + 1, 64))) : 0;
     for (int64_t i = 0; i < std::min<int64_t>(B * row, 64); ++i) {
       const int64_t b = i / row;
       const int64_t j = i % row;
@@ -556,7 +596,8 @@ void Decode(Choices& c, Case* k) {
       // First prompt: start + j; otherwise the position attnrt would derive.
       int64_t v = S == T ? start + j
                          : int64_t{k->seqlens[static_cast<size_t>(b % kSeqlensValues)]} + 1 - S + j;
-      if (m >= 12 && m < 15) v = M > 0 ? c.Pick(static_cast<uint32_t>(std::min<int64_t>(M, 64))) : 0;
+      if (m >= 12 && m < 15)
+        v = M > 0 ? c.Pick(static_cast<uint32_t>(std::min<int64_t>(M, 64))) : 0;
       if (m == 15) {
         const int64_t odd[] = {-1,
                                M,
@@ -584,7 +625,8 @@ void Decode(Choices& c, Case* k) {
   switch (c.Pick(24)) {
     case 16:  // present_key overlaps past_key, at another start
       s[Out(ATTNRT_GQA_OUTPUT_PRESENT_KEY)].alias_of = ATTNRT_GQA_INPUT_PAST_KEY;
-      s[Out(ATTNRT_GQA_OUTPUT_PRESENT_KEY)].alias_offset = c.OneIn(4) ? 1 + c.Pick(7) : 4 * (1 + c.Pick(32));
+      s[Out(ATTNRT_GQA_OUTPUT_PRESENT_KEY)].alias_offset =
+          c.OneIn(4) ? 1 + c.Pick(7) : 4 * (1 + c.Pick(32));
       s[Out(ATTNRT_GQA_OUTPUT_PRESENT_VALUE)].alias_of = ATTNRT_GQA_INPUT_PAST_VALUE;
       break;
     case 17:  // only present_key is past_key's memory
@@ -648,22 +690,10 @@ void Decode(Choices& c, Case* k) {
   k->null_output_array = c.OneIn(128);
   k->workspace_mode = static_cast<int>(c.Pick(8));
   k->mismatch_mode = c.OneIn(16) ? 1 + static_cast<int>(c.Pick(3)) : 0;
+  k->multi_threaded = c.Pick(4) == 3;
 }
 
-// Known, reported and unfixed findings can be masked while fuzzing for others:
-// GQA_FUZZER_AVOID=<token>[,<token>...]. A mask changes values only, never how bytes decode, so an
-// input found with a mask reproduces without it.
-//   position_ids_near_int64_max  position_ids values are clamped to [-2^62, 2^62]
-//                                (core/ops/gqa_validation.cpp computes pos0 + S - 1 in its message).
-//   misaligned                   element 0 of every tensor is 8-byte aligned (attnrt accepts
-//                                misaligned float tensors; the plugin then accesses them as float).
-struct Avoid {
-  bool position_ids_near_int64_max = false;
-  bool misaligned = false;
-};
-Avoid g_avoid;
-
-// ---- memory ----------------------------------------------------------------------------------------
+// ---- memory -------------------------------------------------------------------------------------
 
 struct Buffer {
   uint64_t size = 0;
@@ -671,7 +701,8 @@ struct Buffer {
 };
 
 // Bytes of a tensor of this shape and dtype, or false when it is not backed by memory (negative
-// extent, or more than kMaxTensorBytes). Element counts follow the dtype's bits (int4: two per byte).
+// extent, or more than kMaxTensorBytes). Element counts follow the dtype's bits (int4: two per
+// byte).
 bool TensorBytes(const TensorSpec& t, uint64_t* bytes) {
   uint64_t elements = 1;
   bool zero = false;
@@ -752,7 +783,8 @@ void Fill(Case* k, std::vector<Buffer>* buffers) {
     constexpr float kSpecials[] = {std::numeric_limits<float>::quiet_NaN(),
                                    std::numeric_limits<float>::infinity(),
                                    -std::numeric_limits<float>::infinity(),
-                                   std::numeric_limits<float>::max(), -1e30f,
+                                   std::numeric_limits<float>::max(),
+                                   -1e30f,
                                    std::numeric_limits<float>::denorm_min()};
     const float special = kSpecials[(k->specials - 1) % 6];
     for (int i = 0; i < kNumInputs; ++i) {
@@ -809,8 +841,8 @@ void MakeTensors(Case* k, std::vector<Buffer>& buffers) {
   }
 }
 
-// ---- description (for triage: printed on an invariant violation, or always with
-// GQA_FUZZER_VERBOSE=1) --------------------------------------------------------------------------
+// ---- description --------------------------------------------------------------------------------
+// For triage: printed on an invariant violation, and before the calls with GQA_FUZZER_VERBOSE=1.
 
 const Case* g_case = nullptr;
 bool g_verbose = false;
@@ -838,17 +870,16 @@ void DescribeCase(const Case& k) {
       shape += (d > 0 ? "," : "") + std::to_string(t.shape[d]);
     }
     shape += "]";
-    std::fprintf(stderr,
-                 "  %-15s dtype{%u,%u,%u} %s ndim=%d device=%d:%d%s%s strides=%d bytes=%llu "
-                 "buffer=%d start=%llu byte_offset=%llu%s\n",
-                 kSlotNames[i], t.dtype.code, t.dtype.bits, t.dtype.lanes, shape.c_str(),
-                 t.tensor.ndim, t.device.device_type, t.device.device_id,
-                 t.shape_null ? " shape=NULL" : "", t.backed ? "" : " data=NULL", t.strides_mode,
-                 static_cast<unsigned long long>(t.bytes), t.buffer,
-                 static_cast<unsigned long long>(t.start),
-                 static_cast<unsigned long long>(t.tensor.byte_offset),
-                 t.alias_of >= 0 ? (std::string(" aliases ") + kSlotNames[t.alias_of]).c_str()
-                                 : "");
+    std::fprintf(
+        stderr,
+        "  %-15s dtype{%u,%u,%u} %s ndim=%d device=%d:%d%s%s strides=%d bytes=%llu "
+        "buffer=%d start=%llu byte_offset=%llu%s\n",
+        kSlotNames[i], t.dtype.code, t.dtype.bits, t.dtype.lanes, shape.c_str(), t.tensor.ndim,
+        t.device.device_type, t.device.device_id, t.shape_null ? " shape=NULL" : "",
+        t.backed ? "" : " data=NULL", t.strides_mode, static_cast<unsigned long long>(t.bytes),
+        t.buffer, static_cast<unsigned long long>(t.start),
+        static_cast<unsigned long long>(t.tensor.byte_offset),
+        t.alias_of >= 0 ? (std::string(" aliases ") + kSlotNames[t.alias_of]).c_str() : "");
   }
   std::string seqlens, positions;
   for (int32_t v : k.seqlens) seqlens += std::to_string(v) + " ";
@@ -860,10 +891,11 @@ void DescribeCase(const Case& k) {
                static_cast<double>(k.amplitude), k.specials);
 }
 
-// ---- invariants ------------------------------------------------------------------------------------
+// ---- invariants ---------------------------------------------------------------------------------
 
 [[noreturn]] void Fail(const char* what, const char* call, attnrt_status status) {
-  std::fprintf(stderr, "\n==== gqa_fuzzer invariant violated: %s\n  call: %s\n  status: %s (%d)\n"
+  std::fprintf(stderr,
+               "\n==== gqa_fuzzer invariant violated: %s\n  call: %s\n  status: %s (%d)\n"
                "  last error: \"%s\"\n",
                what, call, attnrt_status_name(status), static_cast<int>(status),
                attnrt_last_error_message());
@@ -872,8 +904,8 @@ void DescribeCase(const Case& k) {
   std::abort();
 }
 
-#define FUZZ_CHECK(cond, call, status)                  \
-  do {                                                  \
+#define FUZZ_CHECK(cond, call, status)                    \
+  do {                                                    \
     if (!(cond)) Fail("check '" #cond "'", call, status); \
   } while (0)
 
@@ -893,7 +925,12 @@ attnrt_status Checked(const char* call, attnrt_status status, bool abi_mismatch_
   return status;
 }
 
+// Two runtimes, each created once: one thread (deterministic, the default), and kMultiThreads
+// threads, without which flash decoding never splits the key range (it splits only when B * Nkv
+// tiles leave threads idle).
+constexpr int32_t kMultiThreads = 3;
 attnrt_runtime* g_runtime = nullptr;
+attnrt_runtime* g_runtime_mt = nullptr;
 
 struct Outcome {
   bool created = false;
@@ -917,9 +954,9 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-void RunPlan(Case& k, std::vector<Buffer>& buffers, attnrt_plan* plan,
-             const attnrt_plan_info& info, const attnrt_tensor* const* inputs,
-             const attnrt_tensor* const* outputs, Outcome* outcome) {
+void RunPlan(Case& k, std::vector<Buffer>& buffers, attnrt_plan* plan, const attnrt_plan_info& info,
+             const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
+             Outcome* outcome) {
   const size_t ws = info.workspace_size;
   const size_t alignment = info.workspace_alignment;
   FUZZ_CHECK(alignment != 0 && (alignment & (alignment - 1)) == 0, "attnrt_plan_get_info",
@@ -933,8 +970,8 @@ void RunPlan(Case& k, std::vector<Buffer>& buffers, attnrt_plan* plan,
   if (mode != 5) {
     const size_t size = mode == 7 ? ws + 1 : std::max<size_t>(ws, 1);
     void* p = nullptr;
-    FUZZ_CHECK(posix_memalign(&p, std::max(alignment, sizeof(void*)), size) == 0,
-               "posix_memalign", ATTNRT_OK);
+    FUZZ_CHECK(posix_memalign(&p, std::max(alignment, sizeof(void*)), size) == 0, "posix_memalign",
+               ATTNRT_OK);
     owned.reset(p);
     workspace = mode == 7 ? static_cast<unsigned char*>(p) + 1 : p;
     workspace_size = mode == 6 ? (ws > 0 ? ws - 1 : 0) : ws;
@@ -953,11 +990,10 @@ void RunPlan(Case& k, std::vector<Buffer>& buffers, attnrt_plan* plan,
   }
 
   const std::vector<unsigned char> before = SnapshotOutputs(k, buffers);
-  const attnrt_status status =
-      Checked("attnrt_plan_run",
-              attnrt_plan_run(plan, k.null_input_array ? nullptr : run_inputs, k.num_inputs,
-                              k.null_output_array ? nullptr : outputs, k.num_outputs, workspace,
-                              workspace_size, nullptr));
+  const attnrt_status status = Checked(
+      "attnrt_plan_run", attnrt_plan_run(plan, k.null_input_array ? nullptr : run_inputs,
+                                         k.num_inputs, k.null_output_array ? nullptr : outputs,
+                                         k.num_outputs, workspace, workspace_size, nullptr));
   if (k.mismatch_mode == 0) {
     FUZZ_CHECK(status != ATTNRT_ERROR_PLAN_MISMATCH, "attnrt_plan_run (planned tensors)", status);
   }
@@ -998,8 +1034,8 @@ Outcome RunCase(const uint8_t* data, size_t size) {
   attnrt_op* op = nullptr;
   const attnrt_status created =
       Checked("attnrt_op_create",
-              attnrt_op_create(g_runtime, k.op_kind, k.null_attributes ? nullptr : attributes.get(),
-                               &op),
+              attnrt_op_create(k.multi_threaded ? g_runtime_mt : g_runtime, k.op_kind,
+                               k.null_attributes ? nullptr : attributes.get(), &op),
               /*abi_mismatch_allowed=*/true);
   if (created != ATTNRT_OK) {
     FUZZ_CHECK(k.null_attributes || k.op_kind != ATTNRT_OP_GQA ||
@@ -1039,9 +1075,8 @@ Outcome RunCase(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < count; ++i) {
       attnrt_candidate candidate{};
       candidate.struct_size = sizeof(candidate);
-      const attnrt_status st =
-          Checked("attnrt_explanation_candidate",
-                  attnrt_explanation_candidate(explanation, i, &candidate));
+      const attnrt_status st = Checked("attnrt_explanation_candidate",
+                                       attnrt_explanation_candidate(explanation, i, &candidate));
       FUZZ_CHECK(st == ATTNRT_OK, "attnrt_explanation_candidate", st);
       FUZZ_CHECK(candidate.kernel != nullptr && candidate.kernel[0] != '\0',
                  "attnrt_explanation_candidate", st);
@@ -1082,8 +1117,8 @@ Outcome RunCase(const uint8_t* data, size_t size) {
   } else if (has_selected) {
     FUZZ_CHECK(planned == ATTNRT_OK, "attnrt_op_plan (explain selected a kernel)", planned);
   } else {
-    FUZZ_CHECK(planned == ATTNRT_ERROR_UNSUPPORTED,
-               "attnrt_op_plan (explain selected no kernel)", planned);
+    FUZZ_CHECK(planned == ATTNRT_ERROR_UNSUPPORTED, "attnrt_op_plan (explain selected no kernel)",
+               planned);
   }
   if (planned != ATTNRT_OK) {
     FUZZ_CHECK(plan == nullptr, "attnrt_op_plan (failed, out_plan)", planned);
@@ -1103,9 +1138,8 @@ Outcome RunCase(const uint8_t* data, size_t size) {
   uint64_t hits = 0, misses = 0;
   Checked("attnrt_op_plan_cache_stats", attnrt_op_plan_cache_stats(op, &hits, &misses));
   attnrt_plan* again = nullptr;
-  const attnrt_status replanned =
-      Checked("attnrt_op_plan (again)", attnrt_op_plan(op, in, k.num_inputs, out, k.num_outputs,
-                                                       &again));
+  const attnrt_status replanned = Checked(
+      "attnrt_op_plan (again)", attnrt_op_plan(op, in, k.num_inputs, out, k.num_outputs, &again));
   std::unique_ptr<attnrt_plan, decltype(&attnrt_plan_release)> again_owner(again,
                                                                            &attnrt_plan_release);
   FUZZ_CHECK(replanned == ATTNRT_OK, "attnrt_op_plan (again)", replanned);
@@ -1116,16 +1150,16 @@ Outcome RunCase(const uint8_t* data, size_t size) {
   attnrt_plan_info info2{};
   info2.struct_size = sizeof(info2);
   Checked("attnrt_plan_get_info", attnrt_plan_get_info(again, &info2));
-  FUZZ_CHECK(std::strcmp(info.kernel, info2.kernel) == 0 &&
-                 info.workspace_size == info2.workspace_size,
-             "attnrt_op_plan (again: same kernel and workspace)", replanned);
+  FUZZ_CHECK(
+      std::strcmp(info.kernel, info2.kernel) == 0 && info.workspace_size == info2.workspace_size,
+      "attnrt_op_plan (again: same kernel and workspace)", replanned);
 
   // ---- run ----
   RunPlan(k, buffers, plan, info, inputs, outputs, &outcome);
   return outcome;
 }
 
-// ---- seeds -----------------------------------------------------------------------------------------
+// ---- seeds --------------------------------------------------------------------------------------
 
 // Decodes sparse pseudo-random inputs (most bytes 0, so most choices take their common value) and
 // keeps the shortest one that runs for each class. Deterministic: same binary, same seeds.
@@ -1162,6 +1196,11 @@ void WriteSeeds(const char* dir) {
       {"rotary",
        [](const Case& k, const Outcome& o) { return o.ran && k.attributes.do_rotary == 1; },
        {}},
+      {"float16",
+       [](const Case& k, const Outcome& o) {
+         return o.ran && k.slot[ATTNRT_GQA_INPUT_QUERY].dtype.bits == 16;
+       },
+       {}},
       {"qk_output_bias_sink",
        [](const Case& k, const Outcome& o) {
          return o.ran && k.attributes.qk_output != 0 &&
@@ -1169,16 +1208,23 @@ void WriteSeeds(const char* dir) {
                 k.slot[ATTNRT_GQA_INPUT_HEAD_SINK].present;
        },
        {}},
-      {"quantized_plan",
+      {"long_decode_multithreaded",
        [](const Case& k, const Outcome& o) {
-         return o.created && k.attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE;
+         return o.ran && k.long_context && k.multi_threaded && k.seq == 1 && k.total >= 512;
+       },
+       {}},
+      {"long_prompt",
+       [](const Case& k, const Outcome& o) {
+         return o.ran && k.long_context && k.seq > 16 && k.seq == k.total;
+       },
+       {}},
+      {"quantized",
+       [](const Case& k, const Outcome& o) {
+         return o.ran && k.attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE;
        },
        {}},
   };
-  Rng rng(20240601);
-  for (int attempt = 0; attempt < 200000; ++attempt) {
-    std::vector<uint8_t> bytes(8 + rng.Next() % 56);
-    for (uint8_t& b : bytes) b = rng.Next() % 4 == 0 ? static_cast<uint8_t>(rng.Next()) : 0;
+  auto consider = [&](const std::vector<uint8_t>& bytes) {
     FuzzedDataProvider fdp(bytes.data(), bytes.size());
     Choices choices(fdp);
     Case k;
@@ -1186,6 +1232,20 @@ void WriteSeeds(const char* dir) {
     const Outcome o = RunCase(bytes.data(), bytes.size());
     for (SeedClass& sc : classes) {
       if ((sc.best.empty() || bytes.size() < sc.best.size()) && sc.matches(k, o)) sc.best = bytes;
+    }
+  };
+  Rng rng(20240601);
+  for (int attempt = 0; attempt < 200000; ++attempt) {
+    std::vector<uint8_t> bytes(8 + rng.Next() % 56);
+    for (uint8_t& b : bytes) b = rng.Next() % 4 == 0 ? static_cast<uint8_t>(rng.Next()) : 0;
+    consider(bytes);
+  }
+  // Rare classes: also the inputs of an earlier campaign (GQA_FUZZER_SEED_SOURCE=DIR).
+  if (const char* source = std::getenv("GQA_FUZZER_SEED_SOURCE")) {
+    for (const auto& entry : std::filesystem::directory_iterator(source)) {
+      if (!entry.is_regular_file() || entry.file_size() > 1024) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      consider(std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}));
     }
   }
   for (const SeedClass& sc : classes) {
@@ -1221,14 +1281,16 @@ void PrintStats() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  attnrt_runtime_options options;
-  attnrt_runtime_options_init(&options);
-  options.num_threads = 1;
-  const attnrt_status status = attnrt_runtime_create(&options, &g_runtime);
-  if (status != ATTNRT_OK) {
-    std::fprintf(stderr, "gqa_fuzzer: attnrt_runtime_create failed: %s: %s\n",
-                 attnrt_status_name(status), attnrt_last_error_message());
-    std::exit(1);
+  for (attnrt_runtime** runtime : {&g_runtime, &g_runtime_mt}) {
+    attnrt_runtime_options options;
+    attnrt_runtime_options_init(&options);
+    options.num_threads = runtime == &g_runtime ? 1 : kMultiThreads;
+    const attnrt_status status = attnrt_runtime_create(&options, runtime);
+    if (status != ATTNRT_OK) {
+      std::fprintf(stderr, "gqa_fuzzer: attnrt_runtime_create failed: %s: %s\n",
+                   attnrt_status_name(status), attnrt_last_error_message());
+      std::exit(1);
+    }
   }
   // Without a kernel only validation would be fuzzed: refuse, unless asked for explicitly.
   size_t plugins = 0;
@@ -1265,6 +1327,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
     g_avoid.position_ids_near_int64_max =
         tokens.find(",position_ids_near_int64_max,") != std::string::npos;
     g_avoid.misaligned = tokens.find(",misaligned,") != std::string::npos;
+    g_avoid.empty_batch = tokens.find(",empty_batch,") != std::string::npos;
   }
   if (const char* dir = std::getenv("GQA_FUZZER_WRITE_SEEDS")) {
     WriteSeeds(dir);

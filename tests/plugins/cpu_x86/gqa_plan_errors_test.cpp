@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -116,6 +118,19 @@ TEST_F(GqaPlanErrorsTest, CausalMustBeZeroOrOne) {
   attnrt_gqa_attributes a = GqaAttributes(2, 1);
   a.causal = 2;
   ExpectCreateRejected(a, "causal");
+}
+
+// Non-finite scale/softcap would make whole rows NaN; attnrt rejects them by name.
+TEST_F(GqaPlanErrorsTest, NonFiniteScaleAndSoftcap) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    attnrt_gqa_attributes a = GqaAttributes(4, 2);
+    a.scale = bad;
+    ExpectCreateRejected(a, "scale");
+    a = GqaAttributes(4, 2);
+    a.softcap = -bad;
+    ExpectCreateRejected(a, "softcap");
+  }
 }
 
 TEST_F(GqaPlanErrorsTest, NonCausalWithLocalWindow) {
@@ -321,6 +336,49 @@ TEST_F(GqaPlanErrorsTest, PositionIdOutOfRotaryCache) {
   t[ATTNRT_GQA_INPUT_SIN_CACHE] = F32({16, 8});
   t[ATTNRT_GQA_INPUT_POSITION_IDS] = I64({3, 16}, {2, 1});  // 16 is outside [0, 16)
   ExpectRunRejected(op.get(), t, "position_ids");
+}
+
+// Kernels access elements through typed pointers: an element 0 that is not aligned to its size is
+// rejected at run, naming the tensor, before anything is written (found by the fuzzer).
+TEST_F(GqaPlanErrorsTest, MisalignedTensorAddresses) {
+  OpPtr op = MakeOp(GqaAttributes(4, 2));
+  ASSERT_TRUE(op);
+  GqaTensors t = MakeGqaTensors(Decode(), rng_);
+  PlanPtr plan = Plan(op.get(), t);
+  ASSERT_TRUE(plan);
+  for (const bool misalign_output : {true, false}) {
+    Tensor storage = F32({t[ATTNRT_GQA_OUTPUT_OUTPUT].numel() + 1});
+    storage.Fill(std::numeric_limits<float>::quiet_NaN());
+    std::array<const attnrt_tensor*, ATTNRT_GQA_NUM_INPUTS> inputs{};
+    std::array<const attnrt_tensor*, ATTNRT_GQA_NUM_OUTPUTS> outputs{};
+    std::copy_n(t.Inputs(), inputs.size(), inputs.begin());
+    std::copy_n(t.Outputs(), outputs.size(), outputs.begin());
+    attnrt_tensor moved;
+    std::vector<int32_t> seqlens_bytes(8);
+    if (misalign_output) {
+      moved = *t[ATTNRT_GQA_OUTPUT_OUTPUT].get();
+      moved.data = storage.data();
+      moved.byte_offset = 2;
+      outputs[ATTNRT_GQA_OUTPUT_OUTPUT] = &moved;
+    } else {
+      moved = *t[ATTNRT_GQA_INPUT_SEQLENS_K].get();
+      std::memcpy(reinterpret_cast<char*>(seqlens_bytes.data()) + 1, moved.data,
+                  2 * sizeof(int32_t));
+      moved.data = seqlens_bytes.data();
+      moved.byte_offset = 1;
+      inputs[ATTNRT_GQA_INPUT_SEQLENS_K] = &moved;
+    }
+    const attnrt_status st = attnrt_plan_run(plan.get(), inputs.data(), inputs.size(),
+                                             outputs.data(), outputs.size(), nullptr, 0, nullptr);
+    const std::string message = attnrt_last_error_message();
+    EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << message;
+    EXPECT_NE(message.find(misalign_output ? "'output'" : "'seqlens_k'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("aligned to 4 bytes"), std::string::npos) << message;
+    for (int64_t i = 0; i < storage.numel(); ++i) {
+      ASSERT_TRUE(std::isnan(storage.f32()[i])) << "rejected run wrote element " << i;
+    }
+  }
 }
 
 }  // namespace
