@@ -16,6 +16,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libxtensor-dev nlohmann-json3-dev
   python3 python3-venv
+  swig python3-dev default-jdk-headless junit4
 )
 missing=()
 for p in "${packages[@]}"; do

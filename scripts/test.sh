@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the GoogleTest suites (ctest), then the onnxruntime parity
-# suite (pytest, in a venv under the build folder).
+# Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
+# onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -26,5 +26,6 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$root/tests/python/requirements.txt"
-  ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest "$root/tests/python" -q
+  ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$root/tests/python" "$root/tests/bindings/python"
 fi

@@ -1,47 +1,53 @@
-"""Runs attnrt on one GQA call through `plugin-inspect run --inputs DIR --outputs DIR`."""
+"""Runs attnrt on one GQA call through the Python binding (`attnrt`, built in <build>/python)."""
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 
-class AttnrtError(RuntimeError):
-    def __init__(self, status: str, message: str):
-        super().__init__(f"{status}: {message}")
-        self.status, self.message = status, message
 
-
-def plugin_inspect() -> Path:
+def _import_attnrt():
     build = Path(os.environ.get("ATTNRT_BUILD_DIR", REPO / "build"))
-    tool = build / "bin" / "plugin-inspect"
-    if not tool.is_file():
-        raise FileNotFoundError(f"{tool} not found (set ATTNRT_BUILD_DIR to the build folder)")
-    return tool
+    module_dir = build / "python"
+    if not (module_dir / "attnrt").is_dir():
+        raise FileNotFoundError(f"{module_dir}/attnrt not found: build with the Python binding and "
+                                "set ATTNRT_BUILD_DIR to the build folder")
+    sys.path.insert(0, str(module_dir))
+    import attnrt  # noqa: E402  (found through the build folder)
+    return attnrt
+
+
+attnrt = _import_attnrt()
+AttnrtError = attnrt.Error
+_runtime: attnrt.Runtime | None = None
+
+
+def _shared_runtime() -> attnrt.Runtime:
+    global _runtime
+    if _runtime is None:
+        _runtime = attnrt.Runtime()
+    return _runtime
+
+
+def _poisoned(shape, dtype) -> np.ndarray:
+    """An output buffer whose every element a kernel must overwrite (NaN, or 0xA5 bytes)."""
+    array = np.empty(shape, dtype)
+    if np.issubdtype(array.dtype, np.floating):
+        array.fill(np.nan)
+    else:
+        array.view(np.uint8).fill(0xA5)
+    return array
 
 
 def run_attnrt(attrs: dict, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
-    """Returns (outputs by ONNX Runtime name, kernel that ran); raises AttnrtError on failure."""
-    with tempfile.TemporaryDirectory(prefix="attnrt-parity-") as tmp:
-        inputs, outputs = Path(tmp, "in"), Path(tmp, "out")
-        inputs.mkdir()
-        for name, array in feeds.items():
-            np.save(inputs / f"{name}.npy", array)
-        (inputs / "attributes.json").write_text(json.dumps(attrs))
-        proc = subprocess.run(
-            [str(plugin_inspect()), "run", "--inputs", str(inputs), "--outputs", str(outputs),
-             "--no-check", "--json"], capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            lines = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
-            match = re.match(r"error: (ATTNRT_\w+): (.*)", lines[-1] if lines else "", re.S)
-            if match:
-                raise AttnrtError(match.group(1), match.group(2))
-            raise AttnrtError(f"exit {proc.returncode}", proc.stderr.strip() or proc.stdout)
-        kernel = json.loads(proc.stdout)["kernel"]
-        return {p.stem: np.load(p) for p in outputs.glob("*.npy")}, kernel
+    """Returns (outputs by ONNX Runtime name, kernel that ran); raises attnrt.Error on failure."""
+    with attnrt.GqaOp(_shared_runtime(), **attrs) as op:
+        outputs = {name: _poisoned(shape, dtype)
+                   for name, (shape, dtype) in op.output_shapes(feeds).items()}
+        with op.plan(feeds, outputs) as plan:
+            plan.run(feeds, outputs)
+            return outputs, plan.kernel
