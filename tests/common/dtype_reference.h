@@ -1,0 +1,72 @@
+// Element types of the GQA tests beyond float32, written from reference/gqa-semantics.md §3.6-§3.7
+// and §4 and from docs/gqa-semantics.md ("Beyond the reference"), independently of attnrt:
+//   - float16 and bfloat16: round-to-nearest-even from float, by exact power-of-two scaling;
+//   - float8 e4m3fn: a brute-force nearest-value encoder over the 256 codes (ties to an even
+//     mantissa, saturation to ±448, NaN stays NaN);
+//   - the KV-cache quantizer: q = clamp(rint(x · inv), lo, hi) with inv = 1/scale in float32
+//     (scale 0 => inv = 1); int4 packs element 2i in the low nibble with a +8 bias;
+//   - RoPE of one head row computed in float (the arithmetic the kernels' contract names).
+//
+// Like gqa_reference.h it knows nothing of attnrt: no attnrt header is included.
+#pragma once
+
+#include <cstdint>
+
+namespace attnrt_test {
+
+// ---- float16 / bfloat16 -------------------------------------------------------------------------
+enum class FloatFormat { kFloat32, kFloat16, kBFloat16 };
+
+const char* FloatFormatName(FloatFormat format);
+
+// x rounded to the format with round-to-nearest-even; overflow gives ±inf, NaN stays NaN. The
+// result is exact in float (every float16 and bfloat16 value is a float).
+float RoundToFormat(FloatFormat format, float x);
+
+// Bit patterns (IEEE binary16; bfloat16 = the upper half of a binary32).
+uint16_t Float16Bits(float x);  // RoundToFormat(kFloat16, x) encoded
+float Float16Value(uint16_t bits);
+uint16_t BFloat16Bits(float x);  // RoundToFormat(kBFloat16, x) encoded
+float BFloat16Value(uint16_t bits);
+
+// One unit in the last place of the format at |x| (its exponent, floored at the smallest normal
+// exponent, so subnormals and zero get the subnormal spacing). kFloat32 uses 2^-23 relative.
+double UnitInLastPlace(FloatFormat format, double x);
+
+// ---- float8 e4m3fn
+// -------------------------------------------------------------------------------- 1 sign, 4
+// exponent (bias 7), 3 mantissa bits; no infinities; 0x7F and 0xFF are NaN; max 448.
+double E4M3FnValue(uint8_t code);
+// Nearest code to x (sign kept, so -tiny -> -0 = 0x80); ties go to the code with an even mantissa;
+// |x| > 448 (and ±inf) saturate to ±448; NaN gives 0x7F (0xFF for a negative NaN).
+uint8_t E4M3FnEncode(float x);
+
+// ---- KV-cache quantizer (gqa-semantics.md §4; docs/gqa-semantics.md for e4m3fn)
+// --------------------
+enum class CacheFormat { kInt8, kInt4, kFloat8E4M3Fn };
+
+const char* CacheFormatName(CacheFormat format);
+
+// 1/scale in float32; 1 when scale is 0.
+float InverseScale(float scale);
+// The stored code of one element x with the given scale:
+//   int8: the int8 value as a byte (two's complement), q = clamp(rint(x·inv), -128, 127);
+//   int4: the biased nibble q + 8 (0..15), q = clamp(rint(x·inv), -8, 7);
+//   e4m3fn: E4M3FnEncode(x·inv).
+// x·inv is a float32 product; rint rounds half to even.
+uint8_t QuantizeElement(CacheFormat format, float x, float scale);
+// The dequantized value of a code: q·scale (e4m3fn: value·scale), in double.
+double DequantizeElement(CacheFormat format, uint8_t code, float scale);
+// int4 packing: element 2i (`even`) in the low nibble, element 2i+1 in the high nibble.
+inline uint8_t PackInt4(uint8_t even_nibble, uint8_t odd_nibble) {
+  return static_cast<uint8_t>((even_nibble & 0xF) | ((odd_nibble & 0xF) << 4));
+}
+
+// ---- RoPE in float (§3.6) -----------------------------------------------------------------------
+// Rotates one head row in place at the cos/sin row given (half = R/2 entries each); dimensions
+// [R, H) are left as they are. Every product and sum is a separate float32 operation (this file is
+// compiled with -ffp-contract=off).
+void RotateRowFloat(float* row, const float* cos_row, const float* sin_row, int64_t half,
+                    bool interleaved);
+
+}  // namespace attnrt_test
