@@ -1,6 +1,8 @@
 #include "cli_options.h"
 
+#include <cmath>
 #include <iostream>
+#include <utility>
 
 #include "errors.h"
 
@@ -124,6 +126,18 @@ GqaFlags read_gqa_flags(const po::variables_map& vm) {
   flags.softcap = optional_value<float>(vm, "softcap");
   flags.scale = optional_value<float>(vm, "scale");
   flags.rope_theta = optional_value<double>(vm, "rope-theta");
+  // Boost reads "nan" and "inf" as floats; no attribute means anything with them.
+  for (const auto& [name, value] : {std::pair{"softcap", flags.softcap.value_or(0.0f)},
+                                    {"scale", flags.scale.value_or(0.0f)}}) {
+    if (!std::isfinite(value)) {
+      throw UsageError(std::string("--") + name + " must be a finite number, got " +
+                       std::to_string(value));
+    }
+  }
+  if (flags.rope_theta && !(std::isfinite(*flags.rope_theta) && *flags.rope_theta > 0)) {
+    throw UsageError("--rope-theta must be a finite number > 0, got " +
+                     std::to_string(*flags.rope_theta));
+  }
   flags.dtype = optional_value<std::string>(vm, "dtype");
   flags.cache_dtype = optional_value<std::string>(vm, "cache-dtype");
   flags.quant = optional_value<std::string>(vm, "quant");

@@ -1,5 +1,8 @@
 // plugin-inspect run: option parsing and the choice between a model workload (--model) and
 // .npy inputs (--inputs/--outputs).
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -29,7 +32,15 @@ constexpr const char* kUsage =
     "past_value.npy, seqlens_k.npy, total_sequence_length.npy, cos_cache.npy, sin_cache.npy,\n"
     "position_ids.npy, attention_bias.npy, head_sink.npy, k_scale.npy, v_scale.npy) and the\n"
     "optional DIR/attributes.json (ONNX attribute names; flags override it), writes output.npy,\n"
-    "present_key.npy, present_value.npy (and output_qk.npy) to the --outputs folder.";
+    "present_key.npy, present_value.npy (and output_qk.npy) to the --outputs folder. Every input\n"
+    "must be a regular file (not a FIFO or device); any other *.npy name in DIR is an error, but\n"
+    "the output names are ignored. attributes.json values are checked: integer attributes take\n"
+    "JSON integers within int32 (not 4.0, not true/false: write 1 or 0), float attributes finite\n"
+    "numbers, k_quant_type/v_quant_type strings; a key may appear once.\n"
+    "\n"
+    "Sizes are checked before anything is allocated: a run that needs more than this machine's\n"
+    "physical memory is refused with the size it needs. With --json, errors are printed to\n"
+    "stdout as {\"error\": {\"status\": ..., \"message\": ...}} (exit code unchanged).";
 
 po::options_description run_options() {
   po::options_description desc("Run");
@@ -40,15 +51,31 @@ po::options_description run_options() {
       ("context", po::value<int64_t>()->default_value(512), "prompt length (tokens)")     //
       ("steps", po::value<int64_t>()->default_value(8), "decode steps after the prompt")  //
       ("batch", po::value<int64_t>()->default_value(1), "batch size")                     //
-      ("seed", po::value<uint64_t>(), "random seed (default: from std::random_device)")   //
-      ("check", "compare with the scalar reference kernel (default)")                     //
-      ("no-check", "skip the reference comparison")                                       //
-      ("check-prompt", "also check the prompt when --context > 1024 (slow)")              //
+      ("seed", po::value<std::string>(),
+       "random seed 0..18446744073709551615 (default: from std::random_device)")  //
+      ("check", "compare with the scalar reference kernel (default)")             //
+      ("no-check", "skip the reference comparison")                               //
+      ("check-prompt", "also check the prompt when --context > 1024 (slow)")      //
       ("tolerance", po::value<double>(),
        "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")  //
       ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")        //
       ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)");
   return desc;
+}
+
+// --seed: decimal digits only, within uint64 (Boost would read "-1" as 2^64 - 1).
+uint64_t parse_seed(const std::string& text) {
+  const auto reject = [&](const std::string& why) {
+    return UsageError("--seed must be an integer in [0, " + std::to_string(UINT64_MAX) +
+                      "], got '" + text + "'" + why);
+  };
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw reject(text.starts_with('-') ? " (negative)" : "");
+  }
+  errno = 0;
+  const unsigned long long value = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw reject(" (too large)");
+  return value;
 }
 
 }  // namespace
@@ -66,7 +93,7 @@ int cmd_run(const Args& args) {
   options.context = vm["context"].as<int64_t>();
   options.steps = vm["steps"].as<int64_t>();
   options.batch = vm["batch"].as<int64_t>();
-  options.seed = vm.count("seed") ? vm["seed"].as<uint64_t>()
+  options.seed = vm.count("seed") ? parse_seed(vm["seed"].as<std::string>())
                                   : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                         std::random_device{}();
   if (vm.count("check") && vm.count("no-check")) {
@@ -100,9 +127,20 @@ int cmd_run(const Args& args) {
     }
     return run_files(options);
   }
-  if (options.context < 1) throw UsageError("--context must be at least 1");
-  if (options.steps < 0) throw UsageError("--steps must be >= 0");
-  if (options.batch < 1) throw UsageError("--batch must be at least 1");
+  // total_sequence_length and seqlens_k are int32: each length must fit, and context + steps
+  // too (checked with the memory the run needs, in run_model, where the sizes are known).
+  if (options.context < 1 || options.context > INT32_MAX) {
+    throw UsageError("--context must be in [1, " + std::to_string(INT32_MAX) + "], got " +
+                     std::to_string(options.context));
+  }
+  if (options.steps < 0 || options.steps > INT32_MAX) {
+    throw UsageError("--steps must be in [0, " + std::to_string(INT32_MAX) + "], got " +
+                     std::to_string(options.steps));
+  }
+  if (options.batch < 1 || options.batch > INT32_MAX) {
+    throw UsageError("--batch must be in [1, " + std::to_string(INT32_MAX) + "], got " +
+                     std::to_string(options.batch));
+  }
   if (options.gqa.shared_buffer) {
     throw UsageError("--shared-buffer is implied in model mode (the cache is always shared)");
   }

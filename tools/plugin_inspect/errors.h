@@ -2,6 +2,9 @@
 //   UsageError  → exit 2 (bad command line: unknown option, missing or conflicting flag)
 //   AttnrtError → exit 1, printed as "error: <status name>: <attnrt_last_error_message()>"
 //   ToolError   → exit 1 (input files, I/O, failed checks the tool makes itself)
+//   OutOfMemoryError → exit 1, "out of memory while allocating <what> (<bytes>)"; any other
+//                 std::bad_alloc is reported the same way, naming the command
+// With --json every error is also printed to stdout as {"error": {"status", "message"}}.
 #pragma once
 
 #include <stdexcept>
@@ -17,6 +20,11 @@ class UsageError : public std::runtime_error {
 };
 
 class ToolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class OutOfMemoryError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <new>
+#include <string>
 
 #include "errors.h"
+#include "sizes.h"
 
 namespace plugin_inspect {
 
@@ -30,9 +32,19 @@ StepResult GqaSession::step(const GqaTensors& tensors) {
   // Grow the workspace when this plan needs more (or stricter alignment) than the last one.
   const std::size_t alignment = std::max<std::size_t>({info.workspace_alignment, 64});
   if (info.workspace_size > workspace_size_ || alignment > workspace_alignment_) {
+    // The kernel's request is checked like any size: rounding must not wrap, and it must fit.
+    const auto out_of_memory = [&] {
+      return OutOfMemoryError("out of memory while allocating the kernel workspace of " +
+                              std::string(info.kernel ? info.kernel : "?") + " (" +
+                              format_bytes(info.workspace_size) + memory_note() + ")");
+    };
+    if (info.workspace_size > SIZE_MAX - alignment) throw out_of_memory();
     const std::size_t bytes = (info.workspace_size + alignment - 1) / alignment * alignment;
+    if (!fits_in_memory(bytes)) throw out_of_memory();
+    workspace_.reset(nullptr);  // free the old one first: it may be most of the memory
+    workspace_size_ = 0;
     workspace_.reset(std::aligned_alloc(alignment, std::max(bytes, alignment)));
-    if (!workspace_) throw std::bad_alloc();
+    if (!workspace_) throw out_of_memory();
     workspace_size_ = info.workspace_size;
     workspace_alignment_ = alignment;
   }

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "errors.h"
+#include "sizes.h"
 
 namespace plugin_inspect {
 namespace {
@@ -28,8 +31,9 @@ constexpr std::array<const char*, ATTNRT_GQA_NUM_INPUTS> kInputNames{"query",
 constexpr std::array<const char*, ATTNRT_GQA_NUM_OUTPUTS> kOutputNames{
     "output", "present_key", "present_value", "output_qk"};
 
-TensorRef make(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate) {
-  return std::make_shared<HostTensor>(dtype, std::move(shape), allocate);
+TensorRef make(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate,
+               std::string_view what) {
+  return std::make_shared<HostTensor>(dtype, std::move(shape), allocate, what);
 }
 
 void fill_normal(HostTensor& tensor, std::mt19937_64& rng, double stddev) {
@@ -81,11 +85,11 @@ GqaTensors make_gqa_tensors(const GqaConfig& config, bool allocate, const GqaTen
   auto& in = t.inputs;
   auto& out = t.outputs;
   if (config.packed_qkv) {
-    in[ATTNRT_GQA_INPUT_QUERY] = make(config.dtype, {B, S, (N + 2 * Nkv) * H}, allocate);
+    in[ATTNRT_GQA_INPUT_QUERY] = make(config.dtype, {B, S, (N + 2 * Nkv) * H}, allocate, "query");
   } else {
-    in[ATTNRT_GQA_INPUT_QUERY] = make(config.dtype, {B, S, N * H}, allocate);
-    in[ATTNRT_GQA_INPUT_KEY] = make(config.dtype, {B, S, Nkv * H}, allocate);
-    in[ATTNRT_GQA_INPUT_VALUE] = make(config.dtype, {B, S, Nkv * H}, allocate);
+    in[ATTNRT_GQA_INPUT_QUERY] = make(config.dtype, {B, S, N * H}, allocate, "query");
+    in[ATTNRT_GQA_INPUT_KEY] = make(config.dtype, {B, S, Nkv * H}, allocate, "key");
+    in[ATTNRT_GQA_INPUT_VALUE] = make(config.dtype, {B, S, Nkv * H}, allocate, "value");
   }
   const int64_t Hc = cache_head_size(config);
   if (reuse) {
@@ -101,38 +105,42 @@ GqaTensors make_gqa_tensors(const GqaConfig& config, bool allocate, const GqaTen
   } else {
     if (config.with_past) {
       in[ATTNRT_GQA_INPUT_PAST_KEY] =
-          make(config.cache_dtype, {B, Nkv, config.past_len, Hc}, allocate);
+          make(config.cache_dtype, {B, Nkv, config.past_len, Hc}, allocate, "past_key");
       in[ATTNRT_GQA_INPUT_PAST_VALUE] =
-          make(config.cache_dtype, {B, Nkv, config.past_len, Hc}, allocate);
+          make(config.cache_dtype, {B, Nkv, config.past_len, Hc}, allocate, "past_value");
     }
     if (config.shared_buffer) {
       out[ATTNRT_GQA_OUTPUT_PRESENT_KEY] = in[ATTNRT_GQA_INPUT_PAST_KEY];
       out[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] = in[ATTNRT_GQA_INPUT_PAST_VALUE];
     } else {
       const std::vector<int64_t> present{B, Nkv, present_len(config), Hc};
-      out[ATTNRT_GQA_OUTPUT_PRESENT_KEY] = make(config.cache_dtype, present, allocate);
-      out[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] = make(config.cache_dtype, present, allocate);
+      out[ATTNRT_GQA_OUTPUT_PRESENT_KEY] =
+          make(config.cache_dtype, present, allocate, "present_key");
+      out[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] =
+          make(config.cache_dtype, present, allocate, "present_value");
     }
     if (config.rotary_cache_len > 0) {
       in[ATTNRT_GQA_INPUT_COS_CACHE] =
-          make(config.dtype, {config.rotary_cache_len, H / 2}, allocate);
+          make(config.dtype, {config.rotary_cache_len, H / 2}, allocate, "cos_cache");
       in[ATTNRT_GQA_INPUT_SIN_CACHE] =
-          make(config.dtype, {config.rotary_cache_len, H / 2}, allocate);
+          make(config.dtype, {config.rotary_cache_len, H / 2}, allocate, "sin_cache");
     }
-    if (config.head_sink) in[ATTNRT_GQA_INPUT_HEAD_SINK] = make(config.dtype, {N}, allocate);
+    if (config.head_sink)
+      in[ATTNRT_GQA_INPUT_HEAD_SINK] = make(config.dtype, {N}, allocate, "head_sink");
     if (is_quantized(a)) {
-      in[ATTNRT_GQA_INPUT_K_SCALE] = make(kFloat32, {scale_count(config)}, allocate);
-      in[ATTNRT_GQA_INPUT_V_SCALE] = make(kFloat32, {scale_count(config)}, allocate);
+      in[ATTNRT_GQA_INPUT_K_SCALE] = make(kFloat32, {scale_count(config)}, allocate, "k_scale");
+      in[ATTNRT_GQA_INPUT_V_SCALE] = make(kFloat32, {scale_count(config)}, allocate, "v_scale");
     }
   }
-  in[ATTNRT_GQA_INPUT_SEQLENS_K] = make(kInt32, {B}, allocate);
-  in[ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = make(kInt32, {1}, allocate);
+  in[ATTNRT_GQA_INPUT_SEQLENS_K] = make(kInt32, {B}, allocate, "seqlens_k");
+  in[ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = make(kInt32, {1}, allocate, "total_sequence_length");
   if (config.attention_bias) {
-    in[ATTNRT_GQA_INPUT_ATTENTION_BIAS] = make(config.dtype, {B, N, S, T}, allocate);
+    in[ATTNRT_GQA_INPUT_ATTENTION_BIAS] =
+        make(config.dtype, {B, N, S, T}, allocate, "attention_bias");
   }
-  out[ATTNRT_GQA_OUTPUT_OUTPUT] = make(config.dtype, {B, S, N * H}, allocate);
+  out[ATTNRT_GQA_OUTPUT_OUTPUT] = make(config.dtype, {B, S, N * H}, allocate, "output");
   if (a.qk_output != ATTNRT_GQA_QK_OUTPUT_NONE) {
-    out[ATTNRT_GQA_OUTPUT_OUTPUT_QK] = make(config.dtype, {B, N, S, T}, allocate);
+    out[ATTNRT_GQA_OUTPUT_OUTPUT_QK] = make(config.dtype, {B, N, S, T}, allocate, "output_qk");
   }
   return t;
 }
@@ -214,16 +222,38 @@ GqaTensors reference_copy(const GqaTensors& tensors) {
     TensorRef& output = copy.outputs[o];
     if (!output) continue;
     const auto input = std::find(tensors.inputs.begin(), tensors.inputs.end(), output);
+    const std::string what =
+        std::string("the reference run's ") + gqa_output_name(static_cast<int>(o));
     if (input != tensors.inputs.end()) {
       // Shared past/present: the reference gets its own copy of the current cache contents.
-      output = std::make_shared<HostTensor>(output->clone());
+      output = std::make_shared<HostTensor>(output->clone(what));
       copy.inputs[static_cast<std::size_t>(input - tensors.inputs.begin())] = output;
     } else {
-      output = std::make_shared<HostTensor>(output->dtype(), output->shape());
+      output = std::make_shared<HostTensor>(output->dtype(), output->shape(), true, what);
       output->poison();
     }
   }
   return copy;
+}
+
+std::optional<uint64_t> tensors_bytes(const GqaTensors& tensors, const GqaTensors* exclude,
+                                      bool outputs_only) {
+  std::vector<const HostTensor*> seen;
+  if (exclude) {
+    for (const TensorRef& t : exclude->inputs) seen.push_back(t.get());
+    for (const TensorRef& t : exclude->outputs) seen.push_back(t.get());
+  }
+  std::optional<uint64_t> total = 0;
+  const auto add = [&](const TensorRef& tensor) {
+    if (!tensor || std::find(seen.begin(), seen.end(), tensor.get()) != seen.end()) return;
+    seen.push_back(tensor.get());
+    total = checked_add(total, tensor->checked_nbytes());
+  };
+  if (!outputs_only) {
+    for (const TensorRef& tensor : tensors.inputs) add(tensor);
+  }
+  for (const TensorRef& tensor : tensors.outputs) add(tensor);
+  return total;
 }
 
 GqaBinding::GqaBinding(const GqaTensors& tensors) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "attnrt/ops/gqa.h"
@@ -77,6 +78,14 @@ void poison_outputs(GqaTensors& tensors);
 // fresh and poisoned, and a buffer that is both input and output (shared past/present) is copied,
 // so the reference starts from the same cache contents.
 GqaTensors reference_copy(const GqaTensors& tensors);
+
+// Bytes of the distinct tensors (a tensor bound twice counts once) of `tensors`, skipping those
+// also in `exclude` (the shared cache of a decode step), only the outputs with `outputs_only`
+// (what reference_copy allocates). nullopt when a shape is negative or the sum overflows. Works on
+// descriptor-only tensors, so sizes can be checked before anything is allocated.
+std::optional<uint64_t> tensors_bytes(const GqaTensors& tensors,
+                                      const GqaTensors* exclude = nullptr,
+                                      bool outputs_only = false);
 
 // Descriptor and pointer arrays of a GqaTensors, as the runtime takes them. Refers to the tensors;
 // keep them alive while the binding is used.

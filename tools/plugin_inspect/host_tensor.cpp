@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "dtypes.h"
+#include "errors.h"
+#include "sizes.h"
 
 namespace plugin_inspect {
 
@@ -14,14 +16,48 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 }
 
-HostTensor::HostTensor(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate)
+HostTensor::HostTensor(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate,
+                       std::string_view what)
     : dtype_(dtype), shape_(std::move(shape)) {
   if (!allocate) return;
+  const auto describe = [&] {
+    return what.empty() ? "a " + dtype_name(dtype_) + " " + shape_string() + " tensor"
+                        : std::string(what) + " " + shape_string();
+  };
+  const std::optional<uint64_t> size = checked_nbytes();
+  if (!size) {
+    bool negative = false;
+    for (int64_t extent : shape_) negative = negative || extent < 0;
+    throw ToolError("cannot allocate " + describe() +
+                    (negative ? ": negative dimension" : ": its size overflows 64 bits"));
+  }
   // aligned_alloc needs a size that is a non-zero multiple of the alignment.
-  const std::size_t bytes = (nbytes() + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
+  std::optional<uint64_t> padded;
+  if (*size <= UINT64_MAX - 2 * kAlignment) {
+    padded = (*size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
+  }
+  const auto out_of_memory = [&] {
+    return OutOfMemoryError("out of memory while allocating " + describe() + " (" +
+                            format_bytes(size) + memory_note() + ")");
+  };
+  if (!fits_in_memory(padded) || *padded > SIZE_MAX) throw out_of_memory();
+  const auto bytes = static_cast<std::size_t>(*padded);
   storage_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, bytes)));
-  if (!storage_) throw std::bad_alloc();
+  if (!storage_) throw out_of_memory();
   std::memset(storage_.get(), 0, bytes);
+}
+
+std::optional<uint64_t> HostTensor::checked_nbytes(attnrt_dtype dtype,
+                                                   const std::vector<int64_t>& shape) {
+  bool empty = false;
+  for (int64_t extent : shape) {
+    if (extent < 0) return std::nullopt;
+    empty = empty || extent == 0;
+  }
+  if (empty) return 0;  // (2^40, 2^40, 0) holds nothing: no overflow to report
+  std::optional<uint64_t> bytes = element_size(dtype);
+  for (int64_t extent : shape) bytes = checked_mul(bytes, static_cast<uint64_t>(extent));
+  return bytes;
 }
 
 std::size_t HostTensor::numel() const {
@@ -44,8 +80,8 @@ attnrt_tensor HostTensor::view() const {
   return tensor;
 }
 
-HostTensor HostTensor::clone() const {
-  HostTensor copy(dtype_, shape_, allocated());
+HostTensor HostTensor::clone(std::string_view what) const {
+  HostTensor copy(dtype_, shape_, allocated(), what);
   if (allocated()) std::memcpy(copy.data(), data(), nbytes());
   return copy;
 }

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnrt/attnrt.h"
@@ -17,7 +19,17 @@ namespace plugin_inspect {
 class HostTensor {
  public:
   // allocate = false gives a descriptor-only tensor (data NULL), enough for plan and explain.
-  HostTensor(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate = true);
+  // Allocating checks the size first: a negative dimension or a size that overflows 64 bits
+  // throws ToolError; more than the machine's physical memory, or a failed allocation, throws
+  // OutOfMemoryError. Both name `what` ("present_key", a file name; default: dtype and shape).
+  HostTensor(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate = true,
+             std::string_view what = {});
+
+  // Bytes of a tensor of `dtype` and `shape`, or nullopt when a dimension is negative or the
+  // size does not fit 64 bits. Safe on any shape (descriptor-only tensors included).
+  static std::optional<uint64_t> checked_nbytes(attnrt_dtype dtype,
+                                                const std::vector<int64_t>& shape);
+  std::optional<uint64_t> checked_nbytes() const { return checked_nbytes(dtype_, shape_); }
 
   HostTensor(HostTensor&&) noexcept = default;
   HostTensor& operator=(HostTensor&&) noexcept = default;
@@ -44,8 +56,8 @@ class HostTensor {
   // The borrowed CPU descriptor (compact row-major, byte_offset 0).
   attnrt_tensor view() const;
 
-  // A deep copy (same dtype, shape and bytes).
-  HostTensor clone() const;
+  // A deep copy (same dtype, shape and bytes); `what` names it if allocation fails.
+  HostTensor clone(std::string_view what = {}) const;
 
   // Fills with NaN (floating dtypes) or 0x5A bytes (integer dtypes), so unwritten outputs show.
   void poison();

@@ -2,8 +2,11 @@
 // runs GQA workloads (model presets or .npy inputs) checked against the scalar reference kernel.
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "attnrt/attnrt.h"
 #include "commands.h"
@@ -58,28 +61,64 @@ int dispatch(int argc, char** argv) {
               << minor << ")\n";
     return 0;
   }
-  std::cerr << "error: unknown command '" << command << "'\n\n";
-  print_help(std::cerr);
-  return 2;
+  throw plugin_inspect::UsageError("unknown command '" + std::string(command) +
+                                   "' (commands: list, explain, run)");
+}
+
+// Whether the command line asks for --json, decided before (and whatever the outcome of) option
+// parsing, so that errors of the parse itself come out as JSON too. Boost accepts an unambiguous
+// prefix of a long option ("--js"), and no other option starts with "j", so any such prefix of
+// at least "--j" counts, exactly as Boost would read it.
+bool wants_json(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word.size() >= 3 && std::string_view("--json").starts_with(word)) return true;
+  }
+  return false;
+}
+
+// Prints an error: "error: <message>" on stderr, and with --json also
+// {"error": {"status": "<status>", "message": "<message>"}} on stdout. Returns `exit_code`.
+int report_error(bool json, std::string_view status, const std::string& message,
+                 const std::string& hint, int exit_code) {
+  std::cerr << "error: " << message << hint << "\n";
+  if (json) {
+    nlohmann::ordered_json doc;
+    doc["error"]["status"] = status;
+    doc["error"]["message"] = message;
+    std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return exit_code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool json = wants_json(argc, argv);
+  const std::string command = argc > 1 ? argv[1] : "";
+  const bool known = command == "list" || command == "explain" || command == "run";
   try {
     return dispatch(argc, argv);
   } catch (const plugin_inspect::UsageError& e) {
-    std::cerr << "error: " << e.what() << "\n(see 'plugin-inspect " << (argc > 1 ? argv[1] : "")
-              << " --help')\n";
-    return 2;
+    return report_error(json, "USAGE_ERROR", e.what(),
+                        "\n(see 'plugin-inspect " + (known ? command + " " : "") + "--help')", 2);
   } catch (const plugin_inspect::AttnrtError& e) {
-    std::cerr << "error: " << attnrt_status_name(e.status()) << ": " << e.what() << "\n";
-    return 1;
+    return report_error(json, attnrt_status_name(e.status()),
+                        std::string(attnrt_status_name(e.status())) + ": " + e.what(), "", 1);
+  } catch (const plugin_inspect::OutOfMemoryError& e) {
+    return report_error(json, "OUT_OF_MEMORY", e.what(), "", 1);
+  } catch (const std::bad_alloc& e) {
+    // Every allocation the tool sizes from its input goes through OutOfMemoryError with a name;
+    // this is what is left (strings, vectors, the runtime's own C++ containers).
+    return report_error(json, "OUT_OF_MEMORY",
+                        "out of memory while allocating working memory of 'plugin-inspect " +
+                            command + "' (" + e.what() + ")",
+                        "", 1);
+  } catch (const plugin_inspect::ToolError& e) {
+    return report_error(json, "TOOL_ERROR", e.what(), "", 1);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return report_error(json, "INTERNAL_ERROR", e.what(), "", 1);
   } catch (...) {
-    std::cerr << "error: unknown exception\n";
-    return 1;
+    return report_error(json, "INTERNAL_ERROR", "unknown exception", "", 1);
   }
 }

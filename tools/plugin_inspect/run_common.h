@@ -38,6 +38,10 @@ inline constexpr const char* kReferenceKernelGlob = "*.scalar";
 // (so neither --disable nor ATTNRT_DISABLE can exclude the reference).
 RuntimeSettings reference_settings(const RuntimeSettings& settings);
 
+// "cpu_x86.gqa.flash.scalar (the scalar kernel of the same algorithm)": which reference kernel
+// ran for `kernel` and why the '*.scalar' pin chose it ("(not run)" when `reference` is empty).
+std::string describe_reference(const std::string& kernel, const std::string& reference);
+
 // --tolerance, else 1e-4 for float32, 2e-3 for float16 (one ulp near 1 is 9.8e-4 after rounding
 // both results), 1.6e-2 for bfloat16.
 double tolerance_for(const RunOptions& options, attnrt_dtype dtype);

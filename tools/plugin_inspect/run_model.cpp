@@ -15,6 +15,7 @@
 #include "gqa_session.h"
 #include "model_presets.h"
 #include "run_common.h"
+#include "sizes.h"
 #include "text_output.h"
 
 namespace plugin_inspect {
@@ -31,6 +32,7 @@ struct PhaseResult {
   double tokens_per_s = 0;
   bool checked = false;
   OutputErrors errors;
+  std::string reference_kernel;
   std::string note;
 };
 
@@ -63,10 +65,72 @@ nlohmann::ordered_json phase_json(const PhaseResult& phase) {
   json["tokens_per_s"] = phase.tokens_per_s;
   json["max_abs_error"] = phase.checked ? phase.errors.to_json() : nlohmann::ordered_json(nullptr);
   json["checked"] = phase.checked;
+  json["reference_kernel"] = phase.reference_kernel;
   return json;
 }
 
+// Peak bytes of the run, computed from descriptor-only tensors before anything is allocated: the
+// prompt's tensors (the cache, shared with every decode step, among them) live throughout; on top
+// of them either the prompt's reference outputs (a copy of the cache) or the largest decode step
+// (the last: attention_bias and output_qk grow with T) with its reference outputs, plus the
+// per-step timings. Throws UsageError naming the flags when it overflows 64 bits or exceeds the
+// machine's physical memory; checks context + steps against the int32 total_sequence_length.
+void check_run_size(const RunOptions& options, const GqaConfig& prompt, bool check_prompt) {
+  const GqaTensors prompt_tensors = make_gqa_tensors(prompt, /*allocate=*/false);
+  const std::optional<uint64_t> persistent = tensors_bytes(prompt_tensors);
+  std::optional<uint64_t> peak = persistent;
+  if (check_prompt) {
+    peak = checked_add(persistent, tensors_bytes(prompt_tensors, nullptr, /*outputs_only=*/true));
+  }
+  if (options.steps > 0) {
+    GqaConfig last = prompt;
+    last.seq_len = 1;
+    last.total_len = prompt.past_len;  // context + steps
+    const GqaTensors step = make_gqa_tensors(last, /*allocate=*/false, &prompt_tensors);
+    std::optional<uint64_t> decode = checked_add(persistent, tensors_bytes(step, &prompt_tensors));
+    if (options.check) {
+      decode = checked_add(decode, tensors_bytes(step, nullptr, /*outputs_only=*/true));
+    }
+    decode = checked_add(decode, checked_mul(static_cast<uint64_t>(options.steps), 8));
+    peak = peak && decode ? std::max(*peak, *decode) : std::optional<uint64_t>();
+  }
+  const std::optional<uint64_t> cache =
+      checked_mul(prompt_tensors.inputs[ATTNRT_GQA_INPUT_PAST_KEY]->checked_nbytes(), uint64_t{2});
+  const std::string flags = "--context " + std::to_string(options.context) + " with --steps " +
+                            std::to_string(options.steps) + " and --batch " +
+                            std::to_string(options.batch);
+  if (!fits_in_memory(peak)) {
+    throw UsageError(flags + " needs a KV cache of " + format_bytes(cache) + " (" +
+                     std::to_string(prompt.past_len) + " rows of key and value) and " +
+                     format_bytes(peak) + " in all" +
+                     (options.check ? " with the reference check's copies" : "") + memory_note());
+  }
+  if (prompt.past_len > INT32_MAX) {
+    throw UsageError(flags + ": context + steps = " + std::to_string(prompt.past_len) +
+                     " exceeds the int32 total_sequence_length limit " + std::to_string(INT32_MAX));
+  }
+}
+
+// "(the scalar kernel of the same algorithm)" when the reference is the scalar kernel of the
+// kernel under test's family (cpu_x86.gqa.flash.avx2 → cpu_x86.gqa.flash.scalar), else says why
+// the pin chose another kernel.
+std::string reference_reason(const std::string& kernel, const std::string& reference) {
+  const std::size_t dot = kernel.rfind('.');
+  const std::string family = dot == std::string::npos ? kernel : kernel.substr(0, dot);
+  if (reference == family + ".scalar") {
+    return reference == kernel ? "(the kernel under test is itself the scalar kernel)"
+                               : "(the scalar kernel of the same algorithm)";
+  }
+  return std::string("(the highest-ranked kernel matching '") + kReferenceKernelGlob +
+         "', NOT the scalar kernel of " + kernel + "'s algorithm: padded rows may differ)";
+}
+
 }  // namespace
+
+std::string describe_reference(const std::string& kernel, const std::string& reference) {
+  if (reference.empty()) return "(not run)";
+  return reference + " " + reference_reason(kernel, reference);
+}
 
 int run_model(const RunOptions& options) {
   const ModelPreset& preset = find_model_preset(options.model.value_or(std::string(kDefaultModel)));
@@ -81,6 +145,9 @@ int run_model(const RunOptions& options) {
   prompt.shared_buffer = true;
   if (prompt.attributes.do_rotary == 1) prompt.rotary_cache_len = capacity;
   const double tolerance = tolerance_for(options, prompt.dtype);
+  const bool check_prompt =
+      options.check && (context <= kMaxCheckedPromptContext || options.check_prompt);
+  check_run_size(options, prompt, check_prompt);
 
   const RuntimePtr runtime = make_runtime(options.common.runtime);
   GqaSession prompt_op(runtime.get(), prompt.attributes);
@@ -91,7 +158,6 @@ int run_model(const RunOptions& options) {
     reference_runtime = make_runtime(reference_settings(options.common.runtime));
     reference.emplace(reference_runtime.get(), prompt.attributes);
   }
-  std::string reference_kernel;
   std::mt19937_64 rng(options.seed);
 
   // Prompt: S = T = context, seqlens_k = context - 1, cache rows [0, context) written.
@@ -106,15 +172,14 @@ int run_model(const RunOptions& options) {
 
   PhaseResult prompt_phase;
   prompt_phase.phase = "prompt";
-  prompt_phase.checked =
-      options.check && (context <= kMaxCheckedPromptContext || options.check_prompt);
+  prompt_phase.checked = check_prompt;
   if (options.check && !prompt_phase.checked) {
     prompt_phase.note = "prompt check skipped (context > " +
                         std::to_string(kMaxCheckedPromptContext) + "; use --check-prompt)";
   }
   const StepResult prompt_result =
       checked_step(prompt_op, prompt_phase.checked ? &*reference : nullptr, prompt_tensors,
-                   prompt_phase.errors, reference_kernel);
+                   prompt_phase.errors, prompt_phase.reference_kernel);
   prompt_phase.kernel = prompt_result.kernel;
   prompt_phase.ms_per_step = prompt_result.ms;
   prompt_phase.tokens_per_s =
@@ -134,8 +199,9 @@ int run_model(const RunOptions& options) {
     set_lengths(tensors, static_cast<int32_t>(context + step),
                 static_cast<int32_t>(context + step + 1));
     poison_outputs(tensors);
-    const StepResult result = checked_step(decode_op, decode_phase.checked ? &*reference : nullptr,
-                                           tensors, decode_phase.errors, reference_kernel);
+    const StepResult result =
+        checked_step(decode_op, decode_phase.checked ? &*reference : nullptr, tensors,
+                     decode_phase.errors, decode_phase.reference_kernel);
     decode_phase.kernel = result.kernel;
     step_ms.push_back(result.ms);
   }
@@ -153,6 +219,13 @@ int run_model(const RunOptions& options) {
     }
   }
   const int threads = runtime_threads(runtime.get());
+  // The last reference kernel that ran (decode's when it ran, else the prompt's).
+  std::string reference_kernel;
+  for (const PhaseResult& phase : phases) {
+    if (!phase.reference_kernel.empty()) reference_kernel = phase.reference_kernel;
+  }
+  const bool any_checked = std::any_of(phases.begin(), phases.end(),
+                                       [](const PhaseResult& phase) { return phase.checked; });
 
   if (options.common.json) {
     nlohmann::ordered_json json;
@@ -168,6 +241,7 @@ int run_model(const RunOptions& options) {
     json["reference_kernel"] = reference_kernel;
     json["tolerance"] = tolerance;
     json["passed"] = failures.empty();
+    json["verdict"] = failures.empty() ? (any_checked ? "passed" : "not checked") : "failed";
     std::cout << json.dump(2) << "\n";
   } else {
     std::cout << "model " << preset.name << " (" << describe_config(prompt) << ", rope theta "
@@ -183,18 +257,40 @@ int run_model(const RunOptions& options) {
     table.print(std::cout);
     std::cout << "\n";
     if (!prompt_phase.note.empty()) std::cout << prompt_phase.note << "\n";
-    if (options.check) {
-      std::cout << "reference: " << (reference_kernel.empty() ? "(not run)" : reference_kernel)
-                << " (runtime pinned to '" << kReferenceKernelGlob << "'), tolerance "
-                << format_error(tolerance) << "\n";
+    // One line when every checked phase ran the same kernel against the same reference.
+    std::vector<const PhaseResult*> checked;
+    for (const PhaseResult& phase : phases) {
+      if (phase.checked) checked.push_back(&phase);
     }
-    std::cout << "decode plan cache: " << plan_cache.hits << " hits, " << plan_cache.misses
-              << " misses";
-    if (prompt.attention_bias || prompt.attributes.qk_output != ATTNRT_GQA_QK_OUTPUT_NONE) {
-      std::cout << " (attention_bias/output_qk grow with T, so every step has new shapes)";
+    const bool same = std::all_of(checked.begin(), checked.end(), [&](const PhaseResult* phase) {
+      return phase->kernel == checked.front()->kernel &&
+             phase->reference_kernel == checked.front()->reference_kernel;
+    });
+    for (const PhaseResult* phase : checked) {
+      std::cout << "reference" << (same ? "" : " (" + phase->phase + ")") << ": "
+                << describe_reference(phase->kernel, phase->reference_kernel)
+                << "; runtime pinned to '" << kReferenceKernelGlob << "'\n";
+      if (same) break;
     }
-    std::cout << "\n";
-    if (options.check) std::cout << (failures.empty() ? "check passed\n" : "check FAILED\n");
+    if (options.steps > 0) {
+      std::cout << "decode plan cache: " << plan_cache.hits << " hits, " << plan_cache.misses
+                << " misses";
+      if (prompt.attention_bias || prompt.attributes.qk_output != ATTNRT_GQA_QK_OUTPUT_NONE) {
+        std::cout << " (attention_bias/output_qk grow with T, so every step has new shapes)";
+      }
+      std::cout << "\n";
+    } else {
+      std::cout << "no decode steps (--steps 0)\n";
+    }
+    if (!failures.empty()) {
+      std::cout << "check FAILED (tolerance " << format_error(tolerance) << ")\n";
+    } else if (any_checked) {
+      std::cout << "check passed (tolerance " << format_error(tolerance) << ")\n";
+    } else {
+      std::cout << "check skipped: "
+                << (options.check ? "no phase was checked (see the note above)" : "--no-check")
+                << "\n";
+    }
   }
   for (const std::string& failure : failures) {
     std::cerr << "error: max abs error above tolerance " << format_error(tolerance) << " in "
