@@ -1,5 +1,5 @@
-// The C ABI entry points of libattnrt.so (attnrt.h). Each one validates its arguments, runs inside a
-// guard that turns every exception into a status, and records the message for the calling thread.
+// The C ABI entry points of libattnrt.so (attnrt.h). Each one validates its arguments, runs inside
+// a guard that turns every exception into a status, and records the message for the calling thread.
 #include <cstddef>
 #include <exception>
 #include <new>
@@ -38,7 +38,8 @@ attnrt_status Guard(F&& body) {
 }
 
 Status NullArgument(const char* name) {
-  return attnrt::core::InvalidArgument(std::string(name) + ": expected a non-NULL pointer, got NULL");
+  return attnrt::core::InvalidArgument(std::string(name) +
+                                       ": expected a non-NULL pointer, got NULL");
 }
 
 // Output structs carry the caller's struct_size: it must cover what this library writes.
@@ -46,10 +47,9 @@ template <typename T>
 Status CheckOutStruct(const T* out, const char* name) {
   if (out == nullptr) return NullArgument(name);
   if (out->struct_size < sizeof(T)) {
-    return attnrt::core::AbiMismatch(std::string(name) + "->struct_size: expected at least " +
-                                     std::to_string(sizeof(T)) + ", got " +
-                                     std::to_string(out->struct_size) +
-                                     "; set it to sizeof the struct");
+    return attnrt::core::AbiMismatch(
+        std::string(name) + "->struct_size: expected at least " + std::to_string(sizeof(T)) +
+        ", got " + std::to_string(out->struct_size) + "; set it to sizeof the struct");
   }
   return Status::Ok();
 }
@@ -155,7 +155,8 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtim
     ATTNRT_REQUIRE(out_key);
     ATTNRT_REQUIRE(out_value);
     const auto& plugins = runtime->state->plugins();
-    if (plugin_index >= plugins.size()) return IndexNotFound("plugin", plugin_index, plugins.size());
+    if (plugin_index >= plugins.size())
+      return IndexNotFound("plugin", plugin_index, plugins.size());
     const auto& facts = plugins[plugin_index]->facts;
     if (fact_index >= facts.size()) return IndexNotFound("fact", fact_index, facts.size());
     *out_key = facts[fact_index].first.c_str();
@@ -171,9 +172,11 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runt
     ATTNRT_REQUIRE(runtime);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
     const auto& plugins = runtime->state->plugins();
-    if (plugin_index >= plugins.size()) return IndexNotFound("plugin", plugin_index, plugins.size());
+    if (plugin_index >= plugins.size())
+      return IndexNotFound("plugin", plugin_index, plugins.size());
     const auto& kernels = plugins[plugin_index]->kernels;
-    if (kernel_index >= kernels.size()) return IndexNotFound("kernel", kernel_index, kernels.size());
+    if (kernel_index >= kernels.size())
+      return IndexNotFound("kernel", kernel_index, kernels.size());
     const auto& k = kernels[kernel_index];
     const size_t struct_size = out_info->struct_size;
     *out_info = attnrt_kernel_info{};
@@ -238,8 +241,7 @@ ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* cons
     *out_plan = nullptr;
     ATTNRT_REQUIRE(op);
     std::shared_ptr<const attnrt::core::PlanImpl> plan;
-    ATTNRT_RETURN_IF_ERROR(
-        op->impl->Plan({inputs, num_inputs}, {outputs, num_outputs}, &plan));
+    ATTNRT_RETURN_IF_ERROR(op->impl->Plan({inputs, num_inputs}, {outputs, num_outputs}, &plan));
     *out_plan = new attnrt_plan{std::move(plan)};
     return Status::Ok();
   });
@@ -247,8 +249,7 @@ ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* cons
 
 ATTNRT_API void attnrt_plan_release(attnrt_plan* plan) { delete plan; }
 
-ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan,
-                                              attnrt_plan_info* out_info) {
+ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_plan_info* out_info) {
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(plan);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
@@ -265,8 +266,8 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan,
 
 ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor* const* inputs,
                                          size_t num_inputs, const attnrt_tensor* const* outputs,
-                                         size_t num_outputs, void* workspace,
-                                         size_t workspace_size, void* stream) {
+                                         size_t num_outputs, void* workspace, size_t workspace_size,
+                                         void* stream) {
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(plan);
     return plan->impl->Run({inputs, num_inputs}, {outputs, num_outputs}, workspace, workspace_size,

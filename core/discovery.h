@@ -1,6 +1,6 @@
-// Plugin discovery (DESIGN §3): candidate files libattnrt_*.so in the configured folders, loaded with
-// Boost.DLL, ABI-checked, initialized and probed. A file that fails any step becomes a Diagnostic
-// naming the file and the reason; discovery itself never fails.
+// Plugin discovery (DESIGN §3): candidate files libattnrt_*.so in the configured folders, loaded
+// with Boost.DLL, ABI-checked, initialized and probed. A file that fails any step becomes a
+// Diagnostic naming the file and the reason; discovery itself never fails.
 #pragma once
 
 #include <memory>

@@ -49,8 +49,8 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
     Candidate candidate{kernel, ATTNRT_CANDIDATE_DECLINED, ""};
     if (!kernel->plugin->available) {
       candidate.status = ATTNRT_CANDIDATE_UNAVAILABLE;
-      candidate.reason = "plugin '" + kernel->plugin->name + "' unavailable: " +
-                         kernel->plugin->reason;
+      candidate.reason =
+          "plugin '" + kernel->plugin->name + "' unavailable: " + kernel->plugin->reason;
     } else if (kernel->device_type != device_type) {
       candidate.status = ATTNRT_CANDIDATE_WRONG_DEVICE;
       candidate.reason = std::string("runs on ") + DeviceName(kernel->device_type) +

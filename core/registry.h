@@ -27,8 +27,8 @@ class Registry {
 
   // Evaluates every kernel of the op against a validated problem: the first acceptable one is
   // SELECTED, later acceptable ones ELIGIBLE, the others carry their status and reason.
-  std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind,
-                                  int32_t device_type, const void* problem) const;
+  std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind, int32_t device_type,
+                                  const void* problem) const;
 
  private:
   std::vector<const KernelRecord*> ranked_;

@@ -16,8 +16,7 @@ namespace attnrt::core {
 
 class RuntimeState {
  public:
-  static Status Create(const attnrt_runtime_options* options,
-                       std::shared_ptr<RuntimeState>* out);
+  static Status Create(const attnrt_runtime_options* options, std::shared_ptr<RuntimeState>* out);
   ~RuntimeState();
 
   const RuntimeConfig& config() const { return config_; }

@@ -34,8 +34,8 @@ inline Status Internal(std::string message) { return {ATTNRT_ERROR_INTERNAL, std
 
 }  // namespace attnrt::core
 
-#define ATTNRT_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::attnrt::core::Status _st = (expr);      \
-    if (!_st.ok()) return _st;                \
+#define ATTNRT_RETURN_IF_ERROR(expr)     \
+  do {                                   \
+    ::attnrt::core::Status _st = (expr); \
+    if (!_st.ok()) return _st;           \
   } while (0)

@@ -94,9 +94,8 @@ void ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void
   while (RunOneChunk(*job)) {
   }
   std::unique_lock<std::mutex> lock(job->done_mutex);
-  job->done_cv.wait(lock, [&] {
-    return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks;
-  });
+  job->done_cv.wait(
+      lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
 }
 
 }  // namespace attnrt::core

@@ -5,25 +5,24 @@
  *
  * Lifecycle:  attnrt_runtime_create  → discovers and loads plugins, ranks their kernels
  *             attnrt_op_create       → an op (e.g. GroupQueryAttention) from validated attributes
- *             attnrt_op_plan         → full shape validation, kernel choice, workspace size; cached by
- *                                      shape signature, so a decode loop with fixed shapes re-plans nothing
- *             attnrt_plan_run        → value checks (seqlens_k, total_sequence_length, positions) and the
- *                                      kernel, on caller-provided tensors and workspace
- *             attnrt_op_explain      → every registered kernel in rank order with "selected",
- *                                      "eligible" or the reason it declines
+ *             attnrt_op_plan         → full shape validation, kernel choice, workspace size; cached
+ * by shape signature, so a decode loop with fixed shapes re-plans nothing attnrt_plan_run        →
+ * value checks (seqlens_k, total_sequence_length, positions) and the kernel, on caller-provided
+ * tensors and workspace attnrt_op_explain      → every registered kernel in rank order with
+ * "selected", "eligible" or the reason it declines
  *
- * Errors: every entry point returns an attnrt_status. On failure a message for the calling thread names
- * the offending input, the expected and the actual value: attnrt_last_error_message(). Nothing throws
- * across this ABI, nothing aborts; a failing run leaves its outputs untouched unless the message says
- * otherwise.
+ * Errors: every entry point returns an attnrt_status. On failure a message for the calling thread
+ * names the offending input, the expected and the actual value: attnrt_last_error_message().
+ * Nothing throws across this ABI, nothing aborts; a failing run leaves its outputs untouched unless
+ * the message says otherwise.
  *
- * Versioning: ATTNRT_ABI_VERSION_MAJOR changes break compatibility; MINOR changes only append fields or
- * functions. Every struct that crosses the ABI begins with `size_t struct_size`, set by the caller to
- * sizeof(the struct as it knows it), so either side can grow a struct (the PJRT C API pattern).
- * attnrt_tensor is the one exception: its layout is DLPack's DLTensor, frozen by DLPack.
+ * Versioning: ATTNRT_ABI_VERSION_MAJOR changes break compatibility; MINOR changes only append
+ * fields or functions. Every struct that crosses the ABI begins with `size_t struct_size`, set by
+ * the caller to sizeof(the struct as it knows it), so either side can grow a struct (the PJRT C API
+ * pattern). attnrt_tensor is the one exception: its layout is DLPack's DLTensor, frozen by DLPack.
  *
- * Thread safety: a runtime, its ops and plans may be used from several threads at once (plan and run
- * are safe concurrently). Destroying a handle while another thread uses it is not.
+ * Thread safety: a runtime, its ops and plans may be used from several threads at once (plan and
+ * run are safe concurrently). Destroying a handle while another thread uses it is not.
  */
 #ifndef ATTNRT_ATTNRT_H_
 #define ATTNRT_ATTNRT_H_
@@ -48,9 +47,11 @@ extern "C" {
 #define ATTNRT_ABI_VERSION_MAJOR 1
 #define ATTNRT_ABI_VERSION_MINOR 0
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Status                                                                                           */
-/* ------------------------------------------------------------------------------------------------ */
+/* ------------------------------------------------------------------------------------------------
+ */
+/* Status */
+/* ------------------------------------------------------------------------------------------------
+ */
 
 /** Result of every entry point. ATTNRT_OK is 0; everything else comes with a message. */
 typedef enum attnrt_status {
@@ -74,8 +75,8 @@ typedef enum attnrt_status {
 } attnrt_status;
 
 /**
- * Message of the last failing call made on this thread (UTF-8, NUL-terminated). Valid until the next
- * attnrt call on the same thread. Returns "" when the last call succeeded. Never NULL.
+ * Message of the last failing call made on this thread (UTF-8, NUL-terminated). Valid until the
+ * next attnrt call on the same thread. Returns "" when the last call succeeded. Never NULL.
  */
 ATTNRT_API const char* attnrt_last_error_message(void);
 
@@ -86,14 +87,16 @@ ATTNRT_API const char* attnrt_status_name(attnrt_status status);
 ATTNRT_API const char* attnrt_version_string(void);
 ATTNRT_API void attnrt_abi_version(uint32_t* major, uint32_t* minor);
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Tensors (DLPack-shaped)                                                                          */
-/* ------------------------------------------------------------------------------------------------ */
+/* ------------------------------------------------------------------------------------------------
+ */
+/* Tensors (DLPack-shaped) */
+/* ------------------------------------------------------------------------------------------------
+ */
 
 /** Device types; values are DLPack's DLDeviceType. */
 typedef enum attnrt_device_type {
-  ATTNRT_DEVICE_CPU = 1,  /* kDLCPU */
-  ATTNRT_DEVICE_CUDA = 2  /* kDLCUDA */
+  ATTNRT_DEVICE_CPU = 1, /* kDLCPU */
+  ATTNRT_DEVICE_CUDA = 2 /* kDLCUDA */
 } attnrt_device_type;
 
 /** Same layout as DLPack's DLDevice. */
@@ -146,9 +149,11 @@ typedef struct attnrt_tensor {
  *  "float8_e4m3fn", "float8_e8m0fnu", "int4", or "unknown"). Never NULL. */
 ATTNRT_API const char* attnrt_dtype_name(attnrt_dtype dtype);
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Runtime                                                                                          */
-/* ------------------------------------------------------------------------------------------------ */
+/* ------------------------------------------------------------------------------------------------
+ */
+/* Runtime */
+/* ------------------------------------------------------------------------------------------------
+ */
 
 typedef struct attnrt_runtime attnrt_runtime;
 typedef struct attnrt_op attnrt_op;
@@ -177,7 +182,8 @@ typedef struct attnrt_runtime_options {
   /** 1 (default): then search ATTNRT_PLUGIN_PATH and attnrt/plugins beside libattnrt.so.
    *  0: search plugin_paths only. */
   int32_t search_default_paths;
-  /** Comma-separated globs of kernel names allowed to run (pins); NULL = ATTNRT_KERNEL; "" = none. */
+  /** Comma-separated globs of kernel names allowed to run (pins); NULL = ATTNRT_KERNEL; "" = none.
+   */
   const char* kernel;
   /** Comma-separated globs of kernel names excluded; NULL = ATTNRT_DISABLE; "" = none. */
   const char* disable;
@@ -197,10 +203,10 @@ ATTNRT_API void attnrt_runtime_options_init(attnrt_runtime_options* options);
 
 /**
  * Creates a runtime: discovers plugins (options paths, ATTNRT_PLUGIN_PATH, attnrt/plugins beside
- * libattnrt.so), checks their ABI, initializes and probes them, ranks their kernels. A broken plugin
- * file is skipped and recorded as a diagnostic; it never fails creation.
- * options may be NULL (all defaults). Errors: INVALID_ARGUMENT (NULL out, bad option value),
- * ABI_MISMATCH (struct_size), OUT_OF_MEMORY.
+ * libattnrt.so), checks their ABI, initializes and probes them, ranks their kernels. A broken
+ * plugin file is skipped and recorded as a diagnostic; it never fails creation. options may be NULL
+ * (all defaults). Errors: INVALID_ARGUMENT (NULL out, bad option value), ABI_MISMATCH
+ * (struct_size), OUT_OF_MEMORY.
  */
 ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* options,
                                                attnrt_runtime** out_runtime);
@@ -246,24 +252,28 @@ typedef struct attnrt_diagnostic {
   const char* message;
 } attnrt_diagnostic;
 
-ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runtime, size_t* out_count);
+ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runtime,
+                                                     size_t* out_count);
 /** Errors: NOT_FOUND when index >= count; ABI_MISMATCH when out->struct_size is too small. */
 ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtime, size_t index,
                                                     attnrt_plugin_info* out_info);
-ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtime, size_t plugin_index,
-                                                    size_t fact_index, const char** out_key,
-                                                    const char** out_value);
+ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtime,
+                                                    size_t plugin_index, size_t fact_index,
+                                                    const char** out_key, const char** out_value);
 /** Kernels of a plugin, in rank order (priority descending, then name). */
-ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runtime, size_t plugin_index,
-                                                      size_t kernel_index, attnrt_kernel_info* out_info);
+ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runtime,
+                                                      size_t plugin_index, size_t kernel_index,
+                                                      attnrt_kernel_info* out_info);
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* runtime,
                                                          size_t* out_count);
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime, size_t index,
                                                    attnrt_diagnostic* out_diagnostic);
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Ops, plans, runs                                                                                 */
-/* ------------------------------------------------------------------------------------------------ */
+/* ------------------------------------------------------------------------------------------------
+ */
+/* Ops, plans, runs */
+/* ------------------------------------------------------------------------------------------------
+ */
 
 /** Op families. The attribute struct for each is in attnrt/ops/<family>.h. */
 typedef enum attnrt_op_kind {
@@ -281,8 +291,8 @@ ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
  * struct_size (a caller built against a newer minor version) is accepted and the fields beyond
  * this library's struct are ignored; newer fields therefore default to "off" when zero.
  */
-ATTNRT_API attnrt_status attnrt_op_create(attnrt_runtime* runtime, int32_t kind, const void* attributes,
-                                          attnrt_op** out_op);
+ATTNRT_API attnrt_status attnrt_op_create(attnrt_runtime* runtime, int32_t kind,
+                                          const void* attributes, attnrt_op** out_op);
 /** NULL is ignored. Plans made from the op stay valid. */
 ATTNRT_API void attnrt_op_destroy(attnrt_op* op);
 
@@ -292,8 +302,8 @@ ATTNRT_API void attnrt_op_destroy(attnrt_op* op);
  * shapes, dtypes, devices and strides are read here, never data. Validates every shape, picks the
  * highest-ranked kernel that accepts them, sizes the workspace. A plan for the same shape signature
  * is returned from the op's cache. The caller releases the returned reference with
- * attnrt_plan_release. Errors: INVALID_ARGUMENT (the message names the input), UNSUPPORTED (no kernel
- * accepts; the message lists each candidate with its reason).
+ * attnrt_plan_release. Errors: INVALID_ARGUMENT (the message names the input), UNSUPPORTED (no
+ * kernel accepts; the message lists each candidate with its reason).
  */
 ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* const* inputs,
                                         size_t num_inputs, const attnrt_tensor* const* outputs,
@@ -305,10 +315,10 @@ ATTNRT_API void attnrt_plan_release(attnrt_plan* plan);
 /** What a plan decided. Strings live as long as the plan. */
 typedef struct attnrt_plan_info {
   size_t struct_size;
-  const char* kernel;      /* chosen kernel name */
-  size_t workspace_size;   /* bytes the caller passes to attnrt_plan_run (may be 0) */
+  const char* kernel;    /* chosen kernel name */
+  size_t workspace_size; /* bytes the caller passes to attnrt_plan_run (may be 0) */
   size_t workspace_alignment;
-  const char* signature;   /* the shape signature the plan was made for, human-readable */
+  const char* signature; /* the shape signature the plan was made for, human-readable */
 } attnrt_plan_info;
 
 ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_plan_info* out_info);
@@ -317,8 +327,8 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
  * Runs a plan. The tensors must have the shapes, dtypes and strides the plan was made for
  * (PLAN_MISMATCH otherwise). Values that bound memory accesses (seqlens_k, total_sequence_length,
  * position_ids) are checked before any output is written (INVALID_ARGUMENT). `workspace` must hold
- * workspace_size bytes aligned to workspace_alignment; NULL lets the runtime allocate it for this call.
- * `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
+ * workspace_size bytes aligned to workspace_alignment; NULL lets the runtime allocate it for this
+ * call. `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
  */
 ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor* const* inputs,
                                          size_t num_inputs, const attnrt_tensor* const* outputs,
@@ -329,9 +339,11 @@ ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor*
 ATTNRT_API attnrt_status attnrt_op_plan_cache_stats(const attnrt_op* op, uint64_t* out_hits,
                                                     uint64_t* out_misses);
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Explain                                                                                          */
-/* ------------------------------------------------------------------------------------------------ */
+/* ------------------------------------------------------------------------------------------------
+ */
+/* Explain */
+/* ------------------------------------------------------------------------------------------------
+ */
 
 /** Why a kernel is or is not the one that runs. */
 typedef enum attnrt_candidate_status {
@@ -348,7 +360,7 @@ typedef struct attnrt_candidate {
   size_t struct_size;
   const char* kernel;
   int32_t priority;
-  int32_t status; /* attnrt_candidate_status */
+  int32_t status;     /* attnrt_candidate_status */
   const char* reason; /* "" for SELECTED and ELIGIBLE */
 } attnrt_candidate;
 
@@ -362,11 +374,13 @@ ATTNRT_API const char* attnrt_candidate_status_name(int32_t status);
  */
 ATTNRT_API attnrt_status attnrt_op_explain(attnrt_op* op, const attnrt_tensor* const* inputs,
                                            size_t num_inputs, const attnrt_tensor* const* outputs,
-                                           size_t num_outputs, attnrt_explanation** out_explanation);
+                                           size_t num_outputs,
+                                           attnrt_explanation** out_explanation);
 ATTNRT_API attnrt_status attnrt_explanation_count(const attnrt_explanation* explanation,
                                                   size_t* out_count);
 ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* explanation,
-                                                      size_t index, attnrt_candidate* out_candidate);
+                                                      size_t index,
+                                                      attnrt_candidate* out_candidate);
 ATTNRT_API void attnrt_explanation_destroy(attnrt_explanation* explanation);
 
 #ifdef __cplusplus

@@ -3,17 +3,18 @@
  * descriptors and the host services the runtime hands to a plugin.
  *
  * A plugin is a shared library named libattnrt_<name>.so exporting exactly one C function,
- * ATTNRT_PLUGIN_ENTRY_NAME (attnrt_plugin_query). Build it with -fvisibility=hidden and mark only that
- * function with ATTNRT_PLUGIN_EXPORT. The runtime:
+ * ATTNRT_PLUGIN_ENTRY_NAME (attnrt_plugin_query). Build it with -fvisibility=hidden and mark only
+ * that function with ATTNRT_PLUGIN_EXPORT. The runtime:
  *   1. resolves attnrt_plugin_query and calls it with its ABI version;
  *   2. refuses the table if abi_major differs (diagnostic, plugin skipped);
  *   3. calls init(host) → plugin context; then probe(context) → available or why not, plus facts;
  *   4. reads kernel descriptors; kernels are ranked by priority (higher first), then name.
- * Any failure in these steps skips the plugin with a diagnostic naming the file; the process goes on.
+ * Any failure in these steps skips the plugin with a diagnostic naming the file; the process goes
+ * on.
  *
  * Rules for plugins: never throw or abort across this ABI; never start threads (use
- * host->parallel_for); probe() runs code compiled for the baseline ISA and checks that the OS enables
- * the register state (XCR0), not only CPUID; strings returned stay valid until shutdown().
+ * host->parallel_for); probe() runs code compiled for the baseline ISA and checks that the OS
+ * enables the register state (XCR0), not only CPUID; strings returned stay valid until shutdown().
  *
  * Pure C11; only <stddef.h>, <stdint.h>, <stdbool.h> and attnrt.h.
  */
@@ -90,7 +91,8 @@ typedef struct attnrt_kernel_desc {
   int32_t priority;    /* higher is tried first */
   /** 1 if the kernel computes this problem exactly; else 0 with the reason written to `reason`
    *  (NUL-terminated, truncated to reason_capacity). */
-  int32_t (*supports)(void* plugin_context, const void* problem, char* reason, size_t reason_capacity);
+  int32_t (*supports)(void* plugin_context, const void* problem, char* reason,
+                      size_t reason_capacity);
   /** Workspace bytes run() needs for this problem (may be 0). */
   size_t (*workspace_size)(void* plugin_context, const void* problem);
   /** Computes the op. Returns an attnrt_status; on failure writes a message to `error`. */
@@ -100,7 +102,7 @@ typedef struct attnrt_kernel_desc {
 /** The table a plugin returns. Append-only: new members go at the end (struct_size tells). */
 typedef struct attnrt_plugin_api {
   size_t struct_size;
-  uint32_t abi_major;  /* ATTNRT_ABI_VERSION_MAJOR the plugin was built with */
+  uint32_t abi_major; /* ATTNRT_ABI_VERSION_MAJOR the plugin was built with */
   uint32_t abi_minor;
   const char* name;    /* unique plugin name, e.g. "cpu_x86" */
   const char* version; /* plugin version string */

@@ -12,10 +12,22 @@ namespace {
 
 constexpr size_t kErrorCapacity = 1024;
 
-constexpr const char* kInputNames[ATTNRT_GQA_NUM_INPUTS] = {
-    "query",      "key",          "value",          "past_key",  "past_value",   "seqlens_k",
-    "total_sequence_length",      "cos_cache",      "sin_cache", "position_ids", "attention_bias",
-    "head_sink",  "k_scale",      "v_scale",        "q_norm_weight",             "k_norm_weight"};
+constexpr const char* kInputNames[ATTNRT_GQA_NUM_INPUTS] = {"query",
+                                                            "key",
+                                                            "value",
+                                                            "past_key",
+                                                            "past_value",
+                                                            "seqlens_k",
+                                                            "total_sequence_length",
+                                                            "cos_cache",
+                                                            "sin_cache",
+                                                            "position_ids",
+                                                            "attention_bias",
+                                                            "head_sink",
+                                                            "k_scale",
+                                                            "v_scale",
+                                                            "q_norm_weight",
+                                                            "k_norm_weight"};
 constexpr const char* kOutputNames[ATTNRT_GQA_NUM_OUTPUTS] = {"output", "present_key",
                                                               "present_value", "output_qk"};
 
@@ -29,8 +41,8 @@ class GqaProblem final : public Problem {
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
     attnrt_gqa_args args{};
-    ATTNRT_RETURN_IF_ERROR(gqa::ValidateRun(problem_, inputs.tensors, inputs.count,
-                                            outputs.tensors, outputs.count, &args));
+    ATTNRT_RETURN_IF_ERROR(gqa::ValidateRun(problem_, inputs.tensors, inputs.count, outputs.tensors,
+                                            outputs.count, &args));
     args.workspace = workspace;
     args.workspace_size = workspace_size;
     args.stream = stream;
@@ -89,8 +101,8 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
       return Status::Ok();
     }
     default:
-      return InvalidArgument("kind: unknown op kind " + std::to_string(kind) + " (known: " +
-                             std::to_string(ATTNRT_OP_GQA) + " = gqa)");
+      return InvalidArgument("kind: unknown op kind " + std::to_string(kind) +
+                             " (known: " + std::to_string(ATTNRT_OP_GQA) + " = gqa)");
   }
 }
 

@@ -3,8 +3,8 @@
  * problem and run arguments a kernel receives.
  *
  * Semantics: ONNX Runtime's com.microsoft.GroupQueryAttention (onnxruntime 1.30, CPU execution
- * provider), exactly; seed documents 000 (CPU GQA, quantized KV cache, flash paths) and 004 (operator
- * schema, CUDA backends). Notation: B batch_size, S sequence_length (new query tokens),
+ * provider), exactly; seed documents 000 (CPU GQA, quantized KV cache, flash paths) and 004
+ * (operator schema, CUDA backends). Notation: B batch_size, S sequence_length (new query tokens),
  * L kv_sequence_length, N num_heads, Nkv kv_num_heads, H head_size, P past buffer length,
  * T total_sequence_length, T_b = seqlens_k[b] + 1.
  *
@@ -21,20 +21,21 @@ extern "C" {
 
 /** Input positions (ONNX Runtime's). Absent optional inputs are NULL. */
 typedef enum attnrt_gqa_input {
-  ATTNRT_GQA_INPUT_QUERY = 0,        /* T (B,S,N*H), or packed QKV (B,S,(N+2*Nkv)*H) */
-  ATTNRT_GQA_INPUT_KEY = 1,          /* T (B,L,Nkv*H); NULL => packed QKV */
-  ATTNRT_GQA_INPUT_VALUE = 2,        /* T (B,L,Nkv*H); NULL iff key NULL */
-  ATTNRT_GQA_INPUT_PAST_KEY = 3,     /* T_CACHE BNSH (B,Nkv,P,H) (H/2 bytes per row for int4 in uint8) */
-  ATTNRT_GQA_INPUT_PAST_VALUE = 4,   /* as past_key */
-  ATTNRT_GQA_INPUT_SEQLENS_K = 5,    /* int32 (B) on the host: total length - 1 per batch; required */
+  ATTNRT_GQA_INPUT_QUERY = 0, /* T (B,S,N*H), or packed QKV (B,S,(N+2*Nkv)*H) */
+  ATTNRT_GQA_INPUT_KEY = 1,   /* T (B,L,Nkv*H); NULL => packed QKV */
+  ATTNRT_GQA_INPUT_VALUE = 2, /* T (B,L,Nkv*H); NULL iff key NULL */
+  ATTNRT_GQA_INPUT_PAST_KEY =
+      3, /* T_CACHE BNSH (B,Nkv,P,H) (H/2 bytes per row for int4 in uint8) */
+  ATTNRT_GQA_INPUT_PAST_VALUE = 4, /* as past_key */
+  ATTNRT_GQA_INPUT_SEQLENS_K = 5,  /* int32 (B) on the host: total length - 1 per batch; required */
   ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH = 6, /* int32, one element, on the host; required */
-  ATTNRT_GQA_INPUT_COS_CACHE = 7,    /* T (M, R/2) */
-  ATTNRT_GQA_INPUT_SIN_CACHE = 8,    /* T (M, R/2) */
-  ATTNRT_GQA_INPUT_POSITION_IDS = 9, /* int64 (B, >=S) */
-  ATTNRT_GQA_INPUT_ATTENTION_BIAS = 10, /* T (B|1, N|1, S, T) additive */
-  ATTNRT_GQA_INPUT_HEAD_SINK = 11,   /* T (N) */
-  ATTNRT_GQA_INPUT_K_SCALE = 12,     /* float32, 1 (PER_TENSOR) or Nkv*H (PER_CHANNEL) elements */
-  ATTNRT_GQA_INPUT_V_SCALE = 13,     /* float32, as k_scale */
+  ATTNRT_GQA_INPUT_COS_CACHE = 7,             /* T (M, R/2) */
+  ATTNRT_GQA_INPUT_SIN_CACHE = 8,             /* T (M, R/2) */
+  ATTNRT_GQA_INPUT_POSITION_IDS = 9,          /* int64 (B, >=S) */
+  ATTNRT_GQA_INPUT_ATTENTION_BIAS = 10,       /* T (B|1, N|1, S, T) additive */
+  ATTNRT_GQA_INPUT_HEAD_SINK = 11,            /* T (N) */
+  ATTNRT_GQA_INPUT_K_SCALE = 12,       /* float32, 1 (PER_TENSOR) or Nkv*H (PER_CHANNEL) elements */
+  ATTNRT_GQA_INPUT_V_SCALE = 13,       /* float32, as k_scale */
   ATTNRT_GQA_INPUT_Q_NORM_WEIGHT = 14, /* T (H); rejected on CPU, as by the reference */
   ATTNRT_GQA_INPUT_K_NORM_WEIGHT = 15, /* T (H); rejected on CPU, as by the reference */
   ATTNRT_GQA_NUM_INPUTS = 16
@@ -64,18 +65,19 @@ typedef enum attnrt_gqa_qk_output {
 } attnrt_gqa_qk_output;
 
 /**
- * Every attribute of com.microsoft.GroupQueryAttention, with the reference's defaults (set them with
- * attnrt_gqa_attributes_init). Validated by attnrt_op_create in the reference's order.
+ * Every attribute of com.microsoft.GroupQueryAttention, with the reference's defaults (set them
+ * with attnrt_gqa_attributes_init). Validated by attnrt_op_create in the reference's order.
  */
 typedef struct attnrt_gqa_attributes {
   size_t struct_size;
-  int32_t num_heads;            /* N > 0; required */
-  int32_t kv_num_heads;         /* Nkv > 0, N % Nkv == 0; required */
-  int32_t causal;               /* 1 (default) causal, 0 bidirectional (then local_window_size == -1) */
-  float scale;                  /* 0 (default) => 1/sqrt(H); any other value used as given */
-  float softcap;                /* applied as softcap*tanh(x/softcap) only when > 0; default 0 */
-  int32_t local_window_size;    /* W >= 0: each query sees the W keys ending at itself; < 0 off (-1) */
-  int32_t sliding_window_cache; /* 1: window-sized ring cache (needs local_window_size > 0); default 0 */
+  int32_t num_heads;    /* N > 0; required */
+  int32_t kv_num_heads; /* Nkv > 0, N % Nkv == 0; required */
+  int32_t causal;       /* 1 (default) causal, 0 bidirectional (then local_window_size == -1) */
+  float scale;          /* 0 (default) => 1/sqrt(H); any other value used as given */
+  float softcap;        /* applied as softcap*tanh(x/softcap) only when > 0; default 0 */
+  int32_t local_window_size; /* W >= 0: each query sees the W keys ending at itself; < 0 off (-1) */
+  int32_t sliding_window_cache; /* 1: window-sized ring cache (needs local_window_size > 0); default
+                                   0 */
   int32_t do_rotary;            /* 1: RoPE on Q and new K from cos_cache/sin_cache; default 0 */
   int32_t rotary_interleaved;   /* 1: interleaved pairs (2i,2i+1); 0: half-split; default 0 */
   int32_t smooth_softmax;       /* 1: softmax with an extra zero logit (or head_sink); default -1 */
@@ -107,8 +109,8 @@ static inline void attnrt_gqa_attributes_init(attnrt_gqa_attributes* a) {
 }
 
 /**
- * The validated problem a kernel's supports() and workspace_size() receive: shapes only, never data.
- * Built by the core after full validation, so every field is consistent.
+ * The validated problem a kernel's supports() and workspace_size() receive: shapes only, never
+ * data. Built by the core after full validation, so every field is consistent.
  */
 typedef struct attnrt_gqa_problem {
   size_t struct_size;
@@ -127,17 +129,17 @@ typedef struct attnrt_gqa_problem {
   bool packed_qkv;
   bool has_past;
   bool has_present;
-  bool has_rotary_cache;           /* cos_cache and sin_cache given */
-  int64_t rotary_cache_length;     /* M = cos_cache.shape[0] */
-  int64_t rotary_dim;              /* R = 2 * cos_cache.shape[1] */
+  bool has_rotary_cache;       /* cos_cache and sin_cache given */
+  int64_t rotary_cache_length; /* M = cos_cache.shape[0] */
+  int64_t rotary_dim;          /* R = 2 * cos_cache.shape[1] */
   bool has_position_ids;
-  int64_t position_ids_length;     /* position_ids.shape[1] */
+  int64_t position_ids_length; /* position_ids.shape[1] */
   bool has_attention_bias;
   bool attention_bias_broadcast_batch; /* attention_bias.shape[0] == 1 */
   bool attention_bias_broadcast_heads; /* attention_bias.shape[1] == 1 */
   int64_t attention_bias_total_length; /* attention_bias.shape[3] */
   bool has_head_sink;
-  int64_t k_scale_count;           /* 0 when absent */
+  int64_t k_scale_count; /* 0 when absent */
   int64_t v_scale_count;
   bool has_output_qk;
 } attnrt_gqa_problem;
@@ -150,9 +152,9 @@ typedef enum attnrt_gqa_phase {
 } attnrt_gqa_phase;
 
 /**
- * What a kernel's run() receives: the problem it was planned for, resolved data pointers (byte_offset
- * applied; NULL = absent) and run-time values, all validated by the core before the call.
- * Every seqlens_k[b] lies in [0, present or past length), every position in range.
+ * What a kernel's run() receives: the problem it was planned for, resolved data pointers
+ * (byte_offset applied; NULL = absent) and run-time values, all validated by the core before the
+ * call. Every seqlens_k[b] lies in [0, present or past length), every position in range.
  */
 typedef struct attnrt_gqa_args {
   size_t struct_size;
