@@ -12,25 +12,6 @@ namespace {
 
 constexpr size_t kErrorCapacity = 1024;
 
-constexpr const char* kInputNames[ATTNRT_GQA_NUM_INPUTS] = {"query",
-                                                            "key",
-                                                            "value",
-                                                            "past_key",
-                                                            "past_value",
-                                                            "seqlens_k",
-                                                            "total_sequence_length",
-                                                            "cos_cache",
-                                                            "sin_cache",
-                                                            "position_ids",
-                                                            "attention_bias",
-                                                            "head_sink",
-                                                            "k_scale",
-                                                            "v_scale",
-                                                            "q_norm_weight",
-                                                            "k_norm_weight"};
-constexpr const char* kOutputNames[ATTNRT_GQA_NUM_OUTPUTS] = {"output", "present_key",
-                                                              "present_value", "output_qk"};
-
 class GqaProblem final : public Problem {
  public:
   explicit GqaProblem(const attnrt_gqa_problem& problem) : problem_(problem) {}
@@ -70,12 +51,8 @@ class GqaFamily final : public OpFamily {
   int32_t kind() const override { return ATTNRT_OP_GQA; }
   size_t max_inputs() const override { return ATTNRT_GQA_NUM_INPUTS; }
   size_t max_outputs() const override { return ATTNRT_GQA_NUM_OUTPUTS; }
-  const char* input_name(size_t index) const override {
-    return index < ATTNRT_GQA_NUM_INPUTS ? kInputNames[index] : "?";
-  }
-  const char* output_name(size_t index) const override {
-    return index < ATTNRT_GQA_NUM_OUTPUTS ? kOutputNames[index] : "?";
-  }
+  const char* input_name(size_t index) const override { return gqa::InputName(index); }
+  const char* output_name(size_t index) const override { return gqa::OutputName(index); }
 
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {

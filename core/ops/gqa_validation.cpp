@@ -174,7 +174,7 @@ Status CheckCacheDtype(const attnrt_tensor& t, const char* name, const attnrt_gq
     if (DtypeEquals(t.dtype, kInt8) || DtypeEquals(t.dtype, kFloat8E4M3FN)) return Status::Ok();
     return InvalidArgument(
         StrCat(name, ": expected dtype int8 or float8_e4m3fn for an 8-bit quantized KV cache, got ",
-               DtypeName(t.dtype)));
+               attnrt_dtype_name(t.dtype)));
   }
   return CheckDtype(t, name, kUInt8,
                     "int4 values packed two per byte for a 4-bit quantized KV cache");
@@ -210,7 +210,7 @@ Status CheckTensorDtype(const Tensors& t, bool is_input, int index,
         return Status::Ok();
       }
       return InvalidArgument(
-          StrCat("query: expected dtype float32, float16 or bfloat16, got ", DtypeName(T)));
+          StrCat("query: expected dtype float32, float16 or bfloat16, got ", attnrt_dtype_name(T)));
     case ATTNRT_GQA_INPUT_PAST_KEY:
       return CheckCacheDtype(x, name, a, T);
     case ATTNRT_GQA_INPUT_PAST_VALUE:
@@ -1099,6 +1099,14 @@ Status ValidateRun(const attnrt_gqa_problem& problem, const attnrt_tensor* const
   } catch (...) {
     return Internal("GroupQueryAttention: unexpected exception in ValidateRun");
   }
+}
+
+const char* InputName(size_t index) {
+  return index < ATTNRT_GQA_NUM_INPUTS ? kInputNames[index] : "?";
+}
+
+const char* OutputName(size_t index) {
+  return index < ATTNRT_GQA_NUM_OUTPUTS ? kOutputNames[index] : "?";
 }
 
 }  // namespace attnrt::core::gqa

@@ -35,4 +35,9 @@ Status ValidateRun(const attnrt_gqa_problem& problem, const attnrt_tensor* const
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_gqa_args* out);
 
+// ONNX Runtime's names of the inputs and outputs by position ("query", ..., "output_qk"); "?" out
+// of range.
+const char* InputName(size_t index);
+const char* OutputName(size_t index);
+
 }  // namespace attnrt::core::gqa

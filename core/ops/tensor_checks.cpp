@@ -6,31 +6,8 @@ bool DtypeEquals(attnrt_dtype a, attnrt_dtype b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
-const char* DtypeName(attnrt_dtype dtype) {
-  struct Named {
-    attnrt_dtype dtype;
-    const char* name;
-  };
-  static constexpr Named kNames[] = {
-      {kFloat32, "float32"},
-      {kFloat16, "float16"},
-      {kBFloat16, "bfloat16"},
-      {kInt8, "int8"},
-      {kUInt8, "uint8"},
-      {kInt32, "int32"},
-      {kInt64, "int64"},
-      {kFloat8E4M3FN, "float8_e4m3fn"},
-      {kFloat8E8M0FNU, "float8_e8m0fnu"},
-      {kInt4, "int4"},
-  };
-  for (const Named& n : kNames) {
-    if (DtypeEquals(n.dtype, dtype)) return n.name;
-  }
-  return "unknown";
-}
-
 int DtypeBits(attnrt_dtype dtype) {
-  return std::string_view(DtypeName(dtype)) == "unknown" ? 0 : dtype.bits;
+  return std::string_view(attnrt_dtype_name(dtype)) == "unknown" ? 0 : dtype.bits;
 }
 
 std::string ShapeString(const attnrt_tensor& t) {
@@ -122,9 +99,9 @@ Status CheckRank(const attnrt_tensor& t, std::string_view name, int32_t rank) {
 Status CheckDtype(const attnrt_tensor& t, std::string_view name, attnrt_dtype expected,
                   std::string_view why) {
   if (DtypeEquals(t.dtype, expected)) return Status::Ok();
-  std::string message = StrCat(name, ": expected dtype ", DtypeName(expected));
+  std::string message = StrCat(name, ": expected dtype ", attnrt_dtype_name(expected));
   if (!why.empty()) message += StrCat(" (", why, ")");
-  return InvalidArgument(StrCat(message, ", got ", DtypeName(t.dtype)));
+  return InvalidArgument(StrCat(message, ", got ", attnrt_dtype_name(t.dtype)));
 }
 
 bool SameDevice(attnrt_device a, attnrt_device b) {

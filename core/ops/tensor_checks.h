@@ -46,10 +46,6 @@ inline constexpr int32_t kMaxRank = 8;
 // Same code, bits and lanes.
 bool DtypeEquals(attnrt_dtype a, attnrt_dtype b);
 
-// The names of attnrt_dtype_name ("float32", ..., "int4", "unknown"); a local equivalent, so the
-// validators do not depend on the exported symbol.
-const char* DtypeName(attnrt_dtype dtype);
-
 // Bits per element of a known dtype; 0 for an unknown one.
 int DtypeBits(attnrt_dtype dtype);
 
