@@ -26,6 +26,9 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$root/tests/python/requirements.txt"
-  ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    "$root/tests/python" "$root/tests/bindings/python"
+  # Two runs: each suite has its own conftest.py.
+  for suite in tests/python tests/bindings/python; do
+    ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+      "$root/$suite"
+  done
 fi
