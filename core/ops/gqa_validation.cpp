@@ -542,6 +542,12 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
           "GroupQueryAttention (CPU): qk_output is not implemented with sliding_window_cache=1, "
           "expected output_qk absent");
     }
+    // The window is compacted into present (ONNX Runtime: "sliding_window_cache=1 requires the
+    // present_key and present_value outputs.").
+    if (present_key == nullptr) {
+      return InvalidArgument(
+          "sliding_window_cache=1 requires the present_key and present_value outputs, got absent");
+    }
   }
 
   // Item 12: rotary caches, checked whenever both are given (even with do_rotary = 0).

@@ -63,6 +63,8 @@ int64_t L2Bytes(const PluginContext& context) {
 //   bfloat16 query, quantized cache (no CPU ref) flash, as a float16 query
 //   float16/bfloat16 query, float16/bf16 cache   naive (ONNX Runtime never runs flash for it)
 // and softcap, smooth_softmax=1, head_sink and qk_output send both flash paths to the naive one.
+// sliding_window_cache=1 takes the same paths (ONNX Runtime runs its flash paths on the compacted
+// or staged cache with cache-relative lengths).
 // T > 1 is a run-time value; a run with T == 1 (one key) is computed exactly anyway, equal to the
 // naive path.
 std::string DeclineReason(const attnrt_gqa_problem& p) {
@@ -80,7 +82,6 @@ std::string DeclineReason(const attnrt_gqa_problem& p) {
                : "bfloat16 query with a bfloat16 cache uses the naive path (as ONNX Runtime does "
                  "for float16)";
   }
-  if (a.sliding_window_cache == 1) return "sliding_window_cache=1 is not supported";
   if (a.softcap > 0.0f) return "softcap requires the naive path (as in ONNX Runtime)";
   if (a.smooth_softmax == 1) return "smooth_softmax=1 requires the naive path (as in ONNX Runtime)";
   if (p.has_head_sink) return "head_sink requires the naive path (as in ONNX Runtime)";
@@ -516,23 +517,35 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   if (p.batch_size == 0) return ATTNRT_OK;  // an empty batch has no rows to write
   const int64_t threads = NumThreads(host);
 
+  // Workspace: [window plan and staging][flash-decoding partials][slot scratch]..., each 64-byte
+  // aligned.
+  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
+  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
+  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
+  const size_t total_available = args.workspace_size > lead ? args.workspace_size - lead : 0;
+  auto* window_area = reinterpret_cast<std::byte*>(aligned);
+  const size_t window_bytes = GqaWindowWorkspaceBytes(p);
+  const bool window_fits = args.workspace != nullptr && total_available >= window_bytes;
+  // Attention's T_b: cache-relative with sliding_window_cache=1.
+  const int32_t* seqlens = p.attributes.sliding_window_cache == 1 && window_fits
+                               ? GqaWindowPlan(args, window_area)
+                               : args.seqlens_k;
+  const size_t available = window_fits ? total_available - window_bytes : 0;
+
   int64_t max_total = 1;
   for (int64_t b = 0; b < p.batch_size; ++b) {
-    max_total = std::max<int64_t>(max_total, args.seqlens_k[b] + 1);
+    max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
   const FlashBlocks blocks = ChooseBlocks(L2Bytes(context), p, max_total);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
 
-  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
-  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
-  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
-  const size_t available = args.workspace_size > lead ? args.workspace_size - lead : 0;
   if (args.workspace == nullptr || available < slot.bytes) {
     if (error != nullptr && error_capacity > 0) {
       std::snprintf(error, error_capacity,
                     "workspace of %zu bytes is too small: this run (longest key row T_b = %lld) "
                     "needs at least %zu bytes",
-                    args.workspace_size, static_cast<long long>(max_total), kAlign + slot.bytes);
+                    args.workspace_size, static_cast<long long>(max_total),
+                    kAlign + window_bytes + slot.bytes);
     }
     return ATTNRT_ERROR_INVALID_ARGUMENT;
   }
@@ -549,9 +562,9 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   const size_t partial_bytes = chunks > 1 ? PartialBytes(p, chunks) : 0;
 
   // The caches get this step's rows first; every tile then reads present only.
-  const GqaRun run = GqaStagePresentKv(host, args);
+  const GqaRun run = GqaStagePresentKv(host, args, window_area);
 
-  auto* area = reinterpret_cast<std::byte*>(aligned);
+  std::byte* area = window_area + window_bytes;
   FlashJob job;
   job.run = &run;
   job.ops = &ops;
@@ -569,6 +582,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
     host.parallel_for(host.host_context, static_cast<size_t>(p.batch_size * p.num_heads), 1,
                       MergeRows, &job);
   }
+  GqaWindowFinish(host, run);
   return ATTNRT_OK;
 }
 
@@ -616,7 +630,7 @@ size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept
   const int64_t threads = NumThreads(context.host);
   const int64_t chunks = MaxChunks(p, threads);
   const SlotLayout slot = LayoutSlot(ChooseBlocks(L2Bytes(context), p, max_keys), p.head_size);
-  return kAlign + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
+  return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
          static_cast<size_t>(threads) * slot.bytes;
 }
 

@@ -78,7 +78,7 @@ std::string DeviceName(int32_t device_type) {
 // Supported: T float32, float16, bfloat16 with a T cache, or with a quantized cache (k_quant_type
 // == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
 // holding int4 (4-bit); and everything the reference defines on CPU (phases, packing, shared
-// buffers, masks, rotary, softcap, bias, sinks, qk_output) with each.
+// buffers, masks, rotary, softcap, bias, sinks, qk_output, sliding_window_cache=1) with each.
 }  // namespace
 
 std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
@@ -125,7 +125,10 @@ std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
              " (expected " + std::to_string(scales) + ")";
     }
   }
-  if (p.attributes.sliding_window_cache == 1) return "sliding_window_cache=1 is not supported";
+  // sliding_window_cache=1 compacts the window into present (validation requires it).
+  if (a.sliding_window_cache == 1 && !p.has_present) {
+    return "sliding_window_cache=1 needs the present_key and present_value outputs";
+  }
   return {};
 }
 

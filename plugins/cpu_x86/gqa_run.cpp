@@ -233,15 +233,16 @@ size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_probl
   // T, a run-time value); RunGqa reports that.
   const int64_t rows = std::max({p.present_sequence_length,
                                  p.past_sequence_length + p.kv_sequence_length, p.sequence_length});
-  size_t bytes = kAlign + static_cast<size_t>(NumThreads(host)) * SlotBytes(rows, p.head_size);
+  size_t bytes = kAlign + GqaWindowWorkspaceBytes(p) +
+                 static_cast<size_t>(NumThreads(host)) * SlotBytes(rows, p.head_size);
   if (!p.has_present) bytes += 2 * StagingBytes(p, rows);
   return bytes;
 }
 
 int64_t GqaRotaryPosition(const GqaRun& r, int64_t b, int64_t s) noexcept {
-  if (r.first_prompt) return (r.position_ids != nullptr ? r.position_ids[0] : 0) + s;
+  if (r.rotary_first_prompt) return (r.position_ids != nullptr ? r.position_ids[0] : 0) + s;
   if (r.position_ids != nullptr) return r.position_ids[b * r.position_ids_stride + s];
-  return r.seqlens_k[b] + 1 - r.seq + s;
+  return r.rotary_seqlens_k[b] + 1 - r.seq + s;
 }
 
 void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) noexcept {
@@ -268,6 +269,8 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   r.seqlens_k = args.seqlens_k;
   r.first_prompt = args.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
   r.past_from_seqlens = !r.first_prompt && p.has_past;
+  r.rotary_seqlens_k = args.seqlens_k;
+  r.rotary_first_prompt = r.first_prompt;
 
   // supports() declined every problem without element types.
   GqaElementTypes(p, &r.type, &r.cache_type);
@@ -318,9 +321,200 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   return r;
 }
 
+// ---- sliding_window_cache=1 (reference §3.8; ONNX Runtime's PlanWindowedKvCache) -------------
+//
+// The cache (capacity C = P) holds the most recent resident rows at [0, end); a step appends at
+// end. When the append would run past C, whole blocks of gap = C - W + 1 rows are reclaimed from
+// the front, so end is a function of the absolute past length alone. A step whose compaction
+// would drop rows its own first query still reads (kept < min(P_abs, W - 1)) runs against a
+// staging cache of max(end) + S rows instead, and only the surviving tail is written back. RoPE
+// has used the absolute positions already; masks depend only on query-key distances, so
+// attention on the cache-relative lengths is exact.
+
+// Area layout: a header, the cache-relative seqlens_k (B int32), the steps (B), and with S > 1
+// the K and V staging caches of up to (P + S) rows per head (a one-token step never stages).
+struct WindowHeader {
+  int64_t staging;
+  int64_t staged_capacity;
+};
+
+struct WindowLayout {
+  size_t seqlens;
+  size_t steps;
+  size_t staged_key;
+  size_t staged_value;
+  size_t bytes;
+};
+
+WindowLayout LayoutWindow(const attnrt_gqa_problem& p) {
+  GqaFloatType type;
+  GqaCacheType cache_type = GqaCacheType::kFloat32;
+  GqaElementTypes(p, &type, &cache_type);
+  const size_t batch = static_cast<size_t>(p.batch_size);
+  const size_t staging =
+      p.sequence_length > 1
+          ? AlignUp(static_cast<size_t>(p.batch_size * p.kv_num_heads *
+                                        (p.past_sequence_length + p.sequence_length)) *
+                    GqaCacheRowBytes(cache_type, p.head_size))
+          : 0;
+  WindowLayout w{};
+  w.seqlens = AlignUp(sizeof(WindowHeader));
+  w.steps = w.seqlens + AlignUp(batch * sizeof(int32_t));
+  w.staged_key = w.steps + AlignUp(batch * sizeof(GqaWindowStep));
+  w.staged_value = w.staged_key + staging;
+  w.bytes = w.staged_value + staging;
+  return w;
+}
+
+// One past the last resident row once `length` tokens have been seen: whole gap-sized blocks are
+// reclaimed, keeping it in [C - gap + 1, C] once the cache has filled.
+int64_t WindowEnd(int64_t length, int64_t capacity, int64_t gap) {
+  if (length <= capacity) return length;
+  return length - gap * ((length - capacity + gap - 1) / gap);
+}
+
+// Seed (write_back false: past -> present or staging) or write back (staging -> present) the rows
+// of the (b, kv head) units [begin, end); rows are moved verbatim (any cache type).
+struct WindowMove {
+  const GqaRun* run;
+  bool write_back;
+};
+
+void MoveWindowSide(const GqaRun& r, const void* past, void* present, void* cache, int64_t unit,
+                    bool write_back) {
+  const int64_t b = unit / r.kv_heads;
+  const GqaWindowStep& step = r.window_steps[b];
+  const size_t row_bytes = r.cache_row_bytes;
+  const int64_t capacity = r.window_capacity;
+  if (!write_back) {
+    if (step.seed_rows <= 0) return;
+    const void* src = ElementAddress(past, row_bytes, unit * capacity + step.seed_offset);
+    void* dst = ElementAddress(cache, row_bytes, unit * r.key_cache_rows);
+    // memmove: compacting a present that is past's memory shifts rows down within one buffer.
+    if (src != dst) std::memmove(dst, src, static_cast<size_t>(step.seed_rows) * row_bytes);
+    return;
+  }
+  void* dst = ElementAddress(present, row_bytes, unit * capacity);
+  int64_t resident = step.seed_rows + r.seq;
+  if (r.window_staging) {
+    resident = step.write_rows;
+    if (resident > 0) {
+      std::memcpy(dst,
+                  ElementAddress(cache, row_bytes, unit * r.key_cache_rows + step.write_offset),
+                  static_cast<size_t>(resident) * row_bytes);
+    }
+  }
+  // A present of its own gets zeros after the resident rows (ONNX Runtime leaves them
+  // unspecified); one that is past's memory keeps them.
+  if (!r.present_shares_past && resident < capacity) {
+    std::memset(ElementAddress(dst, row_bytes, resident), 0,
+                static_cast<size_t>(capacity - resident) * row_bytes);
+  }
+}
+
+void MoveWindowUnits(void* user, size_t begin, size_t end) {
+  const WindowMove& m = *static_cast<const WindowMove*>(user);
+  const GqaRun& r = *m.run;
+  for (size_t u = begin; u < end; ++u) {
+    const auto unit = static_cast<int64_t>(u);
+    MoveWindowSide(r, r.past_key, r.present_key, r.key_cache, unit, m.write_back);
+    MoveWindowSide(r, r.past_value, r.present_value, r.value_cache, unit, m.write_back);
+  }
+}
+
+// Points `r` at the planned step in `area` (GqaWindowPlan ran) with present_key/present_value as
+// the real cache, and seeds the cache attention reads with the resident rows.
+void BeginWindow(const attnrt_host_services& host, const attnrt_gqa_args& args, void* area,
+                 GqaRun& r) {
+  const attnrt_gqa_problem& p = *args.problem;
+  const WindowLayout w = LayoutWindow(p);
+  auto* base = static_cast<std::byte*>(area);
+  const auto* header = reinterpret_cast<const WindowHeader*>(base);
+  r.windowed = true;
+  r.window_staging = header->staging != 0;
+  r.window_capacity = p.past_sequence_length;
+  r.window_steps = reinterpret_cast<const GqaWindowStep*>(base + w.steps);
+  r.present_key = args.present_key;
+  r.present_value = args.present_value;
+  r.present_shares_past = args.present_shares_past;
+  r.seqlens_k = reinterpret_cast<const int32_t*>(base + w.seqlens);
+  r.first_prompt = false;
+  r.past_from_seqlens = true;
+  int64_t max_total = 1;
+  for (int64_t b = 0; b < r.batch; ++b)
+    max_total = std::max<int64_t>(max_total, r.seqlens_k[b] + 1);
+  r.total_length = max_total;
+  if (r.window_staging) {
+    r.key_cache = base + w.staged_key;
+    r.value_cache = base + w.staged_value;
+    r.key_cache_rows = header->staged_capacity;
+  } else {
+    r.key_cache = args.present_key;
+    r.value_cache = args.present_value;
+    r.key_cache_rows = r.window_capacity;
+  }
+  r.value_cache_rows = r.key_cache_rows;
+  r.key_cache_holds_past = true;
+  r.value_cache_holds_past = true;
+  WindowMove move{&r, false};
+  host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1,
+                    MoveWindowUnits, &move);
+}
+
 }  // namespace
 
-GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args) noexcept {
+size_t GqaWindowWorkspaceBytes(const attnrt_gqa_problem& p) noexcept {
+  return p.attributes.sliding_window_cache == 1 ? LayoutWindow(p).bytes : 0;
+}
+
+const int32_t* GqaWindowPlan(const attnrt_gqa_args& args, void* area) noexcept {
+  const attnrt_gqa_problem& p = *args.problem;
+  const WindowLayout w = LayoutWindow(p);
+  auto* base = static_cast<std::byte*>(area);
+  auto* header = reinterpret_cast<WindowHeader*>(base);
+  auto* seqlens = reinterpret_cast<int32_t*>(base + w.seqlens);
+  auto* steps = reinterpret_cast<GqaWindowStep*>(base + w.steps);
+  const int64_t seq = p.sequence_length;
+  const int64_t capacity = p.past_sequence_length;
+  const int64_t window = p.attributes.local_window_size;
+  // Validation guarantees capacity >= window > 0, so gap >= 1.
+  const int64_t gap = capacity - window + 1;
+  int64_t max_resident = 0;
+  bool staging = false;
+  for (int64_t b = 0; b < p.batch_size; ++b) {
+    const int64_t past = std::max<int64_t>(int64_t{args.seqlens_k[b]} + 1 - seq, 0);
+    const int64_t end_before = WindowEnd(past, capacity, gap);
+    const int64_t kept = WindowEnd(past + seq, capacity, gap) - seq;
+    // The first new query reaches W - 1 rows back: compacting in place must keep them.
+    staging = staging || kept < std::min<int64_t>(past, window - 1);
+    steps[b] = GqaWindowStep{end_before - kept, end_before, 0, 0};
+    max_resident = std::max(max_resident, end_before);
+  }
+  header->staging = staging ? 1 : 0;
+  header->staged_capacity = staging ? max_resident + seq : capacity;
+  for (int64_t b = 0; b < p.batch_size; ++b) {
+    GqaWindowStep& step = steps[b];
+    if (staging) {
+      step.write_offset = step.seed_offset;
+      step.write_rows = step.seed_rows + seq - step.seed_offset;
+      step.seed_offset = 0;
+    } else {
+      step.seed_rows -= step.seed_offset;
+    }
+    seqlens[b] = static_cast<int32_t>(step.seed_rows + seq - 1);
+  }
+  return seqlens;
+}
+
+void GqaWindowFinish(const attnrt_host_services& host, const GqaRun& r) noexcept {
+  if (!r.windowed) return;
+  WindowMove move{&r, true};
+  host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1,
+                    MoveWindowUnits, &move);
+}
+
+GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args,
+                         void* window_area) noexcept {
   GqaRun r = ResolveRun(args);
   r.key_cache = static_cast<float*>(args.present_key);
   r.value_cache = static_cast<float*>(args.present_value);
@@ -328,6 +522,7 @@ GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args
   r.value_cache_rows = args.problem->present_sequence_length;
   r.key_cache_holds_past = args.present_shares_past;
   r.value_cache_holds_past = args.present_shares_past;
+  if (args.problem->attributes.sliding_window_cache == 1) BeginWindow(host, args, window_area, r);
   host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendKvUnits,
                     &r);
   return r;
@@ -339,24 +534,31 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   const int64_t h = p.head_size;
   GqaRun r = ResolveRun(args);
 
+  // Workspace: [window plan and staging][K staging][V staging][slot 0 scratch][slot 1 scratch]...,
+  // each 64-byte aligned.
+  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
+  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
+  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
+  const size_t available = args.workspace_size > lead ? args.workspace_size - lead : 0;
+  auto* area = reinterpret_cast<std::byte*>(aligned);
+  const size_t window_bytes = GqaWindowWorkspaceBytes(p);
+  const bool windowed = p.attributes.sliding_window_cache == 1;
+  const bool window_fits = args.workspace != nullptr && available >= window_bytes;
+  // Attention's T_b: cache-relative with sliding_window_cache=1.
+  const int32_t* seqlens = windowed && window_fits ? GqaWindowPlan(args, area) : args.seqlens_k;
+
   int64_t max_total = 1;
-  for (int64_t b = 0; b < r.batch; ++b)
-    max_total = std::max<int64_t>(max_total, r.seqlens_k[b] + 1);
+  for (int64_t b = 0; b < r.batch; ++b) max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   r.scratch_query_offset =
       static_cast<int64_t>(AlignUp(static_cast<size_t>(max_total) * sizeof(float)) / sizeof(float));
   r.scratch_output_offset =
       r.scratch_query_offset +
       static_cast<int64_t>(AlignUp(static_cast<size_t>(h) * sizeof(float)) / sizeof(float));
 
-  // Workspace: [K staging][V staging][slot 0 scratch][slot 1 scratch]..., each 64-byte aligned.
-  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
-  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
-  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
-  const size_t available = args.workspace_size > lead ? args.workspace_size - lead : 0;
   const size_t key_staging = args.present_key != nullptr ? 0 : StagingBytes(p, max_total);
   const size_t value_staging = args.present_value != nullptr ? 0 : StagingBytes(p, max_total);
   const size_t slot_bytes = SlotBytes(max_total, h);
-  const size_t staging = key_staging + value_staging;
+  const size_t staging = window_bytes + key_staging + value_staging;
   const size_t slots_fit = available > staging ? (available - staging) / slot_bytes : 0;
   if (args.workspace == nullptr || slots_fit == 0) {
     if (error != nullptr && error_capacity > 0) {
@@ -368,20 +570,24 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
     }
     return ATTNRT_ERROR_INVALID_ARGUMENT;
   }
-  auto* area = reinterpret_cast<std::byte*>(aligned);
-  r.key_cache = args.present_key != nullptr ? args.present_key : static_cast<void*>(area);
-  r.value_cache =
-      args.present_value != nullptr ? args.present_value : static_cast<void*>(area + key_staging);
+  std::byte* kv_area = area + window_bytes;
+  r.key_cache = args.present_key != nullptr ? args.present_key : static_cast<void*>(kv_area);
+  r.value_cache = args.present_value != nullptr ? args.present_value
+                                                : static_cast<void*>(kv_area + key_staging);
   r.key_cache_rows = args.present_key != nullptr ? p.present_sequence_length : max_total;
   r.value_cache_rows = args.present_value != nullptr ? p.present_sequence_length : max_total;
   r.key_cache_holds_past = args.present_key != nullptr && args.present_shares_past;
   r.value_cache_holds_past = args.present_value != nullptr && args.present_shares_past;
+  if (windowed) BeginWindow(host, args, area, r);
 
   host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendKvUnits,
                     &r);
 
   const int64_t units = r.batch * r.heads * r.seq;
-  if (units == 0) return ATTNRT_OK;
+  if (units == 0) {
+    GqaWindowFinish(host, r);
+    return ATTNRT_OK;
+  }
   const int64_t slots = std::min({NumThreads(host), units, static_cast<int64_t>(slots_fit)});
   AttendJob job;
   job.run = &r;
@@ -391,6 +597,7 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   job.units = units;
   job.chunk = std::max<int64_t>(1, units / (slots * 8));
   host.parallel_for(host.host_context, static_cast<size_t>(slots), 1, AttendSlots, &job);
+  GqaWindowFinish(host, r);
   return ATTNRT_OK;
 }
 

@@ -32,6 +32,17 @@ struct GqaCacheRow {
   bool per_channel;
 };
 
+// sliding_window_cache=1 (reference §3.8; ONNX Runtime's PlanWindowedKvCache): the row geometry of
+// one step for one batch. Attention reads `seed_rows` resident rows starting at past row
+// `seed_offset`, then this step's rows; with staging, rows [write_offset, write_offset +
+// write_rows) of the staging cache are written back to present rows [0, write_rows).
+struct GqaWindowStep {
+  int64_t seed_offset;
+  int64_t seed_rows;
+  int64_t write_offset;
+  int64_t write_rows;
+};
+
 // One run with every pointer resolved and every flag decoded. All tensors are compact; element
 // types as GqaRun::type and GqaRun::cache_type say.
 struct GqaRun {
@@ -48,6 +59,10 @@ struct GqaRun {
   // without a past buffer (reference §2 item 13: such a subsequent prompt has causal offset 0).
   bool past_from_seqlens;
   bool first_prompt;
+  // RoPE positions (reference §3.6) follow the absolute seqlens_k input and the phase, also with
+  // sliding_window_cache=1, where seqlens_k above is cache-relative and first_prompt false.
+  const int32_t* rotary_seqlens_k;
+  bool rotary_first_prompt;
 
   GqaFloatType type;       // T
   size_t element_bytes;    // of T
@@ -98,6 +113,18 @@ struct GqaRun {
   void* output_qk;        // T (B, N, S, T) or NULL
   void* output;           // T (B, S, N*H)
 
+  // sliding_window_cache=1: key_cache/value_cache are the present outputs (compacted in place) or,
+  // when window_staging, a staging cache of key_cache_rows rows; seqlens_k is cache-relative, the
+  // resident rows are already in place (key_cache_holds_past), and GqaWindowFinish writes the
+  // surviving rows back into present (window_capacity rows per head).
+  bool windowed;
+  bool window_staging;
+  int64_t window_capacity;
+  const GqaWindowStep* window_steps;  // (B)
+  void* present_key;
+  void* present_value;
+  bool present_shares_past;
+
   // Per-slot scratch: a score row of max T_b floats at offset 0, the float32 query row (H floats)
   // at scratch_query_offset floats, the float32 output accumulator (H floats) at
   // scratch_output_offset floats.
@@ -124,6 +151,19 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept;
 size_t GqaWorkspaceSize(const attnrt_host_services& host,
                         const attnrt_gqa_problem& problem) noexcept;
 
+// Workspace bytes (a multiple of 64) the sliding_window_cache=1 plan and staging caches of
+// `problem` take at the 64-byte aligned start of the workspace; 0 when the attribute is 0.
+size_t GqaWindowWorkspaceBytes(const attnrt_gqa_problem& problem) noexcept;
+
+// sliding_window_cache=1: plans the step (ONNX Runtime's PlanWindowedKvCache) into `area`
+// (GqaWindowWorkspaceBytes bytes, 64-byte aligned) and returns the cache-relative seqlens_k (B
+// values) attention runs on.
+const int32_t* GqaWindowPlan(const attnrt_gqa_args& args, void* area) noexcept;
+
+// sliding_window_cache=1, after attention: writes the staging cache's surviving rows back into
+// present and, unless present is past's memory, zeroes the present rows after the resident ones.
+void GqaWindowFinish(const attnrt_host_services& host, const GqaRun& run) noexcept;
+
 // Runs GroupQueryAttention: appends the new K/V rows (RoPE on K, quantized for a quantized cache;
 // past rows copied verbatim), then calls `attend` on the host's pool. Returns ATTNRT_OK, or
 // ATTNRT_ERROR_INVALID_ARGUMENT with a message when args.workspace is too small for this run's
@@ -134,7 +174,11 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
 // RunGqa's prologue alone, for kernels that need the present outputs (gqa.flash): resolves `args`
 // into a GqaRun whose key_cache/value_cache are present_key/present_value (both must be given) and
 // appends the new K/V rows into them (RoPE on K) on the host's pool. scratch_query_offset stays 0.
-GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args) noexcept;
+// With sliding_window_cache=1, `window_area` holds GqaWindowPlan's plan: the resident rows are
+// moved first (into present, or into the staging cache the returned run then reads), and the
+// caller runs GqaWindowFinish after attention; otherwise it is ignored.
+GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args,
+                         void* window_area) noexcept;
 
 // Rotary position of token s of batch b (reference §3.6).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;

@@ -376,7 +376,8 @@ class GqaOp:
 
     def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """The documented output shapes and dtypes for these inputs (a dict by name):
-        output (B,S,N*H) of query's dtype; present_key/value (B,Nkv,max(T,P),H) of past_key's dtype
+        output (B,S,N*H) of query's dtype; present_key/value (B,Nkv,max(T,P),H) (P rows with
+        sliding_window_cache=1) of past_key's dtype
         (without a past: query's, or int8 / uint8 with H/2 for a quantized 8-/4-bit cache);
         output_qk (B,N,S,T) with qk_output != 0."""
         inputs = _normalize_inputs(dict(inputs) if isinstance(inputs, Mapping)
@@ -403,9 +404,11 @@ class GqaOp:
                 bits = a["kv_cache_bit_width"]
                 cache_dtype, cache_h = (np.dtype(np.uint8), h // 2) if bits == 4 else \
                     (np.dtype(np.int8), h)
+        # A window-sized ring cache (sliding_window_cache=1) keeps the past buffer's P rows.
+        present = p if a["sliding_window_cache"] == 1 else max(t, p)
         shapes = {"output": ((b, s, n * h), query.dtype),
-                  "present_key": ((b, nkv, max(t, p), cache_h), cache_dtype),
-                  "present_value": ((b, nkv, max(t, p), cache_h), cache_dtype)}
+                  "present_key": ((b, nkv, present, cache_h), cache_dtype),
+                  "present_value": ((b, nkv, present, cache_h), cache_dtype)}
         if a["qk_output"]:
             shapes["output_qk"] = ((b, n, s, t), query.dtype)
         return shapes

@@ -285,3 +285,18 @@ def test_gil_is_released_while_a_kernel_runs(rng):
         worker.join()
         print(f"kernel {serial * 1e3:.0f} ms; main thread ran {ticks} times meanwhile")
         assert ticks >= max(3, int(serial * 1000 * 0.2))
+
+
+def test_sliding_window_cache_outputs_keep_the_ring_length(rt, rng):
+    # A window-sized ring cache holds P rows whatever the total length, so gqa() must allocate
+    # present with P rows (max(T, P) would be rejected by the core's shape validation).
+    capacity, total = 8, 20
+    q1, k1, v1 = prompt(rng, s=1)
+    past_k = rng.standard_normal((1, NKV, capacity, H), dtype=np.float32)
+    past_v = rng.standard_normal((1, NKV, capacity, H), dtype=np.float32)
+    out, present_k, present_v = attnrt.gqa(
+        rt, query=q1, key=k1, value=v1, past_key=past_k, past_value=past_v,
+        seqlens_k=[total - 1], total_sequence_length=total, num_heads=N, kv_num_heads=NKV,
+        local_window_size=4, sliding_window_cache=1)
+    assert present_k.shape == present_v.shape == (1, NKV, capacity, H)
+    assert np.isfinite(out).all()
