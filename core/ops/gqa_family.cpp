@@ -24,6 +24,9 @@ class GqaProblem final : public Problem {
     attnrt_gqa_args args{};
     ATTNRT_RETURN_IF_ERROR(gqa::ValidateRun(problem_, inputs.tensors, inputs.count, outputs.tensors,
                                             outputs.count, &args));
+    // An empty batch (B = 0) has nothing to read or write; kernels never see one (their tensors
+    // may all be NULL).
+    if (problem_.batch_size == 0) return Status::Ok();
     args.workspace = workspace;
     args.workspace_size = workspace_size;
     args.stream = stream;

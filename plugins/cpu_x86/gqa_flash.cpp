@@ -514,7 +514,6 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
                  char* error, size_t error_capacity) {
   const attnrt_host_services& host = context.host;
   const attnrt_gqa_problem& p = *args.problem;
-  if (p.batch_size == 0) return ATTNRT_OK;  // an empty batch has no rows to write
   const int64_t threads = NumThreads(host);
 
   // Workspace: [window plan and staging][flash-decoding partials][slot scratch]..., each 64-byte
