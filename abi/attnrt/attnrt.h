@@ -284,6 +284,11 @@ typedef enum attnrt_op_kind {
 /** Short op name ("gqa"), or "unknown". Never NULL. */
 ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 
+/** The reference op's name of input/output `index` (for GQA ONNX Runtime's: "query", ...,
+ *  "output_qk"), or NULL for an unknown op kind or an index out of range. */
+ATTNRT_API const char* attnrt_op_input_name(int32_t op_kind, size_t index);
+ATTNRT_API const char* attnrt_op_output_name(int32_t op_kind, size_t index);
+
 /**
  * Creates an op of `kind` from its attribute struct (which starts with size_t struct_size). The
  * attributes are validated and copied. Errors: INVALID_ARGUMENT naming the attribute, with expected

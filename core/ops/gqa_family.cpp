@@ -87,3 +87,17 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
 }
 
 }  // namespace attnrt::core
+
+extern "C" {
+
+ATTNRT_API const char* attnrt_op_input_name(int32_t op_kind, size_t index) {
+  if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_INPUTS) return nullptr;
+  return attnrt::core::gqa::InputName(index);
+}
+
+ATTNRT_API const char* attnrt_op_output_name(int32_t op_kind, size_t index) {
+  if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_OUTPUTS) return nullptr;
+  return attnrt::core::gqa::OutputName(index);
+}
+
+}  // extern "C"

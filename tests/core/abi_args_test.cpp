@@ -346,3 +346,24 @@ TEST(AbiVersion, MatchesHeaders) {
 
 }  // namespace
 }  // namespace attnrt_test
+
+namespace attnrt_test {
+namespace {
+
+// ONNX Runtime's names of GroupQueryAttention's inputs and outputs, by position (its schema).
+TEST(AbiNames, OpInputAndOutputNames) {
+  EXPECT_STREQ(attnrt_op_input_name(ATTNRT_OP_GQA, ATTNRT_GQA_INPUT_QUERY), "query");
+  EXPECT_STREQ(attnrt_op_input_name(ATTNRT_OP_GQA, ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH),
+               "total_sequence_length");
+  EXPECT_STREQ(attnrt_op_input_name(ATTNRT_OP_GQA, ATTNRT_GQA_INPUT_K_NORM_WEIGHT),
+               "k_norm_weight");
+  EXPECT_STREQ(attnrt_op_output_name(ATTNRT_OP_GQA, ATTNRT_GQA_OUTPUT_PRESENT_VALUE),
+               "present_value");
+  EXPECT_STREQ(attnrt_op_output_name(ATTNRT_OP_GQA, ATTNRT_GQA_OUTPUT_OUTPUT_QK), "output_qk");
+  EXPECT_EQ(attnrt_op_input_name(ATTNRT_OP_GQA, ATTNRT_GQA_NUM_INPUTS), nullptr);
+  EXPECT_EQ(attnrt_op_output_name(ATTNRT_OP_GQA, ATTNRT_GQA_NUM_OUTPUTS), nullptr);
+  EXPECT_EQ(attnrt_op_input_name(99, 0), nullptr);
+}
+
+}  // namespace
+}  // namespace attnrt_test

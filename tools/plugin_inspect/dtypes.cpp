@@ -85,13 +85,8 @@ attnrt_dtype dtype_from_name(std::string_view name) {
 }
 
 std::string dtype_name(attnrt_dtype dtype) {
-  if (same_dtype(dtype, kFloat32)) return "float32";
-  if (same_dtype(dtype, kFloat16)) return "float16";
-  if (same_dtype(dtype, kBFloat16)) return "bfloat16";
-  if (same_dtype(dtype, kInt8)) return "int8";
-  if (same_dtype(dtype, kUInt8)) return "uint8";
-  if (same_dtype(dtype, kInt32)) return "int32";
-  if (same_dtype(dtype, kInt64)) return "int64";
+  const std::string name = attnrt_dtype_name(dtype);
+  if (name != "unknown") return name;
   return "dtype(code=" + std::to_string(dtype.code) + ",bits=" + std::to_string(dtype.bits) + ")";
 }
 

@@ -26,8 +26,7 @@ inline bool same_dtype(attnrt_dtype a, attnrt_dtype b) {
 // "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64"; throws UsageError otherwise.
 attnrt_dtype dtype_from_name(std::string_view name);
 
-// The tool's own name for a dtype (same spelling as attnrt_dtype_name, without needing the
-// library).
+// attnrt_dtype_name, or "dtype(code=C,bits=B)" for a dtype the library does not know.
 std::string dtype_name(attnrt_dtype dtype);
 
 // Bytes of one element; every dtype the tool allocates is byte-sized or larger.

@@ -12,25 +12,6 @@
 namespace plugin_inspect {
 namespace {
 
-constexpr std::array<const char*, ATTNRT_GQA_NUM_INPUTS> kInputNames{"query",
-                                                                     "key",
-                                                                     "value",
-                                                                     "past_key",
-                                                                     "past_value",
-                                                                     "seqlens_k",
-                                                                     "total_sequence_length",
-                                                                     "cos_cache",
-                                                                     "sin_cache",
-                                                                     "position_ids",
-                                                                     "attention_bias",
-                                                                     "head_sink",
-                                                                     "k_scale",
-                                                                     "v_scale",
-                                                                     "q_norm_weight",
-                                                                     "k_norm_weight"};
-constexpr std::array<const char*, ATTNRT_GQA_NUM_OUTPUTS> kOutputNames{
-    "output", "present_key", "present_value", "output_qk"};
-
 TensorRef make(attnrt_dtype dtype, std::vector<int64_t> shape, bool allocate,
                std::string_view what) {
   return std::make_shared<HostTensor>(dtype, std::move(shape), allocate, what);
@@ -62,8 +43,12 @@ int64_t cache_head_size(const GqaConfig& config) {
   return config.attributes.kv_cache_bit_width == 4 ? config.head_size / 2 : config.head_size;
 }
 
-const char* gqa_input_name(int index) { return kInputNames.at(static_cast<std::size_t>(index)); }
-const char* gqa_output_name(int index) { return kOutputNames.at(static_cast<std::size_t>(index)); }
+const char* gqa_input_name(int index) {
+  return attnrt_op_input_name(ATTNRT_OP_GQA, static_cast<std::size_t>(index));
+}
+const char* gqa_output_name(int index) {
+  return attnrt_op_output_name(ATTNRT_OP_GQA, static_cast<std::size_t>(index));
+}
 
 GqaTensors make_gqa_tensors(const GqaConfig& config, bool allocate, const GqaTensors* reuse) {
   const auto& a = config.attributes;
