@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
-# onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder).
+# onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder),
+# then the aarch64 cross build and its GoogleTest suite under qemu (scripts/test-arm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -31,4 +32,8 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
     ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
       "$root/$suite"
   done
+fi
+
+if [ "$sanitize" = 0 ]; then
+  "$root/scripts/test-arm.sh"
 fi

@@ -20,7 +20,7 @@
 #include "gqa_run.h"
 #include "plugin_context.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // Scratch areas start on cache lines so slots of different threads never share one.
@@ -51,6 +51,8 @@ int64_t L2Bytes(const PluginContext& context) {
   return kFallbackL2Bytes;
 }
 
+}  // namespace
+
 // ---- eligibility --------------------------------------------------------------------------------
 
 // Empty when the flash path computes `p` as the reference's default CPU path does; else why not.
@@ -67,7 +69,7 @@ int64_t L2Bytes(const PluginContext& context) {
 // or staged cache with cache-relative lengths).
 // T > 1 is a run-time value; a run with T == 1 (one key) is computed exactly anyway, equal to the
 // naive path.
-std::string DeclineReason(const attnrt_gqa_problem& p) {
+std::string GqaFlashDeclineReason(const attnrt_gqa_problem& p) {
   // The naive pipeline's acceptance first (struct_size, device, dtypes, quantization attributes):
   // flash computes a subset of what it computes.
   std::string why = GqaNaiveDeclineReason(p);
@@ -96,25 +98,7 @@ std::string DeclineReason(const attnrt_gqa_problem& p) {
   return {};
 }
 
-std::string Avx2DeclineReason(const CpuFeatures& cpu) {
-  if (cpu.avx2 && cpu.fma) return {};
-  return "requires AVX2 and FMA with OS-enabled AVX state; this CPU/OS provides: " +
-         (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
-}
-
-int32_t Supports(void* plugin_context, const void* problem, char* reason, size_t reason_capacity,
-                 bool needs_avx2) noexcept {
-  try {
-    const auto& context = *static_cast<const PluginContext*>(plugin_context);
-    std::string why = needs_avx2 ? Avx2DeclineReason(context.cpu) : std::string();
-    if (why.empty()) why = DeclineReason(*static_cast<const attnrt_gqa_problem*>(problem));
-    if (why.empty()) return 1;
-    WriteMessage(reason, reason_capacity, why);
-  } catch (...) {
-    WriteCurrentException(reason, reason_capacity, "cpu_x86 gqa.flash supports()");
-  }
-  return 0;
-}
+namespace {
 
 // ---- block sizes and workspace ------------------------------------------------------------------
 
@@ -585,8 +569,10 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   return ATTNRT_OK;
 }
 
-int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity,
-            const GqaFlashOps& ops) noexcept {
+}  // namespace
+
+int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t error_capacity,
+                    const GqaFlashOps& ops) noexcept {
   try {
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
     const auto& a = *static_cast<const attnrt_gqa_args*>(args);
@@ -599,21 +585,9 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
     }
     return RunFlash(context, a, ops, error, error_capacity);
   } catch (...) {
-    WriteCurrentException(error, error_capacity, "cpu_x86 gqa.flash run()");
+    WriteCurrentException(error, error_capacity, "gqa.flash run()");
     return ATTNRT_ERROR_INTERNAL;
   }
-}
-
-}  // namespace
-
-int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept {
-  return Supports(plugin_context, problem, reason, reason_capacity, false);
-}
-
-int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept {
-  return Supports(plugin_context, problem, reason, reason_capacity, true);
 }
 
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
@@ -633,14 +607,4 @@ size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept
          static_cast<size_t>(threads) * slot.bytes;
 }
 
-int32_t GqaFlashRunScalar(void* plugin_context, const void* args, char* error,
-                          size_t error_capacity) noexcept {
-  return Run(plugin_context, args, error, error_capacity, kGqaFlashOpsScalar);
-}
-
-int32_t GqaFlashRunAvx2(void* plugin_context, const void* args, char* error,
-                        size_t error_capacity) noexcept {
-  return Run(plugin_context, args, error, error_capacity, kGqaFlashOpsAvx2);
-}
-
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

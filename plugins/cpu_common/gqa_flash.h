@@ -18,7 +18,7 @@
 #include "attnrt/plugin.h"
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 
 // K or V rows of one block as the block operations read them: row j starts at
 // data + j * row_bytes and holds H elements of `type`; element d is float(x) for the float types
@@ -56,21 +56,15 @@ struct GqaFlashOps {
   void (*scale)(float alpha, float* y, int64_t n);
 };
 
-// Plain C++ loops; baseline x86-64.
+// Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.
 extern const GqaFlashOps kGqaFlashOpsScalar;
-// AVX2 + FMA: use only when the probe found both usable (CpuFeatures::avx2 && CpuFeatures::fma).
-extern const GqaFlashOps kGqaFlashOpsAvx2;
 
-// attnrt_kernel_desc entry points of cpu_x86.gqa.flash.scalar and cpu_x86.gqa.flash.avx2.
-// plugin_context is a PluginContext*.
-int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept;
-int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept;
+// attnrt_kernel_desc::workspace_size of every gqa.flash kernel; plugin_context is a PluginContext*.
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept;
-int32_t GqaFlashRunScalar(void* plugin_context, const void* args, char* error,
-                          size_t error_capacity) noexcept;
-int32_t GqaFlashRunAvx2(void* plugin_context, const void* args, char* error,
-                        size_t error_capacity) noexcept;
 
-}  // namespace attnrt::cpu_x86
+// attnrt_kernel_desc::run of a gqa.flash kernel whose block operations are `ops`; plugin_context is
+// a PluginContext*. The caller's supports() has accepted the problem (ISA included).
+int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t error_capacity,
+                    const GqaFlashOps& ops) noexcept;
+
+}  // namespace attnrt::cpu

@@ -1,5 +1,5 @@
 // gqa.flash.scalar: the block operations on plain C++ loops, K/V elements of every cache type
-// dequantized on the fly. Baseline x86-64; runs on every CPU.
+// dequantized on the fly. Baseline ISA; runs on every CPU of the plugin's architecture.
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,7 +8,7 @@
 #include "gqa_quant.h"
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 GqaCacheRow Row(const GqaFlashKv& kv, int64_t j) {
@@ -81,4 +81,4 @@ void Scale(float alpha, float* y, int64_t n) {
 
 const GqaFlashOps kGqaFlashOpsScalar = {&Scores, &Accumulate, &Dequantize, &Max, &ExpSum, &Scale};
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

@@ -1,13 +1,14 @@
-// gqa.naive.scalar: the row pipeline on plain C++ loops. Baseline x86-64; runs on every CPU.
+// gqa.naive.scalar: the row pipeline on plain C++ loops. Baseline ISA; runs on every CPU of the
+// plugin's architecture.
 #include <math.h>
 #include <stdint.h>
 
 #include "gqa_convert.h"
-#include "gqa_kernels.h"
+#include "gqa_naive.h"
 #include "gqa_pipeline.h"
 #include "gqa_quant.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 struct ScalarOps {
@@ -54,4 +55,4 @@ void GqaAttendRowsScalar(const GqaRun& run, float* scratch, int64_t unit_begin, 
   AttendRows<ScalarOps>(run, scratch, unit_begin, unit_end);
 }
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

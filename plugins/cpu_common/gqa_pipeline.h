@@ -30,7 +30,7 @@
 #include "gqa_convert.h"
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // Writes one output_qk row of length T in T: row[j] for j in [begin, end), 0 elsewhere (columns >=
@@ -151,4 +151,4 @@ void AttendRows(const GqaRun& r, float* scratch, int64_t unit_begin, int64_t uni
 }
 
 }  // namespace
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

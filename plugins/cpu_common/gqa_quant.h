@@ -14,7 +14,7 @@
 #include "gqa_convert.h"
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 inline float InverseScale(float scale) { return scale != 0.0f ? 1.0f / scale : 1.0f; }
@@ -122,4 +122,4 @@ inline void ForEachCacheElement(const GqaCacheRow& row, int64_t begin, int64_t e
 }
 
 }  // namespace
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

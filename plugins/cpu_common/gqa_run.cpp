@@ -1,4 +1,4 @@
-// Driver of the cpu_x86 GroupQueryAttention kernels (baseline ISA): workspace layout, the K/V
+// Driver of the CPU GroupQueryAttention kernels (baseline ISA): workspace layout, the K/V
 // append prologue with RoPE and quantize-on-write (reference §3.5, §3.6, §4), and the threading of
 // the ISA row pipeline.
 #include "gqa_run.h"
@@ -14,7 +14,7 @@
 #include "gqa_convert.h"
 #include "gqa_quant.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // Scratch areas start on cache lines so slots of different threads never share one.
@@ -601,4 +601,4 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   return ATTNRT_OK;
 }
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

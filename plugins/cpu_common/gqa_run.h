@@ -1,4 +1,4 @@
-// Shared, ISA-independent part of the cpu_x86 GroupQueryAttention kernels: the resolved view of one
+// Shared, ISA-independent part of the CPU GroupQueryAttention kernels: the resolved view of one
 // run, the driver (workspace layout, KV append, threading) and rotary embedding. Semantics:
 // reference/gqa-semantics.md (ONNX Runtime 1.30 com.microsoft.GroupQueryAttention, CPU EP).
 //
@@ -13,7 +13,7 @@
 #include "attnrt/ops/gqa.h"
 #include "attnrt/plugin.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 
 // T: the element type of query, key, value, cos/sin caches, attention_bias, head_sink, output and
 // output_qk.
@@ -188,4 +188,4 @@ int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
 // stores its rotated Q and K in T; for float32 bit-identical to ONNX Runtime's (MLAS AVX2) RoPE.
 void GqaRotateRow(const GqaRun& run, const void* x, float* y, int64_t position) noexcept;
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

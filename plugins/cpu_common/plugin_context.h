@@ -1,5 +1,8 @@
-// State of one init() of the cpu_x86 plugin. Two runtimes may init the same loaded library, so
-// everything mutable lives here, never in globals.
+// State of one init() of a CPU plugin (cpu_x86, cpu_arm), and its plugin table. Two runtimes may
+// init the same loaded library, so everything mutable lives here, never in globals.
+//
+// CpuFeatures and ProbeCpu() come from the plugin's own probe.h (one per architecture, found on the
+// plugin's include path); each plugin defines kPluginName and its kernel table (gqa_kernels.h).
 #pragma once
 
 #include <cstddef>
@@ -10,13 +13,23 @@
 #include "attnrt/plugin.h"
 #include "probe.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 
 struct PluginContext {
   attnrt_host_services host;  // copy of the runtime's services, valid until shutdown()
   CpuFeatures cpu;
   std::vector<attnrt_plugin_fact> facts;  // points into cpu.facts
 };
+
+// The plugin's name ("cpu_x86", "cpu_arm"): the table's name and the prefix of its messages.
+// Defined by each plugin (plugin.cpp).
+extern const char kPluginName[];
+
+// The plugin table (abi/attnrt/plugin.h) every CPU plugin returns from attnrt_plugin_query: init
+// copies the host services and runs ProbeCpu(); probe reports the plugin available (its scalar
+// kernels run on every CPU of its architecture; SIMD kernels decline on their own in supports())
+// with the probe's facts; the kernels are GqaKernel(0..GqaKernelCount()-1).
+const attnrt_plugin_api* CpuPluginApi() noexcept;
 
 // Copies `message` into the ABI's (buffer, capacity) pair: truncated, always NUL-terminated; a NULL
 // buffer or zero capacity is left alone.
@@ -26,4 +39,4 @@ void WriteMessage(char* buffer, size_t capacity, std::string_view message) noexc
 // allocating (the failure may be std::bad_alloc).
 void WriteCurrentException(char* buffer, size_t capacity, const char* where) noexcept;
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

@@ -16,7 +16,7 @@
 
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // Whether a cache type's elements are q * scale (float32 scales), rather than floats.
@@ -98,4 +98,4 @@ inline __m256 LoadCache8(const GqaCacheRow& row, int64_t i) {
 }
 
 }  // namespace
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

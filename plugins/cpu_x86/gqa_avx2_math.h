@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 inline float HorizontalSum(__m256 v) {
@@ -101,4 +101,4 @@ inline void RowScale(float alpha, float* y, int64_t n) {
 }
 
 }  // namespace
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

@@ -17,9 +17,10 @@
 #include "gqa_avx2_cache.h"
 #include "gqa_avx2_math.h"
 #include "gqa_flash.h"
+#include "gqa_kernels.h"
 #include "gqa_run.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 4;
@@ -267,4 +268,4 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
 const GqaFlashOps kGqaFlashOpsAvx2 = {&Scores, &Accumulate, &Dequantize,
                                       &RowMax, &RowExpSum,  &RowScale};
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

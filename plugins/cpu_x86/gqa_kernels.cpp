@@ -8,9 +8,10 @@
 #include "attnrt/ops/gqa.h"
 #include "gqa_decline.h"
 #include "gqa_flash.h"
+#include "gqa_naive.h"
 #include "plugin_context.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then AVX-512 > AVX2 > scalar): naive
@@ -18,121 +19,6 @@ namespace {
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
-
-// The names attnrt_dtype_name gives (the plugin cannot link the core).
-std::string DtypeName(attnrt_dtype d) {
-  if (d.lanes == 1) {
-    switch (d.code) {
-      case ATTNRT_DTYPE_CODE_FLOAT:
-        if (d.bits == 32) return "float32";
-        if (d.bits == 16) return "float16";
-        break;
-      case ATTNRT_DTYPE_CODE_BFLOAT:
-        if (d.bits == 16) return "bfloat16";
-        break;
-      case ATTNRT_DTYPE_CODE_INT:
-        if (d.bits == 4) return "int4";
-        if (d.bits == 8) return "int8";
-        if (d.bits == 32) return "int32";
-        if (d.bits == 64) return "int64";
-        break;
-      case ATTNRT_DTYPE_CODE_UINT:
-        if (d.bits == 8) return "uint8";
-        break;
-      case ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN:
-        if (d.bits == 8) return "float8_e4m3fn";
-        break;
-      case ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU:
-        if (d.bits == 8) return "float8_e8m0fnu";
-        break;
-      default:
-        break;
-    }
-  }
-  return "unknown";
-}
-
-std::string QuantTypeName(int32_t type) {
-  switch (type) {
-    case ATTNRT_GQA_QUANT_PER_TENSOR:
-      return "PER_TENSOR";
-    case ATTNRT_GQA_QUANT_PER_CHANNEL:
-      return "PER_CHANNEL";
-    default:
-      return std::to_string(type);
-  }
-}
-
-std::string DeviceName(int32_t device_type) {
-  switch (device_type) {
-    case ATTNRT_DEVICE_CPU:
-      return "CPU";
-    case ATTNRT_DEVICE_CUDA:
-      return "CUDA";
-    default:
-      return std::to_string(device_type);
-  }
-}
-
-// Empty when the naive pipeline computes `p` as the reference does; else the reason it does not.
-// Supported: T float32, float16, bfloat16 with a T cache, or with a quantized cache (k_quant_type
-// == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
-// holding int4 (4-bit); and everything the reference defines on CPU (phases, packing, shared
-// buffers, masks, rotary, softcap, bias, sinks, qk_output, sliding_window_cache=1) with each.
-}  // namespace
-
-std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
-  if (p.struct_size < sizeof(attnrt_gqa_problem)) {
-    return "attnrt_gqa_problem struct_size " + std::to_string(p.struct_size) +
-           " is smaller than the " + std::to_string(sizeof(attnrt_gqa_problem)) +
-           " bytes this kernel was built with";
-  }
-  if (p.device_type != ATTNRT_DEVICE_CPU) {
-    return "device " + DeviceName(p.device_type) + " is not supported (CPU tensors only)";
-  }
-  const attnrt_gqa_attributes& a = p.attributes;
-  GqaFloatType type;
-  GqaCacheType cache_type;
-  if (!GqaElementTypes(p, &type, &cache_type)) {
-    if (a.k_quant_type == ATTNRT_GQA_QUANT_NONE) {
-      return "query dtype " + DtypeName(p.query_dtype) + " with KV cache dtype " +
-             DtypeName(p.cache_dtype) +
-             " is not supported (query float32, float16 or bfloat16 with a cache of the same "
-             "dtype)";
-    }
-    return "query dtype " + DtypeName(p.query_dtype) + " with KV cache dtype " +
-           DtypeName(p.cache_dtype) +
-           " and kv_cache_bit_width=" + std::to_string(a.kv_cache_bit_width) +
-           " is not supported (query float32, float16 or bfloat16; cache int8 or float8_e4m3fn "
-           "for 8 bits, uint8 for 4 bits)";
-  }
-  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
-    if (a.v_quant_type != a.k_quant_type) {
-      return "v_quant_type=" + QuantTypeName(a.v_quant_type) +
-             " differs from k_quant_type=" + QuantTypeName(a.k_quant_type) +
-             " (one quantization type for K and V only)";
-    }
-    if (a.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR &&
-        a.k_quant_type != ATTNRT_GQA_QUANT_PER_CHANNEL) {
-      return "k_quant_type=" + QuantTypeName(a.k_quant_type) + " is not supported";
-    }
-    const int64_t scales =
-        a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? p.kv_num_heads * p.head_size : 1;
-    if (p.k_scale_count != scales || p.v_scale_count != scales) {
-      return "k_scale/v_scale with " + std::to_string(p.k_scale_count) + "/" +
-             std::to_string(p.v_scale_count) +
-             " elements are not supported with k_quant_type=" + QuantTypeName(a.k_quant_type) +
-             " (expected " + std::to_string(scales) + ")";
-    }
-  }
-  // sliding_window_cache=1 compacts the window into present (validation requires it).
-  if (a.sliding_window_cache == 1 && !p.has_present) {
-    return "sliding_window_cache=1 needs the present_key and present_value outputs";
-  }
-  return {};
-}
-
-namespace {
 
 std::string Avx2DeclineReason(const CpuFeatures& cpu) {
   if (cpu.avx2 && cpu.fma) return {};
@@ -148,48 +34,36 @@ std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& 
          cpu.isa;
 }
 
-template <bool kNeedsAvx2>
+// A naive kernel (kFlash false: GqaNaiveDeclineReason, F16C for float16 with AVX2) or a flash one
+// (GqaFlashDeclineReason; flash widens float16 with baseline code, so it needs no F16C).
+template <bool kNeedsAvx2, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   try {
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
     const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
     std::string why = kNeedsAvx2 ? Avx2DeclineReason(context.cpu) : std::string();
-    if (why.empty()) why = GqaNaiveDeclineReason(p);
+    if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
     // After DeclineReason: it checked struct_size before any other field is read.
-    if (why.empty() && kNeedsAvx2) why = F16cDeclineReason(context.cpu, p);
+    if (why.empty() && kNeedsAvx2 && !kFlash) why = F16cDeclineReason(context.cpu, p);
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {
-    WriteCurrentException(reason, reason_capacity, "cpu_x86 gqa supports()");
+    WriteCurrentException(reason, reason_capacity, "gqa supports()");
   }
   return 0;
 }
 
-size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
-  const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
-  // supports() declined such a problem; nothing larger than what it read may be touched.
-  if (p.struct_size < sizeof(attnrt_gqa_problem)) return 0;
-  return GqaWorkspaceSize(static_cast<const PluginContext*>(plugin_context)->host, p);
+template <GqaAttendRowsFn kAttendRows>
+int32_t NaiveRun(void* plugin_context, const void* args, char* error,
+                 size_t error_capacity) noexcept {
+  return GqaNaiveRun(plugin_context, args, error, error_capacity, kAttendRows);
 }
 
-template <GqaAttendRowsFn kAttendRows>
-int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity) noexcept {
-  try {
-    const auto& context = *static_cast<const PluginContext*>(plugin_context);
-    const auto& a = *static_cast<const attnrt_gqa_args*>(args);
-    if (a.struct_size < sizeof(attnrt_gqa_args)) {
-      WriteMessage(error, error_capacity,
-                   "attnrt_gqa_args struct_size " + std::to_string(a.struct_size) +
-                       " is smaller than the " + std::to_string(sizeof(attnrt_gqa_args)) +
-                       " bytes this kernel was built with");
-      return ATTNRT_ERROR_ABI_MISMATCH;
-    }
-    return RunGqa(context.host, a, kAttendRows, error, error_capacity);
-  } catch (...) {
-    WriteCurrentException(error, error_capacity, "cpu_x86 gqa run()");
-    return ATTNRT_ERROR_INTERNAL;
-  }
+template <const GqaFlashOps& kOps>
+int32_t FlashRun(void* plugin_context, const void* args, char* error,
+                 size_t error_capacity) noexcept {
+  return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
 }
 
 constexpr attnrt_kernel_desc kKernels[] = {
@@ -198,33 +72,33 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kNaivePriority,
-     .supports = &Supports<false>,
-     .workspace_size = &WorkspaceSize,
-     .run = &Run<&GqaAttendRowsScalar>},
+     .supports = &Supports<false, false>,
+     .workspace_size = &GqaNaiveWorkspaceSize,
+     .run = &NaiveRun<&GqaAttendRowsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.naive.avx2",
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kNaivePriority + kAvx2Bonus,
-     .supports = &Supports<true>,
-     .workspace_size = &WorkspaceSize,
-     .run = &Run<&GqaAttendRowsAvx2>},
+     .supports = &Supports<true, false>,
+     .workspace_size = &GqaNaiveWorkspaceSize,
+     .run = &NaiveRun<&GqaAttendRowsAvx2>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.scalar",
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kFlashPriority,
-     .supports = &GqaFlashSupportsScalar,
+     .supports = &Supports<false, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &GqaFlashRunScalar},
+     .run = &FlashRun<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.avx2",
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kFlashPriority + kAvx2Bonus,
-     .supports = &GqaFlashSupportsAvx2,
+     .supports = &Supports<true, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &GqaFlashRunAvx2},
+     .run = &FlashRun<kGqaFlashOpsAvx2>},
 };
 
 }  // namespace
@@ -235,4 +109,4 @@ const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {
   return index < std::size(kKernels) ? &kKernels[index] : nullptr;
 }
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

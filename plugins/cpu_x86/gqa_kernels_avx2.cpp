@@ -13,7 +13,7 @@
 #include "gqa_pipeline.h"
 #include "gqa_quant.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 template <GqaCacheType kType>
@@ -142,4 +142,4 @@ void GqaAttendRowsAvx2(const GqaRun& run, float* scratch, int64_t unit_begin, in
   AttendRows<Avx2Ops>(run, scratch, unit_begin, unit_end);
 }
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

@@ -10,7 +10,7 @@
 
 #include "probe.h"
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 namespace {
 
 // XCR0 state-component bits (Intel SDM vol. 1, 13.1).
@@ -97,4 +97,4 @@ CpuFeatures ProbeCpu() {
   return f;
 }
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

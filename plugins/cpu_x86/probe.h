@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace attnrt::cpu_x86 {
+namespace attnrt::cpu {
 
 // What the kernels may use here. A SIMD flag is set only when the CPU reports the instructions AND
 // the OS saves their register state (XCR0); all are false when cpuinfo could not initialize.
@@ -30,4 +30,4 @@ struct CpuFeatures {
 // remains.
 CpuFeatures ProbeCpu();
 
-}  // namespace attnrt::cpu_x86
+}  // namespace attnrt::cpu

@@ -73,22 +73,25 @@ const std::vector<Expectation>& BrokenFiles() {
   return files;
 }
 
-void ExpectCpuX86Loaded(const std::vector<PluginInfo>& plugins) {
-  const PluginInfo* cpu = FindPlugin(plugins, "cpu_x86");
-  ASSERT_NE(cpu, nullptr) << "cpu_x86 is not among the loaded plugins";
-  EXPECT_TRUE(IsFileIn(cpu->path, DefaultPluginDir(), "libattnrt_cpu_x86.so")) << cpu->path;
+void ExpectCpuPluginLoaded(const std::vector<PluginInfo>& plugins) {
+  const PluginInfo* cpu = FindPlugin(plugins, ATTNRT_TEST_CPU_PLUGIN);
+  ASSERT_NE(cpu, nullptr) << ATTNRT_TEST_CPU_PLUGIN " is not among the loaded plugins";
+  EXPECT_TRUE(IsFileIn(cpu->path, DefaultPluginDir(), "libattnrt_" ATTNRT_TEST_CPU_PLUGIN ".so"))
+      << cpu->path;
   EXPECT_EQ(cpu->abi_major, static_cast<uint32_t>(ATTNRT_ABI_VERSION_MAJOR));
   std::map<std::string, int32_t> kernels;
   for (const auto& k : cpu->kernels) {
     kernels[k.name] = k.priority;
-    EXPECT_EQ(k.plugin, "cpu_x86") << k.name;
+    EXPECT_EQ(k.plugin, ATTNRT_TEST_CPU_PLUGIN) << k.name;
   }
-  ASSERT_TRUE(kernels.count("cpu_x86.gqa.naive.scalar")) << "cpu_x86 lacks its scalar kernel";
-  ASSERT_TRUE(kernels.count("cpu_x86.gqa.naive.avx2")) << "cpu_x86 lacks its avx2 kernel";
-  EXPECT_EQ(kernels["cpu_x86.gqa.naive.scalar"], 100);
-  EXPECT_EQ(kernels["cpu_x86.gqa.naive.avx2"], 120);
+  ASSERT_TRUE(kernels.count(ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"))
+      << ATTNRT_TEST_CPU_PLUGIN " lacks its scalar kernel";
+  ASSERT_TRUE(kernels.count(ATTNRT_TEST_CPU_PLUGIN ".gqa.naive." ATTNRT_TEST_CPU_SIMD))
+      << ATTNRT_TEST_CPU_PLUGIN " lacks its " ATTNRT_TEST_CPU_SIMD " kernel";
+  EXPECT_EQ(kernels[ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"], 100);
+  EXPECT_EQ(kernels[ATTNRT_TEST_CPU_PLUGIN ".gqa.naive." ATTNRT_TEST_CPU_SIMD], 120);
   for (const auto& k : cpu->kernels) {
-    if (k.name.rfind("cpu_x86.gqa.", 0) == 0) {
+    if (k.name.rfind(ATTNRT_TEST_CPU_PLUGIN ".gqa.", 0) == 0) {
       EXPECT_EQ(k.op_kind, ATTNRT_OP_GQA) << k.name;
       EXPECT_EQ(k.device_type, ATTNRT_DEVICE_CPU) << k.name;
     }
@@ -109,12 +112,12 @@ class DiscoveryTest : public testing::Test {
   CleanAttnrtEnv env_;
 };
 
-TEST_F(DiscoveryTest, BrokenFilesAreDiagnosedOnceEachAndCpuX86StillLoads) {
+TEST_F(DiscoveryTest, BrokenFilesAreDiagnosedOnceEachAndCpuPluginStillLoads) {
   RuntimePtr runtime = RuntimeWithPaths({kBroken}, /*search_default_paths=*/true);
   ASSERT_TRUE(runtime);
   const auto plugins = ListPlugins(runtime.get());
   const auto diagnostics = ListDiagnostics(runtime.get());
-  ExpectCpuX86Loaded(plugins);
+  ExpectCpuPluginLoaded(plugins);
   ExpectUniqueKernelNames(plugins);
 
   for (const auto& p : plugins) {
@@ -171,7 +174,7 @@ TEST_F(DiscoveryTest, EnvironmentPluginPathIsColonSeparated) {
   RuntimePtr runtime = CreateRuntime();
   ASSERT_TRUE(runtime);
   const auto plugins = ListPlugins(runtime.get());
-  ExpectCpuX86Loaded(plugins);
+  ExpectCpuPluginLoaded(plugins);
   const PluginInfo* fake = FindPlugin(plugins, "fake");
   ASSERT_NE(fake, nullptr) << "the fake plugin from ATTNRT_PLUGIN_PATH was not loaded";
   EXPECT_TRUE(IsFileIn(fake->path, kFake, "libattnrt_fake.so")) << fake->path;
@@ -214,9 +217,9 @@ TEST_F(DiscoveryTest, DuplicatesLaterInSearchOrderAreDiagnosed) {
   ASSERT_TRUE(runtime);
   const auto plugins = ListPlugins(runtime.get());
   const auto diagnostics = ListDiagnostics(runtime.get());
-  ExpectCpuX86Loaded(plugins);
+  ExpectCpuPluginLoaded(plugins);
   ExpectUniqueKernelNames(plugins);
-  const PluginInfo* cpu = FindPlugin(plugins, "cpu_x86");
+  const PluginInfo* cpu = FindPlugin(plugins, ATTNRT_TEST_CPU_PLUGIN);
   ASSERT_NE(cpu, nullptr);
   for (const auto& k : cpu->kernels) {
     EXPECT_EQ(k.name.find("impostor"), std::string::npos) << "kernel of the impostor: " << k.name;
@@ -224,7 +227,7 @@ TEST_F(DiscoveryTest, DuplicatesLaterInSearchOrderAreDiagnosed) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
       {"libattnrt_dupname.so", {"duplicate"}},
       {"libattnrt_dupkernel.so", {"duplicate", "dupkernel.gqa.same.scalar"}},
-      {"libattnrt_dupforeign.so", {"duplicate", "cpu_x86.gqa.naive.scalar"}},
+      {"libattnrt_dupforeign.so", {"duplicate", ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"}},
   };
   for (const auto& [file, any_of] : expected) {
     SCOPED_TRACE(file);
@@ -247,11 +250,11 @@ TEST_F(DiscoveryTest, FirstPluginNameInSearchOrderWins) {
   const auto plugins = ListPlugins(runtime.get());
   const auto diagnostics = ListDiagnostics(runtime.get());
   ExpectUniqueKernelNames(plugins);
-  const PluginInfo* cpu = FindPlugin(plugins, "cpu_x86");
+  const PluginInfo* cpu = FindPlugin(plugins, ATTNRT_TEST_CPU_PLUGIN);
   ASSERT_NE(cpu, nullptr);
   EXPECT_TRUE(IsFileIn(cpu->path, kDup, "libattnrt_dupname.so")) << cpu->path;
   const bool real_diagnosed = std::any_of(diagnostics.begin(), diagnostics.end(), [](auto& d) {
-    return IsFileIn(d.path, DefaultPluginDir(), "libattnrt_cpu_x86.so") &&
+    return IsFileIn(d.path, DefaultPluginDir(), "libattnrt_" ATTNRT_TEST_CPU_PLUGIN ".so") &&
            ContainsI(d.message, "duplicate");
   });
   EXPECT_TRUE(real_diagnosed) << "diagnostics:" << Describe(diagnostics);
@@ -261,7 +264,7 @@ TEST_F(DiscoveryTest, MissingFolderDoesNotFailCreation) {
   RuntimePtr runtime =
       RuntimeWithPaths({kBroken + "/does-not-exist"}, /*search_default_paths=*/true);
   ASSERT_TRUE(runtime);
-  ExpectCpuX86Loaded(ListPlugins(runtime.get()));
+  ExpectCpuPluginLoaded(ListPlugins(runtime.get()));
 }
 
 TEST_F(DiscoveryTest, RepeatedCreationGivesTheSameResult) {

@@ -63,7 +63,7 @@ TEST(PluginInspectTest, ListJsonOverBrokenFolder) {
 
   const std::string tool = ATTNRT_TEST_PLUGIN_INSPECT;
   ASSERT_TRUE(fs::exists(tool)) << tool << " is not built";
-  const CommandResult r = RunCommand("'" + tool + "' list --json");
+  const CommandResult r = RunCommand(ATTNRT_TEST_EMULATOR "'" + tool + "' list --json");
   ASSERT_EQ(r.exit_code, 0) << "stderr:\n" << r.err << "\nstdout:\n" << r.out;
   json doc;
   try {
@@ -85,10 +85,10 @@ TEST(PluginInspectTest, ListJsonOverBrokenFolder) {
     EXPECT_TRUE(p.contains("facts") && p["facts"].is_object()) << p.dump();
     EXPECT_NE(fs::path(Str(p, "path")).parent_path(), fs::path(broken))
         << "a broken plugin was listed: " << p.dump();
-    if (Str(p, "name") == "cpu_x86") cpu = &p;
+    if (Str(p, "name") == ATTNRT_TEST_CPU_PLUGIN) cpu = &p;
   }
-  ASSERT_NE(cpu, nullptr) << "cpu_x86 not listed:\n" << doc.dump(2);
-  EXPECT_EQ(fs::path(Str(*cpu, "path")).filename(), "libattnrt_cpu_x86.so");
+  ASSERT_NE(cpu, nullptr) << ATTNRT_TEST_CPU_PLUGIN " not listed:\n" << doc.dump(2);
+  EXPECT_EQ(fs::path(Str(*cpu, "path")).filename(), "libattnrt_" ATTNRT_TEST_CPU_PLUGIN ".so");
   ASSERT_TRUE((*cpu)["kernels"].is_array());
   std::map<std::string, int64_t> priorities;
   for (const auto& k : (*cpu)["kernels"]) {
@@ -98,12 +98,15 @@ TEST(PluginInspectTest, ListJsonOverBrokenFolder) {
     if (k.contains("priority") && k["priority"].is_number_integer()) {
       priorities[Str(k, "name")] = k["priority"].get<int64_t>();
     }
-    if (Str(k, "name").rfind("cpu_x86.gqa.", 0) == 0 && k.contains("op") && k["op"].is_string()) {
+    if (Str(k, "name").rfind(ATTNRT_TEST_CPU_PLUGIN ".gqa.", 0) == 0 && k.contains("op") &&
+        k["op"].is_string()) {
       EXPECT_EQ(k["op"].get<std::string>(), "gqa") << k.dump();
     }
   }
-  EXPECT_EQ(priorities["cpu_x86.gqa.naive.scalar"], 100) << (*cpu)["kernels"].dump();
-  EXPECT_EQ(priorities["cpu_x86.gqa.naive.avx2"], 120) << (*cpu)["kernels"].dump();
+  EXPECT_EQ(priorities[ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"], 100)
+      << (*cpu)["kernels"].dump();
+  EXPECT_EQ(priorities[ATTNRT_TEST_CPU_PLUGIN ".gqa.naive." ATTNRT_TEST_CPU_SIMD], 120)
+      << (*cpu)["kernels"].dump();
 
   // One diagnostic per broken file, naming it.
   std::map<std::string, int> per_file;

@@ -294,7 +294,7 @@ TEST_F(RegistryTest, RankingMergesPluginsByPriorityThenName) {
   }
   bool has_scalar = false;
   for (const auto& c : candidates)
-    has_scalar = has_scalar || c.kernel == "cpu_x86.gqa.naive.scalar";
+    has_scalar = has_scalar || c.kernel == ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar";
   EXPECT_TRUE(has_scalar);
   int selected = 0;
   for (const auto& c : candidates) selected += c.status == ATTNRT_CANDIDATE_SELECTED ? 1 : 0;

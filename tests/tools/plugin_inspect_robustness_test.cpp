@@ -55,7 +55,7 @@ class PluginInspectRobustness : public ::testing::Test {
 
   // Runs plugin-inspect with `args` under a 60 s timeout (exit 124 means it hung).
   Result Run(const std::vector<std::string>& args) const {
-    std::string command = "timeout 60 " + Quote(ATTNRT_TEST_PLUGIN_INSPECT);
+    std::string command = "timeout 60 " ATTNRT_TEST_EMULATOR + Quote(ATTNRT_TEST_PLUGIN_INSPECT);
     for (const std::string& arg : args) command += " " + Quote(arg);
     const fs::path err_file = root_ / "stderr.txt";
     command += " 2>" + Quote(err_file.string()) + " </dev/null";
@@ -506,16 +506,17 @@ TEST_F(PluginInspectRobustness, NegativeOrTooLargeSeedIsRejected) {
 
 TEST_F(PluginInspectRobustness, ReferenceTextNamesTheKernelAndWhy) {
   const Result flash = Run({"run", "--model", "llama-3.2-1b", "--context", "8", "--steps", "1",
-                            "--kernel", "cpu_x86.gqa.flash.*"});
+                            "--kernel", ATTNRT_TEST_CPU_PLUGIN ".gqa.flash.*"});
   ASSERT_EQ(flash.exit_code, 0) << flash.all();
-  EXPECT_TRUE(Contains(flash.out, "reference: cpu_x86.gqa.flash.scalar (")) << flash.out;
+  EXPECT_TRUE(Contains(flash.out, "reference: " ATTNRT_TEST_CPU_PLUGIN ".gqa.flash.scalar ("))
+      << flash.out;
   EXPECT_TRUE(Contains(flash.out, "(the scalar kernel of the same algorithm)") ||
               Contains(flash.out, "(the kernel under test is itself the scalar kernel)"))
       << flash.out;
   // A kernel of another algorithm: the '*.scalar' pin still picks the flash scalar kernel, and
   // the text says so instead of claiming a same-algorithm reference.
   const Result naive = Run({"run", "--model", "llama-3.2-1b", "--context", "8", "--steps", "1",
-                            "--kernel", "cpu_x86.gqa.naive.*"});
+                            "--kernel", ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.*"});
   ASSERT_EQ(naive.exit_code, 0) << naive.all();
   EXPECT_TRUE(Contains(naive.out, "NOT the scalar kernel")) << naive.out;
 }

@@ -44,13 +44,13 @@ static int32_t Run(void* context, const void* args, char* error, size_t capacity
 }
 
 #if defined(BROKEN_MODE_DUPNAME)
-#define KERNEL_NAME_0 "cpu_x86.gqa.impostor.scalar"
-#define KERNEL_NAME_1 "cpu_x86.gqa.impostor2.scalar"
+#define KERNEL_NAME_0 ATTNRT_TEST_CPU_PLUGIN ".gqa.impostor.scalar"
+#define KERNEL_NAME_1 ATTNRT_TEST_CPU_PLUGIN ".gqa.impostor2.scalar"
 #elif defined(BROKEN_MODE_DUPKERNEL)
 #define KERNEL_NAME_0 "dupkernel.gqa.same.scalar"
 #define KERNEL_NAME_1 "dupkernel.gqa.same.scalar"
 #elif defined(BROKEN_MODE_DUPFOREIGN)
-#define KERNEL_NAME_0 "cpu_x86.gqa.naive.scalar"
+#define KERNEL_NAME_0 ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"
 #define KERNEL_NAME_1 "dupforeign.gqa.other.scalar"
 #else
 #define KERNEL_NAME_0 BROKEN_PLUGIN_NAME ".gqa.fixture.scalar"
@@ -121,7 +121,7 @@ static const attnrt_plugin_api kApi = {
 #endif
     ATTNRT_ABI_VERSION_MINOR,
 #if defined(BROKEN_MODE_DUPNAME)
-    "cpu_x86",
+    ATTNRT_TEST_CPU_PLUGIN,
 #else
     BROKEN_PLUGIN_NAME,
 #endif

@@ -317,7 +317,7 @@ std::vector<Case> Cases() {
 // ---- kernels under test
 // -------------------------------------------------------------------------- Every GQA kernel of
 // the cpu_x86 plugin, read from a default runtime when tests are registered.
-std::vector<std::string> CpuX86GqaKernels() {
+std::vector<std::string> CpuGqaKernels() {
   std::vector<std::string> names;
   attnrt_runtime* raw = nullptr;
   if (attnrt_runtime_create(nullptr, &raw) != ATTNRT_OK) return names;
@@ -328,7 +328,7 @@ std::vector<std::string> CpuX86GqaKernels() {
     attnrt_plugin_info info{};
     info.struct_size = sizeof(info);
     if (attnrt_runtime_plugin_info(runtime.get(), p, &info) != ATTNRT_OK) continue;
-    if (info.name == nullptr || std::string(info.name) != "cpu_x86") continue;
+    if (info.name == nullptr || std::string(info.name) != ATTNRT_TEST_CPU_PLUGIN) continue;
     for (size_t k = 0; k < info.num_kernels; ++k) {
       attnrt_kernel_info kernel{};
       kernel.struct_size = sizeof(kernel);
@@ -652,7 +652,7 @@ TEST_P(GqaConformance, MatchesReference) {
 // "" (the runtime's own choice) and every cpu_x86 GQA kernel.
 std::vector<std::string> KernelParams() {
   std::vector<std::string> params = {""};
-  for (auto& k : CpuX86GqaKernels()) params.push_back(k);
+  for (auto& k : CpuGqaKernels()) params.push_back(k);
   return params;
 }
 
@@ -665,17 +665,20 @@ std::string ParamName(const testing::TestParamInfo<Param>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuX86, GqaConformance,
+INSTANTIATE_TEST_SUITE_P(CpuPlugin, GqaConformance,
                          testing::Combine(testing::ValuesIn(KernelParams()),
                                           testing::ValuesIn(Cases())),
                          ParamName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GqaConformance);
 
 // The suite above is empty when no kernel is found; this makes that a failure.
-TEST(GqaConformanceSetup, CpuX86RegistersItsGqaKernels) {
-  const std::vector<std::string> kernels = CpuX86GqaKernels();
-  EXPECT_NE(std::find(kernels.begin(), kernels.end(), "cpu_x86.gqa.naive.scalar"), kernels.end());
-  EXPECT_NE(std::find(kernels.begin(), kernels.end(), "cpu_x86.gqa.naive.avx2"), kernels.end());
+TEST(GqaConformanceSetup, CpuPluginRegistersItsGqaKernels) {
+  const std::vector<std::string> kernels = CpuGqaKernels();
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"),
+            kernels.end());
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(),
+                      ATTNRT_TEST_CPU_PLUGIN ".gqa.naive." ATTNRT_TEST_CPU_SIMD),
+            kernels.end());
 }
 
 // The reference itself, on a case small enough to check by hand: one query, two keys.

@@ -1,0 +1,101 @@
+// Kernel descriptors of the cpu_arm GroupQueryAttention family: what each accepts (and why not),
+// its workspace, and the dispatch to the scalar or NEON pipeline.
+#include "gqa_kernels.h"
+
+#include <iterator>
+#include <string>
+
+#include "attnrt/ops/gqa.h"
+#include "gqa_decline.h"
+#include "gqa_flash.h"
+#include "gqa_naive.h"
+#include "plugin_context.h"
+
+namespace attnrt::cpu {
+namespace {
+
+// Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then SIMD > scalar), the numbers of
+// cpu_x86: naive 100, flash 200; +0 scalar, +20 NEON (the place of AVX2: 128-bit vectors with FMA).
+constexpr int32_t kNaivePriority = 100;
+constexpr int32_t kFlashPriority = 200;
+constexpr int32_t kNeonBonus = 20;
+
+std::string NeonDeclineReason(const CpuFeatures& cpu) {
+  if (cpu.neon) return {};
+  return "requires Advanced SIMD (NEON), which cpuinfo did not report; this CPU provides: " +
+         (cpu.isa.empty() ? std::string("no SIMD extension cpuinfo could read") : cpu.isa);
+}
+
+// A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason).
+template <bool kNeedsNeon, bool kFlash>
+int32_t Supports(void* plugin_context, const void* problem, char* reason,
+                 size_t reason_capacity) noexcept {
+  try {
+    const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
+    std::string why = kNeedsNeon ? NeonDeclineReason(context.cpu) : std::string();
+    if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
+    if (why.empty()) return 1;
+    WriteMessage(reason, reason_capacity, why);
+  } catch (...) {
+    WriteCurrentException(reason, reason_capacity, "gqa supports()");
+  }
+  return 0;
+}
+
+template <GqaAttendRowsFn kAttendRows>
+int32_t NaiveRun(void* plugin_context, const void* args, char* error,
+                 size_t error_capacity) noexcept {
+  return GqaNaiveRun(plugin_context, args, error, error_capacity, kAttendRows);
+}
+
+template <const GqaFlashOps& kOps>
+int32_t FlashRun(void* plugin_context, const void* args, char* error,
+                 size_t error_capacity) noexcept {
+  return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
+}
+
+constexpr attnrt_kernel_desc kKernels[] = {
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_arm.gqa.naive.scalar",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kNaivePriority,
+     .supports = &Supports<false, false>,
+     .workspace_size = &GqaNaiveWorkspaceSize,
+     .run = &NaiveRun<&GqaAttendRowsScalar>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_arm.gqa.naive.neon",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kNaivePriority + kNeonBonus,
+     .supports = &Supports<true, false>,
+     .workspace_size = &GqaNaiveWorkspaceSize,
+     .run = &NaiveRun<&GqaAttendRowsNeon>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_arm.gqa.flash.scalar",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority,
+     .supports = &Supports<false, true>,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &FlashRun<kGqaFlashOpsScalar>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_arm.gqa.flash.neon",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority + kNeonBonus,
+     .supports = &Supports<true, true>,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &FlashRun<kGqaFlashOpsNeon>},
+};
+
+}  // namespace
+
+size_t GqaKernelCount() noexcept { return std::size(kKernels); }
+
+const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {
+  return index < std::size(kKernels) ? &kKernels[index] : nullptr;
+}
+
+}  // namespace attnrt::cpu
