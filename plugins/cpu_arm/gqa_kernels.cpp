@@ -1,5 +1,12 @@
 // Kernel descriptors of the cpu_arm GroupQueryAttention family: what each accepts (and why not),
 // its workspace, and the dispatch to the scalar or NEON pipeline.
+//
+// FEAT_FP16 arithmetic and FEAT_DotProd are probed and reported (plugin facts) but no default
+// kernel executes them, because none of their uses keeps the numeric contract (DESIGN §4, seed 000:
+// the float32 query and probabilities are never quantized, sums are float32): half-precision FMA
+// rounds every product and partial sum to 11 bits, and SDOT needs the query quantized to int8,
+// which is an approximate path that may exist only as an opt-in. The exact conversions they could
+// serve (float16 <-> float32, int8 -> float) are baseline Advanced SIMD (FCVTL, SXTL + SCVTF).
 #include "gqa_kernels.h"
 
 #include <iterator>
