@@ -142,4 +142,7 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 const GqaFlashOps kGqaFlashOpsNeon = {&Scores, &Accumulate, &Dequantize,
                                       &RowMax, &RowExpSum,  &RowScale};
 
+const GqaFlashOps kGqaFlashOpsDotProdApprox = {
+    &GqaFlashScoresDotProdApprox, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale};
+
 }  // namespace attnrt::cpu

@@ -1,12 +1,12 @@
 // Kernel descriptors of the cpu_arm GroupQueryAttention family: what each accepts (and why not),
 // its workspace, and the dispatch to the scalar or NEON pipeline.
 //
-// FEAT_FP16 arithmetic and FEAT_DotProd are probed and reported (plugin facts) but no default
+// FEAT_FP16 arithmetic and FEAT_DotProd are probed and reported (plugin facts), but no default
 // kernel executes them, because none of their uses keeps the numeric contract (DESIGN §4, seed 000:
 // the float32 query and probabilities are never quantized, sums are float32): half-precision FMA
-// rounds every product and partial sum to 11 bits, and SDOT needs the query quantized to int8,
-// which is an approximate path that may exist only as an opt-in. The exact conversions they could
-// serve (float16 <-> float32, int8 -> float) are baseline Advanced SIMD (FCVTL, SXTL + SCVTF).
+// rounds every product and partial sum to 11 bits, and SDOT needs the query quantized to int8. The
+// exact conversions they could serve (float16 <-> float32, int8 -> float) are baseline Advanced
+// SIMD (FCVTL, SXTL + SCVTF). SDOT runs in gqa.flash.dotprod_approx only, an opt-in kernel.
 #include "gqa_kernels.h"
 
 #include <iterator>
@@ -26,6 +26,10 @@ namespace {
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kNeonBonus = 20;
+// Approximate kernels rank below every exact one (naive.scalar accepts everything), so the runtime
+// never chooses one by itself: only a pin (ATTNRT_KERNEL or attnrt_runtime_options::kernel) opts
+// in.
+constexpr int32_t kApproximatePriority = kNaivePriority - 10;
 
 std::string NeonDeclineReason(const CpuFeatures& cpu) {
   if (cpu.neon) return {};
@@ -42,6 +46,41 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
     const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
     std::string why = kNeedsNeon ? NeonDeclineReason(context.cpu) : std::string();
     if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
+    if (why.empty()) return 1;
+    WriteMessage(reason, reason_capacity, why);
+  } catch (...) {
+    WriteCurrentException(reason, reason_capacity, "gqa supports()");
+  }
+  return 0;
+}
+
+// gqa.flash.dotprod_approx: FEAT_DotProd, what gqa.flash accepts, and an int8 PER_TENSOR cache
+// (the scope of ONNX Runtime's opt-in VNNI path) with a head the kernel quantizes on the stack.
+int32_t SupportsDotProdApprox(void* plugin_context, const void* problem, char* reason,
+                              size_t reason_capacity) noexcept {
+  try {
+    const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
+    std::string why;
+    if (!context.cpu.dotprod) {
+      why = "requires FEAT_DotProd (SDOT), which cpuinfo did not report; this CPU provides: " +
+            (context.cpu.isa.empty() ? std::string("no SIMD extension cpuinfo could read")
+                                     : context.cpu.isa);
+    }
+    if (why.empty()) why = GqaFlashDeclineReason(p);
+    if (why.empty()) {
+      const bool int8 = p.cache_dtype.code == ATTNRT_DTYPE_CODE_INT && p.cache_dtype.bits == 8;
+      if (!int8 || p.attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR) {
+        why =
+            "the approximate int8-query path covers int8 PER_TENSOR K caches only (the scope of "
+            "ONNX Runtime's opt-in VNNI path); the exact kernels run this case";
+      } else if (p.head_size > kGqaDotProdMaxHeadSize) {
+        why = "head_size " + std::to_string(p.head_size) + " is above the " +
+              std::to_string(kGqaDotProdMaxHeadSize) +
+              " the approximate path quantizes; the exact kernels (ONNX Runtime's default path) "
+              "run this case";
+      }
+    }
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {
@@ -95,6 +134,14 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .supports = &Supports<true, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
      .run = &FlashRun<kGqaFlashOpsNeon>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_arm.gqa.flash.dotprod_approx",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kApproximatePriority,
+     .supports = &SupportsDotProdApprox,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &FlashRun<kGqaFlashOpsDotProdApprox>},
 };
 
 }  // namespace

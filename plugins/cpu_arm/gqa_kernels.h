@@ -19,6 +19,20 @@ void GqaAttendRowsNeon(const GqaRun& run, float* scratch, int64_t unit_begin, in
 // Block operations of gqa.flash.neon: use only when the probe found Advanced SIMD.
 extern const GqaFlashOps kGqaFlashOpsNeon;
 
+// Largest head_size gqa.flash.dotprod_approx quantizes (its int8 query rows live on the stack);
+// its supports() declines larger heads.
+constexpr int64_t kGqaDotProdMaxHeadSize = 256;
+
+// GqaFlashOps::scores of gqa.flash.dotprod_approx (gqa_flash_dotprod.cpp): int8 PER_TENSOR K blocks
+// with the query rows quantized to int8 and SDOT, every other block exact (kGqaFlashOpsNeon).
+// Executes FEAT_DotProd instructions: call only when the probe found them (CpuFeatures::dotprod).
+void GqaFlashScoresDotProdApprox(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys,
+                                 int64_t h, float scale, float* scores, int64_t ld,
+                                 const void* prefetch, size_t prefetch_bytes);
+
+// Block operations of gqa.flash.dotprod_approx: the approximate scores above, the rest NEON's.
+extern const GqaFlashOps kGqaFlashOpsDotProdApprox;
+
 // The GQA kernel descriptors, in no particular order (the runtime ranks them). plugin_context of
 // their functions is a PluginContext*.
 size_t GqaKernelCount() noexcept;

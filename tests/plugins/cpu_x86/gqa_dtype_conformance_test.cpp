@@ -57,6 +57,13 @@ constexpr attnrt_dtype kF8E4M3Fn{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr uint8_t kBytePoison = 0xA5;
 constexpr double kFloat32Tolerance = 1e-5;
+// Extra output error allowed to an approximate kernel that quantizes each query row to int8
+// (symmetric, s_q = max|q| / 127): each q element moves by at most s_q / 2, so a score moves by at
+// most scale * s_q / 2 * sum_d |k_d|, ~0.1 with the N(0,1) inputs of these cases (H = 64,
+// max|q| ~ 3) and ~0.01 typically; an output, a convex mix of V rows, moves by about the score
+// error times |v|. Observed on cpu_arm.gqa.flash.dotprod_approx: at most 0.045 over seeds 1-6. An
+// error in the int8 path itself (scale, sign, code offset) shows as errors of order 1.
+constexpr double kApproximateQueryTolerance = 0.15;
 constexpr double kRelativeSlack = 1e-5;
 
 // ---- dtype combinations -------------------------------------------------------------------------
@@ -597,10 +604,11 @@ double Bound(FloatFormat f, double w) {
 }
 
 // Compares a T tensor with the reference over the selected elements; every selected element must
-// have been written (the NaN poison is gone). Prints the observed maximum error.
+// have been written (the NaN poison is gone). Prints the observed maximum error. `approximation` is
+// added to the bound for kernels that are approximate by design (IsApproximate).
 template <typename Selected>
 void ExpectClose(const std::string& what, Tensor& got, FloatFormat f,
-                 const std::vector<double>& want, Selected selected) {
+                 const std::vector<double>& want, Selected selected, double approximation = 0.0) {
   ASSERT_EQ(static_cast<size_t>(got.numel()), want.size()) << what;
   int64_t unwritten = 0, bad = 0, first_bad = -1;
   double max_error = 0.0, max_ratio = 0.0;
@@ -615,8 +623,9 @@ void ExpectClose(const std::string& what, Tensor& got, FloatFormat f,
     }
     const double error = std::fabs(g - w);
     max_error = std::max(max_error, error);
-    max_ratio = std::max(max_ratio, error / Bound(f, w));
-    if (!(error <= Bound(f, w))) {
+    const double bound = Bound(f, w) + approximation;
+    max_ratio = std::max(max_ratio, error / bound);
+    if (!(error <= bound)) {
       ++bad;
       if (first_bad < 0) first_bad = i;
     }
@@ -719,6 +728,13 @@ bool IsOtherPathReason(const std::string& reason) {
   return ContainsI(reason, "naive") || ContainsI(reason, "ONNX Runtime");
 }
 
+// Opt-in kernels that quantize the float32 query (cpu_arm.gqa.flash.dotprod_approx, as ONNX
+// Runtime's ORT_MLAS_QKGEMM_S8_APPROX_VNNI path): named *_approx, compared with a looser output
+// bound (kApproximateQueryTolerance).
+bool IsApproximate(const std::string& kernel) {
+  return kernel.size() > 7 && kernel.compare(kernel.size() - 7, 7, "_approx") == 0;
+}
+
 std::string Algorithm(const std::string& kernel) {
   const size_t a = kernel.find('.', kernel.find('.') + 1);
   const size_t b = kernel.find('.', a + 1);
@@ -775,6 +791,9 @@ TEST_P(GqaDtypeConformance, MatchesReference) {
   const std::string kernel = PlanKernel(plan.get());
   if (!pinned.empty()) {
     ASSERT_EQ(kernel, pinned);
+  } else {
+    // Approximate kernels are opt-in: the runtime's own choice is always an exact one.
+    ASSERT_FALSE(IsApproximate(kernel)) << "chosen without a pin: " << kernel;
   }
   RecordProperty("kernel", kernel);
   SCOPED_TRACE("ran " + kernel);
@@ -790,7 +809,8 @@ TEST_P(GqaDtypeConformance, MatchesReference) {
   ASSERT_EQ(st, ATTNRT_OK) << LastError(st);
 
   auto all = [](int64_t) { return true; };
-  ExpectClose("output", b.t[ATTNRT_GQA_OUTPUT_OUTPUT], d.query, ref.output, all);
+  ExpectClose("output", b.t[ATTNRT_GQA_OUTPUT_OUTPUT], d.query, ref.output, all,
+              IsApproximate(kernel) ? kApproximateQueryTolerance : 0.0);
   if (d.quantized) {
     ExpectPresentBytes("present_key", b.t[ATTNRT_GQA_OUTPUT_PRESENT_KEY], d.cache,
                        ref_codes.present_key, c.H);
