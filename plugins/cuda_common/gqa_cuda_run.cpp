@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnrt::cuda {
@@ -49,6 +50,23 @@ int32_t Run(const PluginContext& context, const attnrt_gqa_args& a, KernelKind k
   if (!misaligned.empty()) {
     WriteMessage(error, capacity, misaligned + " (the CUDA kernels load 16-byte vectors)");
     return ATTNRT_ERROR_INVALID_ARGUMENT;
+  }
+  // attnrt_plan_run allocates host memory for a NULL workspace, and a caller may pass host
+  // tensors labelled as CUDA ones: the kernels would fault on them, so say so instead.
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"workspace", a.workspace},
+                                  std::pair<const char*, const void*>{"output", a.output}}) {
+    if (ptr == nullptr) continue;
+    cudaPointerAttributes attributes{};
+    const cudaError_t status = cudaPointerGetAttributes(&attributes, ptr);
+    if (status != cudaSuccess ||
+        (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)) {
+      (void)cudaGetLastError();
+      WriteMessage(error, capacity,
+                   std::string(name) +
+                       " is not CUDA device memory (pass cudaMalloc'ed memory; a NULL workspace "
+                       "makes the runtime allocate host memory)");
+      return ATTNRT_ERROR_INVALID_ARGUMENT;
+    }
   }
   auto* stream = static_cast<cudaStream_t>(a.stream);
   char* base = static_cast<char*>(a.workspace);
