@@ -56,11 +56,6 @@ struct BFloat16 {
   }
 };
 
-// Packs two 16-bit elements (lo at the lower address) into one MMA register.
-__device__ __forceinline__ uint32_t PackBits(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-
 // Cache element codes converted exactly to the query type: int8 values and every e4m3 value are
 // representable in both float16 and bfloat16, so the per-tensor scale can be applied to the fp32
 // products instead (no rounding of dequantized values).
@@ -82,6 +77,10 @@ __device__ __forceinline__ float QuadMax(float v) {
 __device__ __forceinline__ float QuadSum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ BatchInfo BatchAt(const BatchTable& table, int b) {
+  return table.device != nullptr ? table.device[b] : table.entries[b];
 }
 
 // Visible key range [lo, hi) of query row s of one batch (gqa-semantics.md §3.2-§3.3).

@@ -19,6 +19,14 @@ struct BatchInfo {
   int32_t rope_base;  // rotary position of new token s is rope_base + s (without position_ids)
 };
 
+// BatchInfo of every batch, passed by value in the kernel parameters when there are at most
+// kInlineBatches (no host-to-device copy in the decode loop), else from device memory.
+constexpr int32_t kInlineBatches = 32;
+struct BatchTable {
+  const BatchInfo* device = nullptr;  // B entries in device memory; NULL: use `entries`
+  BatchInfo entries[kInlineBatches] = {};
+};
+
 // The attention step: queries, the K/V cache after the append, masks and outputs.
 struct AttentionParams {
   ElemType elem = ElemType::kFloat16;
@@ -36,7 +44,7 @@ struct AttentionParams {
   const void* v_cache = nullptr;
   const float* k_scale = nullptr;  // device, one float (PER_TENSOR), int8/fp8 caches only
   const float* v_scale = nullptr;
-  const BatchInfo* batch = nullptr;   // device, B entries
+  BatchTable batch;
   void* out = nullptr;                // (B, S, N*H)
   const void* bias = nullptr;         // (bias_batch, bias_heads, S, T); NULL = none
   int32_t bias_batch = 0;             // B or 1
@@ -83,7 +91,7 @@ struct PrologueParams {
   bool copy_past = false;          // copy rows [0, copy_rows) from past into the cache
   const float* k_scale = nullptr;  // device; int8/fp8 caches
   const float* v_scale = nullptr;
-  const BatchInfo* batch = nullptr;
+  BatchTable batch;
   // Rotary (gqa-semantics.md §3.6); q_rotated receives rotated Q as (B, S, N, H).
   bool rotary = false;
   bool interleaved = false;

@@ -70,7 +70,7 @@ FlashLaunch FlashLaunchFor(int32_t head_size) {
   FlashLaunch l;
   l.block_k = head_size > 128 ? 32 : 64;
   const size_t row = static_cast<size_t>(head_size + kSmemPad) * 2;  // 2-byte elements
-  l.smem_bytes = row * static_cast<size_t>(l.block_q + 2 * l.block_k);
+  l.smem_bytes = row * static_cast<size_t>(l.block_q + 2 * kFlashStages * l.block_k);
   return l;
 }
 

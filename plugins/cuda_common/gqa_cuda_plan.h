@@ -42,7 +42,9 @@ SplitPlan PlanSplits(int64_t work_blocks, int64_t max_rows, int32_t sm_count, in
 int64_t DecodeQueryTiles(int64_t group_size);
 
 // Launch shape of the flash forward kernel for one head size: 4 warps of 16 query rows, key tiles
-// of block_k rows (32 for H = 256 so that 64x256 Q, K, V tiles fit the 163 KiB of sm_80).
+// of block_k rows (32 for H = 256), a Q tile and kFlashStages stages of K and V tiles in shared
+// memory (at most about 101 KiB, inside the 163 KiB of sm_80).
+constexpr int32_t kFlashStages = 2;
 struct FlashLaunch {
   int32_t threads = 128;
   int32_t block_q = 64;
@@ -60,7 +62,8 @@ struct DecodeLaunch {
 };
 DecodeLaunch DecodeLaunchFor(int32_t head_size);
 
-// Workspace regions (byte offsets, each 256-byte aligned); a size of 0 means not used.
+// Workspace regions (byte offsets, each 256-byte aligned); a size of 0 means not used. The
+// batch_info region is only read when B > kInlineBatches.
 struct WorkspaceLayout {
   size_t batch_info = 0, batch_info_bytes = 0;
   size_t q_rotated = 0, q_rotated_bytes = 0;

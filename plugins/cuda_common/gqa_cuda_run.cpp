@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -74,11 +75,18 @@ int32_t Run(const PluginContext& context, const attnrt_gqa_args& a, KernelKind k
   const std::vector<BatchInfo> batch = BuildBatchInfo(p, a.seqlens_k, a.total_sequence_length);
   int32_t max_rows = 0;
   for (const BatchInfo& bi : batch) max_rows = std::max(max_rows, bi.rows);
-  auto* batch_dev = reinterpret_cast<BatchInfo*>(base + ws.batch_info);
-  // From pageable memory: the call returns once `batch` has been staged, so it may go out of scope.
-  cudaError_t e = cudaMemcpyAsync(batch_dev, batch.data(), batch.size() * sizeof(BatchInfo),
-                                  cudaMemcpyHostToDevice, stream);
-  if (e != cudaSuccess) return CudaFailure("copying per-batch lengths", e, error, capacity);
+  BatchTable table;
+  cudaError_t e = cudaSuccess;
+  if (batch.size() <= static_cast<size_t>(kInlineBatches)) {
+    std::copy(batch.begin(), batch.end(), table.entries);
+  } else {
+    auto* batch_dev = reinterpret_cast<BatchInfo*>(base + ws.batch_info);
+    // From pageable memory: the call returns once `batch` has been staged.
+    e = cudaMemcpyAsync(batch_dev, batch.data(), batch.size() * sizeof(BatchInfo),
+                        cudaMemcpyHostToDevice, stream);
+    if (e != cudaSuccess) return CudaFailure("copying per-batch lengths", e, error, capacity);
+    table.device = batch_dev;
+  }
 
   const int64_t B = p.batch_size, S = p.sequence_length, N = p.num_heads, Nkv = p.kv_num_heads;
   const int64_t H = p.head_size, P = p.has_past ? p.past_sequence_length : 0;
@@ -120,7 +128,7 @@ int32_t Run(const PluginContext& context, const attnrt_gqa_args& a, KernelKind k
   pro.copy_past = !shares && p.has_past && a.past_key != nullptr;
   pro.k_scale = a.k_scale;
   pro.v_scale = a.v_scale;
-  pro.batch = batch_dev;
+  pro.batch = table;
   pro.rotary = attr.do_rotary == 1;
   pro.interleaved = attr.rotary_interleaved == 1;
   pro.first_prompt = a.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
@@ -150,7 +158,7 @@ int32_t Run(const PluginContext& context, const attnrt_gqa_args& a, KernelKind k
   ap.v_cache = v_cache;
   ap.k_scale = a.k_scale;
   ap.v_scale = a.v_scale;
-  ap.batch = batch_dev;
+  ap.batch = table;
   ap.out = a.output;
   ap.bias = a.attention_bias;
   ap.bias_batch = p.attention_bias_broadcast_batch ? 1 : static_cast<int32_t>(B);

@@ -16,6 +16,7 @@
 
 #include "cuda_types.cuh"
 #include "gqa_cuda_params.h"
+#include "mma_tiles.cuh"
 
 namespace attnrt::cuda {
 
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
   const int mt = blockIdx.y % m_tiles;
   const int b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const BatchInfo bi = p.batch[b];
+  const BatchInfo bi = BatchAt(p.batch, b);
   int lo, hi;
   KeyWindow(p, bi, 0, &lo, &hi);
   const int start = max(lo, split * p.keys_per_split);
@@ -80,6 +81,8 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
   for (int j0 = start + warp * kKeys; j0 < end; j0 += kWarps * kKeys) {
     // Stage K and V rows [j0, j0 + kKeys); rows at or beyond `end` are zeros (a zero probability
     // times uninitialized memory could be NaN).
+    // Unrolled so that every load of the tile is in flight before the first store.
+#pragma unroll
     for (int i = lane; i < kKeys * (H / 8); i += 32) {
       const int r = i / (H / 8), c = i % (H / 8);
       const int j = j0 + r;
@@ -96,7 +99,8 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
               *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.v_cache) + at);
           const uint8_t* kb = reinterpret_cast<const uint8_t*>(&kc);
           const uint8_t* vb = reinterpret_cast<const uint8_t*>(&vc);
-          T ke[8], ve[8];
+          alignas(16) T ke[8];
+          alignas(16) T ve[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             if constexpr (kCache == CacheKind::kInt8) {
@@ -119,20 +123,7 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
     float sc[kKeys / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < H / 16; ++k) {
-      uint32_t a[4];
-      a[0] = *reinterpret_cast<const uint32_t*>(q_s + g * kRow + k * 16 + 2 * t);
-      a[1] = *reinterpret_cast<const uint32_t*>(q_s + (g + 8) * kRow + k * 16 + 2 * t);
-      a[2] = *reinterpret_cast<const uint32_t*>(q_s + g * kRow + k * 16 + 8 + 2 * t);
-      a[3] = *reinterpret_cast<const uint32_t*>(q_s + (g + 8) * kRow + k * 16 + 8 + 2 * t);
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        const T* krow = ks + (nt * 8 + g) * kRow + k * 16 + 2 * t;
-        Tr::Mma(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow),
-                *reinterpret_cast<const uint32_t*>(krow + 8));
-      }
-    }
+    QkTile<Tr, H, kKeys, kRow>(sc, q_s, ks, lane);
 
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -173,23 +164,7 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
       o[dt][2] *= corr[1];
       o[dt][3] *= corr[1];
     }
-    const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = Tr::Pack(sc[2 * kk][0], sc[2 * kk][1]);
-      a[1] = Tr::Pack(sc[2 * kk][2], sc[2 * kk][3]);
-      a[2] = Tr::Pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      a[3] = Tr::Pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-      const int k0 = kk * 16 + 2 * t;
-#pragma unroll
-      for (int dt = 0; dt < H / 8; ++dt) {
-        const int col = dt * 8 + g;
-        const uint32_t b0 = PackBits(v16[k0 * kRow + col], v16[(k0 + 1) * kRow + col]);
-        const uint32_t b1 = PackBits(v16[(k0 + 8) * kRow + col], v16[(k0 + 9) * kRow + col]);
-        Tr::Mma(o[dt], a, b0, b1);
-      }
-    }
+    PvTile<Tr, H, kKeys, kRow>(o, sc, vs, lane);
     __syncwarp();
   }
   l_row[0] = QuadSum(l_row[0]);

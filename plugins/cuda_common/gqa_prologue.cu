@@ -16,7 +16,7 @@ namespace {
 __global__ void CopyPastKernel(PrologueParams p, int64_t row_chunks) {
   const int bh = blockIdx.y;
   const int b = bh / p.kv_num_heads;
-  const int64_t rows = p.batch[b].copy_rows;
+  const int64_t rows = BatchAt(p.batch, b).copy_rows;
   const int64_t total = rows * row_chunks;
   const auto* pk = static_cast<const uint2*>(p.past_key) + bh * p.past_rows * row_chunks;
   const auto* pv = static_cast<const uint2*>(p.past_value) + bh * p.past_rows * row_chunks;
@@ -64,7 +64,7 @@ __global__ void AppendKernel(PrologueParams p, int q_heads) {
   const int s = blockIdx.x;
   const int slot = blockIdx.y;
   const int b = blockIdx.z;
-  const BatchInfo bi = p.batch[b];
+  const BatchInfo bi = BatchAt(p.batch, b);
   int64_t pos = 0;
   if (p.rotary) {
     if (p.first_prompt) {

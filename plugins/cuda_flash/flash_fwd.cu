@@ -11,6 +11,7 @@
 #include "cuda_types.cuh"
 #include "gqa_cuda_plan.h"
 #include "gqa_launchers.h"
+#include "mma_tiles.cuh"
 
 namespace attnrt::cuda {
 namespace {
@@ -18,11 +19,12 @@ namespace {
 template <typename Tr, int H>
 __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
   using T = typename Tr::T;
-  constexpr int kBq = 64, kBk = H > 128 ? 32 : 64, kRow = H + 8;
+  constexpr int kThreads = 128, kBq = 64, kBk = H > 128 ? 32 : 64, kRow = H + 8;
   extern __shared__ __align__(16) unsigned char smem[];
+  // Q tile, then two stages of (K tile, V tile): tile it+1 is copied with cp.async while tile it
+  // is computed.
   T* q_s = reinterpret_cast<T*>(smem);
-  T* k_s = q_s + kBq * kRow;
-  T* v_s = k_s + kBk * kRow;
+  T* stages = q_s + kBq * kRow;
 
   // The longest causal tiles first, so that the tail of the grid is short.
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBq;
@@ -31,7 +33,7 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
   const int S = p.sequence_length;
   const int kh = n / (p.num_heads / p.kv_num_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const BatchInfo bi = p.batch[b];
+  const BatchInfo bi = BatchAt(p.batch, b);
 
   for (int i = threadIdx.x; i < kBq * (H / 8); i += blockDim.x) {
     const int r = i / (H / 8), c = i % (H / 8);
@@ -70,38 +72,39 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
   float l_row[2] = {0.0f, 0.0f};
   const T* q_warp = q_s + warp * 16 * kRow;
 
-  for (int j0 = block_lo; j0 < block_hi; j0 += kBk) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < kBk * (H / 8); i += blockDim.x) {
+  auto load_tile = [&](int j0, int stage) {
+    T* k_s = stages + stage * 2 * kBk * kRow;
+    T* v_s = k_s + kBk * kRow;
+#pragma unroll
+    for (int i = threadIdx.x; i < kBk * (H / 8); i += kThreads) {
       const int r = i / (H / 8), c = i % (H / 8);
       const int j = j0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (j < block_hi) {
-        kv = *reinterpret_cast<const uint4*>(kc + int64_t{j} * H + c * 8);
-        vv = *reinterpret_cast<const uint4*>(vc + int64_t{j} * H + c * 8);
-      }
-      *reinterpret_cast<uint4*>(k_s + r * kRow + c * 8) = kv;
-      *reinterpret_cast<uint4*>(v_s + r * kRow + c * 8) = vv;
+      const bool valid = j < block_hi;
+      // Rows past the block's keys are zero-filled from a valid address (never read).
+      const int64_t at = int64_t{valid ? j : block_lo} * H + c * 8;
+      CpAsync16(k_s + r * kRow + c * 8, kc + at, valid);
+      CpAsync16(v_s + r * kRow + c * 8, vc + at, valid);
     }
-    __syncthreads();
+    CpAsyncCommit();
+  };
+  const int tiles = block_hi > block_lo ? (block_hi - block_lo + kBk - 1) / kBk : 0;
+  if (tiles > 0) load_tile(block_lo, 0);
+  for (int it = 0; it < tiles; ++it) {
+    const int j0 = block_lo + it * kBk;
+    if (it + 1 < tiles) {
+      load_tile(j0 + kBk, (it + 1) % 2);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // tile `it` (and, the first time, Q) visible to every warp
+    const T* k_s = stages + (it % 2) * 2 * kBk * kRow;
+    const T* v_s = k_s + kBk * kRow;
 
     float sc[kBk / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBk / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < H / 16; ++k) {
-      uint32_t a[4];
-      a[0] = *reinterpret_cast<const uint32_t*>(q_warp + g * kRow + k * 16 + 2 * t);
-      a[1] = *reinterpret_cast<const uint32_t*>(q_warp + (g + 8) * kRow + k * 16 + 2 * t);
-      a[2] = *reinterpret_cast<const uint32_t*>(q_warp + g * kRow + k * 16 + 8 + 2 * t);
-      a[3] = *reinterpret_cast<const uint32_t*>(q_warp + (g + 8) * kRow + k * 16 + 8 + 2 * t);
-#pragma unroll
-      for (int nt = 0; nt < kBk / 8; ++nt) {
-        const T* krow = k_s + (nt * 8 + g) * kRow + k * 16 + 2 * t;
-        Tr::Mma(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow),
-                *reinterpret_cast<const uint32_t*>(krow + 8));
-      }
-    }
+    QkTile<Tr, H, kBk, kRow>(sc, q_warp, k_s, lane);
 
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -141,23 +144,8 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
       o[dt][2] *= corr[1];
       o[dt][3] *= corr[1];
     }
-    const uint16_t* v16 = reinterpret_cast<const uint16_t*>(v_s);
-#pragma unroll
-    for (int kk = 0; kk < kBk / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = Tr::Pack(sc[2 * kk][0], sc[2 * kk][1]);
-      a[1] = Tr::Pack(sc[2 * kk][2], sc[2 * kk][3]);
-      a[2] = Tr::Pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      a[3] = Tr::Pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-      const int k0 = kk * 16 + 2 * t;
-#pragma unroll
-      for (int dt = 0; dt < H / 8; ++dt) {
-        const int col = dt * 8 + g;
-        const uint32_t b0 = PackBits(v16[k0 * kRow + col], v16[(k0 + 1) * kRow + col]);
-        const uint32_t b1 = PackBits(v16[(k0 + 8) * kRow + col], v16[(k0 + 9) * kRow + col]);
-        Tr::Mma(o[dt], a, b0, b1);
-      }
-    }
+    PvTile<Tr, H, kBk, kRow>(o, sc, v_s, lane);
+    __syncthreads();  // every warp is done with this stage before iteration it+1 refills it
   }
 
   // Normalize (with the sink logit of smooth softmax) and store the two rows.

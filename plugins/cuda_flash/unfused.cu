@@ -31,7 +31,7 @@ __global__ void ScoresKernel(AttentionParams p) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.max_rows) return;
   int lo, hi;
-  KeyWindow(p, p.batch[b], s, &lo, &hi);
+  KeyWindow(p, BatchAt(p.batch, b), s, &lo, &hi);
   float x = -INFINITY;
   if (j >= lo && j < hi) {
     const T* k = static_cast<const T*>(p.k_cache) +
@@ -69,7 +69,7 @@ __global__ void SoftmaxValueKernel(AttentionParams p) {
   const int kh = n / (p.num_heads / p.kv_num_heads);
   const float* x = p.scores + (int64_t{bn} * p.sequence_length + s) * p.max_rows;
   int lo, hi;
-  KeyWindow(p, p.batch[b], s, &lo, &hi);
+  KeyWindow(p, BatchAt(p.batch, b), s, &lo, &hi);
   float m = -INFINITY;
   for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) m = fmaxf(m, x[j]);
   m = BlockReduce(m, true, scratch);

@@ -322,8 +322,8 @@ TEST(CudaPlan, LaunchShapesFitSm80SharedMemory) {
     const FlashLaunch f = FlashLaunchFor(h);
     EXPECT_EQ(f.threads, 128);
     EXPECT_EQ(f.block_q, 64);
-    // Q tile + K tile + V tile of (H + 8)-element rows, 2 bytes each.
-    EXPECT_EQ(f.smem_bytes, static_cast<size_t>((h + 8) * 2 * (64 + 2 * f.block_k)));
+    // Q tile + two stages of K and V tiles, rows of H + 8 two-byte elements.
+    EXPECT_EQ(f.smem_bytes, static_cast<size_t>((h + 8) * 2 * (64 + 4 * f.block_k)));
     EXPECT_LE(static_cast<int64_t>(f.smem_bytes), A100().max_smem_optin) << h;
     const DecodeLaunch d = DecodeLaunchFor(h);
     EXPECT_LE(static_cast<int64_t>(d.smem_bytes), A100().max_smem_optin) << h;
