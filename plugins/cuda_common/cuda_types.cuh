@@ -83,14 +83,6 @@ __device__ __forceinline__ BatchInfo BatchAt(const BatchTable& table, int b) {
   return table.device != nullptr ? table.device[b] : table.entries[b];
 }
 
-// Visible key range [lo, hi) of query row s of one batch (gqa-semantics.md §3.2-§3.3).
-__device__ __forceinline__ void KeyWindow(const AttentionParams& p, const BatchInfo& bi, int s,
-                                          int* lo, int* hi) {
-  const int ecl = p.causal ? min(bi.offset + s + 1, bi.rows) : bi.rows;
-  *hi = ecl;
-  *lo = (p.local_window_size >= 0 && ecl > p.local_window_size) ? ecl - p.local_window_size : 0;
-}
-
 // §3.4 steps 1-4 after the dot product: scale, softcap, bias.
 template <typename Tr>
 __device__ __forceinline__ float ScoreOf(const AttentionParams& p, float dot, int b, int n, int s,

@@ -5,6 +5,13 @@
 
 #include <cstdint>
 
+// Functions compiled for both sides (host tests and device kernels).
+#if defined(__CUDACC__)
+#define ATTNRT_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define ATTNRT_HOST_DEVICE inline
+#endif
+
 namespace attnrt::cuda {
 
 enum class ElemType : int32_t { kFloat16 = 0, kBFloat16 = 1 };
@@ -104,5 +111,16 @@ struct PrologueParams {
   int64_t position_ids_row = 0;
   void* q_rotated = nullptr;
 };
+
+// Visible key range [lo, hi) of query row s of one batch (gqa-semantics.md §3.2-§3.3): keys
+// [0, rows) exist; causal rows see keys up to their position offset + s; a window of W keys ends
+// at the row's last visible key.
+ATTNRT_HOST_DEVICE void KeyWindow(const AttentionParams& p, const BatchInfo& bi, int s, int* lo,
+                                  int* hi) {
+  const int position_end = bi.offset + s + 1;
+  const int ecl = p.causal ? (position_end < bi.rows ? position_end : bi.rows) : bi.rows;
+  *hi = ecl;
+  *lo = (p.local_window_size >= 0 && ecl > p.local_window_size) ? ecl - p.local_window_size : 0;
+}
 
 }  // namespace attnrt::cuda

@@ -265,6 +265,43 @@ TEST(CudaPlan, BatchInfoFollowsSection31) {
   EXPECT_EQ(info[0].offset, 41);
 }
 
+// KeyWindow against the rule of gqa-semantics.md §3.2-§3.3 written out per key: key j is visible
+// to row s when j < T_b-rows, j <= P_b + s (causal) and j > P_b + s - W within the causal end.
+TEST(CudaPlan, KeyWindowMatchesTheMaskRule) {
+  std::mt19937_64 rng(attnrt_test::TestSeed());
+  SCOPED_TRACE(attnrt_test::SeedTrace());
+  for (int trial = 0; trial < 3000; ++trial) {
+    AttentionParams p;
+    p.causal = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+    const int w = std::uniform_int_distribution<int>(-1, 40)(rng);
+    p.local_window_size = p.causal ? w : -1;
+    BatchInfo bi{};
+    bi.rows = std::uniform_int_distribution<int>(1, 100)(rng);
+    bi.offset = std::uniform_int_distribution<int>(0, bi.rows)(rng);
+    const int s = std::uniform_int_distribution<int>(0, 60)(rng);
+    int lo = 0, hi = 0;
+    KeyWindow(p, bi, s, &lo, &hi);
+    // The visible keys, one by one: the causal end is min(position + 1, rows) (a padded row past
+    // the last key sees every key), then the last W of them.
+    const int end = p.causal ? std::min(bi.offset + s + 1, bi.rows) : bi.rows;
+    for (int j = 0; j < bi.rows + 2; ++j) {
+      const bool visible = j < end && (p.local_window_size < 0 || j >= end - p.local_window_size);
+      ASSERT_EQ(visible, j >= lo && j < hi)
+          << "j=" << j << " s=" << s << " offset=" << bi.offset << " rows=" << bi.rows
+          << " W=" << p.local_window_size << " causal=" << p.causal;
+    }
+  }
+  // W = 0: an empty window (all-zero output row, §3.3).
+  AttentionParams p;
+  p.local_window_size = 0;
+  BatchInfo bi{};
+  bi.rows = 10;
+  bi.offset = 5;
+  int lo = 0, hi = 0;
+  KeyWindow(p, bi, 2, &lo, &hi);
+  EXPECT_EQ(lo, hi);
+}
+
 TEST(CudaPlan, CacheCapacity) {
   attnrt_gqa_problem p = Decode();
   EXPECT_EQ(CacheCapacity(p), 4096);
