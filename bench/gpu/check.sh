@@ -8,7 +8,8 @@
 #      with the L2 flushed between samples, as TFLOP/s and GB/s next to the measured device copy
 #      bandwidth and cuBLAS bf16 GEMM rate, ending with a summary table.
 # Exit status: 0 when everything passed; anything else names the step that failed. Designed to
-# finish well under 8 minutes on an H200 (set ATTNRT_CHECK_QUICK=1 to skip the 8k prefills).
+# finish well under 8 minutes on an H200 (set ATTNRT_CHECK_QUICK=1 to skip the 8k prefills;
+# ATTNRT_GPU_PREBUILT=1 runs an existing build in the build folder instead of building).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,10 +30,18 @@ else
   echo "nvidia-smi not found (continuing; the check binary reports the device itself)"
 fi
 
+if [ "${ATTNRT_GPU_PREBUILT:-0}" = 1 ]; then
+  # A build made elsewhere (same paths), e.g. on a machine without a GPU: only run it.
+  step "using the prebuilt tree in $build"
+  for f in bin/plugin-inspect bin/attnrt_gqa_cuda_check lib/attnrt/plugins/libattnrt_cuda_xqa.so \
+      lib/attnrt/plugins/libattnrt_cuda_flash.so; do
+    [ -e "$build/$f" ] || fail "ATTNRT_GPU_PREBUILT=1 but $build/$f is missing"
+  done
+else
 step "configure (CUDA architectures 80;90)"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+if ! cmake -S "$root" -B "$build" ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE=Release \
     -DATTNRT_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="80;90" -DATTNRT_BUILD_TESTS=OFF \
     -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_BINDINGS=OFF > "$build.configure.log" 2>&1; then
   tail -n 40 "$build.configure.log"
@@ -46,6 +55,7 @@ build_start=$(date +%s)
 cmake --build "$build" -j 16 --target attnrt_cuda_flash attnrt_cuda_xqa attnrt_cpu_x86 \
   plugin-inspect attnrt_gqa_cuda_check || fail "build failed"
 echo "build took $(( $(date +%s) - build_start )) s"
+fi
 
 step "plugins"
 "$build/bin/plugin-inspect" list | tee "$build.list.txt"
@@ -61,7 +71,7 @@ done
 step "correctness and timings"
 args=()
 [ "${ATTNRT_CHECK_QUICK:-0}" = 1 ] && args=(--quick)
-timeout 420 "$build/bin/attnrt_gqa_cuda_check" "${args[@]}" ||
+timeout 420 "$build/bin/attnrt_gqa_cuda_check" ${args[@]+"${args[@]}"} ||
   fail "attnrt_gqa_cuda_check failed (exit $?; see FAIL lines above)"
 
 step "done: every check passed"
