@@ -39,15 +39,16 @@ if [ "${ATTNRT_GPU_PREBUILT:-0}" = 1 ]; then
   done
 else
 step "configure (CUDA architectures 80;90)"
+mkdir -p "$build"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if ! cmake -S "$root" -B "$build" ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE=Release \
     -DATTNRT_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="80;90" -DATTNRT_BUILD_TESTS=OFF \
-    -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_BINDINGS=OFF > "$build.configure.log" 2>&1; then
-  tail -n 40 "$build.configure.log"
-  fail "cmake configure failed (full log: $build.configure.log; needs Boost, cpuinfo: see scripts/setup.sh)"
+    -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_BINDINGS=OFF > "$build/check-configure.log" 2>&1; then
+  tail -n 40 "$build/check-configure.log"
+  fail "cmake configure failed (full log: $build/check-configure.log; needs Boost, cpuinfo: see scripts/setup.sh)"
 fi
-grep -q "CUDA plugins for architectures 80;90" "$build.configure.log" ||
+grep -q "CUDA plugins for architectures 80;90" "$build/check-configure.log" ||
   fail "configure did not enable the CUDA plugins"
 
 step "build (-j16)"
@@ -58,9 +59,9 @@ echo "build took $(( $(date +%s) - build_start )) s"
 fi
 
 step "plugins"
-"$build/bin/plugin-inspect" list | tee "$build.list.txt"
+"$build/bin/plugin-inspect" list | tee "$build/check-plugins.txt"
 for plugin in cuda_xqa cuda_flash; do
-  grep -E "^$plugin .*  available$" "$build.list.txt" >/dev/null ||
+  grep -E "^$plugin .*  available$" "$build/check-plugins.txt" >/dev/null ||
     fail "plugin $plugin is not available on this machine (see its line above)"
 done
 "$build/bin/plugin-inspect" explain --model llama-3-8b --seq-len 1 --past-len 32768 \
