@@ -57,7 +57,8 @@ struct Case {
   std::string name;
   std::vector<std::string> kernels;  // each is pinned and must be the one planned
   int64_t B = 1, S = 1, N = 8, Nkv = 2, H = 128;
-  int64_t P = 0;  // past rows (0 with has_past false: no past inputs)
+  int64_t L = -1;  // new K/V rows; -1: S (0: shared KV, the past supplies every row)
+  int64_t P = 0;   // past rows (0 with has_past false: no past inputs)
   bool has_past = false;
   bool shared = false;  // present is the past buffer
   bool has_present = true;
@@ -156,7 +157,7 @@ std::vector<uint16_t> Encode(bool bf16, const std::vector<float>& v) {
 void Build(Workload& w, std::mt19937_64& rng, bool perf) {
   const Case& c = w.c;
   const bool bf = c.bf16;
-  w.L = c.S;
+  w.L = c.L >= 0 ? c.L : c.S;
   w.PL = c.has_present ? (c.shared ? c.P : std::max(c.T, c.P)) : 0;
   w.qrow = c.packed ? (c.N + 2 * c.Nkv) * c.H : c.N * c.H;
   w.M = std::max(c.T, c.P);
@@ -621,6 +622,11 @@ std::vector<Case> CorrectnessCases(std::mt19937_64& rng) {
   c = decode("decode bf16 H128 G8 B4 P4096 smooth", 4, 64, 8, 128, 4096, true);
   c.smooth = true;
   c.sink = true;
+  cases.push_back(c);
+  // Shared KV (kv_sequence_length 0): the past supplies every key; XQA needs a new row.
+  c = decode("decode shared KV (L=0) bf16 H128 G4 B2 P900", 2, 16, 4, 128, 900, true);
+  c.L = 0;
+  c.kernels = {kFlashDecode, kFlash, kUnfused};
   cases.push_back(c);
   // XQA over quantized caches (group sizes 4/8/16/32, per-tensor scales).
   auto quant = [&](std::string name, Cache cache, int64_t N, int64_t Nkv, int64_t H, bool bf16) {
