@@ -974,7 +974,12 @@ Status ValidateRunImpl(const attnrt_gqa_problem& p, const attnrt_tensor* const* 
   // P_b + s <= seqlens_k[b], already inside [0, M) by items 12 and 16.
   if (a.do_rotary == 1) {
     const int64_t M = p.rotary_cache_length;
-    const int64_t* positions = static_cast<const int64_t*>(in_ptr[ATTNRT_GQA_INPUT_POSITION_IDS]);
+    // Only host memory is read here: position_ids on a CUDA device are never dereferenced by the
+    // core (the CUDA kernels clamp each position into [0, M) instead).
+    const int64_t* positions =
+        p.device_type == ATTNRT_DEVICE_CPU
+            ? static_cast<const int64_t*>(in_ptr[ATTNRT_GQA_INPUT_POSITION_IDS])
+            : nullptr;
     if (first_prompt) {
       const int64_t pos0 = positions != nullptr && B > 0 ? ReadInt64(positions, 0) : 0;
       if (pos0 < 0 || pos0 > M - S) {

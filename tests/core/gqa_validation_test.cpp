@@ -1742,6 +1742,34 @@ TEST(GqaRun, RejectsRotaryPositions) {
   }
 }
 
+// position_ids on a CUDA device live in device memory: the core must not read them (the CUDA
+// kernels clamp positions). The descriptor points at an address that faults if dereferenced.
+TEST(GqaRun, NeverReadsCudaPositionIds) {
+  for (bool first_prompt : {true, false}) {
+    Gqa g = first_prompt ? Prompt(2, 4, 2, 1, 16) : Decode(2, 8, 2, 1, 16);
+    g.attrs.do_rotary = 1;
+    AddRotary(g, 16, 8);
+    g.In(ATTNRT_GQA_INPUT_POSITION_IDS, kInt64, {2, first_prompt ? 4 : 1});
+    for (int i = 0; i < ATTNRT_GQA_NUM_INPUTS; ++i) {
+      if (g.in[i] == nullptr || i == ATTNRT_GQA_INPUT_SEQLENS_K ||
+          i == ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH) {
+        continue;
+      }
+      g.I(i).device = kCuda;
+      g.I(i).dtype = i == ATTNRT_GQA_INPUT_POSITION_IDS ? kInt64 : kFloat16;
+    }
+    for (int o = 0; o < 3; ++o) {
+      g.O(o).device = kCuda;
+      g.O(o).dtype = kFloat16;
+    }
+    void* unreadable = reinterpret_cast<void*>(uintptr_t{1} << 12);
+    g.I(ATTNRT_GQA_INPUT_POSITION_IDS).data = unreadable;
+    attnrt_gqa_args args;
+    EXPECT_OK(g.Run(&args));
+    EXPECT_EQ(args.position_ids, unreadable);
+  }
+}
+
 TEST(GqaRun, RejectsSharedKvBeyondPast) {
   Gqa g = Decode(1, 8, 2, 1, 8);
   g.Reshape(g.I(ATTNRT_GQA_INPUT_KEY), {1, 0, 8});

@@ -33,7 +33,9 @@ po::options_description explain_options() {
       ("batch", po::value<int64_t>()->default_value(1), "batch size B")                          //
       ("seq-len", po::value<int64_t>()->default_value(1), "new query tokens S")                  //
       ("past-len", po::value<int64_t>()->default_value(0), "past buffer rows P (0 = no past)")   //
-      ("total-len", po::value<int64_t>(), "total_sequence_length T");
+      ("total-len", po::value<int64_t>(), "total_sequence_length T")                             //
+      ("device", po::value<std::string>()->default_value("cpu"),
+       "device of the tensors: cpu or cuda (seqlens_k and total_sequence_length stay on the host)");
   return desc;
 }
 
@@ -84,10 +86,17 @@ int cmd_explain(const Args& args) {
   }
   if (config.attributes.do_rotary == 1) config.rotary_cache_len = present_len(config);
 
+  const std::string device_name = vm["device"].as<std::string>();
+  attnrt_device device{ATTNRT_DEVICE_CPU, 0};
+  if (device_name == "cuda") {
+    device.device_type = ATTNRT_DEVICE_CUDA;
+  } else if (device_name != "cpu") {
+    throw UsageError("unknown --device '" + device_name + "' (known: cpu, cuda)");
+  }
   const GqaTensors tensors = make_gqa_tensors(config, /*allocate=*/false);
   const RuntimePtr runtime = make_runtime(common.runtime);
   GqaSession session(runtime.get(), config.attributes);
-  const ExplanationPtr explanation = session.explain(tensors);
+  const ExplanationPtr explanation = session.explain(tensors, device);
   const nlohmann::ordered_json result = explanation_json(explanation.get());
   if (common.json) {
     std::cout << result.dump(2) << "\n";

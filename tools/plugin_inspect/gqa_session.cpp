@@ -60,8 +60,9 @@ StepResult GqaSession::step(const GqaTensors& tensors) {
   return result;
 }
 
-ExplanationPtr GqaSession::explain(const GqaTensors& tensors) {
-  const GqaBinding binding(tensors);
+ExplanationPtr GqaSession::explain(const GqaTensors& tensors, attnrt_device device) {
+  GqaBinding binding(tensors);
+  binding.place_on(device);
   attnrt_explanation* explanation = nullptr;
   check(attnrt_op_explain(op_.get(), binding.inputs(), binding.num_inputs(), binding.outputs(),
                           binding.num_outputs(), &explanation));

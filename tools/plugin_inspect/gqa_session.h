@@ -29,7 +29,8 @@ class GqaSession {
   StepResult step(const GqaTensors& tensors);
 
   // Every kernel of the op in rank order for these tensors (data is not read).
-  ExplanationPtr explain(const GqaTensors& tensors);
+  // With a non-CPU `device`, the tensors are described as living there (data stays NULL).
+  ExplanationPtr explain(const GqaTensors& tensors, attnrt_device device = {ATTNRT_DEVICE_CPU, 0});
 
   PlanCacheStats plan_cache_stats() const;
 

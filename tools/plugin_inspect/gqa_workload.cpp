@@ -254,4 +254,12 @@ GqaBinding::GqaBinding(const GqaTensors& tensors) {
   }
 }
 
+void GqaBinding::place_on(attnrt_device device) {
+  for (std::size_t i = 0; i < input_views_.size(); ++i) {
+    if (i == ATTNRT_GQA_INPUT_SEQLENS_K || i == ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH) continue;
+    input_views_[i].device = device;
+  }
+  for (attnrt_tensor& view : output_views_) view.device = device;
+}
+
 }  // namespace plugin_inspect

@@ -100,6 +100,10 @@ class GqaBinding {
   const attnrt_tensor* const* outputs() const { return output_ptrs_.data(); }
   std::size_t num_outputs() const { return output_ptrs_.size(); }
 
+  // Describes every tensor but the host-memory inputs seqlens_k and total_sequence_length as
+  // living on `device` (explain --device: descriptors only, never dereferenced).
+  void place_on(attnrt_device device);
+
  private:
   std::array<attnrt_tensor, ATTNRT_GQA_NUM_INPUTS> input_views_{};
   std::array<const attnrt_tensor*, ATTNRT_GQA_NUM_INPUTS> input_ptrs_{};
