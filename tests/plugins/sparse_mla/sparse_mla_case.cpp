@@ -362,44 +362,63 @@ attnrt_runtime* RuntimeFor(const std::string& kernel) {
 
 }  // namespace
 
-attnrt_status RunSparseMla(SparseMlaCase& c, const std::string& kernel, std::string* error,
-                           std::string* chosen_kernel) {
+attnrt_status RunSparseMlaMetadata(SparseMlaCase& c, const std::string& kernel,
+                                   std::string* error) {
   attnrt_runtime* runtime = RuntimeFor(kernel);
   if (runtime == nullptr) {
     *error = "no runtime";
     return ATTNRT_ERROR_INTERNAL;
   }
   const attnrt_sparse_mla_attributes a = c.Attributes();
-  auto fail = [&](attnrt_status st) {
-    *error = attnrt_last_error_message();
-    return st;
-  };
   attnrt_op* raw = nullptr;
   attnrt_status st = attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &raw);
-  if (st != ATTNRT_OK) return fail(st);
-  OpPtr md_op(raw);
-  const attnrt_tensor* md_out[1] = {c.in()[ATTNRT_SPARSE_MLA_INPUT_METADATA].get()};
-  attnrt_plan* plan_raw = nullptr;
-  st = attnrt_op_plan(md_op.get(), c.MetadataInputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, md_out, 1,
-                      &plan_raw);
-  if (st != ATTNRT_OK) return fail(st);
-  PlanPtr md_plan(plan_raw);
-  st = attnrt_plan_run(md_plan.get(), c.MetadataInputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, md_out, 1,
-                       nullptr, 0, nullptr);
-  if (st != ATTNRT_OK) return fail(st);
-
-  st = attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA, &a, &raw);
-  if (st != ATTNRT_OK) return fail(st);
   OpPtr op(raw);
-  st = attnrt_op_plan(op.get(), c.Inputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, c.Outputs(),
-                      ATTNRT_SPARSE_MLA_NUM_OUTPUTS, &plan_raw);
-  if (st != ATTNRT_OK) return fail(st);
+  const attnrt_tensor* out[1] = {c.in()[ATTNRT_SPARSE_MLA_INPUT_METADATA].get()};
+  attnrt_plan* plan_raw = nullptr;
+  if (st == ATTNRT_OK) {
+    st = attnrt_op_plan(op.get(), c.MetadataInputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, out, 1,
+                        &plan_raw);
+  }
   PlanPtr plan(plan_raw);
-  if (chosen_kernel != nullptr) *chosen_kernel = PlanKernel(plan.get());
-  st = attnrt_plan_run(plan.get(), c.Inputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, c.Outputs(),
-                       ATTNRT_SPARSE_MLA_NUM_OUTPUTS, nullptr, 0, nullptr);
-  if (st != ATTNRT_OK) return fail(st);
-  return ATTNRT_OK;
+  if (st == ATTNRT_OK) {
+    st = attnrt_plan_run(plan.get(), c.MetadataInputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, out, 1,
+                         nullptr, 0, nullptr);
+  }
+  if (st != ATTNRT_OK) *error = attnrt_last_error_message();
+  return st;
+}
+
+attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std::string* error,
+                               std::string* chosen_kernel) {
+  attnrt_runtime* runtime = RuntimeFor(kernel);
+  if (runtime == nullptr) {
+    *error = "no runtime";
+    return ATTNRT_ERROR_INTERNAL;
+  }
+  const attnrt_sparse_mla_attributes a = c.Attributes();
+  attnrt_op* raw = nullptr;
+  attnrt_status st = attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA, &a, &raw);
+  OpPtr op(raw);
+  attnrt_plan* plan_raw = nullptr;
+  if (st == ATTNRT_OK) {
+    st = attnrt_op_plan(op.get(), c.Inputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, c.Outputs(),
+                        ATTNRT_SPARSE_MLA_NUM_OUTPUTS, &plan_raw);
+  }
+  PlanPtr plan(plan_raw);
+  if (st == ATTNRT_OK && chosen_kernel != nullptr) *chosen_kernel = PlanKernel(plan.get());
+  if (st == ATTNRT_OK) {
+    st = attnrt_plan_run(plan.get(), c.Inputs(), ATTNRT_SPARSE_MLA_NUM_INPUTS, c.Outputs(),
+                         ATTNRT_SPARSE_MLA_NUM_OUTPUTS, nullptr, 0, nullptr);
+  }
+  if (st != ATTNRT_OK) *error = attnrt_last_error_message();
+  return st;
+}
+
+attnrt_status RunSparseMla(SparseMlaCase& c, const std::string& kernel, std::string* error,
+                           std::string* chosen_kernel) {
+  const attnrt_status st = RunSparseMlaMetadata(c, kernel, error);
+  if (st != ATTNRT_OK) return st;
+  return RunSparseMlaMain(c, kernel, error, chosen_kernel);
 }
 
 bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error) {

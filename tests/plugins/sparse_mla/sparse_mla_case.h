@@ -72,6 +72,12 @@ class SparseMlaCase {
 attnrt_status RunSparseMla(SparseMlaCase& c, const std::string& kernel, std::string* error,
                            std::string* chosen_kernel = nullptr);
 
+// The two halves of RunSparseMla: the metadata op (writes the case's metadata input) and the main
+// op (attributes, plan and run).
+attnrt_status RunSparseMlaMetadata(SparseMlaCase& c, const std::string& kernel, std::string* error);
+attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std::string* error,
+                               std::string* chosen_kernel = nullptr);
+
 // Element-wise check of attn_out against the reference (rtol 2^-7, atol 1e-4 on >= 99.5% of the
 // elements, and every element written), softmax_lse in fp32; writes a summary to *report.
 bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error = nullptr);
