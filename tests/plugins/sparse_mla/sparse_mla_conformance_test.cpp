@@ -54,7 +54,19 @@ class SparseMlaMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(SparseMlaMatrix, MatchesReference) {
   const auto& [scenario, quant_mode, layouts, kernel] = GetParam();
   if (quant_mode == 2 && layouts.second != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
-    GTEST_SKIP() << "quant_mode 2 exists only for PA_BBND (rejected by validation, tested there)";
+    // quant_mode 2 tokens are block-planar: the op refuses other KV layouts (seed 001).
+    attnrt_sparse_mla_attributes a;
+    attnrt_sparse_mla_attributes_init(&a);
+    a.quant_mode = 2;
+    a.layout_q = layouts.first;
+    a.layout_kv = layouts.second;
+    RuntimePtr runtime = CreateRuntime();
+    attnrt_op* op = nullptr;
+    EXPECT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_SPARSE_MLA, &a, &op),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attnrt_last_error_message()).find("PA_BBND"), std::string::npos);
+    attnrt_op_destroy(op);
+    return;
   }
   SparseMlaSpec s;
   s.scenario = scenario;
