@@ -33,10 +33,10 @@ class Fnv1a {
 };
 
 // Heads per work item: the whole head range when there are enough rows to keep every worker busy,
-// otherwise smaller groups (at least 8 heads, so a decoded key is reused by several heads).
+// otherwise smaller groups of at least 16 heads (each group decodes the row's keys again).
 int64_t HeadsPerGroup(int64_t rows, int64_t heads, int64_t workers) {
   int64_t g = heads;
-  while (g > 8 && rows * ((heads + g - 1) / g) < 4 * workers) g = (g + 1) / 2;
+  while (g > 16 && rows * ((heads + g - 1) / g) < 4 * workers) g = (g + 1) / 2;
   return g;
 }
 

@@ -106,18 +106,31 @@ inline int64_t TokenBytes(int quant_mode, bool cmp) {
   }
 }
 
+// Scalar reference decoders; Math (of the ISA file) provides the vector versions with the same
+// results, and DecodeToken goes through Math.
 // Nope dims: bf16(fp8 * scale), the product in fp32 (exact before the one rounding, §6.1/§6.2).
-inline void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
+inline void ScalarDecodeNope(const uint8_t* nope, const float* scales, float* dst) {
   const Fp8Table& t = Fp8();
   for (int g = 0; g < 7; ++g) {
     for (int d = g * 64; d < (g + 1) * 64; ++d) dst[d] = RoundBf16(t.value[nope[d]] * scales[g]);
   }
 }
 
-inline void DecodeRope(const uint8_t* rope, float* dst) {
-  for (int d = 0; d < ATTNRT_SPARSE_MLA_ROPE_DIM; ++d) {
-    dst[ATTNRT_SPARSE_MLA_NOPE_DIM + d] = Bf16ToFloat(LoadU16(rope + 2 * d));
+// n bf16 values (little-endian) to fp32, exact.
+inline void ScalarDecodeBf16(const uint8_t* src, int n, float* dst) {
+  for (int d = 0; d < n; ++d) dst[d] = Bf16ToFloat(LoadU16(src + 2 * d));
+}
+
+// TQ4 codes (256 bytes, dim 2t in the low nibble of byte t) to bf16(codebook[n] * scale).
+inline void ScalarDecodeTq4Bf16(const uint8_t* codes, float scale, float* dst) {
+  for (int t = 0; t < 256; ++t) {
+    dst[2 * t] = RoundBf16(kTq4Codebook[codes[t] & 15] * scale);
+    dst[2 * t + 1] = RoundBf16(kTq4Codebook[codes[t] >> 4] * scale);
   }
+}
+
+inline void DecodeRope(const uint8_t* rope, float* dst) {
+  Math::DecodeBf16(rope, ATTNRT_SPARSE_MLA_ROPE_DIM, dst + ATTNRT_SPARSE_MLA_NOPE_DIM);
 }
 
 // quant_mode 2: feature record (nope e4m3[448] | rope bf16[64]) and scale record (e8m0[7] | pad).
@@ -126,7 +139,7 @@ inline void DecodeMode2(const uint8_t* feature, const uint8_t* scale_record, flo
   for (int g = 0; g < 7; ++g) {
     scales[g] = scale_record[g] == 0xFF ? NAN : std::ldexp(1.0f, int{scale_record[g]} - 127);
   }
-  DecodeNope(feature, scales, dst);
+  Math::DecodeNope(feature, scales, dst);
   DecodeRope(feature + ATTNRT_SPARSE_MLA_NOPE_DIM, dst);
 }
 
@@ -135,24 +148,28 @@ inline void DecodeToken(const uint8_t* token, int quant_mode, bool cmp, bool fp1
   if (quant_mode == 1) {
     float scales[7];
     for (int g = 0; g < 7; ++g) scales[g] = Bf16ToFloat(LoadU16(token + 576 + 2 * g));
-    DecodeNope(token + 128, scales, dst);
+    Math::DecodeNope(token + 128, scales, dst);
     DecodeRope(token, dst);
     return;
   }
   if (!cmp) {
-    for (int d = 0; d < ATTNRT_SPARSE_MLA_HEAD_DIM; ++d) {
-      const uint16_t v = LoadU16(token + 2 * d);
-      dst[d] = fp16 ? Fp16ToFloat(v) : Bf16ToFloat(v);
+    if (!fp16) {
+      Math::DecodeBf16(token, ATTNRT_SPARSE_MLA_HEAD_DIM, dst);
+      return;
     }
+    for (int d = 0; d < ATTNRT_SPARSE_MLA_HEAD_DIM; ++d)
+      dst[d] = Fp16ToFloat(LoadU16(token + 2 * d));
     return;
   }
   // TQ4: byte t holds dim 2t in its low nibble, 2t+1 in its high nibble (§6.4).
   const float scale = Fp16ToFloat(LoadU16(token + 256));
+  if (!fp16) {
+    Math::DecodeTq4Bf16(token, scale, dst);
+    return;
+  }
   for (int t = 0; t < 256; ++t) {
-    const float lo = kTq4Codebook[token[t] & 15] * scale;
-    const float hi = kTq4Codebook[token[t] >> 4] * scale;
-    dst[2 * t] = fp16 ? RoundFp16(lo) : RoundBf16(lo);
-    dst[2 * t + 1] = fp16 ? RoundFp16(hi) : RoundBf16(hi);
+    dst[2 * t] = RoundFp16(kTq4Codebook[token[t] & 15] * scale);
+    dst[2 * t + 1] = RoundFp16(kTq4Codebook[token[t] >> 4] * scale);
   }
 }
 
