@@ -438,7 +438,7 @@ bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs
     return false;
   }
   const double rtol = 1.0 / 128.0, atol = 1e-4;
-  int64_t close = 0, unwritten = 0;
+  int64_t close = 0, unwritten = 0, same_bits = 0;
   double worst = 0.0;
   int64_t worst_at = -1;
   for (int64_t k = 0; k < n; ++k) {
@@ -447,6 +447,7 @@ bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs
       ++unwritten;
       continue;
     }
+    if (bits[k] == expected.attn_out_bits[k]) ++same_bits;
     const double want = expected.attn_out[k];
     const double err = std::fabs(got - want);
     if (err <= atol + rtol * std::fabs(want)) ++close;
@@ -458,7 +459,8 @@ bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs
   if (max_abs_error != nullptr) *max_abs_error = worst;
   const double fraction = n > 0 ? static_cast<double>(close) / n : 1.0;
   os << "attn_out: " << close << "/" << n << " close (" << fraction * 100 << "%), max abs error "
-     << worst << " at " << worst_at << ", unwritten " << unwritten;
+     << worst << " at " << worst_at << ", unwritten " << unwritten << ", equal to the reference's "
+     << (fp16 ? "float16" : "bfloat16") << " rounding " << same_bits << "/" << n;
   bool ok = unwritten == 0 && fraction >= 0.995;
   if (c.spec().lse) {
     const Tensor& l = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE];
