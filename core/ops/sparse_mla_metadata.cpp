@@ -33,10 +33,11 @@ class Fnv1a {
 };
 
 // Heads per work item: the whole head range when there are enough rows to keep every worker busy,
-// otherwise smaller groups of at least 16 heads (each group decodes the row's keys again).
+// otherwise smaller groups, down to 4 heads: each group decodes the row's keys again, which costs
+// about as much as the scores and PV products of one head.
 int64_t HeadsPerGroup(int64_t rows, int64_t heads, int64_t workers) {
   int64_t g = heads;
-  while (g > 16 && rows * ((heads + g - 1) / g) < 4 * workers) g = (g + 1) / 2;
+  while (g > 4 && rows * ((heads + g - 1) / g) < 4 * workers) g = (g + 1) / 2;
   return g;
 }
 

@@ -186,6 +186,58 @@ TEST_P(SparseMlaVariants, LargeBlocksAndWideTopk) {
   Check(s, GetParam());
 }
 
+TEST_P(SparseMlaVariants, CraftedIndexRows) {
+  // Each query row gets one pattern: -1 first (no compressed key), one index repeated K times
+  // (counted K times), indices all >= cmp_len (skipped), a causally hidden index before visible
+  // ones, valid entries after a -1 (never read), index 0 only.
+  SCOPED_TRACE(SeedTrace());
+  const std::string& kernel = GetParam();
+  if (!Avx2Available(kernel)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaSpec s;
+  s.scenario = ATTNRT_SPARSE_MLA_CSA;
+  s.layout_q = ATTNRT_SPARSE_MLA_LAYOUT_TND;
+  s.layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
+  s.s1 = {6, 6};
+  s.s2 = {64, 90};
+  s.topk = 8;
+  SparseMlaCase c(s, rng);
+  int32_t* idx = c.in()[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES].i32();
+  const int64_t rows = c.in()[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES].shape()[0];
+  for (int64_t row = 0; row < rows; ++row) {
+    int32_t* r = idx + row * s.topk;
+    std::fill(r, r + s.topk, -1);
+    switch (row % 6) {
+      case 0:
+        r[1] = 2;  // after the leading -1: unread
+        break;
+      case 1:
+        std::fill(r, r + s.topk, 3);
+        break;
+      case 2:
+        std::fill(r, r + s.topk, 100000);
+        break;
+      case 3:
+        r[0] = 15;  // beyond the causal limit of early rows
+        r[1] = 1;
+        r[2] = 4;
+        break;
+      case 4:
+        r[0] = 5;
+        r[1] = -1;
+        r[2] = 6;
+        break;
+      default:
+        r[0] = 0;
+        break;
+    }
+  }
+  std::string error;
+  ASSERT_EQ(RunSparseMla(c, kernel, &error), ATTNRT_OK) << error;
+  std::string report;
+  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaVariants, ::testing::ValuesIn(kKernels),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return p.param.substr(p.param.rfind('.') + 1);
