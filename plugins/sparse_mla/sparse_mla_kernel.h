@@ -29,7 +29,8 @@
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
-constexpr int64_t kTile = 128;  // the golden's S2 tile (reference §5.2)
+constexpr int64_t kTile = 128;      // the golden's S2 tile (reference §5.2)
+constexpr int64_t kHeadBlock = 16;  // heads sharing each decoded key while it is in L1
 
 struct Row {
   bool valid = false;
@@ -59,8 +60,8 @@ class Worker {
     keys_.resize(static_cast<size_t>(kTile) * kD);
     q_.resize(static_cast<size_t>(heads_per_group) * kD);
     o_.resize(static_cast<size_t>(heads_per_group) * kD);
-    scores_.resize(kTile);
-    probs_.resize(kTile);
+    scores_.resize(static_cast<size_t>(kHeadBlock * kTile));
+    probs_.resize(static_cast<size_t>(kHeadBlock * kTile));
   }
 
   void RunItem(int64_t item, int64_t heads_per_group, int64_t groups) {
@@ -98,28 +99,40 @@ class Worker {
           DecodeCmp(r.b, cmp_[key - n_ori], x, dst);
         }
       }
-      for (int64_t h = 0; h < nh; ++h) {
-        const float* qh = q_.data() + h * kD;
-        float tile_max = -std::numeric_limits<float>::infinity();
+      // Blocks of kHeadBlock heads: each decoded key (2 KiB) is used by every head of the block
+      // while it is in L1, instead of streaming the whole tile once per head.
+      for (int64_t hb = 0; hb < nh; hb += kHeadBlock) {
+        const int64_t nb = std::min(kHeadBlock, nh - hb);
         for (int64_t j = 0; j < nt; ++j) {
-          scores_[j] = attr_.softmax_scale * Math::Dot(qh, keys_.data() + j * kD);
-          tile_max = std::max(tile_max, scores_[j]);
+          const float* k = keys_.data() + j * kD;
+          for (int64_t h = 0; h < nb; ++h) {
+            scores_[h * kTile + j] = attr_.softmax_scale * Math::Dot(q_.data() + (hb + h) * kD, k);
+          }
         }
-        const float m_new = std::max(m[h], tile_max);
-        const float alpha = std::exp(m[h] - m_new);
-        float sum = 0.0f;
+        for (int64_t h = 0; h < nb; ++h) {
+          float* s = scores_.data() + h * kTile;
+          float* pr = probs_.data() + h * kTile;
+          float tile_max = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < nt; ++j) tile_max = std::max(tile_max, s[j]);
+          const float m_new = std::max(m[hb + h], tile_max);
+          const float alpha = std::exp(m[hb + h] - m_new);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < nt; ++j) {
+            const float pj = std::exp(s[j] - m_new);
+            sum += pj;
+            pr[j] = fp16_ ? RoundFp16(pj) : RoundBf16(pj);
+          }
+          l[hb + h] = alpha * l[hb + h] + sum;
+          m[hb + h] = m_new;
+          if (alpha != 1.0f) Math::Scale(o_.data() + (hb + h) * kD, alpha);
+        }
         for (int64_t j = 0; j < nt; ++j) {
-          const float pj = std::exp(scores_[j] - m_new);
-          sum += pj;
-          probs_[j] = fp16_ ? RoundFp16(pj) : RoundBf16(pj);
+          const float* k = keys_.data() + j * kD;
+          for (int64_t h = 0; h < nb; ++h) {
+            const float pj = probs_[h * kTile + j];
+            if (pj != 0.0f) Math::Axpy(o_.data() + (hb + h) * kD, pj, k);
+          }
         }
-        l[h] = alpha * l[h] + sum;
-        float* oh = o_.data() + h * kD;
-        if (alpha != 1.0f) Math::Scale(oh, alpha);
-        for (int64_t j = 0; j < nt; ++j) {
-          if (probs_[j] != 0.0f) Math::Axpy(oh, probs_[j], keys_.data() + j * kD);
-        }
-        m[h] = m_new;
       }
     }
     uint16_t* out = static_cast<uint16_t*>(a_.attn_out) + (row * p_.num_heads + h0) * kD;
