@@ -213,6 +213,17 @@ TEST(SparseMlaValidation, ValuesAreCheckedBeforeAnyOutput) {
       PagedCsa(),
       [](SparseMlaCase& c) { I32Data(c, ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES)[5] = -2; },
       "cmp_sparse_indices");
+  ExpectRejected(
+      PagedCsa(),
+      [](SparseMlaCase& c) {
+        c.in()[ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE] = I32({0, 1}, {2, 1});  // one block each
+      },
+      "(ori_block_table columns * block_size)");
+  SparseMlaSpec used_q = PagedCsa();
+  used_q.seqused_q = true;
+  ExpectRejected(
+      used_q, [](SparseMlaCase& c) { I32Data(c, ATTNRT_SPARSE_MLA_INPUT_SEQUSED_Q)[1] = 99; },
+      "seqused_q[1]");
   SparseMlaSpec physical = PagedCsa();
   physical.topk_value_mode = 2;
   ExpectRejected(
