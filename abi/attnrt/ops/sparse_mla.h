@@ -37,9 +37,9 @@ extern "C" {
 #define ATTNRT_SPARSE_MLA_MAX_HEADS 128
 #define ATTNRT_SPARSE_MLA_METADATA_SIZE 2048
 /** Bytes per token (kv_d) of each quant mode's KV format (reference §6). */
-#define ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES 608 /* rope bf16[64] | nope e4m3[448] | bf16[7] | pad \
-                                                 */
-#define ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES 584 /* block-planar: 576 feature + 8 scale bytes */
+/* quant_mode 1: rope bf16[64] | nope e4m3[448] | bf16 scales[7] | 18 pad bytes */
+#define ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES 608
+#define ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES 584   /* block-planar: 576 feature + 8 scale bytes */
 #define ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES 576 /* nope e4m3[448] | rope bf16[64] */
 #define ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES 8     /* e8m0[7] | pad */
 #define ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES 258     /* 256 bytes of 4-bit codes | fp16 scale */
