@@ -84,10 +84,16 @@ uint8_t FloatToFp8E4M3(float x) {
 
 Status ReadRow(const void* kv, attnrt_dtype dtype, size_t token, float* row) {
   if (DtypeEquals(dtype, kFloat32)) {
-    std::memcpy(row, static_cast<const float*>(kv) + token * kD, kD * sizeof(float));
+    std::memcpy(row, static_cast<const unsigned char*>(kv) + token * kD * sizeof(float),
+                kD * sizeof(float));
   } else if (DtypeEquals(dtype, kBFloat16)) {
-    const auto* src = static_cast<const uint16_t*>(kv) + token * kD;
-    for (int d = 0; d < kD; ++d) row[d] = Bf16ToFloat(src[d]);
+    // memcpy: the caller's buffer need not be 2-byte aligned.
+    const auto* src = static_cast<const unsigned char*>(kv) + token * kD * sizeof(uint16_t);
+    for (int d = 0; d < kD; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, src + 2 * d, sizeof(bits));
+      row[d] = Bf16ToFloat(bits);
+    }
   } else {
     return InvalidArgument(
         StrCat("kv_dtype: expected float32 or bfloat16, got ", attnrt_dtype_name(dtype)));
