@@ -256,7 +256,7 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
     const size_t struct_size = out_info->struct_size;
     *out_info = attnrt_plan_info{};
     out_info->struct_size = struct_size;
-    out_info->kernel = plan->impl->kernel->name.c_str();
+    out_info->kernel = plan->impl->kernel_name().c_str();
     out_info->workspace_size = plan->impl->workspace_size;
     out_info->workspace_alignment = attnrt::core::PlanImpl::kWorkspaceAlignment;
     out_info->signature = plan->impl->description.c_str();
@@ -336,3 +336,7 @@ ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* 
 ATTNRT_API void attnrt_explanation_destroy(attnrt_explanation* explanation) { delete explanation; }
 
 }  // extern "C"
+
+namespace attnrt::core {
+attnrt_status RecordLastError(const Status& status) { return Record(status); }
+}  // namespace attnrt::core

@@ -189,13 +189,23 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
   plan->family = family_;
   plan->signature = std::move(signature);
   plan->description = Describe(*family_, plan->signature);
+  const std::string op_name = attnrt_op_kind_name(family_->kind());
+  if (plan->problem->computed_by_core()) {
+    if (runtime_->config().debug) {
+      runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description + " kernel=core");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++misses_;
+    auto [it, inserted] = cache_.emplace(key, plan);
+    *out = inserted ? std::shared_ptr<const PlanImpl>(plan) : it->second;
+    return Status::Ok();
+  }
 
   const auto candidates = runtime_->registry().Evaluate(
       runtime_->config(), family_->kind(), plan->problem->device_type(), plan->problem->abi());
   for (const auto& candidate : candidates) {
     if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
   }
-  const std::string op_name = attnrt_op_kind_name(family_->kind());
   if (plan->kernel == nullptr) {
     return Unsupported("no kernel accepts " + op_name + " " + plan->description + " — " +
                        DescribeRejections(candidates));
@@ -271,7 +281,13 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
                              std::to_string(kWorkspaceAlignment) + " bytes");
     }
   }
+  if (kernel == nullptr) return problem->RunInCore(inputs, outputs, runtime->pool().num_threads());
   return problem->Run(*kernel, inputs, outputs, workspace, workspace_size_given, stream);
+}
+
+const std::string& PlanImpl::kernel_name() const {
+  static const std::string kCore = "core";
+  return kernel != nullptr ? kernel->name : kCore;
 }
 
 }  // namespace attnrt::core

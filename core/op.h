@@ -46,6 +46,9 @@ class PlanImpl {
   size_t workspace_size = 0;
   static constexpr size_t kWorkspaceAlignment = 64;
 
+  // The chosen kernel's name, or "core" for an op the core computes itself.
+  const std::string& kernel_name() const;
+
   Status Run(const TensorList& inputs, const TensorList& outputs, void* workspace,
              size_t workspace_size_given, void* stream) const;
 };

@@ -32,6 +32,10 @@ inline Status AbiMismatch(std::string message) {
 }
 inline Status Internal(std::string message) { return {ATTNRT_ERROR_INTERNAL, std::move(message)}; }
 
+// Sets (or clears, for OK) the calling thread's attnrt_last_error_message and returns the code: for
+// ABI entry points implemented outside core/abi.cpp.
+attnrt_status RecordLastError(const Status& status);
+
 }  // namespace attnrt::core
 
 #define ATTNRT_RETURN_IF_ERROR(expr)     \

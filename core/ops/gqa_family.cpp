@@ -6,6 +6,7 @@
 #include "attnrt/ops/gqa.h"
 #include "core/ops/gqa_validation.h"
 #include "core/ops/op_family.h"
+#include "core/ops/sparse_mla_family.h"
 
 namespace attnrt::core {
 namespace {
@@ -80,9 +81,12 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
       *out = std::make_unique<GqaFamily>(validated);
       return Status::Ok();
     }
+    case ATTNRT_OP_SPARSE_MLA:
+    case ATTNRT_OP_SPARSE_MLA_METADATA:
+      return CreateSparseMlaFamily(kind, attributes, out);
     default:
       return InvalidArgument("kind: unknown op kind " + std::to_string(kind) +
-                             " (known: " + std::to_string(ATTNRT_OP_GQA) + " = gqa)");
+                             " (known: 1 = gqa, 3 = sparse_mla, 4 = sparse_mla_metadata)");
   }
 }
 
@@ -91,11 +95,17 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
 extern "C" {
 
 ATTNRT_API const char* attnrt_op_input_name(int32_t op_kind, size_t index) {
+  if (op_kind == ATTNRT_OP_SPARSE_MLA || op_kind == ATTNRT_OP_SPARSE_MLA_METADATA) {
+    return attnrt::core::SparseMlaInputName(op_kind, index);
+  }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_INPUTS) return nullptr;
   return attnrt::core::gqa::InputName(index);
 }
 
 ATTNRT_API const char* attnrt_op_output_name(int32_t op_kind, size_t index) {
+  if (op_kind == ATTNRT_OP_SPARSE_MLA || op_kind == ATTNRT_OP_SPARSE_MLA_METADATA) {
+    return attnrt::core::SparseMlaOutputName(op_kind, index);
+  }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_OUTPUTS) return nullptr;
   return attnrt::core::gqa::OutputName(index);
 }

@@ -31,6 +31,13 @@ class Problem {
   virtual Status Run(const KernelRecord& kernel, const TensorList& inputs,
                      const TensorList& outputs, void* workspace, size_t workspace_size,
                      void* stream) const = 0;
+  // Ops the core computes itself (the sparse MLA metadata op): planned without a kernel, run by
+  // RunInCore with the runtime's thread count.
+  virtual bool computed_by_core() const { return false; }
+  virtual Status RunInCore(const TensorList& /*inputs*/, const TensorList& /*outputs*/,
+                           int32_t /*num_threads*/) const {
+    return Internal("this op is not computed by the core");
+  }
 };
 
 class OpFamily {

@@ -60,13 +60,14 @@ nlohmann::ordered_json explanation_json(const attnrt_explanation* explanation) {
 }  // namespace
 
 int cmd_explain(const Args& args) {
+  if (sparse_mla_requested(args)) return cmd_explain_sparse_mla(args);
   po::options_description desc;
   desc.add(explain_options()).add(gqa_flag_options()).add(common_options());
   po::variables_map vm;
   if (!parse_command_line(args, desc, kUsage, vm)) return 0;
   const CommonFlags common = read_common_flags(vm);
   if (vm["op"].as<std::string>() != "gqa") {
-    throw UsageError("unknown --op '" + vm["op"].as<std::string>() + "' (known: gqa)");
+    throw UsageError("unknown --op '" + vm["op"].as<std::string>() + "' (known: gqa, sparse_mla)");
   }
   const ModelPreset* preset =
       vm.count("model") ? &find_model_preset(vm["model"].as<std::string>()) : nullptr;

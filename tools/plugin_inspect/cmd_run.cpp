@@ -81,6 +81,7 @@ uint64_t parse_seed(const std::string& text) {
 }  // namespace
 
 int cmd_run(const Args& args) {
+  if (sparse_mla_requested(args)) return cmd_run_sparse_mla(args);
   po::options_description desc;
   desc.add(run_options()).add(gqa_flag_options()).add(common_options());
   po::variables_map vm;

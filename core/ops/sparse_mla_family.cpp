@@ -1,0 +1,125 @@
+// Sparse MLA op families: ATTNRT_OP_SPARSE_MLA (kernels from plugins) and
+// ATTNRT_OP_SPARSE_MLA_METADATA (computed by the core: the int32 [2048] work partition).
+#include "core/ops/sparse_mla_family.h"
+
+#include <cstdio>
+#include <new>
+#include <vector>
+
+#include "attnrt/ops/sparse_mla.h"
+#include "core/ops/sparse_mla_metadata.h"
+#include "core/ops/sparse_mla_validation.h"
+
+namespace attnrt::core {
+namespace {
+
+constexpr size_t kErrorCapacity = 1024;
+
+class SparseMlaProblem final : public Problem {
+ public:
+  SparseMlaProblem(const attnrt_sparse_mla_problem& problem, bool metadata_op)
+      : problem_(problem), metadata_op_(metadata_op) {}
+
+  const void* abi() const override { return &problem_; }
+  int32_t device_type() const override { return problem_.device_type; }
+  bool computed_by_core() const override { return metadata_op_; }
+
+  Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
+             void* workspace, size_t workspace_size, void* stream) const override {
+    try {
+      std::vector<attnrt_sparse_mla_batch> batches;
+      attnrt_sparse_mla_args args{};
+      ATTNRT_RETURN_IF_ERROR(sparse_mla::ValidateRun(
+          problem_, inputs.tensors, inputs.count, outputs.tensors, outputs.count, &batches, &args));
+      args.workspace = workspace;
+      args.workspace_size = workspace_size;
+      args.stream = stream;
+      char error[kErrorCapacity] = {0};
+      int32_t status = ATTNRT_ERROR_INTERNAL;
+      try {
+        status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
+      } catch (...) {
+        std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
+      }
+      error[sizeof(error) - 1] = '\0';
+      if (status == ATTNRT_OK) return Status::Ok();
+      return {static_cast<attnrt_status>(status),
+              "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+    } catch (const std::bad_alloc&) {
+      return {ATTNRT_ERROR_OUT_OF_MEMORY, "sparse_mla: out of memory"};
+    }
+  }
+
+  Status RunInCore(const TensorList& inputs, const TensorList& outputs,
+                   int32_t num_threads) const override {
+    try {
+      std::vector<attnrt_sparse_mla_batch> batches;
+      ATTNRT_RETURN_IF_ERROR(
+          sparse_mla::ResolveBatches(problem_, inputs.tensors, inputs.count, &batches));
+      const attnrt_tensor* out = outputs.at(ATTNRT_SPARSE_MLA_METADATA_OUTPUT);
+      auto* words = reinterpret_cast<int32_t*>(static_cast<char*>(out->data) + out->byte_offset);
+      return sparse_mla::BuildMetadata(
+          problem_, batches,
+          sparse_mla::Signature(problem_.attributes, inputs.tensors, inputs.count), num_threads,
+          words);
+    } catch (const std::bad_alloc&) {
+      return {ATTNRT_ERROR_OUT_OF_MEMORY, "sparse_mla_metadata: out of memory"};
+    }
+  }
+
+ private:
+  attnrt_sparse_mla_problem problem_;
+  bool metadata_op_;
+};
+
+class SparseMlaFamily final : public OpFamily {
+ public:
+  SparseMlaFamily(const attnrt_sparse_mla_attributes& attributes, bool metadata_op)
+      : attributes_(attributes), metadata_op_(metadata_op) {}
+
+  int32_t kind() const override {
+    return metadata_op_ ? ATTNRT_OP_SPARSE_MLA_METADATA : ATTNRT_OP_SPARSE_MLA;
+  }
+  size_t max_inputs() const override { return ATTNRT_SPARSE_MLA_NUM_INPUTS; }
+  size_t max_outputs() const override { return metadata_op_ ? 1 : ATTNRT_SPARSE_MLA_NUM_OUTPUTS; }
+  const char* input_name(size_t index) const override { return sparse_mla::InputName(index); }
+  const char* output_name(size_t index) const override {
+    return metadata_op_ ? (index == 0 ? "metadata" : "?") : sparse_mla::OutputName(index);
+  }
+
+  Status Prepare(const TensorList& inputs, const TensorList& outputs,
+                 std::unique_ptr<Problem>* out) const override {
+    attnrt_sparse_mla_problem problem{};
+    ATTNRT_RETURN_IF_ERROR(sparse_mla::ValidateShapes(attributes_, inputs.tensors, inputs.count,
+                                                      outputs.tensors, outputs.count, metadata_op_,
+                                                      &problem));
+    *out = std::make_unique<SparseMlaProblem>(problem, metadata_op_);
+    return Status::Ok();
+  }
+
+ private:
+  attnrt_sparse_mla_attributes attributes_;
+  bool metadata_op_;
+};
+
+}  // namespace
+
+Status CreateSparseMlaFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFamily>* out) {
+  attnrt_sparse_mla_attributes validated{};
+  ATTNRT_RETURN_IF_ERROR(sparse_mla::ValidateAttributes(attributes, &validated));
+  *out = std::make_unique<SparseMlaFamily>(validated, kind == ATTNRT_OP_SPARSE_MLA_METADATA);
+  return Status::Ok();
+}
+
+const char* SparseMlaInputName(int32_t kind, size_t index) {
+  if (index >= ATTNRT_SPARSE_MLA_NUM_INPUTS) return nullptr;
+  (void)kind;
+  return sparse_mla::InputName(index);
+}
+
+const char* SparseMlaOutputName(int32_t kind, size_t index) {
+  if (kind == ATTNRT_OP_SPARSE_MLA_METADATA) return index == 0 ? "metadata" : nullptr;
+  return index < ATTNRT_SPARSE_MLA_NUM_OUTPUTS ? sparse_mla::OutputName(index) : nullptr;
+}
+
+}  // namespace attnrt::core

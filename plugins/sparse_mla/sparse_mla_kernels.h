@@ -1,0 +1,26 @@
+// The sparse_mla plugin's context and its kernels' run functions (one per ISA file).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../cpu_x86/probe.h"
+#include "attnrt/ops/sparse_mla.h"
+#include "attnrt/plugin.h"
+
+namespace attnrt::sparse_mla {
+
+// State of one init(): everything mutable lives here (two runtimes may init the same library).
+struct PluginContext {
+  attnrt_host_services host;
+  cpu::CpuFeatures cpu;
+  std::vector<attnrt_plugin_fact> facts;  // points into cpu.facts
+};
+
+int32_t RunScalar(const attnrt_host_services& host, const attnrt_sparse_mla_args& args, char* error,
+                  size_t error_capacity);
+int32_t RunAvx2(const attnrt_host_services& host, const attnrt_sparse_mla_args& args, char* error,
+                size_t error_capacity);
+
+}  // namespace attnrt::sparse_mla

@@ -1,0 +1,754 @@
+// Float64 reference of MixedQuantSparseFlashMla; see sparse_mla_reference.h. Section numbers refer
+// to reference/sparse-mla-semantics.md. Direct loops, no optimisation beyond decoding each visible
+// key once per query row (all heads share the single KV head).
+#include "sparse_mla_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace attnrt::testref {
+
+// §6.4, ascending, index = nibble value.
+const float kTq4Codebook[16] = {
+    -0.12091285f, -0.09111122f, -0.07112455f, -0.05513602f, -0.04132067f, -0.02874970f,
+    -0.01700489f, -0.00568677f, 0.00547294f,  0.01680406f,  0.02857605f,  0.04108622f,
+    0.05492980f,  0.07101817f,  0.09115373f,  0.12037795f,
+};
+
+// §6.4, as listed there (the self-test checks they are FloatToBf16(kTq4Codebook[n])).
+const uint16_t kTq4CodebookBf16Bits[16] = {
+    0xBDF8, 0xBDBB, 0xBD92, 0xBD62, 0xBD29, 0xBCEC, 0xBC8B, 0xBBBA,
+    0x3BB3, 0x3C8A, 0x3CEA, 0x3D28, 0x3D61, 0x3D91, 0x3DBB, 0x3DF7,
+};
+
+namespace {
+
+constexpr int D = kSparseMlaHeadDim;
+constexpr int DN = kSparseMlaNopeDim;
+constexpr int DR = kSparseMlaRopeDim;
+
+uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+float FloatFromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint32_t BitsFromFloat(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// x rounded once (nearest, ties to even) to a binary format with `mant_bits` explicit mantissa
+// bits, minimum normal exponent `emin` (gradual underflow below it) and largest finite value
+// `max_finite`; values that round above max_finite become infinities.
+double RoundToBinary(double x, int mant_bits, int emin, double max_finite) {
+  if (!std::isfinite(x) || x == 0.0) return x;
+  int e = std::ilogb(x);
+  if (e < emin) e = emin;
+  const int quantum = e - mant_bits;
+  const double r = std::nearbyint(std::ldexp(x, -quantum));  // default mode: ties to even
+  const double y = std::ldexp(r, quantum);
+  if (std::fabs(y) > max_finite) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  return y;
+}
+
+const double kBf16Max = std::ldexp(255.0, 120);  // (2 - 2^-7) * 2^127
+const double kFp16Max = 65504.0;
+
+double RoundToKind(SparseMlaFloat16Kind kind, double x) {
+  return kind == SparseMlaFloat16Kind::kBf16 ? RoundToBf16(x) : RoundToFp16(x);
+}
+
+uint16_t BitsOfKind(SparseMlaFloat16Kind kind, double x) {
+  return kind == SparseMlaFloat16Kind::kBf16 ? DoubleToBf16(x) : DoubleToFp16(x);
+}
+
+float ValueOfKind(SparseMlaFloat16Kind kind, uint16_t bits) {
+  return kind == SparseMlaFloat16Kind::kBf16 ? Bf16ToFloat(bits) : Fp16ToFloat(bits);
+}
+
+}  // namespace
+
+// ---- scalar conversions -------------------------------------------------------------------------
+float Bf16ToFloat(uint16_t bits) { return FloatFromBits(static_cast<uint32_t>(bits) << 16); }
+
+double RoundToBf16(double x) { return RoundToBinary(x, 7, -126, kBf16Max); }
+
+double RoundToFp16(double x) { return RoundToBinary(x, 10, -14, kFp16Max); }
+
+uint16_t DoubleToBf16(double x) {
+  if (std::isnan(x)) return std::signbit(x) ? 0xFFC0 : 0x7FC0;
+  // The rounded value is exact in float, and a bf16 value is the upper half of its float bits.
+  const float f = static_cast<float>(RoundToBf16(x));
+  return static_cast<uint16_t>(BitsFromFloat(f) >> 16);
+}
+
+uint16_t FloatToBf16(float x) { return DoubleToBf16(static_cast<double>(x)); }
+
+float Fp16ToFloat(uint16_t bits) {
+  const int sign = bits >> 15;
+  const int exponent = (bits >> 10) & 0x1F;
+  const int mantissa = bits & 0x3FF;
+  double v;
+  if (exponent == 0x1F) {
+    v = mantissa ? std::numeric_limits<double>::quiet_NaN()
+                 : std::numeric_limits<double>::infinity();
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(mantissa), -24);
+  } else {
+    v = std::ldexp(static_cast<double>(1024 + mantissa), exponent - 25);
+  }
+  return static_cast<float>(sign ? -v : v);
+}
+
+uint16_t DoubleToFp16(double x) {
+  if (std::isnan(x)) return std::signbit(x) ? 0xFE00 : 0x7E00;
+  const double v = RoundToFp16(x);
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(v);
+  if (std::isinf(a)) return sign | 0x7C00;
+  if (a < std::ldexp(1.0, -14)) {  // subnormal or zero: a = m * 2^-24
+    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
+  }
+  const int e = std::ilogb(a);  // 2^e <= a < 2^(e+1), -14 <= e <= 15
+  const int mantissa = static_cast<int>(std::ldexp(a, 10 - e)) - 1024;
+  return sign | static_cast<uint16_t>(((e + 15) << 10) | mantissa);
+}
+
+uint16_t FloatToFp16(float x) { return DoubleToFp16(static_cast<double>(x)); }
+
+float Fp8E4M3FnToFloat(uint8_t code) {
+  const int sign = code >> 7;
+  const int exponent = (code >> 3) & 0xF;
+  const int mantissa = code & 7;
+  float v;
+  if (exponent == 0xF && mantissa == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -9);  // 2^-6 * m / 8
+  } else {
+    v = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // 2^(e-7) * (8+m) / 8
+  }
+  return sign ? -v : v;
+}
+
+float E8M0ToFloat(uint8_t e) {
+  if (e == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(e) - 127);
+}
+
+// ---- one-token decoders -------------------------------------------------------------------------
+void DecodeQuantMode1Token(const uint8_t* token, float* out) {
+  float scale[kSparseMlaScaleGroups];
+  for (int g = 0; g < kSparseMlaScaleGroups; ++g) {
+    scale[g] = Bf16ToFloat(Load16(token + kQuantMode1ScaleOffset + 2 * g));
+  }
+  for (int d = 0; d < DN; ++d) {
+    // fp32 product (exact: 4 x 8 significant bits), then RNE to bf16 (§6.1).
+    const float product =
+        Fp8E4M3FnToFloat(token[kQuantMode1NopeOffset + d]) * scale[d / kSparseMlaScaleGroup];
+    out[d] = Bf16ToFloat(FloatToBf16(product));
+  }
+  for (int d = 0; d < DR; ++d) {
+    out[DN + d] = Bf16ToFloat(Load16(token + kQuantMode1RopeOffset + 2 * d));
+  }
+}
+
+void DecodeQuantMode2Token(const uint8_t* feature, const uint8_t* scales, float* out) {
+  float scale[kSparseMlaScaleGroups];
+  for (int g = 0; g < kSparseMlaScaleGroups; ++g) {
+    // e8m0 -> bf16 -> fp32 in the kernel; 2^(e-127) is exact in both (§6.2). scales[7] is padding.
+    scale[g] = E8M0ToFloat(scales[g]);
+  }
+  for (int d = 0; d < DN; ++d) {
+    const float product =
+        Fp8E4M3FnToFloat(feature[kQuantMode2NopeOffset + d]) * scale[d / kSparseMlaScaleGroup];
+    out[d] = Bf16ToFloat(FloatToBf16(product));
+  }
+  for (int d = 0; d < DR; ++d) {
+    out[DN + d] = Bf16ToFloat(Load16(feature + kQuantMode2RopeOffset + 2 * d));
+  }
+}
+
+void DecodeQuantMode2BlockToken(const uint8_t* block_base, int64_t block_size, int64_t offset,
+                                float* out) {
+  DecodeQuantMode2Token(
+      block_base + offset * kQuantMode2FeatureBytes,
+      block_base + block_size * kQuantMode2FeatureBytes + offset * kQuantMode2ScaleBytes, out);
+}
+
+int Tq4Code(const uint8_t* slot, int d) {
+  return (d % 2 == 0) ? (slot[d / 2] & 0xF) : (slot[d / 2] >> 4);
+}
+
+void DecodeTq4Token(const uint8_t* slot, float* out, Tq4Centroids centroids,
+                    SparseMlaFloat16Kind kv_dtype) {
+  const float scale = Fp16ToFloat(Load16(slot + kTq4ScaleOffset));
+  auto centroid = [centroids](int n) {
+    return centroids == Tq4Centroids::kFp32 ? kTq4Codebook[n]
+                                            : Bf16ToFloat(kTq4CodebookBf16Bits[n]);
+  };
+  for (int t = 0; t < kTq4ScaleOffset; ++t) {
+    const int lo = slot[t] & 0xF;
+    const int hi = slot[t] >> 4;
+    const float v_lo = centroid(lo) * scale;  // fp32 product, then RINT to the KV dtype (§6.4)
+    const float v_hi = centroid(hi) * scale;
+    out[2 * t] = static_cast<float>(RoundToKind(kv_dtype, v_lo));
+    out[2 * t + 1] = static_cast<float>(RoundToKind(kv_dtype, v_hi));
+  }
+}
+
+void DecodeFloat16Token(const uint8_t* token, float* out, SparseMlaFloat16Kind dtype) {
+  for (int d = 0; d < D; ++d) out[d] = ValueOfKind(dtype, Load16(token + 2 * d));
+}
+
+// ---- operator -----------------------------------------------------------------------------------
+namespace {
+
+bool Fail(std::string* error, const std::string& message) {
+  if (error) *error = message;
+  return false;
+}
+
+bool HasCmp(const SparseMlaRefInputs& in) { return in.scenario != SparseMlaScenario::kSWA; }
+
+int64_t OriTokenBytes(const SparseMlaRefInputs& in) {
+  switch (in.quant_mode) {
+    case 1:
+      return kQuantMode1TokenBytes;
+    case 2:
+      return kQuantMode2TokenBytes;
+    default:
+      return kQuantMode3OriTokenBytes;
+  }
+}
+
+int64_t CmpTokenBytes(const SparseMlaRefInputs& in) {
+  switch (in.quant_mode) {
+    case 1:
+      return kQuantMode1TokenBytes;
+    case 2:
+      return kQuantMode2TokenBytes;
+    default:
+      return kTq4SlotBytes;
+  }
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+bool CheckCuSeqlens(const int32_t* cu, int64_t batch, int64_t rows, const char* name,
+                    std::string* error) {
+  if (!cu) return Fail(error, std::string(name) + " is required");
+  if (cu[0] != 0) return Fail(error, std::string(name) + "[0] must be 0");
+  for (int64_t b = 0; b < batch; ++b) {
+    if (cu[b + 1] < cu[b]) return Fail(error, std::string(name) + " must be non-decreasing");
+  }
+  if (cu[batch] > rows) return Fail(error, std::string(name) + " exceeds the tensor's rows");
+  return true;
+}
+
+bool Validate(const SparseMlaRefInputs& in, std::string* error) {
+  if (in.quant_mode < 1 || in.quant_mode > 3) return Fail(error, "quant_mode must be 1, 2 or 3");
+  if (in.rope_head_dim != 64) return Fail(error, "rope_head_dim must be 64");
+  if (in.b < 0 || in.q_n < 1) return Fail(error, "b must be >= 0 and q_n >= 1");
+  if (in.layout_q == SparseMlaLayout::kPA_BBND) return Fail(error, "layout_q must be BSND or TND");
+  if (in.layout_kv != SparseMlaLayout::kPA_BBND && in.layout_kv != in.layout_q) {
+    return Fail(error, "without PA_BBND, layout_q and layout_kv must be equal");
+  }
+  if (in.quant_mode == 2 && in.layout_kv != SparseMlaLayout::kPA_BBND) {
+    return Fail(error, "quant_mode 2 needs layout_kv PA_BBND");
+  }
+  if (in.quant_mode != 3 && in.q_dtype != SparseMlaFloat16Kind::kBf16) {
+    return Fail(error, "quant_mode 1/2 need a bf16 q");
+  }
+  if (!in.q || !in.ori_kv) return Fail(error, "q and ori_kv are required");
+  const bool has_cmp = HasCmp(in);
+  const bool csa = in.scenario == SparseMlaScenario::kCSA;
+  if (has_cmp != (in.cmp_kv != nullptr)) {
+    return Fail(error, "cmp_kv must be present exactly for CSA and HCA");
+  }
+  if (csa != (in.cmp_sparse_indices != nullptr)) {
+    return Fail(error, "cmp_sparse_indices must be present exactly for CSA");
+  }
+  if (csa && in.cmp_kv_k < 0) return Fail(error, "cmp_kv_k must be >= 0");
+  if (in.ori_sparse_indices || in.ori_topk_length || in.cmp_topk_length) {
+    return Fail(error, "ori_sparse_indices / ori_topk_length / cmp_topk_length are reserved");
+  }
+  if (has_cmp && in.cmp_ratio < 1) return Fail(error, "cmp_ratio must be >= 1");
+  if (in.ori_mask_mode != 0 && in.ori_mask_mode != 3 && in.ori_mask_mode != 4) {
+    return Fail(error, "ori_mask_mode must be 0, 3 or 4");
+  }
+  if (in.cmp_mask_mode != 0 && in.cmp_mask_mode != 3) {
+    return Fail(error, "cmp_mask_mode must be 0 or 3");
+  }
+  if (in.ori_win_left < -1 || in.ori_win_right < -1) return Fail(error, "windows must be >= -1");
+  if (in.topk_value_mode != 1 && in.topk_value_mode != 2) {
+    return Fail(error, "topk_value_mode must be 1 or 2");
+  }
+  if (csa && in.topk_value_mode == 2 && in.layout_kv != SparseMlaLayout::kPA_BBND) {
+    return Fail(error, "topk_value_mode 2 needs layout_kv PA_BBND");
+  }
+  if (in.layout_q == SparseMlaLayout::kTND) {
+    if (!CheckCuSeqlens(in.cu_seqlens_q, in.b, in.q_t, "cu_seqlens_q", error)) return false;
+  } else if (in.q_s < 0) {
+    return Fail(error, "q_s must be >= 0");
+  }
+  if (in.layout_kv == SparseMlaLayout::kTND) {
+    if (!CheckCuSeqlens(in.cu_seqlens_ori_kv, in.b, in.ori_kv_t, "cu_seqlens_ori_kv", error)) {
+      return false;
+    }
+    if (has_cmp &&
+        !CheckCuSeqlens(in.cu_seqlens_cmp_kv, in.b, in.cmp_kv_t, "cu_seqlens_cmp_kv", error)) {
+      return false;
+    }
+  }
+  if (in.layout_kv == SparseMlaLayout::kPA_BBND) {
+    if (!in.seqused_ori_kv || !in.ori_block_table) {
+      return Fail(error, "PA_BBND needs seqused_ori_kv and ori_block_table");
+    }
+    if (in.ori_kv_block_size < 1) return Fail(error, "ori_kv_block_size must be >= 1");
+    if (has_cmp && (!in.cmp_block_table || in.cmp_kv_block_size < 1)) {
+      return Fail(error, "PA_BBND with cmp_kv needs cmp_block_table and cmp_kv_block_size >= 1");
+    }
+  }
+  if (has_cmp && in.cmp_residual_kv) {
+    for (int64_t b = 0; b < in.b; ++b) {
+      if (in.cmp_residual_kv[b] < 0 || in.cmp_residual_kv[b] >= in.cmp_ratio) {
+        return Fail(error, "cmp_residual_kv values must lie in [0, cmp_ratio)");
+      }
+    }
+  }
+  return true;
+}
+
+// First row of batch b's query rows in the q tensor (BSND: b * q_s; TND: cu_seqlens_q[b]).
+int64_t QueryRowBase(const SparseMlaRefInputs& in, int64_t b) {
+  return in.layout_q == SparseMlaLayout::kBSND ? b * in.q_s : in.cu_seqlens_q[b];
+}
+
+// Address of logical token j of batch b in one KV tensor (ori or cmp). For quant_mode 2 (block-
+// planar) `feature`/`scales` are the two records; otherwise `feature` is the token.
+struct KvSide {
+  const uint8_t* data;
+  int64_t token_bytes;
+  int64_t bsnd_s;
+  int64_t tnd_t;
+  const int32_t* cu;
+  int64_t block_nums;
+  int64_t block_size;
+  int64_t block_stride;
+  const int32_t* block_table;
+  int64_t block_table_cols;
+  const char* name;
+};
+
+KvSide OriSide(const SparseMlaRefInputs& in) {
+  const int64_t bytes = OriTokenBytes(in);
+  return {in.ori_kv,
+          bytes,
+          in.ori_kv_s,
+          in.ori_kv_t,
+          in.cu_seqlens_ori_kv,
+          in.ori_kv_block_nums,
+          in.ori_kv_block_size,
+          in.ori_kv_block_stride ? in.ori_kv_block_stride : in.ori_kv_block_size * bytes,
+          in.ori_block_table,
+          in.ori_block_table_cols,
+          "ori"};
+}
+
+KvSide CmpSide(const SparseMlaRefInputs& in) {
+  const int64_t bytes = CmpTokenBytes(in);
+  return {in.cmp_kv,
+          bytes,
+          in.cmp_kv_s,
+          in.cmp_kv_t,
+          in.cu_seqlens_cmp_kv,
+          in.cmp_kv_block_nums,
+          in.cmp_kv_block_size,
+          in.cmp_kv_block_stride ? in.cmp_kv_block_stride : in.cmp_kv_block_size * bytes,
+          in.cmp_block_table,
+          in.cmp_block_table_cols,
+          "cmp"};
+}
+
+bool LocateToken(const SparseMlaRefInputs& in, const KvSide& side, int64_t b, int64_t j,
+                 const uint8_t** feature, const uint8_t** scales, std::string* error) {
+  auto fail = [&](const std::string& why) {
+    return Fail(error, std::string(side.name) + " token " + std::to_string(j) + " of batch " +
+                           std::to_string(b) + ": " + why);
+  };
+  if (j < 0) return fail("negative position");
+  *scales = nullptr;
+  switch (in.layout_kv) {
+    case SparseMlaLayout::kBSND:
+      if (j >= side.bsnd_s) return fail("beyond the BSND capacity");
+      *feature = side.data + (b * side.bsnd_s + j) * side.token_bytes;
+      return true;
+    case SparseMlaLayout::kTND: {
+      const int64_t row = side.cu[b] + j;
+      if (row >= side.tnd_t) return fail("beyond the TND rows");
+      *feature = side.data + row * side.token_bytes;
+      return true;
+    }
+    case SparseMlaLayout::kPA_BBND: {
+      const int64_t col = j / side.block_size;
+      const int64_t off = j % side.block_size;
+      if (col >= side.block_table_cols) return fail("beyond the block table");
+      const int64_t block = side.block_table[b * side.block_table_cols + col];
+      if (block < 0 || block >= side.block_nums) {
+        return fail("block id " + std::to_string(block) + " out of range");
+      }
+      const uint8_t* base = side.data + block * side.block_stride;
+      if (in.quant_mode == 2) {
+        *feature = base + off * kQuantMode2FeatureBytes;
+        *scales = base + side.block_size * kQuantMode2FeatureBytes + off * kQuantMode2ScaleBytes;
+      } else {
+        *feature = base + off * side.token_bytes;
+      }
+      return true;
+    }
+  }
+  return fail("bad layout");
+}
+
+// topk_value_mode 2 (§4.3, [A]). CHOICE: a physical slot x = block_id * bs + off is mapped back
+// to the logical index col * bs + off through the first column `col` of the batch's cmp block
+// table holding block_id; the causal filter then applies to that logical index and the gather
+// reads the same physical slot. A slot whose block is not in the batch's table is skipped like an
+// out-of-range index. Returns -1 when unmapped.
+int64_t PhysicalToLogical(const SparseMlaRefInputs& in, int64_t b, int64_t x) {
+  if (x < 0) return -1;
+  const int64_t bs = in.cmp_kv_block_size;
+  const int64_t block = x / bs;
+  for (int64_t col = 0; col < in.cmp_block_table_cols; ++col) {
+    if (in.cmp_block_table[b * in.cmp_block_table_cols + col] == block) return col * bs + x % bs;
+  }
+  return -1;
+}
+
+bool GetLengths(const SparseMlaRefInputs& in, int64_t b, SparseMlaBatchLengths* len,
+                std::string* error) {
+  // §3.1.
+  const bool tnd_q = in.layout_q == SparseMlaLayout::kTND;
+  const bool tnd_kv = in.layout_kv == SparseMlaLayout::kTND;
+  if (in.seqused_q) {
+    len->s1 = in.seqused_q[b];
+  } else {
+    len->s1 = tnd_q ? in.cu_seqlens_q[b + 1] - in.cu_seqlens_q[b] : in.q_s;
+  }
+  const int64_t q_capacity = tnd_q ? in.cu_seqlens_q[b + 1] - in.cu_seqlens_q[b] : in.q_s;
+  if (len->s1 < 0 || len->s1 > q_capacity) {
+    return Fail(error, "S1 of batch " + std::to_string(b) + " outside [0, rows of the batch]");
+  }
+  if (in.seqused_ori_kv) {
+    len->s2 = in.seqused_ori_kv[b];
+  } else {
+    len->s2 = tnd_kv ? in.cu_seqlens_ori_kv[b + 1] - in.cu_seqlens_ori_kv[b] : in.ori_kv_s;
+  }
+  if (len->s2 < 0) return Fail(error, "negative S2 in batch " + std::to_string(b));
+  len->cmp_len = 0;
+  len->lc = 0;
+  if (HasCmp(in)) {
+    if (in.seqused_cmp_kv) {
+      len->cmp_len = in.seqused_cmp_kv[b];
+    } else if (tnd_kv && in.cu_seqlens_cmp_kv) {
+      len->cmp_len = in.cu_seqlens_cmp_kv[b + 1] - in.cu_seqlens_cmp_kv[b];
+    } else {
+      len->cmp_len = len->s2 / in.cmp_ratio;  // not the tensor's S3 (§3.1)
+    }
+    if (len->cmp_len < 0) return Fail(error, "negative cmp_len in batch " + std::to_string(b));
+    const int64_t residual = in.cmp_residual_kv ? in.cmp_residual_kv[b] : 0;
+    len->lc = len->cmp_len * in.cmp_ratio + residual;
+  }
+  return true;
+}
+
+bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLengths& len,
+                int64_t i, SparseMlaRowKeys* keys) {
+  keys->valid = false;
+  keys->ori_lo = keys->ori_hi = keys->ncmp = 0;
+  keys->cmp.clear();
+  if (i < 0 || i >= len.s1) return true;
+  const int64_t s1 = len.s1;
+  const int64_t s2 = len.s2;
+  const int64_t thr = s2 - s1 + i + 1;  // §3.2
+  if (thr <= 0) return true;            // invalid row: both parts empty
+  keys->valid = true;
+  // §3.3.
+  switch (in.ori_mask_mode) {
+    case 4: {
+      const int64_t L = in.ori_win_left;
+      const int64_t R = in.ori_win_right;
+      keys->ori_lo = L == -1 ? 0 : std::max<int64_t>(thr - 1 - L, 0);
+      keys->ori_hi = R == -1 ? s2 : std::min<int64_t>(thr + R, s2);
+      break;
+    }
+    case 3:
+      keys->ori_lo = 0;
+      keys->ori_hi = std::min<int64_t>(thr, s2);
+      break;
+    default:
+      keys->ori_lo = 0;
+      keys->ori_hi = s2;
+      break;
+  }
+  if (!HasCmp(in)) return true;
+  // §3.4 / §11 cmp_limit. cmp_mask_mode 0 follows the bf16 sibling golden: ncmp = S2 / r.
+  const int64_t r = in.cmp_ratio;
+  int64_t n = in.cmp_mask_mode == 3 ? FloorDiv(len.lc - s1 + i + 1, r) : s2 / r;
+  n = std::min<int64_t>(std::max<int64_t>(n, 0), len.cmp_len);
+  keys->ncmp = n;
+  if (in.scenario == SparseMlaScenario::kHCA) {
+    for (int64_t j = 0; j < n; ++j) keys->cmp.push_back(j);
+    return true;
+  }
+  // CSA, §4.1 golden scan: only the first min(K, n) slots are examined; -1 stops the scan;
+  // entries outside [0, n) are skipped; duplicates are kept, in row order.
+  const int64_t K = in.cmp_kv_k;
+  const int32_t* row = in.cmp_sparse_indices + (QueryRowBase(in, b) + i) * K;
+  const int64_t count = std::min<int64_t>(K, n);
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t x = row[k];
+    if (x == -1) break;
+    if (in.topk_value_mode == 2) x = PhysicalToLogical(in, b, x);
+    if (x < 0 || x >= n) continue;
+    keys->cmp.push_back(x);
+  }
+  return true;
+}
+
+bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, float* out,
+                 Tq4Centroids centroids, std::string* error) {
+  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
+  const uint8_t* feature = nullptr;
+  const uint8_t* scales = nullptr;
+  if (!LocateToken(in, side, b, j, &feature, &scales, error)) return false;
+  switch (in.quant_mode) {
+    case 1:
+      DecodeQuantMode1Token(feature, out);
+      break;
+    case 2:
+      DecodeQuantMode2Token(feature, scales, out);
+      break;
+    default:
+      if (cmp) {
+        DecodeTq4Token(feature, out, centroids, in.q_dtype);
+      } else {
+        DecodeFloat16Token(feature, out, in.q_dtype);
+      }
+      break;
+  }
+  return true;
+}
+
+double Dot(const double* q, const float* k) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int d = 0; d < D; d += 4) {
+    acc[0] += q[d] * k[d];
+    acc[1] += q[d + 1] * k[d + 1];
+    acc[2] += q[d + 2] * k[d + 2];
+    acc[3] += q[d + 3] * k[d + 3];
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// One (row, head): keys is nkeys x 512 floats. Writes out[512] (O / l) and *lse.
+void AttendGolden64(const SparseMlaRefInputs& in, const SparseMlaRefOptions& opt, const double* q,
+                    const float* keys, int64_t nkeys, double sink, bool has_sink, double* out,
+                    double* lse) {
+  const double scale = static_cast<double>(in.softmax_scale);
+  std::vector<double> s(nkeys);
+  for (int64_t j = 0; j < nkeys; ++j) s[j] = scale * Dot(q, keys + j * D);
+  double m = has_sink ? sink : -std::numeric_limits<double>::infinity();
+  double l = has_sink ? 1.0 : 0.0;
+  std::vector<double> o(D, 0.0), tile_o(D);
+  const int64_t tile = std::max<int64_t>(opt.golden_tile, 1);
+  for (int64_t t0 = 0; t0 < nkeys; t0 += tile) {
+    const int64_t t1 = std::min(nkeys, t0 + tile);
+    double m2 = m;
+    for (int64_t j = t0; j < t1; ++j) m2 = std::max(m2, s[j]);
+    const double a = std::exp(m - m2);
+    double psum = 0.0;
+    std::fill(tile_o.begin(), tile_o.end(), 0.0);
+    for (int64_t j = t0; j < t1; ++j) {
+      const double p = std::exp(s[j] - m2);
+      psum += p;                                     // unrounded P for the sum
+      const double pr = RoundToKind(in.q_dtype, p);  // bf16 P for the PV product (§5.2)
+      const float* v = keys + j * D;
+      for (int d = 0; d < D; ++d) tile_o[d] += pr * v[d];
+    }
+    l = a * l + psum;
+    for (int d = 0; d < D; ++d) o[d] = a * o[d] + tile_o[d];
+    m = m2;
+  }
+  for (int d = 0; d < D; ++d) out[d] = o[d] / l;
+  *lse = m + std::log(l);
+}
+
+void AttendGolden32(const SparseMlaRefInputs& in, const SparseMlaRefOptions& opt, const double* q,
+                    const float* keys, int64_t nkeys, double sink, bool has_sink, double* out,
+                    double* lse) {
+  const float scale = in.softmax_scale;
+  std::vector<float> s(nkeys);
+  for (int64_t j = 0; j < nkeys; ++j) {
+    const float* k = keys + j * D;
+    float dot = 0.0f;
+    for (int d = 0; d < D; ++d) dot += static_cast<float>(q[d]) * k[d];
+    s[j] = dot * scale;
+  }
+  float m = has_sink ? static_cast<float>(sink) : -std::numeric_limits<float>::infinity();
+  float l = has_sink ? 1.0f : 0.0f;
+  std::vector<float> o(D, 0.0f), tile_o(D);
+  const int64_t tile = std::max<int64_t>(opt.golden_tile, 1);
+  for (int64_t t0 = 0; t0 < nkeys; t0 += tile) {
+    const int64_t t1 = std::min(nkeys, t0 + tile);
+    float m2 = m;
+    for (int64_t j = t0; j < t1; ++j) m2 = std::max(m2, s[j]);
+    const float a = std::exp(m - m2);
+    float psum = 0.0f;
+    std::fill(tile_o.begin(), tile_o.end(), 0.0f);
+    for (int64_t j = t0; j < t1; ++j) {
+      const float p = std::exp(s[j] - m2);
+      psum += p;
+      const float pr = static_cast<float>(RoundToKind(in.q_dtype, p));
+      const float* v = keys + j * D;
+      for (int d = 0; d < D; ++d) tile_o[d] += pr * v[d];
+    }
+    l = a * l + psum;
+    for (int d = 0; d < D; ++d) o[d] = a * o[d] + tile_o[d];
+    m = m2;
+  }
+  for (int d = 0; d < D; ++d) out[d] = static_cast<double>(o[d] / l);
+  *lse = static_cast<double>(m + std::log(l));
+}
+
+void AttendExact(const SparseMlaRefInputs& in, const double* q, const float* keys, int64_t nkeys,
+                 double sink, bool has_sink, double* out, double* lse) {
+  const double scale = static_cast<double>(in.softmax_scale);
+  std::vector<double> s(nkeys);
+  double mx = has_sink ? sink : -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < nkeys; ++j) {
+    s[j] = scale * Dot(q, keys + j * D);
+    mx = std::max(mx, s[j]);
+  }
+  double den = has_sink ? std::exp(sink - mx) : 0.0;
+  std::vector<double> o(D, 0.0);
+  for (int64_t j = 0; j < nkeys; ++j) {
+    const double p = std::exp(s[j] - mx);
+    den += p;
+    const float* v = keys + j * D;
+    for (int d = 0; d < D; ++d) o[d] += p * v[d];
+  }
+  for (int d = 0; d < D; ++d) out[d] = o[d] / den;
+  *lse = mx + std::log(den);
+}
+
+}  // namespace
+
+bool SparseMlaGetBatchLengths(const SparseMlaRefInputs& inputs, int64_t batch,
+                              SparseMlaBatchLengths* lengths, std::string* error) {
+  if (!Validate(inputs, error)) return false;
+  if (batch < 0 || batch >= inputs.b) return Fail(error, "batch out of range");
+  return GetLengths(inputs, batch, lengths, error);
+}
+
+bool SparseMlaGetRowKeys(const SparseMlaRefInputs& inputs, int64_t batch, int64_t i,
+                         SparseMlaRowKeys* keys, std::string* error) {
+  SparseMlaBatchLengths len;
+  if (!SparseMlaGetBatchLengths(inputs, batch, &len, error)) return false;
+  return GetRowKeys(inputs, batch, len, i, keys);
+}
+
+bool SparseMlaDecodeOriToken(const SparseMlaRefInputs& inputs, int64_t batch, int64_t j, float* out,
+                             std::string* error, Tq4Centroids centroids) {
+  if (!Validate(inputs, error)) return false;
+  if (batch < 0 || batch >= inputs.b) return Fail(error, "batch out of range");
+  return DecodeToken(inputs, false, batch, j, out, centroids, error);
+}
+
+bool SparseMlaDecodeCmpToken(const SparseMlaRefInputs& inputs, int64_t batch, int64_t j, float* out,
+                             std::string* error, Tq4Centroids centroids) {
+  if (!Validate(inputs, error)) return false;
+  if (batch < 0 || batch >= inputs.b) return Fail(error, "batch out of range");
+  if (!HasCmp(inputs)) return Fail(error, "no cmp_kv in this scenario");
+  return DecodeToken(inputs, true, batch, j, out, centroids, error);
+}
+
+bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outputs,
+                        const SparseMlaRefOptions& options) {
+  SparseMlaRefOutputs& out = *outputs;
+  out.error.clear();
+  std::string* error = &out.error;
+  if (!Validate(in, error)) return false;
+  const int64_t q_rows = in.layout_q == SparseMlaLayout::kBSND ? in.b * in.q_s : in.q_t;
+  const int64_t heads = in.q_n;
+  out.attn_out.assign(q_rows * heads * D, 0.0);
+  out.attn_out_bits.assign(q_rows * heads * D, 0);
+  out.softmax_lse.assign(q_rows * heads, 0.0);  // CHOICE (§10.4): 0 for empty / unused rows
+  out.ori_key_count.assign(q_rows, -1);
+  out.cmp_key_count.assign(q_rows, -1);
+
+  std::vector<float> keys;
+  std::vector<double> qv(D);
+  SparseMlaRowKeys row;
+  for (int64_t b = 0; b < in.b; ++b) {
+    SparseMlaBatchLengths len;
+    if (!GetLengths(in, b, &len, error)) return false;
+    for (int64_t i = 0; i < len.s1; ++i) {
+      const int64_t qrow = QueryRowBase(in, b) + i;
+      GetRowKeys(in, b, len, i, &row);
+      if (!row.valid) continue;  // §3.2 / §5.3: zero output, lse 0
+      const int64_t n_ori = row.ori_hi - row.ori_lo;
+      const int64_t n_cmp = static_cast<int64_t>(row.cmp.size());
+      const int64_t nkeys = n_ori + n_cmp;
+      out.ori_key_count[qrow] = static_cast<int32_t>(n_ori);
+      out.cmp_key_count[qrow] = static_cast<int32_t>(n_cmp);
+      // Keys in the order of §5.1: ori window (position order), then cmp (selection order).
+      keys.resize(nkeys * D);
+      for (int64_t j = 0; j < n_ori; ++j) {
+        if (!DecodeToken(in, false, b, row.ori_lo + j, keys.data() + j * D, options.tq4_centroids,
+                         error)) {
+          return false;
+        }
+      }
+      for (int64_t j = 0; j < n_cmp; ++j) {
+        if (!DecodeToken(in, true, b, row.cmp[j], keys.data() + (n_ori + j) * D,
+                         options.tq4_centroids, error)) {
+          return false;
+        }
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const uint16_t* qh = in.q + (qrow * heads + h) * D;
+        for (int d = 0; d < D; ++d) qv[d] = ValueOfKind(in.q_dtype, qh[d]);
+        const bool has_sink = in.sinks != nullptr;
+        const double sink = has_sink ? static_cast<double>(in.sinks[h]) : 0.0;
+        double* o = out.attn_out.data() + (qrow * heads + h) * D;
+        double* lse = out.softmax_lse.data() + qrow * heads + h;
+        if (options.rounding == SparseMlaRounding::kExact) {
+          AttendExact(in, qv.data(), keys.data(), nkeys, sink, has_sink, o, lse);
+        } else if (options.fp32_accumulation) {
+          AttendGolden32(in, options, qv.data(), keys.data(), nkeys, sink, has_sink, o, lse);
+        } else {
+          AttendGolden64(in, options, qv.data(), keys.data(), nkeys, sink, has_sink, o, lse);
+        }
+        uint16_t* bits = out.attn_out_bits.data() + (qrow * heads + h) * D;
+        for (int d = 0; d < D; ++d) bits[d] = BitsOfKind(in.q_dtype, o[d]);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace attnrt::testref

@@ -1,0 +1,91 @@
+// Builds one sparse MLA call from a compact description: random bf16/fp16 queries, random KV rows
+// quantized with the public encoders into the op's cache formats and layouts (block tables with
+// shuffled physical blocks for PA_BBND), index rows with padding, duplicates and out-of-range
+// entries; the same buffers are described both as attnrt tensors and as the float64 reference's
+// raw inputs (tests/common/sparse_mla_reference.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnrt/ops/sparse_mla.h"
+#include "common/sparse_mla_reference.h"
+#include "common/test_support.h"
+
+namespace attnrt_test {
+
+struct SparseMlaSpec {
+  int32_t scenario = ATTNRT_SPARSE_MLA_SWA;
+  int32_t quant_mode = 1;
+  int32_t layout_q = ATTNRT_SPARSE_MLA_LAYOUT_BSND;
+  int32_t layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_BSND;
+  bool fp16 = false;  // quant_mode 3 only
+  // 16 heads: one P rounding flip on a dominant key (an fp32-vs-float64 score difference at a bf16
+  // rounding boundary) moves one (row, head) only, a small part of the >= 99.5% budget.
+  int64_t num_heads = 16;
+  std::vector<int32_t> s1{2, 3};    // query rows per batch (taking part)
+  std::vector<int32_t> s2{40, 70};  // ori rows per batch
+  int64_t q_extra = 1;              // capacity rows beyond s1 (BSND S1 cap, TND extra rows)
+  int64_t kv_extra = 3;             // capacity rows beyond s2 / cmp lengths
+  int64_t block_size = 16;
+  int64_t topk = 16;
+  int32_t cmp_ratio = 4;
+  int32_t ori_mask_mode = 4, cmp_mask_mode = 3;
+  int32_t ori_win_left = 15, ori_win_right = 0;
+  int32_t topk_value_mode = 1;
+  bool sinks = true;
+  bool lse = true;
+  bool seqused_q = false;
+  bool seqused_cmp = false;  // pass cmp lengths (else derived from seqused_ori / cu / shape)
+  bool residual = true;
+  float softmax_scale = 0.04419417382415922f;
+};
+
+class SparseMlaCase {
+ public:
+  SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng);
+
+  attnrt_sparse_mla_attributes Attributes() const;
+  const attnrt_tensor* const* Inputs();
+  const attnrt_tensor* const* Outputs();
+  std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_INPUTS>& in() { return in_; }
+  std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_OUTPUTS>& out() { return out_; }
+  // The metadata op's inputs: the same array without the metadata.
+  const attnrt_tensor* const* MetadataInputs();
+  // The reference's description of the same buffers.
+  attnrt::testref::SparseMlaRefInputs RefInputs() const;
+  void Poison();
+  const SparseMlaSpec& spec() const { return spec_; }
+
+ private:
+  SparseMlaSpec spec_;
+  std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_INPUTS> in_;
+  std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_OUTPUTS> out_;
+  std::array<const attnrt_tensor*, ATTNRT_SPARSE_MLA_NUM_INPUTS> in_ptrs_{};
+  std::array<const attnrt_tensor*, ATTNRT_SPARSE_MLA_NUM_OUTPUTS> out_ptrs_{};
+  int64_t q_rows_ = 0, ori_rows_ = 0, cmp_rows_ = 0, ori_cols_ = 0, cmp_cols_ = 0;
+};
+
+// Runs the metadata op then the main op through the ABI, with `kernel` pinned ("" = default).
+// Returns the status of the first failing call; `error` gets its message.
+attnrt_status RunSparseMla(SparseMlaCase& c, const std::string& kernel, std::string* error,
+                           std::string* chosen_kernel = nullptr);
+
+// The two halves of RunSparseMla: the metadata op (writes the case's metadata input) and the main
+// op (attributes, plan and run).
+attnrt_status RunSparseMlaMetadata(SparseMlaCase& c, const std::string& kernel, std::string* error);
+attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std::string* error,
+                               std::string* chosen_kernel = nullptr);
+
+// Element-wise check of attn_out against the reference (rtol 2^-7, atol 1e-4 on >= 99.5% of the
+// elements, and every element written), softmax_lse in fp32; writes a summary to *report.
+bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error = nullptr);
+
+inline constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+inline constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+
+}  // namespace attnrt_test

@@ -1,0 +1,160 @@
+// The public KV encoders (attnrt_sparse_mla_encode_*) against the reference's decoders: round
+// trips within each format's quantization error, rope stored as bf16 exactly, the byte layout
+// (pad bytes zero, nibble order), and argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "sparse_mla_case.h"
+
+namespace attnrt_test {
+namespace {
+
+namespace ref = attnrt::testref;
+constexpr int kD = 512;
+
+std::vector<float> Rows(std::mt19937_64& rng, int n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> amplitude(0.01f, 20.0f);
+  std::vector<float> rows(static_cast<size_t>(n) * kD);
+  for (int t = 0; t < n; ++t) {
+    for (int g = 0; g < 8; ++g) {
+      const float a = amplitude(rng);
+      for (int d = g * 64; d < (g + 1) * 64; ++d) rows[t * kD + d] = a * normal(rng);
+    }
+  }
+  return rows;
+}
+
+// fp8 e4m3 keeps 3 mantissa bits: |error| <= 2^-4 |x| for normals, plus the subnormal step
+// 2^-9 * scale; the bf16 rounding of the product adds 2^-9 |x|.
+void ExpectNopeClose(const float* x, const float* decoded, const std::vector<float>& scale) {
+  for (int d = 0; d < 448; ++d) {
+    const double bound =
+        0.0625 * std::fabs(x[d]) + std::ldexp(scale[d / 64], -9) + std::ldexp(std::fabs(x[d]), -8);
+    ASSERT_LE(std::fabs(decoded[d] - x[d]), bound) << "dimension " << d;
+  }
+}
+
+TEST(SparseMlaEncode, Mode1RoundTrip) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(TestSeed());
+  const int n = 50;
+  const std::vector<float> rows = Rows(rng, n);
+  std::vector<uint8_t> tokens(n * 608, 0xAB);
+  ASSERT_EQ(attnrt_sparse_mla_encode_mode1(rows.data(), kF32, n, tokens.data()), ATTNRT_OK);
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* token = tokens.data() + t * 608;
+    float decoded[kD];
+    ref::DecodeQuantMode1Token(token, decoded);
+    std::vector<float> scale(7);
+    for (int g = 0; g < 7; ++g) {
+      uint16_t bits;
+      std::memcpy(&bits, token + 576 + 2 * g, 2);
+      scale[g] = ref::Bf16ToFloat(bits);
+    }
+    ExpectNopeClose(rows.data() + t * kD, decoded, scale);
+    for (int d = 448; d < kD; ++d) {
+      ASSERT_EQ(decoded[d], ref::Bf16ToFloat(ref::FloatToBf16(rows[t * kD + d]))) << d;
+    }
+    for (int k = 590; k < 608; ++k) ASSERT_EQ(token[k], 0) << "pad byte " << k;
+  }
+  // bf16 input gives the same bytes as its float32 image.
+  std::vector<uint16_t> bf16(rows.size());
+  std::vector<float> widened(rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    bf16[k] = ref::FloatToBf16(rows[k]);
+    widened[k] = ref::Bf16ToFloat(bf16[k]);
+  }
+  std::vector<uint8_t> a(n * 608), b(n * 608);
+  ASSERT_EQ(attnrt_sparse_mla_encode_mode1(bf16.data(), kBf16, n, a.data()), ATTNRT_OK);
+  ASSERT_EQ(attnrt_sparse_mla_encode_mode1(widened.data(), kF32, n, b.data()), ATTNRT_OK);
+  EXPECT_EQ(a, b);
+}
+
+TEST(SparseMlaEncode, Mode2RoundTripInBlockPlanarLayout) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(TestSeed());
+  const int bs = 5;
+  const std::vector<float> rows = Rows(rng, bs);
+  std::vector<uint8_t> block(bs * 584, 0xAB);
+  for (int slot = 0; slot < bs; ++slot) {
+    ASSERT_EQ(attnrt_sparse_mla_encode_mode2(rows.data() + slot * kD, kF32, block.data(), bs, slot),
+              ATTNRT_OK);
+  }
+  for (int slot = 0; slot < bs; ++slot) {
+    float decoded[kD];
+    ref::DecodeQuantMode2BlockToken(block.data(), bs, slot, decoded);
+    const uint8_t* scales = block.data() + bs * 576 + slot * 8;
+    std::vector<float> scale(7);
+    for (int g = 0; g < 7; ++g) {
+      scale[g] = ref::E8M0ToFloat(scales[g]);
+      // A power of two >= amax / 448: no code saturates.
+      float amax = 0.0f;
+      for (int d = g * 64; d < (g + 1) * 64; ++d)
+        amax = std::max(amax, std::fabs(rows[slot * kD + d]));
+      EXPECT_GE(scale[g] * 448.0f, amax);
+    }
+    EXPECT_EQ(scales[7], 0);
+    ExpectNopeClose(rows.data() + slot * kD, decoded, scale);
+    for (int d = 448; d < kD; ++d) {
+      ASSERT_EQ(decoded[d], ref::Bf16ToFloat(ref::FloatToBf16(rows[slot * kD + d]))) << d;
+    }
+  }
+}
+
+TEST(SparseMlaEncode, Tq4RoundTripKeepsDirectionAndNorm) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(TestSeed());
+  const int n = 40;
+  std::vector<float> rows(n * kD);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : rows) v = normal(rng);  // TQ4 expects rotated, near-Gaussian coordinates
+  std::vector<uint8_t> tokens(n * 258);
+  ASSERT_EQ(attnrt_sparse_mla_encode_tq4(rows.data(), kF32, n, tokens.data()), ATTNRT_OK);
+  const float* codebook = attnrt_sparse_mla_tq4_codebook();
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(codebook[k], ref::kTq4Codebook[k]);
+  for (int t = 0; t < n; ++t) {
+    float decoded[kD];
+    ref::DecodeTq4Token(tokens.data() + t * 258, decoded);
+    double dot = 0, xx = 0, yy = 0;
+    for (int d = 0; d < kD; ++d) {
+      dot += double{rows[t * kD + d]} * decoded[d];
+      xx += double{rows[t * kD + d]} * rows[t * kD + d];
+      yy += double{decoded[d]} * decoded[d];
+    }
+    EXPECT_GT(dot / std::sqrt(xx * yy), 0.99) << "token " << t;
+    EXPECT_NEAR(std::sqrt(yy / xx), 1.0, 0.01) << "token " << t;
+    // Nibble order: the code of dim 2t is the low nibble, so a coordinate and its decoded value
+    // have the same sign whenever the coordinate is not tiny.
+    for (int d = 0; d < kD; ++d) {
+      if (std::fabs(rows[t * kD + d]) > 1.0f) {
+        ASSERT_EQ(std::signbit(rows[t * kD + d]), std::signbit(decoded[d])) << d;
+      }
+    }
+  }
+}
+
+TEST(SparseMlaEncode, ArgumentErrors) {
+  std::vector<float> row(kD, 1.0f);
+  std::vector<uint8_t> out(1024);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(nullptr, kF32, 1, out.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(row.data(), kI32, 1, out.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("kv_dtype"), std::string::npos);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode2(row.data(), kF32, out.data(), 1, 1),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("slot"), std::string::npos);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode2(row.data(), kF32, out.data(), 0, 0),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  row[7] = INFINITY;
+  EXPECT_EQ(attnrt_sparse_mla_encode_tq4(row.data(), kF32, 1, out.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("dimension 7"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnrt_test

@@ -1,0 +1,282 @@
+// plugin-inspect explain/run --op sparse_mla: rank the sparse MLA kernels for a workload, or run
+// the metadata op and the main op on random data (KV built with the public encoders), time the
+// steps, and compare the chosen kernel with the scalar kernel.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "attnrt_handles.h"
+#include "cli_options.h"
+#include "commands.h"
+#include "errors.h"
+#include "sparse_mla_workload.h"
+#include "text_output.h"
+
+namespace plugin_inspect {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: plugin-inspect explain|run --op sparse_mla [--scenario csa|hca|swa] [--quant-mode "
+    "1|2|3]\n"
+    "           [--layout-q tnd|bsnd] [--layout-kv pa_bbnd|tnd|bsnd] [--batch B] [--q-len S1]\n"
+    "           [--kv-len S2] [--num-heads N] [--topk K] [--cmp-ratio R] [--window W]\n"
+    "           [--block-size BS] [--dtype bf16|f16] [--lse] [--steps N] [--seed S]\n"
+    "\n"
+    "MixedQuantSparseFlashMla on random data: every batch has S1 query rows at context S2; the\n"
+    "window W (0 = causal, no window) is ori_win_left = W - 1, ori_win_right = 0; CSA rows select\n"
+    "K distinct visible compressed tokens. Defaults: a DeepSeek-like CSA decode step (64 heads,\n"
+    "top-k 2048, cmp_ratio 4, window 128, PA_BBND blocks of 64, S2 = 8192).";
+
+po::options_description sparse_mla_options() {
+  po::options_description desc("Sparse MLA problem");
+  desc.add_options()                                                                           //
+      ("op", po::value<std::string>()->default_value("sparse_mla"), "op family")               //
+      ("scenario", po::value<std::string>()->default_value("csa"), "swa, csa or hca")          //
+      ("quant-mode", po::value<int>()->default_value(1), "1, 2 or 3")                          //
+      ("layout-q", po::value<std::string>()->default_value("tnd"), "bsnd or tnd")              //
+      ("layout-kv", po::value<std::string>()->default_value("pa_bbnd"), "bsnd, tnd, pa_bbnd")  //
+      ("batch", po::value<int64_t>()->default_value(1), "batch size B")                        //
+      ("q-len", po::value<int64_t>()->default_value(1), "query rows per batch S1")             //
+      ("kv-len", po::value<int64_t>()->default_value(8192), "ori KV rows per batch S2")        //
+      ("num-heads", po::value<int64_t>()->default_value(64), "query heads N")                  //
+      ("topk", po::value<int64_t>()->default_value(2048), "CSA top-k width K")                 //
+      ("cmp-ratio", po::value<int>()->default_value(4), "cmp_ratio (CSA/HCA)")                 //
+      ("window", po::value<int>()->default_value(128), "ori window W (0: causal)")             //
+      ("block-size", po::value<int64_t>()->default_value(64), "PA_BBND block size")            //
+      ("dtype", po::value<std::string>()->default_value("bf16"), "q dtype: bf16 or f16")       //
+      ("lse", po::bool_switch(), "also return softmax_lse")                                    //
+      ("steps", po::value<int>()->default_value(3), "timed runs (run only)")                   //
+      ("seed", po::value<uint64_t>()->default_value(1), "random seed");
+  return desc;
+}
+
+int32_t layout_from(const std::string& name, const char* flag) {
+  if (name == "bsnd" || name == "BSND") return ATTNRT_SPARSE_MLA_LAYOUT_BSND;
+  if (name == "tnd" || name == "TND") return ATTNRT_SPARSE_MLA_LAYOUT_TND;
+  if (name == "pa_bbnd" || name == "PA_BBND") return ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
+  throw UsageError(std::string(flag) + ": unknown layout '" + name + "' (bsnd, tnd, pa_bbnd)");
+}
+
+SparseMlaConfig config_from(const po::variables_map& vm) {
+  SparseMlaConfig c;
+  attnrt_sparse_mla_attributes_init(&c.attributes);
+  attnrt_sparse_mla_attributes& a = c.attributes;
+  const std::string scenario = vm["scenario"].as<std::string>();
+  if (scenario == "swa") {
+    c.scenario = ATTNRT_SPARSE_MLA_SWA;
+  } else if (scenario == "csa") {
+    c.scenario = ATTNRT_SPARSE_MLA_CSA;
+  } else if (scenario == "hca") {
+    c.scenario = ATTNRT_SPARSE_MLA_HCA;
+  } else {
+    throw UsageError("--scenario: expected swa, csa or hca, got '" + scenario + "'");
+  }
+  a.quant_mode = vm["quant-mode"].as<int>();
+  a.layout_q = layout_from(vm["layout-q"].as<std::string>(), "--layout-q");
+  a.layout_kv = layout_from(vm["layout-kv"].as<std::string>(), "--layout-kv");
+  a.cmp_ratio = c.scenario == ATTNRT_SPARSE_MLA_SWA ? 1 : vm["cmp-ratio"].as<int>();
+  const int window = vm["window"].as<int>();
+  if (window < 0) throw UsageError("--window must be >= 0");
+  a.ori_mask_mode = window > 0 ? 4 : 3;
+  a.ori_win_left = window > 0 ? window - 1 : -1;
+  a.ori_win_right = window > 0 ? 0 : -1;
+  a.cmp_mask_mode = 3;
+  a.return_softmax_lse = vm["lse"].as<bool>() ? 1 : 0;
+  const std::string dtype = vm["dtype"].as<std::string>();
+  if (dtype != "bf16" && dtype != "f16") throw UsageError("--dtype: expected bf16 or f16");
+  c.fp16 = dtype == "f16";
+  c.batch = vm["batch"].as<int64_t>();
+  c.q_len = vm["q-len"].as<int64_t>();
+  c.kv_len = vm["kv-len"].as<int64_t>();
+  c.num_heads = vm["num-heads"].as<int64_t>();
+  c.topk = vm["topk"].as<int64_t>();
+  c.block_size = vm["block-size"].as<int64_t>();
+  return c;
+}
+
+bool parse(const Args& args, po::variables_map& vm) {
+  po::options_description desc;
+  desc.add(sparse_mla_options()).add(common_options());
+  return parse_command_line(args, desc, kUsage, vm);
+}
+
+struct Ops {
+  OpPtr metadata, main;
+};
+
+Ops make_ops(attnrt_runtime* runtime, const attnrt_sparse_mla_attributes& a) {
+  Ops ops;
+  attnrt_op* raw = nullptr;
+  check(attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &raw));
+  ops.metadata.reset(raw);
+  check(attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA, &a, &raw));
+  ops.main.reset(raw);
+  return ops;
+}
+
+// Metadata then `steps` timed runs of the main op; returns seconds per step and the kernel.
+double run_steps(attnrt_runtime* runtime, const SparseMlaConfig& c, SparseMlaWorkload& w, int steps,
+                 std::string* kernel) {
+  Ops ops = make_ops(runtime, c.attributes);
+  const auto md_in = w.inputs(false);
+  const attnrt_tensor* md_out[1] = {&w.in[ATTNRT_SPARSE_MLA_INPUT_METADATA].tensor};
+  attnrt_plan* raw = nullptr;
+  check(attnrt_op_plan(ops.metadata.get(), md_in.data(), md_in.size(), md_out, 1, &raw));
+  PlanPtr md_plan(raw);
+  check(attnrt_plan_run(md_plan.get(), md_in.data(), md_in.size(), md_out, 1, nullptr, 0, nullptr));
+  const auto in = w.inputs(true);
+  const auto out = w.outputs();
+  check(attnrt_op_plan(ops.main.get(), in.data(), in.size(), out.data(), out.size(), &raw));
+  PlanPtr plan(raw);
+  attnrt_plan_info info{};
+  info.struct_size = sizeof(info);
+  check(attnrt_plan_get_info(plan.get(), &info));
+  *kernel = info.kernel;
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) {
+    check(attnrt_plan_run(plan.get(), in.data(), in.size(), out.data(), out.size(), nullptr, 0,
+                          nullptr));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+}
+
+float half_to_float(uint16_t h, bool fp16) {
+  if (!fp16) {
+    const uint32_t bits = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                         : std::ldexp(static_cast<float>(m + 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+}  // namespace
+
+bool sparse_mla_requested(const Args& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--op=sparse_mla") return true;
+    if (args[i] == "--op" && i + 1 < args.size() && args[i + 1] == "sparse_mla") return true;
+  }
+  return false;
+}
+
+int cmd_explain_sparse_mla(const Args& args) {
+  po::variables_map vm;
+  if (!parse(args, vm)) return 0;
+  const CommonFlags common = read_common_flags(vm);
+  const SparseMlaConfig c = config_from(vm);
+  SparseMlaWorkload w;
+  make_sparse_mla_workload(c, /*allocate=*/false, vm["seed"].as<uint64_t>(), &w);
+  const RuntimePtr runtime = make_runtime(common.runtime);
+  Ops ops = make_ops(runtime.get(), c.attributes);
+  const auto in = w.inputs(true);
+  const auto out = w.outputs();
+  attnrt_explanation* raw = nullptr;
+  check(attnrt_op_explain(ops.main.get(), in.data(), in.size(), out.data(), out.size(), &raw));
+  const ExplanationPtr explanation(raw);
+  nlohmann::ordered_json result;
+  result["op"] = "sparse_mla";
+  result["problem"] = describe_sparse_mla(c);
+  result["candidates"] = nlohmann::ordered_json::array();
+  size_t count = 0;
+  check(attnrt_explanation_count(explanation.get(), &count));
+  for (size_t i = 0; i < count; ++i) {
+    attnrt_candidate candidate{};
+    candidate.struct_size = sizeof(candidate);
+    check(attnrt_explanation_candidate(explanation.get(), i, &candidate));
+    result["candidates"].push_back({{"kernel", candidate.kernel ? candidate.kernel : ""},
+                                    {"priority", candidate.priority},
+                                    {"status", attnrt_candidate_status_name(candidate.status)},
+                                    {"reason", candidate.reason ? candidate.reason : ""}});
+  }
+  if (common.json) {
+    std::cout << result.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "sparse_mla: " << describe_sparse_mla(c) << "\n\n";
+  TextTable table({"rank", "kernel", "priority", "status", "reason"});
+  int rank = 0;
+  for (const auto& candidate : result["candidates"]) {
+    table.add_row({std::to_string(++rank), candidate["kernel"].get<std::string>(),
+                   std::to_string(candidate["priority"].get<int>()),
+                   candidate["status"].get<std::string>(), candidate["reason"].get<std::string>()});
+  }
+  table.print(std::cout);
+  return 0;
+}
+
+int cmd_run_sparse_mla(const Args& args) {
+  po::variables_map vm;
+  if (!parse(args, vm)) return 0;
+  const CommonFlags common = read_common_flags(vm);
+  const SparseMlaConfig c = config_from(vm);
+  const int steps = vm["steps"].as<int>();
+  if (steps < 1) throw UsageError("--steps must be >= 1");
+  const uint64_t seed = vm["seed"].as<uint64_t>();
+  SparseMlaWorkload w;
+  make_sparse_mla_workload(c, /*allocate=*/true, seed, &w);
+  const RuntimePtr runtime = make_runtime(common.runtime);
+  std::string kernel;
+  const double seconds = run_steps(runtime.get(), c, w, steps, &kernel);
+
+  // The scalar kernel on the same inputs: the check of the chosen kernel.
+  RuntimeSettings scalar_settings = common.runtime;
+  scalar_settings.kernel = "*.sparse_mla.*.scalar";
+  scalar_settings.disable = "";
+  const RuntimePtr scalar_runtime = make_runtime(scalar_settings);
+  SparseMlaWorkload reference;
+  make_sparse_mla_workload(c, /*allocate=*/true, seed, &reference);
+  std::string scalar_kernel;
+  run_steps(scalar_runtime.get(), c, reference, 1, &scalar_kernel);
+  const auto& got = w.out[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT].bytes;
+  const auto& want = reference.out[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT].bytes;
+  const size_t n = got.size() / 2;
+  size_t close = 0;
+  double max_diff = 0.0;
+  for (size_t k = 0; k < n; ++k) {
+    uint16_t a, b;
+    std::memcpy(&a, got.data() + 2 * k, 2);
+    std::memcpy(&b, want.data() + 2 * k, 2);
+    const double x = half_to_float(a, c.fp16), y = half_to_float(b, c.fp16);
+    const double diff = std::fabs(x - y);
+    max_diff = std::max(max_diff, diff);
+    if (diff <= 1e-4 + std::fabs(y) / 128.0) ++close;
+  }
+  const double fraction = n > 0 ? static_cast<double>(close) / n : 1.0;
+  const bool pass = fraction >= 0.995;
+  nlohmann::ordered_json result;
+  result["op"] = "sparse_mla";
+  result["problem"] = describe_sparse_mla(c);
+  result["kernel"] = kernel;
+  result["threads"] = runtime_threads(runtime.get());
+  result["ms_per_step"] = seconds * 1e3;
+  result["query_tokens_per_s"] = static_cast<double>(w.query_tokens) / seconds;
+  result["kv_gb_per_s"] = static_cast<double>(w.kv_bytes_per_run) * 1e-9 / seconds;
+  result["check"] = {{"against", scalar_kernel},
+                     {"close_fraction", fraction},
+                     {"max_abs_diff", max_diff},
+                     {"pass", pass}};
+  if (common.json) {
+    std::cout << result.dump(2) << "\n";
+  } else {
+    std::cout << "sparse_mla: " << describe_sparse_mla(c) << "\n"
+              << "kernel: " << kernel << " (" << result["threads"].get<int>() << " threads)\n"
+              << "time: " << format_fixed(seconds * 1e3, 3) << " ms/step, "
+              << format_fixed(result["query_tokens_per_s"].get<double>(), 1) << " query tokens/s, "
+              << format_fixed(result["kv_gb_per_s"].get<double>(), 3) << " GB/s of KV read\n"
+              << "check vs " << scalar_kernel << ": " << format_fixed(fraction * 100, 3)
+              << "% within rtol 2^-7 + atol 1e-4, max |diff| " << format_error(max_diff) << "\n"
+              << (pass ? "PASS" : "FAIL") << "\n";
+  }
+  return pass ? 0 : 1;
+}
+
+}  // namespace plugin_inspect
