@@ -8,9 +8,10 @@ if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cu
 endif()
 check_language(CUDA)
 # Off by default in the libFuzzer build: it fuzzes the CPU plugin, and its Clang sanitizer linker
-# flags (-shared-libsan) are not nvcc's.
+# flags (-shared-libsan) are not nvcc's. Off by default when cross-compiling (the host's nvcc
+# targets the host).
 set(ATTNRT_CUDA_FOUND OFF)
-if(CMAKE_CUDA_COMPILER AND NOT ATTNRT_BUILD_FUZZERS)
+if(CMAKE_CUDA_COMPILER AND NOT ATTNRT_BUILD_FUZZERS AND NOT CMAKE_CROSSCOMPILING)
   set(ATTNRT_CUDA_FOUND ON)
 endif()
 option(ATTNRT_BUILD_CUDA "Build the CUDA plugins cuda_xqa and cuda_flash (needs nvcc)"

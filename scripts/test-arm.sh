@@ -35,6 +35,6 @@ fi
 # The GoogleTest suite and the tools; the bindings (host Python/JDK) and benchmarks stay native.
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   --toolchain "$root/cmake/toolchains/aarch64-linux-gnu.cmake" \
-  -DATTNRT_BUILD_BINDINGS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_TEST_REDUCED_MATRIX=ON
+  -DATTNRT_BUILD_BINDINGS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_CUDA=OFF -DATTNRT_TEST_REDUCED_MATRIX=ON
 cmake --build "$build_dir" -j "$(nproc)"
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
