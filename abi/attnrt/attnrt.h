@@ -45,7 +45,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 0
+#define ATTNRT_ABI_VERSION_MINOR 1
 
 /* ------------------------------------------------------------------------------------------------
  */
@@ -278,10 +278,13 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime
 /** Op families. The attribute struct for each is in attnrt/ops/<family>.h. */
 typedef enum attnrt_op_kind {
   /** com.microsoft.GroupQueryAttention; attributes: attnrt_gqa_attributes (attnrt/ops/gqa.h). */
-  ATTNRT_OP_GQA = 1
+  ATTNRT_OP_GQA = 1,
+  /** GroupQueryAttention over a paged KV cache (ABI 1.1); attributes:
+   *  attnrt_paged_gqa_attributes (attnrt/ops/paged_gqa.h). Block pool: attnrt/block_pool.h. */
+  ATTNRT_OP_PAGED_GQA = 2
 } attnrt_op_kind;
 
-/** Short op name ("gqa"), or "unknown". Never NULL. */
+/** Short op name ("gqa", "paged_gqa"), or "unknown". Never NULL. */
 ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 
 /** The reference op's name of input/output `index` (for GQA ONNX Runtime's: "query", ...,

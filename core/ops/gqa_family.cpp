@@ -4,8 +4,11 @@
 #include <exception>
 
 #include "attnrt/ops/gqa.h"
+#include "attnrt/ops/paged_gqa.h"
 #include "core/ops/gqa_validation.h"
 #include "core/ops/op_family.h"
+#include "core/ops/paged_gqa_family.h"
+#include "core/ops/paged_gqa_validation.h"
 
 namespace attnrt::core {
 namespace {
@@ -80,9 +83,12 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
       *out = std::make_unique<GqaFamily>(validated);
       return Status::Ok();
     }
+    case ATTNRT_OP_PAGED_GQA:
+      return CreatePagedGqaFamily(attributes, out);
     default:
       return InvalidArgument("kind: unknown op kind " + std::to_string(kind) +
-                             " (known: " + std::to_string(ATTNRT_OP_GQA) + " = gqa)");
+                             " (known: " + std::to_string(ATTNRT_OP_GQA) + " = gqa, " +
+                             std::to_string(ATTNRT_OP_PAGED_GQA) + " = paged_gqa)");
   }
 }
 
@@ -91,11 +97,19 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
 extern "C" {
 
 ATTNRT_API const char* attnrt_op_input_name(int32_t op_kind, size_t index) {
+  if (op_kind == ATTNRT_OP_PAGED_GQA) {
+    return index < ATTNRT_PAGED_GQA_NUM_INPUTS ? attnrt::core::paged_gqa::InputName(index)
+                                               : nullptr;
+  }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_INPUTS) return nullptr;
   return attnrt::core::gqa::InputName(index);
 }
 
 ATTNRT_API const char* attnrt_op_output_name(int32_t op_kind, size_t index) {
+  if (op_kind == ATTNRT_OP_PAGED_GQA) {
+    return index < ATTNRT_PAGED_GQA_NUM_OUTPUTS ? attnrt::core::paged_gqa::OutputName(index)
+                                                : nullptr;
+  }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_OUTPUTS) return nullptr;
   return attnrt::core::gqa::OutputName(index);
 }

@@ -61,6 +61,29 @@ extern const GqaFlashOps kGqaFlashOpsScalar;
 // AVX2 + FMA: use only when the probe found both usable (CpuFeatures::avx2 && CpuFeatures::fma).
 extern const GqaFlashOps kGqaFlashOpsAvx2;
 
+// A paged K/V cache (attnrt/ops/paged_gqa.h) for the same flash algorithm: token j of batch b,
+// kv head h is row (block_table[b * max_blocks_per_seq + j / block_size] * block_size +
+// j % block_size) * Nkv + h of key_cache / value_cache. The tiles, key blocks, split-KV chunks and
+// block operations are those of the contiguous cache; a key block that spans cache blocks is
+// handed to the block operations one cache block at a time, which computes every score and
+// accumulates every key in the same order, so outputs are bitwise those of the contiguous cache.
+// `stage` appends this step's new rows into the pools and returns the resolved run (key_cache /
+// value_cache = the pools); it is called after the workspace checks, so a failing run writes
+// nothing.
+struct GqaFlashPaging {
+  const int32_t* block_table;
+  int64_t max_blocks_per_seq;
+  int64_t block_size;
+  GqaRun (*stage)(const attnrt_host_services& host, const void* user);
+  const void* user;
+};
+
+// gqa.flash over a paged cache; `args` as for the contiguous kernel except the K/V caches, which
+// `paging` supplies. plugin_context is a PluginContext*.
+int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,
+                         const GqaFlashPaging& paging, const GqaFlashOps& ops, char* error,
+                         size_t error_capacity) noexcept;
+
 // attnrt_kernel_desc entry points of cpu_x86.gqa.flash.scalar and cpu_x86.gqa.flash.avx2.
 // plugin_context is a PluginContext*.
 int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,

@@ -10,6 +10,7 @@
 
 #include "attnrt/plugin.h"
 #include "gqa_kernels.h"
+#include "gqa_paged.h"
 #include "plugin_context.h"
 #include "probe.h"
 
@@ -84,9 +85,11 @@ int32_t Probe(void* plugin_context, attnrt_probe_result* out) noexcept {
   return ATTNRT_OK;
 }
 
-size_t KernelCount(void*) noexcept { return GqaKernelCount(); }
+size_t KernelCount(void*) noexcept { return GqaKernelCount() + PagedGqaKernelCount(); }
 
-const attnrt_kernel_desc* Kernel(void*, size_t index) noexcept { return GqaKernel(index); }
+const attnrt_kernel_desc* Kernel(void*, size_t index) noexcept {
+  return index < GqaKernelCount() ? GqaKernel(index) : PagedGqaKernel(index - GqaKernelCount());
+}
 
 void Shutdown(void* plugin_context) noexcept { delete static_cast<PluginContext*>(plugin_context); }
 
