@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "attnrt/ops/paged_gqa.h"
 
@@ -54,6 +55,13 @@ Status BlockPool::Find(int64_t sequence, const char* name, const Sequence** out)
   return Status::Ok();
 }
 
+Status BlockPool::Find(int64_t sequence, const char* name, Sequence** out) {
+  const Sequence* found = nullptr;
+  ATTNRT_RETURN_IF_ERROR(std::as_const(*this).Find(sequence, name, &found));
+  *out = &sequences_.find(sequence)->second;
+  return Status::Ok();
+}
+
 int32_t BlockPool::Allocate() {
   const int32_t block = free_.back();
   free_.pop_back();
@@ -83,9 +91,9 @@ Status BlockPool::Fork(int64_t parent, int64_t* out_sequence) {
 }
 
 Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy* out_copy) {
-  const Sequence* found = nullptr;
+  Sequence* found = nullptr;
   ATTNRT_RETURN_IF_ERROR(Find(sequence, "sequence", &found));
-  Sequence& seq = const_cast<Sequence&>(*found);
+  Sequence& seq = *found;
   if (num_tokens < 0) {
     return InvalidArgument("num_tokens: expected a value >= 0, got " + std::to_string(num_tokens));
   }
@@ -138,9 +146,9 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
 }
 
 Status BlockPool::Truncate(int64_t sequence, int64_t new_length) {
-  const Sequence* found = nullptr;
+  Sequence* found = nullptr;
   ATTNRT_RETURN_IF_ERROR(Find(sequence, "sequence", &found));
-  Sequence& seq = const_cast<Sequence&>(*found);
+  Sequence& seq = *found;
   if (new_length < 0 || new_length > seq.length) {
     return InvalidArgument("new_length: expected a value in [0, " + std::to_string(seq.length) +
                            "] (the length of " + SequenceText(sequence) + "), got " +

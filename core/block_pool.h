@@ -40,6 +40,7 @@ class BlockPool {
 
   BlockPool(int64_t num_blocks, int32_t block_size);
   Status Find(int64_t sequence, const char* name, const Sequence** out) const;
+  Status Find(int64_t sequence, const char* name, Sequence** out);
   // Pops a free block (free_ non-empty) with reference count 1.
   int32_t Allocate();
   // Drops one reference; the block returns to the free list at zero.

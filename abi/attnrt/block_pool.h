@@ -4,7 +4,7 @@
  *
  * A pool hands out the ids of `num_blocks` fixed-size blocks of `block_size` tokens to sequences
  * and builds the block tables the paged GroupQueryAttention op reads (attnrt/ops/paged_gqa.h). It
- * holds no K/V data: the caller owns the key/value block pools [num_blocks, block_size, Nkv, H]
+ * holds no K/V data: the caller owns the key/value block pools (attnrt/ops/paged_gqa.h layouts)
  * and the pool only decides which block holds which token.
  *
  *  - Allocation and release are O(1) through a free list (last freed, first reused).
@@ -13,9 +13,10 @@
  *    is written into a shared block, that block is copied (copy-on-write): append allocates a fresh
  *    block for the writing sequence and reports the copy in attnrt_block_copy; the caller copies
  *    the rows before running the op. The pool never touches K/V memory, so it works for any cache
- *    dtype and device. Rows [0, n) of block x are the contiguous bytes
- *    [x * block_bytes, x * block_bytes + n * Nkv * row_bytes) of a pool, block_bytes =
- *    block_size * Nkv * row_bytes.
+ *    dtype and device. With block_bytes = block_size * Nkv * row_bytes, rows [0, n) of block x
+ *    are the bytes [x * block_bytes, + n * Nkv * row_bytes) of a BSNH pool, and for each kv head h
+ *    the bytes [x * block_bytes + h * block_size * row_bytes, + n * row_bytes) of a BNSH pool;
+ *    copying the whole block is correct for both.
  *  - Truncate and remove drop blocks; a block returns to the free list when no sequence uses it.
  *
  * Errors: every function validates its arguments and returns an attnrt_status with a message

@@ -3,9 +3,10 @@
 //
 //   BM_Decode/contiguous/past:<P>   GroupQueryAttention, one decode step over a shared
 //                                   past/present buffer of P + 1 rows (gqa.flash)
-//   BM_Decode/paged_bs:<BS>/past:<P> PagedGroupQueryAttention over the same tokens in blocks of
-//                                   BS in {16, 64, 256} placed in random order in the pools
-//                                   (paged_gqa.flash); P in {4096, 16384}
+//   BM_Decode/paged_<L>_bs:<BS>/past:<P>  PagedGroupQueryAttention over the same tokens in blocks
+//                                   of BS in {16, 64, 256} placed in random order in the pools
+//                                   (paged_gqa.flash), block layout L = bsnh or bnsh;
+//                                   P in {4096, 16384}
 //
 // The paged rows run the same algorithm as the contiguous ones (outputs are bitwise equal, see
 // tests/plugins/cpu_x86/paged_gqa_test.cpp), so the ratio of the two times is the cost of reading
@@ -86,7 +87,7 @@ struct Step {
   }
 };
 
-std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, std::mt19937& rng) {
+std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, bool bnsh, std::mt19937& rng) {
   auto step = std::make_unique<Step>();
   const int64_t T = past + 1;
   Tensor* q = step->Add(
@@ -118,6 +119,9 @@ std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, std::mt19937& r
     return step;
   }
   const int64_t blocks = (T + block_size - 1) / block_size;
+  const std::vector<int64_t> pool_shape =
+      bnsh ? std::vector<int64_t>{blocks, kKvNumHeads, block_size, kHeadSize}
+           : std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize};
   Tensor* pool_k = step->Add(std::make_unique<Tensor>(
       kF32, std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize}, rng));
   Tensor* pool_v = step->Add(std::make_unique<Tensor>(
@@ -140,12 +144,12 @@ std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, std::mt19937& r
   return step;
 }
 
-void BM_Decode(benchmark::State& state, int64_t block_size, int64_t past) {
+void BM_Decode(benchmark::State& state, int64_t block_size, bool bnsh, int64_t past) {
   std::mt19937 rng(static_cast<unsigned>(past * 1009 + block_size));
   const size_t kv_bytes = static_cast<size_t>(2 * kKvNumHeads * (past + 1) * kRowBytes);
   const size_t copies = std::max<size_t>(2, 2 * L3Bytes() / kv_bytes + 1);
   std::vector<std::unique_ptr<Step>> steps;
-  for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(past, block_size, rng));
+  for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(past, block_size, bnsh, rng));
 
   attnrt_runtime* runtime = nullptr;
   attnrt_op* op = nullptr;
@@ -167,6 +171,7 @@ void BM_Decode(benchmark::State& state, int64_t block_size, int64_t past) {
     a.gqa.num_heads = kNumHeads;
     a.gqa.kv_num_heads = kKvNumHeads;
     a.block_size = static_cast<int32_t>(block_size);
+    a.kv_layout = bnsh ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
     status = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &a, &op);
   }
   if (status == ATTNRT_OK) {
@@ -269,15 +274,17 @@ int main(int argc, char** argv) {
   std::printf("\n");
   for (int64_t past : {4096, 16384}) {
     benchmark::RegisterBenchmark(("BM_Decode/contiguous/past:" + std::to_string(past)).c_str(),
-                                 BM_Decode, 0, past)
+                                 BM_Decode, 0, false, past)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
-    for (int64_t bs : {16, 64, 256}) {
-      benchmark::RegisterBenchmark(
-          ("BM_Decode/paged_bs:" + std::to_string(bs) + "/past:" + std::to_string(past)).c_str(),
-          BM_Decode, bs, past)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+    for (bool bnsh : {false, true}) {
+      for (int64_t bs : {16, 64, 256}) {
+        const std::string name = std::string("BM_Decode/paged_") + (bnsh ? "bnsh" : "bsnh") +
+                                 "_bs:" + std::to_string(bs) + "/past:" + std::to_string(past);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, bs, bnsh, past)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -74,9 +74,10 @@ struct StandIn {
   attnrt_tensor tensor;
 };
 
-void MakeStandIn(const attnrt_tensor& pool, int64_t rows_b, int64_t capacity, StandIn* s) {
+void MakeStandIn(const attnrt_tensor& pool, int64_t rows_b, int64_t kv_heads, int64_t capacity,
+                 StandIn* s) {
   s->shape[0] = rows_b;
-  s->shape[1] = pool.shape[2];
+  s->shape[1] = kv_heads;
   s->shape[2] = capacity;
   s->shape[3] = pool.shape[3];
   s->tensor = attnrt_tensor{};
@@ -96,9 +97,10 @@ struct GqaCall {
 };
 
 void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
-                 size_t num_outputs, int64_t rows_b, int64_t capacity, GqaCall* c) {
-  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, capacity, &c->key);
-  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, capacity, &c->value);
+                 size_t num_outputs, int64_t rows_b, int64_t kv_heads, int64_t capacity,
+                 GqaCall* c) {
+  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, kv_heads, capacity, &c->key);
+  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, kv_heads, capacity, &c->value);
   for (int i = 0; i < ATTNRT_GQA_NUM_INPUTS; ++i) c->in[i] = inputs[i];
   c->in[ATTNRT_GQA_INPUT_PAST_KEY] = &c->key.tensor;
   c->in[ATTNRT_GQA_INPUT_PAST_VALUE] = &c->value.tensor;
@@ -124,16 +126,21 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
   const attnrt_tensor& value = *in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE];
   ATTNRT_RETURN_IF_ERROR(CheckRank(key, "key_cache", 4));
   ATTNRT_RETURN_IF_ERROR(CheckRank(value, "value_cache", 4));
-  if (key.shape[1] != a.block_size) {
-    return InvalidArgument(
-        StrCat("key_cache: dimension 1 (block_size) must equal the block_size "
-               "attribute ",
-               a.block_size, ", got ", key.shape[1], " (shape ", ShapeString(key), ")"));
+  const bool bnsh = a.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  const char* layout = bnsh ? "BNSH [num_blocks, kv_num_heads, block_size, head_size]"
+                            : "BSNH [num_blocks, block_size, kv_num_heads, head_size]";
+  const int block_dim = bnsh ? 2 : 1;
+  const int heads_dim = bnsh ? 1 : 2;
+  if (key.shape[block_dim] != a.block_size) {
+    return InvalidArgument(StrCat("key_cache: dimension ", block_dim,
+                                  " (block_size) must equal the block_size attribute ",
+                                  a.block_size, ", got ", key.shape[block_dim], " (shape ",
+                                  ShapeString(key), ", kv_layout ", layout, ")"));
   }
-  if (key.shape[2] != a.gqa.kv_num_heads) {
-    return InvalidArgument(StrCat("key_cache: dimension 2 must be kv_num_heads ",
-                                  a.gqa.kv_num_heads, ", got ", key.shape[2], " (shape ",
-                                  ShapeString(key), ")"));
+  if (key.shape[heads_dim] != a.gqa.kv_num_heads) {
+    return InvalidArgument(StrCat("key_cache: dimension ", heads_dim, " must be kv_num_heads ",
+                                  a.gqa.kv_num_heads, ", got ", key.shape[heads_dim], " (shape ",
+                                  ShapeString(key), ", kv_layout ", layout, ")"));
   }
   if (key.shape[0] < 1) {
     return InvalidArgument(
@@ -185,7 +192,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   const int64_t batch =
       query != nullptr && query->ndim >= 1 && query->shape != nullptr ? query->shape[0] : 0;
   GqaCall call;
-  MakeGqaCall(inputs, outputs, num_outputs, batch, capacity, &call);
+  MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity, &call);
   attnrt_gqa_problem gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(a.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out,
                                                     call.num_outputs, &gqa)));
@@ -199,6 +206,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.num_blocks = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->shape[0];
   p.block_size = a.block_size;
   p.max_blocks_per_seq = table.shape[1];
+  p.kv_layout = a.kv_layout;
   *out = p;
   return Status::Ok();
 }
@@ -305,7 +313,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   }
 
   GqaCall call;
-  MakeGqaCall(inputs, outputs, num_outputs, 0, capacity, &call);
+  MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity, &call);
   attnrt_gqa_args gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(
       gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
@@ -315,10 +323,18 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   const bool first_prompt = gqa.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
   const int64_t S = p.gqa.sequence_length;
   const int64_t L = p.gqa.kv_sequence_length;
-  std::vector<int32_t> written;
+  // Every needed slot as (block, batch, slot, written by this step).
+  struct Use {
+    int32_t block;
+    int64_t batch;
+    int64_t slot;
+    bool written;
+  };
+  std::vector<Use> uses;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t t_b = ReadInt32(seqlens, b) + 1;
     const int64_t needed = (t_b + block_size - 1) / block_size;
+    const int64_t first_write = L == 0 ? t_b : (first_prompt ? 0 : t_b - S);
     for (int64_t i = 0; i < needed; ++i) {
       const int32_t id = table[b * slots + i];
       if (id == -1) {
@@ -331,42 +347,23 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
                                       " is out of range [0, ", p.num_blocks,
                                       ") (num_blocks of key_cache)"));
       }
-    }
-    if (L > 0) {
-      const int64_t first_write = first_prompt ? 0 : t_b - S;
-      for (int64_t i = first_write / block_size; i < needed; ++i) {
-        written.push_back(table[b * slots + i]);
-      }
+      uses.push_back({id, b, i, (i + 1) * block_size > first_write});
     }
   }
-  // Two batches writing one block, or one writing a block another reads, would race or corrupt
-  // the other sequence: shared blocks must be copied first (attnrt_block_pool_append).
-  if (!written.empty()) {
-    std::vector<std::pair<int32_t, int64_t>> writers;  // (block, batch)
-    for (int64_t b = 0, k = 0; b < B; ++b) {
-      const int64_t t_b = ReadInt32(seqlens, b) + 1;
-      const int64_t needed = (t_b + block_size - 1) / block_size;
-      const int64_t first_write = first_prompt ? 0 : t_b - S;
-      for (int64_t i = first_write / block_size; i < needed; ++i, ++k) {
-        writers.emplace_back(written[static_cast<size_t>(k)], b);
-      }
-    }
-    std::sort(writers.begin(), writers.end());
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t t_b = ReadInt32(seqlens, b) + 1;
-      const int64_t needed = (t_b + block_size - 1) / block_size;
-      for (int64_t i = 0; i < needed; ++i) {
-        const int32_t id = table[b * slots + i];
-        auto it = std::lower_bound(writers.begin(), writers.end(), std::make_pair(id, int64_t{0}));
-        for (; it != writers.end() && it->first == id; ++it) {
-          if (it->second == b) continue;
-          return InvalidArgument(StrCat(
-              "block_table[", b, "][", i, "] = ", id, " is also a block batch ", it->second,
-              " writes in this step; a block being written must belong to one sequence (copy a "
-              "shared block first, as attnrt_block_pool_append reports)"));
-        }
-      }
-    }
+  // A block this step writes must appear in one slot only: two slots naming it would race or
+  // overwrite another sequence's tokens (shared blocks are copied first: attnrt_block_pool_append).
+  std::sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) {
+    return x.block != y.block ? x.block < y.block : x.written > y.written;
+  });
+  for (size_t k = 0; k + 1 < uses.size(); ++k) {
+    const Use& w = uses[k];
+    const Use& other = uses[k + 1];
+    if (w.block != other.block || !w.written) continue;
+    return InvalidArgument(StrCat(
+        "block_table[", w.batch, "][", w.slot, "] = ", w.block,
+        " is written by this step and also named by block_table[", other.batch, "][", other.slot,
+        "]; a block being written must belong to one sequence (copy a shared block first, as "
+        "attnrt_block_pool_append reports)"));
   }
   ATTNRT_RETURN_IF_ERROR(CheckPoolAliasing(inputs, outputs, num_outputs));
 
@@ -420,6 +417,9 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
       return InvalidArgument(StrCat("block_size must be in [", ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE,
                                     ", ", ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE, "], got ",
                                     a.block_size));
+    }
+    if (a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BSNH && a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BNSH) {
+      return InvalidArgument(StrCat("kv_layout must be 0 (BSNH) or 1 (BNSH), got ", a.kv_layout));
     }
     if (out == nullptr) return InvalidArgument("PagedGroupQueryAttention: out must not be NULL");
     *out = a;

@@ -363,10 +363,15 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
                       row_bytes, nullptr, 0, 0};
     }
     const GqaFlashPaging& pg = *job.paging;
-    const size_t stride = static_cast<size_t>(r.kv_heads) * row_bytes;
-    return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes, stride,
-                    pg.block_table + b * pg.max_blocks_per_seq, pg.block_size,
-                    static_cast<size_t>(pg.block_size) * stride};
+    const size_t block_bytes = static_cast<size_t>(pg.block_size * r.kv_heads) * row_bytes;
+    const int32_t* blocks = pg.block_table + b * pg.max_blocks_per_seq;
+    if (pg.head_major) {  // BNSH: rows of a head consecutive within a block
+      return KvSource{bytes + static_cast<size_t>(kvh * pg.block_size) * row_bytes, row_bytes,
+                      blocks, pg.block_size, block_bytes};
+    }
+    return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes,
+                    static_cast<size_t>(r.kv_heads) * row_bytes, blocks, pg.block_size,
+                    block_bytes};
   };
   const KvSource keys = source(r.key_cache, r.key_cache_rows);
   const KvSource values = source(r.value_cache, r.value_cache_rows);

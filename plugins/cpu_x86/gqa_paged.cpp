@@ -26,7 +26,9 @@ void* PoolRow(void* pool, const attnrt_paged_gqa_args& a, size_t row_bytes, int6
               int64_t b, int64_t kvh, int64_t j) {
   const attnrt_paged_gqa_problem& p = *a.problem;
   const int64_t block = a.block_table[b * p.max_blocks_per_seq + j / p.block_size];
-  const int64_t row = (block * p.block_size + j % p.block_size) * kv_heads + kvh;
+  const int64_t row = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
+                          ? (block * kv_heads + kvh) * p.block_size + j % p.block_size
+                          : (block * p.block_size + j % p.block_size) * kv_heads + kvh;
   return static_cast<unsigned char*>(pool) + static_cast<size_t>(row) * row_bytes;
 }
 
@@ -131,8 +133,12 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
                        " bytes this kernel was built with");
       return ATTNRT_ERROR_ABI_MISMATCH;
     }
-    const GqaFlashPaging paging{a.block_table, a.problem->max_blocks_per_seq, a.problem->block_size,
-                                &Stage, &a};
+    const GqaFlashPaging paging{a.block_table,
+                                a.problem->max_blocks_per_seq,
+                                a.problem->block_size,
+                                a.problem->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH,
+                                &Stage,
+                                &a};
     return GqaFlashRunPaged(plugin_context, a.gqa, paging,
                             kAvx2 ? kGqaFlashOpsAvx2 : kGqaFlashOpsScalar, error, error_capacity);
   } catch (...) {

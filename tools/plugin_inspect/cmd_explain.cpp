@@ -99,7 +99,8 @@ int cmd_explain(const Args& args) {
   const RuntimePtr runtime = make_runtime(common.runtime);
   ExplanationPtr explanation;
   if (op == "paged_gqa") {
-    PagedSession session(runtime.get(), config.attributes, block_size, config, /*allocate=*/false);
+    PagedSession session(runtime.get(), config.attributes, block_size, ATTNRT_PAGED_KV_LAYOUT_BSNH,
+                         config, /*allocate=*/false);
     explanation = session.explain(tensors);
   } else {
     GqaSession session(runtime.get(), config.attributes);

@@ -28,9 +28,10 @@ constexpr const char* kUsage =
     "median), tokens/s and the max abs error of output, present_key and present_value against\n"
     "the scalar reference (a second runtime pinned to '*.scalar' on identical inputs and a copy\n"
     "of the cache). The prompt is checked only up to --context 1024 unless --check-prompt.\n"
-    "--paged BLOCK_SIZE (1..1024) runs the prompt and the steps with the paged op instead: the\n"
-    "sequences live in a block pool, K/V in block pools read through the block table; present\n"
-    "rows are read back through the table and checked as in a contiguous run.\n"
+    "--paged BLOCK_SIZE (1..1024) runs the prompt and the steps with the paged op instead\n"
+    "(blocks in --paged-layout bsnh|bnsh): the sequences live in a block pool, K/V in block\n"
+    "pools read through the block table; present rows are read back through the table and\n"
+    "checked as in a contiguous run.\n"
     "Exit code 1 when an error exceeds --tolerance.\n"
     "\n"
     "File mode: reads ONNX Runtime-named inputs (query.npy, key.npy, value.npy, past_key.npy,\n"
@@ -65,7 +66,10 @@ po::options_description run_options() {
        "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")   //
       ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")         //
       ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)")  //
-      ("paged", po::value<int32_t>(), "run over a paged KV cache of this block size (model mode)");
+      ("paged", po::value<int32_t>(),
+       "run over a paged KV cache of this block size (model mode)")  //
+      ("paged-layout", po::value<std::string>()->default_value("bsnh"),
+       "block layout of the paged cache: bsnh (default) or bnsh");
   return desc;
 }
 
@@ -122,6 +126,12 @@ int cmd_run(const Args& args) {
     }
     options.paged_block_size = block_size;
   }
+  const std::string layout = vm["paged-layout"].as<std::string>();
+  if (layout != "bsnh" && layout != "bnsh") {
+    throw UsageError("--paged-layout must be bsnh or bnsh, got '" + layout + "'");
+  }
+  options.paged_layout =
+      layout == "bnsh" ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
 
   if (options.inputs_dir || options.outputs_dir) {
     if (!options.inputs_dir || !options.outputs_dir) {

@@ -21,12 +21,17 @@ struct PagedSession::Binding {
 };
 
 PagedSession::PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes& attributes,
-                           int32_t block_size, const GqaConfig& config, bool allocate)
-    : block_size_(block_size), batch_(config.batch), kv_heads_(attributes.kv_num_heads) {
+                           int32_t block_size, int32_t kv_layout, const GqaConfig& config,
+                           bool allocate)
+    : block_size_(block_size),
+      kv_layout_(kv_layout),
+      batch_(config.batch),
+      kv_heads_(attributes.kv_num_heads) {
   attnrt_paged_gqa_attributes paged;
   attnrt_paged_gqa_attributes_init(&paged);
   paged.gqa = attributes;
   paged.block_size = block_size;
+  paged.kv_layout = kv_layout;
   attnrt_op* op = nullptr;
   check(attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &paged, &op));
   op_.reset(op);
@@ -40,7 +45,9 @@ PagedSession::PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes&
     check(attnrt_block_pool_add_sequence(pool_, &id));
     sequences_.push_back(id);
   }
-  const std::vector<int64_t> pool_shape{num_blocks, block_size, kv_heads_, cache_head_size(config)};
+  const bool bnsh = kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  const std::vector<int64_t> pool_shape{num_blocks, bnsh ? kv_heads_ : block_size,
+                                        bnsh ? block_size : kv_heads_, cache_head_size(config)};
   key_pool_ = std::make_unique<HostTensor>(config.cache_dtype, pool_shape, allocate, "key_cache");
   value_pool_ =
       std::make_unique<HostTensor>(config.cache_dtype, pool_shape, allocate, "value_cache");
@@ -96,10 +103,13 @@ StepResult PagedSession::step(const GqaTensors& tensors) {
     const int64_t added = std::max<int64_t>(0, seqlens[b] + 1 - length);
     attnrt_block_copy copy{sizeof(attnrt_block_copy), 0, 0, 0};
     check(attnrt_block_pool_append(pool_, sequences_[b], added, &copy));
-    for (HostTensor* pool : {key_pool_.get(), value_pool_.get()}) {
-      auto* base = pool->as<unsigned char>();
-      std::memmove(base + copy.dst_block * block_bytes, base + copy.src_block * block_bytes,
-                   static_cast<std::size_t>(copy.num_tokens * kv_heads_) * row_bytes);
+    // Copy-on-write (only after a fork, which this workload never makes): the whole block.
+    if (copy.num_tokens > 0) {
+      for (HostTensor* pool : {key_pool_.get(), value_pool_.get()}) {
+        auto* base = pool->as<unsigned char>();
+        std::memcpy(base + copy.dst_block * block_bytes, base + copy.src_block * block_bytes,
+                    block_bytes);
+      }
     }
   }
   check(attnrt_block_pool_block_table(pool_, sequences_.data(), sequences_.size(), slots_,
@@ -135,9 +145,10 @@ StepResult PagedSession::step(const GqaTensors& tensors) {
     for (int64_t h = 0; h < kv_heads_; ++h) {
       for (int64_t j = 0; j <= seqlens[b] && j < present_rows; ++j) {
         const int64_t block = table[b * slots_ + j / block_size_];
-        const std::size_t from =
-            static_cast<std::size_t>((block * block_size_ + j % block_size_) * kv_heads_ + h) *
-            row_bytes;
+        const int64_t row = kv_layout_ == ATTNRT_PAGED_KV_LAYOUT_BNSH
+                                ? (block * kv_heads_ + h) * block_size_ + j % block_size_
+                                : (block * block_size_ + j % block_size_) * kv_heads_ + h;
+        const std::size_t from = static_cast<std::size_t>(row) * row_bytes;
         const std::size_t to =
             static_cast<std::size_t>((b * kv_heads_ + h) * present_rows + j) * row_bytes;
         std::memcpy(present_key.as<unsigned char>() + to, key_pool_->as<unsigned char>() + from,

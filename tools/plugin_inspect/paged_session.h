@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnrt/block_pool.h"
+#include "attnrt/ops/paged_gqa.h"
 #include "attnrt_handles.h"
 #include "gqa_session.h"
 #include "gqa_workload.h"
@@ -20,7 +21,7 @@ class PagedSession {
   // `config` is the workload's first call: batch, heads, head size, cache dtype and the capacity
   // (past_len) every sequence may reach. allocate = false builds descriptors only (explain).
   PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes& attributes, int32_t block_size,
-               const GqaConfig& config, bool allocate);
+               int32_t kv_layout, const GqaConfig& config, bool allocate);
   ~PagedSession();
   PagedSession(const PagedSession&) = delete;
   PagedSession& operator=(const PagedSession&) = delete;
@@ -43,6 +44,7 @@ class PagedSession {
   OpPtr op_;
   attnrt_block_pool* pool_ = nullptr;
   int32_t block_size_;
+  int32_t kv_layout_;  // attnrt_paged_kv_layout
   int64_t batch_;
   int64_t kv_heads_;
   int64_t slots_;  // max_blocks_per_seq

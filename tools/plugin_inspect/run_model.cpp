@@ -164,8 +164,8 @@ int run_model(const RunOptions& options) {
   // --paged: one paged op serves the prompt and the decode steps from a block pool.
   std::optional<PagedSession> paged;
   if (options.paged_block_size) {
-    paged.emplace(runtime.get(), prompt.attributes, *options.paged_block_size, prompt,
-                  /*allocate=*/true);
+    paged.emplace(runtime.get(), prompt.attributes, *options.paged_block_size, options.paged_layout,
+                  prompt, /*allocate=*/true);
   }
   RuntimePtr reference_runtime;
   std::optional<GqaSession> reference;
@@ -265,6 +265,7 @@ int run_model(const RunOptions& options) {
     json["plan_cache"] = {{"hits", plan_cache.hits}, {"misses", plan_cache.misses}};
     if (paged) {
       json["paged"] = {{"block_size", *options.paged_block_size},
+                       {"kv_layout", options.paged_layout == 1 ? "bnsh" : "bsnh"},
                        {"blocks_used", pool.blocks_used},
                        {"num_blocks", pool.num_blocks},
                        {"internal_fragmentation", pool.internal_fragmentation}};
@@ -280,8 +281,9 @@ int run_model(const RunOptions& options) {
               << "batch " << options.batch << ", context " << context << ", steps " << options.steps
               << ", threads " << threads << ", seed " << options.seed << "\n";
     if (paged) {
-      std::cout << "paged KV cache: block_size " << *options.paged_block_size << ", "
-                << pool.blocks_used << " of " << pool.num_blocks << " blocks in use, internal "
+      std::cout << "paged KV cache: block_size " << *options.paged_block_size << " "
+                << (options.paged_layout == 1 ? "BNSH" : "BSNH") << ", " << pool.blocks_used
+                << " of " << pool.num_blocks << " blocks in use, internal "
                 << "fragmentation " << format_fixed(100.0 * pool.internal_fragmentation, 1)
                 << "%; present compared through the block table\n";
     }

@@ -7,13 +7,13 @@
  * the same. Only the KV cache differs: instead of past_key/past_value (B, Nkv, P, H) and the
  * present outputs, K and V live in two block pools of `num_blocks` fixed-size blocks
  *
- *   key_cache, value_cache: T_CACHE [num_blocks, block_size, Nkv, H]
- *   (uint8 [num_blocks, block_size, Nkv, H/2] for a 4-bit cache, two int4 values per byte)
+ *   key_cache, value_cache: T_CACHE [num_blocks, block_size, Nkv, H] (kv_layout BSNH, default)
+ *                           or T_CACHE [num_blocks, Nkv, block_size, H] (kv_layout BNSH)
+ *   (uint8 with H/2 in the last dimension for a 4-bit cache, two int4 values per byte)
  *
  * and `block_table` int32 [B, max_blocks_per_seq] maps logical block i of batch b (its tokens
- * [i*block_size, (i+1)*block_size)) to a physical block; -1 marks an unallocated slot. Token j of
- * batch b, kv head h is row ((block_table[b][j / block_size] * block_size + j % block_size) * Nkv
- * + h) of a pool.
+ * [i*block_size, (i+1)*block_size)) to a physical block; -1 marks an unallocated slot. The row of
+ * a token in a pool is given with attnrt_paged_kv_layout below.
  *
  * A run appends this step's new K/V rows (RoPE on K, quantized for a quantized cache) into the
  * blocks the table names, in place in the pools, then attends over tokens [0, T_b) of each batch
@@ -50,7 +50,7 @@ typedef enum attnrt_paged_gqa_input {
   ATTNRT_PAGED_GQA_INPUT_QUERY = 0,       /* as GQA */
   ATTNRT_PAGED_GQA_INPUT_KEY = 1,         /* as GQA; NULL => packed QKV */
   ATTNRT_PAGED_GQA_INPUT_VALUE = 2,       /* as GQA */
-  ATTNRT_PAGED_GQA_INPUT_KEY_CACHE = 3,   /* T_CACHE [num_blocks, block_size, Nkv, H]; written */
+  ATTNRT_PAGED_GQA_INPUT_KEY_CACHE = 3,   /* T_CACHE block pool (see kv_layout); written */
   ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE = 4, /* as key_cache; written */
   ATTNRT_PAGED_GQA_INPUT_SEQLENS_K = 5,   /* int32 (B) on the host: T_b - 1; required */
   ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH = 6, /* int32, one element, on the host; required */
@@ -74,6 +74,20 @@ typedef enum attnrt_paged_gqa_output {
   ATTNRT_PAGED_GQA_NUM_OUTPUTS = 2
 } attnrt_paged_gqa_output;
 
+/**
+ * Layout of a block in key_cache/value_cache (kv_layout attribute). Token j of batch b, kv head h,
+ * with x = block_table[b][j / block_size] and r = j % block_size, is row
+ *   BSNH: (x * block_size + r) * Nkv + h   pools [num_blocks, block_size, Nkv, H] (default; vLLM's
+ *                                           and FlashAttention's paged layout)
+ *   BNSH: (x * Nkv + h) * block_size + r   pools [num_blocks, Nkv, block_size, H] (a kv head's rows
+ *                                           of a block are contiguous; measured faster on CPUs, see
+ *                                           README "Paged KV cache")
+ */
+typedef enum attnrt_paged_kv_layout {
+  ATTNRT_PAGED_KV_LAYOUT_BSNH = 0,
+  ATTNRT_PAGED_KV_LAYOUT_BNSH = 1
+} attnrt_paged_kv_layout;
+
 /** Smallest and largest block_size (tokens per block). */
 #define ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE 1
 #define ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE 1024
@@ -82,14 +96,17 @@ typedef enum attnrt_paged_gqa_output {
 typedef struct attnrt_paged_gqa_attributes {
   size_t struct_size;
   attnrt_gqa_attributes gqa; /* sliding_window_cache must be 0 */
-  int32_t block_size;        /* tokens per block, in [1, 1024]; = key_cache.shape[1] */
+  int32_t block_size;        /* tokens per block, in [1, 1024] */
+  int32_t kv_layout;         /* attnrt_paged_kv_layout; default BSNH */
 } attnrt_paged_gqa_attributes;
 
-/** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init) and block_size = 0. */
+/** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0 and
+ *  kv_layout = BSNH. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
   a->struct_size = sizeof(attnrt_paged_gqa_attributes);
   attnrt_gqa_attributes_init(&a->gqa);
   a->block_size = 0;
+  a->kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
 }
 
 /**
@@ -105,6 +122,7 @@ typedef struct attnrt_paged_gqa_problem {
   int64_t num_blocks;         /* key_cache.shape[0] */
   int64_t block_size;         /* key_cache.shape[1] */
   int64_t max_blocks_per_seq; /* block_table.shape[1] */
+  int32_t kv_layout;          /* attnrt_paged_kv_layout */
 } attnrt_paged_gqa_problem;
 
 /**

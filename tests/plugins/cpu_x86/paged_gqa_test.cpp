@@ -39,6 +39,7 @@ struct Case {
   int64_t B = 1, S = 1, N = 8, Nkv = 2, H = 64;
   std::vector<int32_t> seqlens;  // T_b - 1
   int32_t block_size = 16;
+  int32_t layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
   Cache cache = Cache::kF32;
   bool rotary = false;
   int32_t window = -1;
@@ -109,7 +110,9 @@ struct PagedCall {
   }
   unsigned char* PoolRow(int which, int64_t b, int64_t kvh, int64_t j) {
     const int64_t block = table[static_cast<size_t>(b * slots + j / c.block_size)];
-    const int64_t row = (block * c.block_size + j % c.block_size) * c.Nkv + kvh;
+    const int64_t row = c.layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
+                            ? (block * c.Nkv + kvh) * c.block_size + j % c.block_size
+                            : (block * c.block_size + j % c.block_size) * c.Nkv + kvh;
     return static_cast<unsigned char*>(paged_in[static_cast<size_t>(which)].data()) +
            row * RowBytes(c);
   }
@@ -190,7 +193,9 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
   }
   for (int k : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE}) {
     s.paged_in[static_cast<size_t>(k)] =
-        Tensor(CacheDtype(c), {s.num_blocks, c.block_size, c.Nkv, LastDim(c)});
+        c.layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
+            ? Tensor(CacheDtype(c), {s.num_blocks, c.Nkv, c.block_size, LastDim(c)})
+            : Tensor(CacheDtype(c), {s.num_blocks, c.block_size, c.Nkv, LastDim(c)});
     if (c.cache == Cache::kF32) {
       s.paged_in[static_cast<size_t>(k)].Fill(kNaN);
     } else {
@@ -229,6 +234,7 @@ OpPtr PagedOp(attnrt_runtime* runtime, const Case& c) {
   attnrt_paged_gqa_attributes_init(&a);
   a.gqa = Attributes(c);
   a.block_size = c.block_size;
+  a.kv_layout = c.layout;
   attnrt_op* op = nullptr;
   const attnrt_status status = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &a, &op);
   EXPECT_EQ(status, ATTNRT_OK) << LastError(status);
@@ -301,6 +307,14 @@ std::vector<Case> Cases() {
   int4.S = 40;
   int4.seqlens = {150};
   v.push_back(int4);
+  // The head-major (BNSH) block layout: block sizes 1, 16, 33, 256, split-KV, first and chunked
+  // prompts, int8 and int4.
+  for (size_t i : {0, 2, 3, 5, 6, 7, 8, 10, 11}) {
+    Case bnsh = v[i];
+    bnsh.name += "_bnsh";
+    bnsh.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+    v.push_back(bnsh);
+  }
   return v;
 }
 
@@ -445,6 +459,7 @@ TEST(PagedGqa, ForkThenDivergentAppendsMatchContiguousCaches) {
   c.N = 4;
   c.Nkv = 2;
   c.H = 32;
+  c.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
   const int64_t prompt = 13, steps = 6, slots = 8, num_blocks = 12;
   const int64_t row_bytes = RowBytes(c);
 
@@ -453,8 +468,8 @@ TEST(PagedGqa, ForkThenDivergentAppendsMatchContiguousCaches) {
   ASSERT_EQ(attnrt_block_pool_create(&options, &raw_pool), ATTNRT_OK);
   std::unique_ptr<attnrt_block_pool, void (*)(attnrt_block_pool*)> pool(raw_pool,
                                                                         attnrt_block_pool_destroy);
-  Tensor key_pool(kF32, {num_blocks, c.block_size, c.Nkv, c.H});
-  Tensor value_pool(kF32, {num_blocks, c.block_size, c.Nkv, c.H});
+  Tensor key_pool(kF32, {num_blocks, c.Nkv, c.block_size, c.H});  // BNSH
+  Tensor value_pool(kF32, {num_blocks, c.Nkv, c.block_size, c.H});
   key_pool.Fill(kNaN);
   value_pool.Fill(kNaN);
   OpPtr paged = PagedOp(runtime.get(), c);
@@ -495,11 +510,16 @@ TEST(PagedGqa, ForkThenDivergentAppendsMatchContiguousCaches) {
     attnrt_block_copy copy{sizeof(attnrt_block_copy), -1, -1, 0};
     EXPECT_EQ(attnrt_block_pool_append(pool.get(), seq, n, &copy), ATTNRT_OK)
         << attnrt_last_error_message();
+    // BNSH: rows [0, n) of each kv head.
     const size_t block_bytes = static_cast<size_t>(c.block_size * c.Nkv) * row_bytes;
-    const size_t bytes = static_cast<size_t>(copy.num_tokens * c.Nkv) * row_bytes;
     for (Tensor* t : {&key_pool, &value_pool}) {
       auto* base = static_cast<unsigned char*>(t->data());
-      std::memcpy(base + copy.dst_block * block_bytes, base + copy.src_block * block_bytes, bytes);
+      for (int64_t h = 0; h < c.Nkv && copy.num_tokens > 0; ++h) {
+        const size_t head = static_cast<size_t>(h * c.block_size) * row_bytes;
+        std::memcpy(base + copy.dst_block * block_bytes + head,
+                    base + copy.src_block * block_bytes + head,
+                    static_cast<size_t>(copy.num_tokens) * row_bytes);
+      }
     }
     return copy.num_tokens;
   };
@@ -529,9 +549,8 @@ TEST(PagedGqa, ForkThenDivergentAppendsMatchContiguousCaches) {
       for (int64_t h = 0; h < c.Nkv; ++h) {
         for (int64_t j = 0; j < prompt; ++j) {
           const int64_t pool_row =
-              (row[static_cast<size_t>(j / c.block_size)] * c.block_size + j % c.block_size) *
-                  c.Nkv +
-              h;
+              (row[static_cast<size_t>(j / c.block_size)] * c.Nkv + h) * c.block_size +
+              j % c.block_size;
           const int64_t cont_row = (s * c.Nkv + h) * P + j;
           std::memcpy(past_k.f32() + cont_row * c.H, key_pool.f32() + pool_row * c.H,
                       static_cast<size_t>(row_bytes));
@@ -625,6 +644,8 @@ TEST(PagedGqa, BadInputsAreRejectedBeforeAnythingIsWritten) {
       {"block written by two batches",
        [](PagedCall& s) { s.table[static_cast<size_t>(s.slots + 1)] = s.table[2]; },
        ATTNRT_ERROR_INVALID_ARGUMENT, "a block being written must belong to one sequence"},
+      {"written block named twice in one sequence", [](PagedCall& s) { s.table[2] = s.table[0]; },
+       ATTNRT_ERROR_INVALID_ARGUMENT, "block_table[0][2] = "},
       {"table too short",
        [](PagedCall& s) {
          s.gqa[ATTNRT_GQA_INPUT_SEQLENS_K].i32()[0] = static_cast<int32_t>(s.capacity);
