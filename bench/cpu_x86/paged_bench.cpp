@@ -17,6 +17,7 @@
 // cache sized to the maximum context, for a batch of sequences of mixed lengths and for parallel
 // sampling from one shared prompt (fork with copy-on-write), computed with the real block pool.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,15 +54,25 @@ struct Tensor {
   std::vector<int64_t> shape;
   attnrt_tensor desc{};
 
+  // Buffers of 2 MiB or more are 2 MiB aligned and advised to use transparent huge pages, as a
+  // serving engine would allocate its caches; contiguous caches and pools are treated alike.
   Tensor(attnrt_dtype dtype, std::vector<int64_t> dims, std::mt19937& rng)
       : shape(std::move(dims)) {
     int64_t elements = 1;
     for (int64_t d : shape) elements *= d;
-    const size_t bytes = (static_cast<size_t>(elements) * 4 + 63) / 64 * 64;
-    data.reset(static_cast<unsigned char*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    const size_t huge = size_t{2} << 20;
+    const size_t bytes = static_cast<size_t>(elements) * 4;
+    const size_t align = bytes >= huge ? huge : 64;
+    const size_t rounded = std::max<size_t>((bytes + align - 1) / align * align, align);
+    data.reset(static_cast<unsigned char*>(std::aligned_alloc(align, rounded)));
+    if (align == huge) madvise(data.get(), rounded, MADV_HUGEPAGE);
+    // Uniform in [-1, 1) from a 64-bit LCG seeded by rng (fast enough for GiBs of caches).
+    uint64_t state = (static_cast<uint64_t>(rng()) << 32) | rng();
     auto* f = reinterpret_cast<float*>(data.get());
-    for (int64_t i = 0; i < elements; ++i) f[i] = unit(rng);
+    for (int64_t i = 0; i < elements; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      f[i] = static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+    }
     desc.data = data.get();
     desc.device = {ATTNRT_DEVICE_CPU, 0};
     desc.ndim = static_cast<int32_t>(shape.size());
@@ -122,10 +133,8 @@ std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, bool bnsh, std:
   const std::vector<int64_t> pool_shape =
       bnsh ? std::vector<int64_t>{blocks, kKvNumHeads, block_size, kHeadSize}
            : std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize};
-  Tensor* pool_k = step->Add(std::make_unique<Tensor>(
-      kF32, std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize}, rng));
-  Tensor* pool_v = step->Add(std::make_unique<Tensor>(
-      kF32, std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize}, rng));
+  Tensor* pool_k = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
+  Tensor* pool_v = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
   Tensor* table = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1, blocks}, rng));
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);

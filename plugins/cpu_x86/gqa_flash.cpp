@@ -235,15 +235,26 @@ struct KvSource {
   }
 };
 
-// Paged rows do not lie in one byte range the block operations could prefetch: the rows
-// [j, end) are requested line by line here, a cache block ahead of their use (seed 002).
-void PrefetchRows(const KvSource& s, int64_t j, int64_t end, size_t row_bytes) {
-  for (; j < end; ++j) {
-    const unsigned char* row = s.Row(j);
+// Rows [j, j + n) of a paged source lie in one cache block. With BNSH blocks (stride ==
+// row_bytes) they are one byte range, which the block operations prefetch spread over their work
+// as for a contiguous cache; with BSNH blocks the kv heads interleave, so the range to prefetch
+// (the next block's rows of this head) is requested here row by row (seed 002's next-block
+// prefetch).
+struct Prefetch {
+  const void* begin;
+  size_t bytes;
+};
+
+Prefetch SegmentPrefetch(const KvSource& s, int64_t j, int64_t n, size_t row_bytes) {
+  if (n <= 0) return {nullptr, 0};
+  if (s.stride == row_bytes) return {s.Row(j), static_cast<size_t>(n) * row_bytes};
+  for (int64_t k = j; k < j + n; ++k) {
+    const unsigned char* row = s.Row(k);
     for (size_t offset = 0; offset < row_bytes; offset += kAlign) {
       __builtin_prefetch(row + offset, 0, 2);
     }
   }
+  return {nullptr, 0};
 }
 
 struct FlashJob {
@@ -416,18 +427,18 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
         ops.dequantize(block(keys, j, k_scale), n, h, t.k_tile + (j - ja) * h);
       }
       const GqaFlashKv k_rows{t.k_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
-      if (paged) PrefetchRows(values, ja, je, row_bytes);
+      const Prefetch v_next = paged ? SegmentPrefetch(values, ja, values.Segment(ja, je), row_bytes)
+                                    : Prefetch{v_prefetch, v_prefetch_bytes};
       ops.scores(t.q + row_begin * h, row_count, k_rows, width, h, r.scale, block_scores, ld,
-                 v_prefetch, v_prefetch_bytes);
+                 v_next.begin, v_next.bytes);
     } else {
       for (int64_t j = ja, n; j < je; j += n) {
         n = keys.Segment(j, je);
-        if (paged) {
-          PrefetchRows(values, j, j + n, row_bytes);
-          PrefetchRows(keys, j + n, j + n + keys.Segment(j + n, je), row_bytes);
-        }
+        // Paged: this segment's V rows stream in while its scores are computed.
+        const Prefetch v_next = paged ? SegmentPrefetch(values, j, n, row_bytes)
+                                      : Prefetch{v_prefetch, v_prefetch_bytes};
         ops.scores(t.q + row_begin * h, row_count, block(keys, j, k_scale), n, h, r.scale,
-                   block_scores + (j - ja), ld, v_prefetch, v_prefetch_bytes);
+                   block_scores + (j - ja), ld, v_next.begin, v_next.bytes);
       }
     }
 
@@ -474,20 +485,30 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     const void* k_prefetch = paged ? nullptr : keys.Row(j1);
     const size_t k_prefetch_bytes =
         !paged && j1 < key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0;
-    if (paged && j1 < key_end) PrefetchRows(keys, j1, j1 + keys.Segment(j1, next_end), row_bytes);
     if (tiles) {
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
         ops.dequantize(block(values, j, v_scale), n, h, t.v_tile + (j - ja) * h);
       }
       const GqaFlashKv v_rows{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      const Prefetch k_next = !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
+                              : j1 < key_end
+                                  ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
+                                  : Prefetch{nullptr, 0};
       ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
-                     k_prefetch, k_prefetch_bytes);
+                     k_next.begin, k_next.bytes);
     } else {
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
+        // Paged: the next key block's rows at the same offset stream in during this P·V.
+        const int64_t jn = j + (j1 - ja);
+        const Prefetch k_next =
+            !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
+            : jn < next_end
+                ? SegmentPrefetch(keys, jn, std::min(n, keys.Segment(jn, next_end)), row_bytes)
+                : Prefetch{nullptr, 0};
         ops.accumulate(block_scores + (j - ja), row_count, ld, block(values, j, v_scale), n, h,
-                       t.acc + row_begin * h, k_prefetch, k_prefetch_bytes);
+                       t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
     }
   }
