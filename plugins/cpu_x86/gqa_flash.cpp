@@ -498,15 +498,20 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
       ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
                      k_next.begin, k_next.bytes);
     } else {
+      // Paged: V in runs of rows that lie in one cache block, each run split further so that the
+      // next key block's rows at the same offset (which stream in meanwhile) lie in one cache
+      // block too. Keys accumulate in order whatever the split, so the sums are unchanged.
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
-        // Paged: the next key block's rows at the same offset stream in during this P·V.
         const int64_t jn = j + (j1 - ja);
-        const Prefetch k_next =
-            !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
-            : jn < next_end
-                ? SegmentPrefetch(keys, jn, std::min(n, keys.Segment(jn, next_end)), row_bytes)
-                : Prefetch{nullptr, 0};
+        Prefetch k_next{k_prefetch, k_prefetch_bytes};
+        if (paged) {
+          k_next = Prefetch{nullptr, 0};
+          if (jn < next_end) {
+            n = std::min(n, keys.Segment(jn, next_end));
+            k_next = SegmentPrefetch(keys, jn, n, row_bytes);
+          }
+        }
         ops.accumulate(block_scores + (j - ja), row_count, ld, block(values, j, v_scale), n, h,
                        t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
