@@ -22,9 +22,10 @@
  *
  * Checked at run before anything is written (INVALID_ARGUMENT naming the input): every
  * seqlens_k[b] fits the table (ceil(T_b / block_size) <= max_blocks_per_seq), every slot a batch
- * needs holds a block id in [0, num_blocks) (not -1), a block this step writes is not read by
- * another batch of the same run (give each sequence its own copy: attnrt_block_pool_append's
- * copy-on-write), and no output overlaps a pool or another input.
+ * needs holds a block id in [0, num_blocks) (not -1), a block this step writes is named by no
+ * other slot of the table (give each sequence its own copy: attnrt_block_pool_append's
+ * copy-on-write), and no output overlaps a pool, nor a pool another input. The table is read from
+ * host memory.
  *
  * Outputs equal those of GroupQueryAttention over a contiguous cache holding the same tokens,
  * bitwise for the same kernel algorithm (cpu_x86: paged_gqa.flash vs gqa.flash).
