@@ -320,15 +320,26 @@ TEST(BlockPool, RandomOperationsMatchTheModel) {
     PoolPtr pool = MakePool(num_blocks, block_size);
     PoolModel m(num_blocks, block_size);
     int exhausted = 0, copies = 0;
+    // A scripted start reaches the states a random walk may miss: a partly filled block shared
+    // by a fork and then written (copy-on-write), and an append larger than the pool. Ops: 0 add,
+    // 1 fork, 2-6 append, 7-8 truncate, 9 remove; target = the k-th live sequence by id.
+    struct Scripted {
+      int op;
+      size_t target;
+      int64_t tokens;
+    };
+    const std::vector<Scripted> script = {
+        {0, 0, 0}, {2, 0, 1}, {1, 0, 0}, {2, 1, 1}, {2, 0, num_blocks * block_size + 1}};
     for (int step = 0; step < 600; ++step) {
+      const bool scripted = static_cast<size_t>(step) < script.size();
       const auto pick = [&]() -> int64_t {
-        if (m.sequences_.empty()) return 999999;  // unknown: must fail
         auto it = m.sequences_.begin();
-        std::advance(it, static_cast<long>(rng() % m.sequences_.size()));
+        std::advance(it, static_cast<long>(scripted ? script[static_cast<size_t>(step)].target
+                                                    : rng() % m.sequences_.size()));
         return it->first;
       };
       const attnrt_block_pool_stats before = Stats(pool.get());
-      const int op = static_cast<int>(rng() % 10);
+      const int op = scripted ? script[static_cast<size_t>(step)].op : static_cast<int>(rng() % 10);
       if (op == 0 || m.sequences_.empty()) {
         int64_t id = -1;
         ASSERT_EQ(attnrt_block_pool_add_sequence(pool.get(), &id), ATTNRT_OK);
@@ -341,7 +352,9 @@ TEST(BlockPool, RandomOperationsMatchTheModel) {
         m.sequences_[id] = m.sequences_[parent];
       } else if (op <= 6) {
         const int64_t id = pick();
-        const auto n = static_cast<int64_t>(rng() % (3 * static_cast<uint64_t>(block_size) + 2));
+        const auto n =
+            scripted ? script[static_cast<size_t>(step)].tokens
+                     : static_cast<int64_t>(rng() % (3 * static_cast<uint64_t>(block_size) + 2));
         attnrt_block_copy copy{sizeof(attnrt_block_copy), -1, -1, -1};
         const attnrt_status status = attnrt_block_pool_append(pool.get(), id, n, &copy);
         if (status == ATTNRT_ERROR_OUT_OF_MEMORY) {
@@ -382,7 +395,7 @@ TEST(BlockPool, RandomOperationsMatchTheModel) {
       }
       ASSERT_NO_FATAL_FAILURE(CheckInvariants(pool.get(), m)) << "after step " << step;
     }
-    // The random walk reached the interesting states.
+    // The walk reached the interesting states (the script guarantees one of each).
     EXPECT_GT(exhausted, 0);
     // With one token per block no block is ever partly filled, so nothing is copied.
     if (block_size > 1) {
