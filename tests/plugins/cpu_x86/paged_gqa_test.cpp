@@ -1,9 +1,9 @@
 // Paged GroupQueryAttention (attnrt/ops/paged_gqa.h) on the cpu_x86 plugin, black-box:
 //  - bitwise equality with GroupQueryAttention over a contiguous cache holding the same tokens,
 //    same algorithm (cpu_x86.paged_gqa.flash.<isa> vs cpu_x86.gqa.flash.<isa>), for block sizes
-//    1, 7, 16, 33, 64 and 256 and blocks placed in random order in the pools, over decode (with
-//    split-KV), first and chunked prompts, rotary, a local window, attention_bias and int8/int4
-//    caches; the new rows in the pools equal the present rows byte for byte;
+//    1, 7, 16, 33, 64, 256 and 1024 and blocks placed in random order in the pools, over decode
+//    (with split-KV), first and chunked prompts, rotary, a local window, attention_bias and
+//    int8/int4 caches; the new rows in the pools equal the present rows byte for byte;
 //  - paged float32 outputs against the float64 reference of tests/common (1e-5);
 //  - fork then divergent appends through the block pool, with its copy-on-write copies;
 //  - bad inputs: each error message, and neither the pools nor the output touched.
@@ -307,9 +307,15 @@ std::vector<Case> Cases() {
   int4.S = 40;
   int4.seqlens = {150};
   v.push_back(int4);
-  // The head-major (BNSH) block layout: block sizes 1, 16, 33, 256, split-KV, first and chunked
-  // prompts, int8 and int4.
-  for (size_t i : {0, 2, 3, 5, 6, 7, 8, 10, 11}) {
+  Case largest;  // the largest block size: a sequence spans three blocks, another a part of one
+  largest.name = "decode_bs1024";
+  largest.B = 2;
+  largest.seqlens = {2100, 37};
+  largest.block_size = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
+  v.push_back(largest);
+  // The head-major (BNSH) block layout: block sizes 1, 16, 33, 256, 1024, split-KV, first and
+  // chunked prompts, int8 and int4.
+  for (size_t i : {0, 2, 3, 5, 6, 7, 8, 10, 11, 12}) {
     Case bnsh = v[i];
     bnsh.name += "_bnsh";
     bnsh.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
