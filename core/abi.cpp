@@ -2,10 +2,13 @@
 // a guard that turns every exception into a status, and records the message for the calling thread.
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 
 #include "attnrt/attnrt.h"
+#include "attnrt/block_pool.h"
+#include "core/block_pool.h"
 #include "core/op.h"
 #include "core/runtime.h"
 
@@ -334,6 +337,100 @@ ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* 
 }
 
 ATTNRT_API void attnrt_explanation_destroy(attnrt_explanation* explanation) { delete explanation; }
+
+// ---- block pool (attnrt/block_pool.h) -----------------------------------------------------------
+
+ATTNRT_API attnrt_status attnrt_block_pool_create(const attnrt_block_pool_options* options,
+                                                  attnrt_block_pool** out_pool) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(options);
+    ATTNRT_REQUIRE(out_pool);
+    if (options->struct_size < sizeof(attnrt_block_pool_options)) {
+      return attnrt::core::AbiMismatch("options->struct_size: expected at least " +
+                                       std::to_string(sizeof(attnrt_block_pool_options)) +
+                                       ", got " + std::to_string(options->struct_size) +
+                                       "; set it to sizeof(attnrt_block_pool_options)");
+    }
+    auto pool = std::make_unique<attnrt_block_pool>();
+    ATTNRT_RETURN_IF_ERROR(
+        attnrt::core::BlockPool::Create(options->num_blocks, options->block_size, &pool->impl));
+    *out_pool = pool.release();
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API void attnrt_block_pool_destroy(attnrt_block_pool* pool) { delete pool; }
+
+ATTNRT_API attnrt_status attnrt_block_pool_add_sequence(attnrt_block_pool* pool,
+                                                        int64_t* out_sequence) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    ATTNRT_REQUIRE(out_sequence);
+    return pool->impl->AddSequence(out_sequence);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_fork(attnrt_block_pool* pool, int64_t parent,
+                                                int64_t* out_sequence) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    ATTNRT_REQUIRE(out_sequence);
+    return pool->impl->Fork(parent, out_sequence);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_append(attnrt_block_pool* pool, int64_t sequence,
+                                                  int64_t num_tokens, attnrt_block_copy* out_copy) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    return pool->impl->Append(sequence, num_tokens, out_copy);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_truncate(attnrt_block_pool* pool, int64_t sequence,
+                                                    int64_t new_length) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    return pool->impl->Truncate(sequence, new_length);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_remove(attnrt_block_pool* pool, int64_t sequence) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    return pool->impl->Remove(sequence);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_sequence_info(const attnrt_block_pool* pool,
+                                                         int64_t sequence, int64_t* out_length,
+                                                         int64_t* out_num_blocks) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    return pool->impl->SequenceInfo(sequence, out_length, out_num_blocks);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_block_table(const attnrt_block_pool* pool,
+                                                       const int64_t* sequences,
+                                                       size_t num_sequences,
+                                                       int64_t max_blocks_per_seq, int32_t* table,
+                                                       int32_t* seqlens_k) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    return pool->impl->BlockTable(sequences, num_sequences, max_blocks_per_seq, table, seqlens_k);
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_block_pool_get_stats(const attnrt_block_pool* pool,
+                                                     attnrt_block_pool_stats* out_stats) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(pool);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_stats, "out_stats"));
+    pool->impl->Stats(out_stats);
+    return Status::Ok();
+  });
+}
 
 }  // extern "C"
 

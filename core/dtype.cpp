@@ -38,6 +38,8 @@ ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind) {
   switch (op_kind) {
     case ATTNRT_OP_GQA:
       return "gqa";
+    case ATTNRT_OP_PAGED_GQA:
+      return "paged_gqa";
     case ATTNRT_OP_SPARSE_MLA:
       return "sparse_mla";
     case ATTNRT_OP_SPARSE_MLA_METADATA:

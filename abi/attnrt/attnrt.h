@@ -279,6 +279,9 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime
 typedef enum attnrt_op_kind {
   /** com.microsoft.GroupQueryAttention; attributes: attnrt_gqa_attributes (attnrt/ops/gqa.h). */
   ATTNRT_OP_GQA = 1,
+  /** GroupQueryAttention over a paged KV cache (ABI 1.1); attributes:
+   *  attnrt_paged_gqa_attributes (attnrt/ops/paged_gqa.h). Block pool: attnrt/block_pool.h. */
+  ATTNRT_OP_PAGED_GQA = 2,
   /** CANN MixedQuantSparseFlashMla; attributes: attnrt_sparse_mla_attributes
    *  (attnrt/ops/sparse_mla.h). */
   ATTNRT_OP_SPARSE_MLA = 3,
@@ -287,7 +290,7 @@ typedef enum attnrt_op_kind {
   ATTNRT_OP_SPARSE_MLA_METADATA = 4
 } attnrt_op_kind;
 
-/** Short op name ("gqa", "sparse_mla", "sparse_mla_metadata"), or "unknown". Never NULL. */
+/** Short op name ("gqa", "paged_gqa", "sparse_mla", "sparse_mla_metadata"), or "unknown". Never NULL. */
 ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 
 /** The reference op's name of input/output `index` (for GQA ONNX Runtime's: "query", ...,

@@ -198,7 +198,51 @@ KeyRange RowKeys(const GqaRun& r, int64_t total, int64_t past, int64_t s) {
   return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, total)};
 }
 
+// The K or V rows of one (b, kv head): contiguous (present, rows `stride` apart) or through the
+// block table (paged, rows `stride` apart within a cache block). Rows [j, j + Segment(j, end)) are
+// equally spaced from Row(j).
+struct KvSource {
+  const unsigned char* base;
+  size_t stride;
+  const int32_t* blocks;  // paged: the batch's block table row; NULL: contiguous
+  int64_t block_size;
+  size_t block_bytes;
+
+  const unsigned char* Row(int64_t j) const {
+    if (blocks == nullptr) return base + static_cast<size_t>(j) * stride;
+    return base + static_cast<size_t>(blocks[j / block_size]) * block_bytes +
+           static_cast<size_t>(j % block_size) * stride;
+  }
+  int64_t Segment(int64_t j, int64_t end) const {
+    if (blocks == nullptr) return end - j;
+    return std::min(end, (j / block_size + 1) * block_size) - j;
+  }
+};
+
+// Rows [j, j + n) of a paged source lie in one cache block. With BNSH blocks (stride ==
+// row_bytes) they are one byte range, which the block operations prefetch spread over their work
+// as for a contiguous cache; with BSNH blocks the kv heads interleave, so the range to prefetch
+// (the next block's rows of this head) is requested here row by row (seed 002's next-block
+// prefetch).
+struct Prefetch {
+  const void* begin;
+  size_t bytes;
+};
+
+Prefetch SegmentPrefetch(const KvSource& s, int64_t j, int64_t n, size_t row_bytes) {
+  if (n <= 0) return {nullptr, 0};
+  if (s.stride == row_bytes) return {s.Row(j), static_cast<size_t>(n) * row_bytes};
+  for (int64_t k = j; k < j + n; ++k) {
+    const unsigned char* row = s.Row(k);
+    for (size_t offset = 0; offset < row_bytes; offset += kAlign) {
+      __builtin_prefetch(row + offset, 0, 2);
+    }
+  }
+  return {nullptr, 0};
+}
+
 struct FlashJob {
+  const GqaFlashPaging* paging;  // NULL: contiguous present caches
   const GqaRun* run;
   const GqaFlashOps* ops;
   FlashBlocks blocks;
@@ -307,16 +351,32 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
 
   // K/V rows as stored (T_CACHE); the block operations dequantize them.
   const size_t row_bytes = r.cache_row_bytes;
-  const auto* keys = static_cast<const unsigned char*>(r.key_cache) +
-                     static_cast<size_t>((b * r.kv_heads + kvh) * r.key_cache_rows) * row_bytes;
-  const auto* values = static_cast<const unsigned char*>(r.value_cache) +
-                       static_cast<size_t>((b * r.kv_heads + kvh) * r.value_cache_rows) * row_bytes;
+  const auto source = [&](const void* cache, int64_t cache_rows) {
+    const auto* bytes = static_cast<const unsigned char*>(cache);
+    if (job.paging == nullptr) {
+      return KvSource{bytes + static_cast<size_t>((b * r.kv_heads + kvh) * cache_rows) * row_bytes,
+                      row_bytes, nullptr, 0, 0};
+    }
+    const GqaFlashPaging& pg = *job.paging;
+    const size_t block_bytes = static_cast<size_t>(pg.block_size * r.kv_heads) * row_bytes;
+    const int32_t* blocks = pg.block_table + b * pg.max_blocks_per_seq;
+    if (pg.head_major) {  // BNSH: rows of a head consecutive within a block
+      return KvSource{bytes + static_cast<size_t>(kvh * pg.block_size) * row_bytes, row_bytes,
+                      blocks, pg.block_size, block_bytes};
+    }
+    return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes,
+                    static_cast<size_t>(r.kv_heads) * row_bytes, blocks, pg.block_size,
+                    block_bytes};
+  };
+  const KvSource keys = source(r.key_cache, r.key_cache_rows);
+  const KvSource values = source(r.value_cache, r.value_cache_rows);
+  const bool paged = job.paging != nullptr;
   const float* k_scale =
       r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
   const float* v_scale =
       r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
-  const auto block = [&](const unsigned char* first_row, const float* scale) {
-    return GqaFlashKv{first_row, row_bytes, r.cache_type, scale, r.scale_per_channel};
+  const auto block = [&](const KvSource& src, int64_t j, const float* scale) {
+    return GqaFlashKv{src.Row(j), src.stride, r.cache_type, scale, r.scale_per_channel};
   };
   const size_t float_row = static_cast<size_t>(h) * sizeof(float);
   const int64_t bias_b = r.bias_broadcast_batch ? 0 : b;
@@ -337,18 +397,34 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     const int64_t row_begin = i_begin * group;
     const int64_t row_count = (i_end - i_begin) * group;
 
-    // V of this block streams in while the scores are computed, the next K block while P·V is.
-    const unsigned char* k_block = keys + static_cast<size_t>(ja) * row_bytes;
-    const unsigned char* v_block = values + static_cast<size_t>(ja) * row_bytes;
+    // V of this block streams in while the scores are computed, the next K block while P·V is
+    // (contiguous: by the block operations; paged: by PrefetchRows, one cache block ahead). A
+    // contiguous cache is one segment: the block operations see [ja, je) at once.
+    const void* v_prefetch = paged ? nullptr : values.Row(ja);
+    const size_t v_prefetch_bytes = paged ? 0 : static_cast<size_t>(width) * row_bytes;
     // Tall tiles of a quantized cache: K (now) and V (before P·V) dequantized once into scratch.
     const bool tiles = job.blocks.dequant_tiles && row_count > kFusedRows;
-    GqaFlashKv k_rows = block(k_block, k_scale);
+    float* block_scores = t.scores + row_begin * ld;
     if (tiles) {
-      ops.dequantize(k_rows, width, h, t.k_tile);
-      k_rows = GqaFlashKv{t.k_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      for (int64_t j = ja, n; j < je; j += n) {
+        n = keys.Segment(j, je);
+        ops.dequantize(block(keys, j, k_scale), n, h, t.k_tile + (j - ja) * h);
+      }
+      const GqaFlashKv k_rows{t.k_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      const Prefetch v_next = paged ? SegmentPrefetch(values, ja, values.Segment(ja, je), row_bytes)
+                                    : Prefetch{v_prefetch, v_prefetch_bytes};
+      ops.scores(t.q + row_begin * h, row_count, k_rows, width, h, r.scale, block_scores, ld,
+                 v_next.begin, v_next.bytes);
+    } else {
+      for (int64_t j = ja, n; j < je; j += n) {
+        n = keys.Segment(j, je);
+        // Paged: this segment's V rows stream in while its scores are computed.
+        const Prefetch v_next = paged ? SegmentPrefetch(values, j, n, row_bytes)
+                                      : Prefetch{v_prefetch, v_prefetch_bytes};
+        ops.scores(t.q + row_begin * h, row_count, block(keys, j, k_scale), n, h, r.scale,
+                   block_scores + (j - ja), ld, v_next.begin, v_next.bytes);
+      }
     }
-    ops.scores(t.q + row_begin * h, row_count, k_rows, width, h, r.scale, t.scores + row_begin * ld,
-               ld, v_block, static_cast<size_t>(width) * row_bytes);
 
     for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t s = s0 + i;
@@ -390,14 +466,40 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     }
 
     const int64_t next_end = std::min(key_end, j1 + ld);
-    GqaFlashKv v_rows = block(v_block, v_scale);
+    const void* k_prefetch = paged ? nullptr : keys.Row(j1);
+    const size_t k_prefetch_bytes =
+        !paged && j1 < key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0;
     if (tiles) {
-      ops.dequantize(v_rows, width, h, t.v_tile);
-      v_rows = GqaFlashKv{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      for (int64_t j = ja, n; j < je; j += n) {
+        n = values.Segment(j, je);
+        ops.dequantize(block(values, j, v_scale), n, h, t.v_tile + (j - ja) * h);
+      }
+      const GqaFlashKv v_rows{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      const Prefetch k_next = !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
+                              : j1 < key_end
+                                  ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
+                                  : Prefetch{nullptr, 0};
+      ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
+                     k_next.begin, k_next.bytes);
+    } else {
+      // Paged: V in runs of rows that lie in one cache block, each run split further so that the
+      // next key block's rows at the same offset (which stream in meanwhile) lie in one cache
+      // block too. Keys accumulate in order whatever the split, so the sums are unchanged.
+      for (int64_t j = ja, n; j < je; j += n) {
+        n = values.Segment(j, je);
+        const int64_t jn = j + (j1 - ja);
+        Prefetch k_next{k_prefetch, k_prefetch_bytes};
+        if (paged) {
+          k_next = Prefetch{nullptr, 0};
+          if (jn < next_end) {
+            n = std::min(n, keys.Segment(jn, next_end));
+            k_next = SegmentPrefetch(keys, jn, n, row_bytes);
+          }
+        }
+        ops.accumulate(block_scores + (j - ja), row_count, ld, block(values, j, v_scale), n, h,
+                       t.acc + row_begin * h, k_next.begin, k_next.bytes);
+      }
     }
-    ops.accumulate(t.scores + row_begin * ld, row_count, ld, v_rows, width, h,
-                   t.acc + row_begin * h, keys + static_cast<size_t>(j1) * row_bytes,
-                   j1 < key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0);
   }
 
   for (int64_t i = 0; i < count; ++i) {
@@ -495,7 +597,7 @@ void MergeRows(void* user, size_t begin, size_t end) {
 }
 
 int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, const GqaFlashOps& ops,
-                 char* error, size_t error_capacity) {
+                 const GqaFlashPaging* paging, char* error, size_t error_capacity) {
   const attnrt_host_services& host = context.host;
   const attnrt_gqa_problem& p = *args.problem;
   const int64_t threads = NumThreads(host);
@@ -544,11 +646,13 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   }
   const size_t partial_bytes = chunks > 1 ? PartialBytes(p, chunks) : 0;
 
-  // The caches get this step's rows first; every tile then reads present only.
-  const GqaRun run = GqaStagePresentKv(host, args, window_area);
+  // The caches get this step's rows first; every tile then reads present (or the pools) only.
+  const GqaRun run = paging != nullptr ? paging->stage(host, paging->user)
+                                       : GqaStagePresentKv(host, args, window_area);
 
   std::byte* area = window_area + window_bytes;
   FlashJob job;
+  job.paging = paging;
   job.run = &run;
   job.ops = &ops;
   job.blocks = blocks;
@@ -583,7 +687,7 @@ int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t 
                        " bytes this kernel was built with");
       return ATTNRT_ERROR_ABI_MISMATCH;
     }
-    return RunFlash(context, a, ops, error, error_capacity);
+    return RunFlash(context, a, ops, nullptr, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "gqa.flash run()");
     return ATTNRT_ERROR_INTERNAL;
@@ -605,6 +709,18 @@ size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept
   const SlotLayout slot = LayoutSlot(ChooseBlocks(L2Bytes(context), p, max_keys), p.head_size);
   return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
          static_cast<size_t>(threads) * slot.bytes;
+}
+
+int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,
+                         const GqaFlashPaging& paging, const GqaFlashOps& ops, char* error,
+                         size_t error_capacity) noexcept {
+  try {
+    return RunFlash(*static_cast<const PluginContext*>(plugin_context), args, ops, &paging, error,
+                    error_capacity);
+  } catch (...) {
+    WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");
+    return ATTNRT_ERROR_INTERNAL;
+  }
 }
 
 }  // namespace attnrt::cpu

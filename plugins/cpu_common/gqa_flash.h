@@ -59,6 +59,31 @@ struct GqaFlashOps {
 // Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.
 extern const GqaFlashOps kGqaFlashOpsScalar;
 
+// A paged K/V cache (attnrt/ops/paged_gqa.h) for the same flash algorithm: token j of batch b,
+// kv head h, with x = block_table[b * max_blocks_per_seq + j / block_size], is row
+// (x * block_size + j % block_size) * Nkv + h of key_cache / value_cache (BSNH), or
+// (x * Nkv + h) * block_size + j % block_size (head_major, BNSH). The tiles, key blocks, split-KV
+// chunks and block operations are those of the contiguous cache; a key block that spans cache
+// blocks is handed to the block operations one cache block at a time, which computes every score
+// and accumulates every key in the same order, so outputs are bitwise those of the contiguous
+// cache. `stage` appends this step's new rows into the pools and returns the resolved run
+// (key_cache / value_cache = the pools); it is called after the workspace checks, so a failing run
+// writes nothing.
+struct GqaFlashPaging {
+  const int32_t* block_table;
+  int64_t max_blocks_per_seq;
+  int64_t block_size;
+  bool head_major;  // BNSH blocks: a kv head's rows of a block are contiguous
+  GqaRun (*stage)(const attnrt_host_services& host, const void* user);
+  const void* user;
+};
+
+// gqa.flash over a paged cache; `args` as for the contiguous kernel except the K/V caches, which
+// `paging` supplies. plugin_context is a PluginContext*.
+int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,
+                         const GqaFlashPaging& paging, const GqaFlashOps& ops, char* error,
+                         size_t error_capacity) noexcept;
+
 // attnrt_kernel_desc::workspace_size of every gqa.flash kernel; plugin_context is a PluginContext*.
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept;
 

@@ -106,24 +106,7 @@ void AppendSide(const GqaRun& r, const CacheSide& side, int64_t b, int64_t kvh) 
   for (int64_t l = 0; l < r.kv_seq && past + l < side.rows; ++l) {
     const void* src = ElementAddress(side.fresh, r.element_bytes,
                                      (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h);
-    void* row = ElementAddress(dst, row_bytes, past + l);
-    if (!side.rotate && !quantized) {  // the cache type is T
-      std::memcpy(row, src, row_bytes);
-      continue;
-    }
-    // The rotated K row is rounded to T (the reference rotates into a T buffer), then stored or
-    // quantized from that value.
-    const int64_t position = side.rotate ? GqaRotaryPosition(r, b, l) : 0;
-    float chunk[kRowChunk];
-    for (int64_t first = 0; first < h; first += kRowChunk) {
-      const int64_t n = std::min(kRowChunk, h - first);
-      if (side.rotate) {
-        RotateElements(r, src, position, first, n, chunk);
-      } else {
-        WidenRow(ElementAddress(src, r.element_bytes, first), r.type, chunk, n);
-      }
-      StoreCacheElements(chunk, n, r.cache_type, scale, r.scale_per_channel, row, first);
-    }
+    GqaWriteCacheRow(r, src, side.rotate, b, l, scale, ElementAddress(dst, row_bytes, past + l));
   }
   // A shared present keeps its other rows: only the new rows belong to this step.
   if (!side.holds_past && written_end < side.rows) {
@@ -247,6 +230,28 @@ int64_t GqaRotaryPosition(const GqaRun& r, int64_t b, int64_t s) noexcept {
 
 void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) noexcept {
   RotateElements(r, x, position, 0, r.head_size, y);
+}
+
+void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, int64_t l,
+                      const float* scale, void* row) noexcept {
+  const int64_t h = r.head_size;
+  if (!rotate && scale == nullptr) {  // the cache type is T
+    std::memcpy(row, src, r.cache_row_bytes);
+    return;
+  }
+  // The rotated K row is rounded to T (the reference rotates into a T buffer), then stored or
+  // quantized from that value.
+  const int64_t position = rotate ? GqaRotaryPosition(r, b, l) : 0;
+  float chunk[kRowChunk];
+  for (int64_t first = 0; first < h; first += kRowChunk) {
+    const int64_t n = std::min(kRowChunk, h - first);
+    if (rotate) {
+      RotateElements(r, src, position, first, n, chunk);
+    } else {
+      WidenRow(ElementAddress(src, r.element_bytes, first), r.type, chunk, n);
+    }
+    StoreCacheElements(chunk, n, r.cache_type, scale, r.scale_per_channel, row, first);
+  }
 }
 
 namespace {
@@ -512,6 +517,8 @@ void GqaWindowFinish(const attnrt_host_services& host, const GqaRun& r) noexcept
   host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1,
                     MoveWindowUnits, &move);
 }
+
+GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept { return ResolveRun(args); }
 
 GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args,
                          void* window_area) noexcept {

@@ -180,6 +180,16 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
 GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args,
                          void* window_area) noexcept;
 
+// Every field of GqaRun that follows from `args` alone; the K/V cache fields and the scratch
+// layout are left zero (the paged kernels fill them).
+GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept;
+
+// Writes new K/V row l of batch b (`src`, a T row of H elements) into the cache row `row`: RoPE at
+// token l's position when `rotate` (then rounded to T), quantized with `scale` (this kv head's
+// scales) when not NULL, else stored as T. What the prologue stores for every new row.
+void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t b, int64_t l,
+                      const float* scale, void* row) noexcept;
+
 // Rotary position of token s of batch b (reference §3.6).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
 

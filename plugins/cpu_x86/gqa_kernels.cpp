@@ -9,6 +9,7 @@
 #include "gqa_decline.h"
 #include "gqa_flash.h"
 #include "gqa_naive.h"
+#include "gqa_paged.h"
 #include "plugin_context.h"
 
 namespace attnrt::cpu {
@@ -103,10 +104,21 @@ constexpr attnrt_kernel_desc kKernels[] = {
 
 }  // namespace
 
-size_t GqaKernelCount() noexcept { return std::size(kKernels); }
+int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept {
+  return Supports<false, true>(plugin_context, problem, reason, reason_capacity);
+}
+
+int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
+                             size_t reason_capacity) noexcept {
+  return Supports<true, true>(plugin_context, problem, reason, reason_capacity);
+}
+
+size_t GqaKernelCount() noexcept { return std::size(kKernels) + PagedGqaKernelCount(); }
 
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {
-  return index < std::size(kKernels) ? &kKernels[index] : nullptr;
+  return index < std::size(kKernels) ? &kKernels[index]
+                                     : PagedGqaKernel(index - std::size(kKernels));
 }
 
 }  // namespace attnrt::cpu

@@ -19,8 +19,16 @@ void GqaAttendRowsAvx2(const GqaRun& run, float* scratch, int64_t unit_begin, in
 // Block operations of gqa.flash.avx2: use only when the probe found AVX2 and FMA usable.
 extern const GqaFlashOps kGqaFlashOpsAvx2;
 
-// The GQA kernel descriptors, in no particular order (the runtime ranks them). plugin_context of
-// their functions is a PluginContext*.
+// supports() of cpu_x86.gqa.flash.scalar and cpu_x86.gqa.flash.avx2, which the paged kernels
+// (gqa_paged.cpp) apply to the equivalent contiguous problem. plugin_context is a PluginContext*.
+int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept;
+int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
+                             size_t reason_capacity) noexcept;
+
+// The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
+// (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their
+// functions is a PluginContext*.
 size_t GqaKernelCount() noexcept;
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept;
 

@@ -11,24 +11,29 @@
 #include "errors.h"
 #include "gqa_config.h"
 #include "gqa_session.h"
+#include "paged_session.h"
 #include "text_output.h"
 
 namespace plugin_inspect {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: plugin-inspect explain --op gqa [--model NAME] --batch B --seq-len S --past-len P\n"
-    "           --num-heads N --kv-num-heads K --head-size H [--total-len T] [attribute flags]\n"
+    "usage: plugin-inspect explain --op gqa|paged_gqa [--model NAME] --batch B --seq-len S\n"
+    "           --past-len P --num-heads N --kv-num-heads K --head-size H [--total-len T]\n"
+    "           [--block-size BS] [attribute flags]\n"
     "\n"
     "Ranks every kernel of the op for these shapes without running anything. --model takes the\n"
     "head counts, head size, window, softcap and rotary from a preset; explicit flags override.\n"
     "Default T: P + S; with --shared-buffer (P is the buffer capacity) S for a prompt, P for\n"
-    "decode. Rotary caches have max(T, P) rows.";
+    "decode. Rotary caches have max(T, P) rows. --op paged_gqa ranks the paged kernels for the\n"
+    "same call over block pools of --block-size tokens (default 16) holding max(T, P) tokens\n"
+    "per sequence.";
 
 po::options_description explain_options() {
   po::options_description desc("Problem");
   desc.add_options()                                                                             //
-      ("op", po::value<std::string>()->default_value("gqa"), "op family (gqa)")                  //
+      ("op", po::value<std::string>()->default_value("gqa"), "op family (gqa, paged_gqa)")       //
+      ("block-size", po::value<int32_t>()->default_value(16), "paged_gqa block size (tokens)")   //
       ("model", po::value<std::string>(), "model preset for heads, head size, window, softcap")  //
       ("batch", po::value<int64_t>()->default_value(1), "batch size B")                          //
       ("seq-len", po::value<int64_t>()->default_value(1), "new query tokens S")                  //
@@ -39,9 +44,10 @@ po::options_description explain_options() {
   return desc;
 }
 
-nlohmann::ordered_json explanation_json(const attnrt_explanation* explanation) {
+nlohmann::ordered_json explanation_json(const attnrt_explanation* explanation,
+                                        const std::string& op) {
   nlohmann::ordered_json result;
-  result["op"] = "gqa";
+  result["op"] = op;
   result["candidates"] = nlohmann::ordered_json::array();
   size_t count = 0;
   check(attnrt_explanation_count(explanation, &count));
@@ -66,8 +72,13 @@ int cmd_explain(const Args& args) {
   po::variables_map vm;
   if (!parse_command_line(args, desc, kUsage, vm)) return 0;
   const CommonFlags common = read_common_flags(vm);
-  if (vm["op"].as<std::string>() != "gqa") {
-    throw UsageError("unknown --op '" + vm["op"].as<std::string>() + "' (known: gqa, sparse_mla)");
+  const std::string op = vm["op"].as<std::string>();
+  if (op != "gqa" && op != "paged_gqa") {
+    throw UsageError("unknown --op '" + op + "' (known: gqa, paged_gqa, sparse_mla)");
+  }
+  const int32_t block_size = vm["block-size"].as<int32_t>();
+  if (block_size < 1 || block_size > 1024) {
+    throw UsageError("--block-size must be in [1, 1024], got " + std::to_string(block_size));
   }
   const ModelPreset* preset =
       vm.count("model") ? &find_model_preset(vm["model"].as<std::string>()) : nullptr;
@@ -96,14 +107,23 @@ int cmd_explain(const Args& args) {
   }
   const GqaTensors tensors = make_gqa_tensors(config, /*allocate=*/false);
   const RuntimePtr runtime = make_runtime(common.runtime);
-  GqaSession session(runtime.get(), config.attributes);
-  const ExplanationPtr explanation = session.explain(tensors, device);
-  const nlohmann::ordered_json result = explanation_json(explanation.get());
+  ExplanationPtr explanation;
+  if (op == "paged_gqa") {
+    PagedSession session(runtime.get(), config.attributes, block_size, ATTNRT_PAGED_KV_LAYOUT_BSNH,
+                         config, /*allocate=*/false);
+    explanation = session.explain(tensors);
+  } else {
+    GqaSession session(runtime.get(), config.attributes);
+    explanation = session.explain(tensors, device);
+  }
+  const nlohmann::ordered_json result = explanation_json(explanation.get(), op);
   if (common.json) {
     std::cout << result.dump(2) << "\n";
     return 0;
   }
-  std::cout << "gqa: " << describe_config(config) << "\n\n";
+  std::cout << op << ": " << describe_config(config);
+  if (op == "paged_gqa") std::cout << ", block_size " << block_size;
+  std::cout << "\n\n";
   TextTable table({"rank", "kernel", "priority", "status", "reason"});
   int rank = 0;
   for (const auto& candidate : result["candidates"]) {

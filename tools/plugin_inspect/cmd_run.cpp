@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "attnrt/ops/paged_gqa.h"
 #include "cli_options.h"
 #include "commands.h"
 #include "errors.h"
@@ -17,7 +18,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: plugin-inspect run [--model NAME] [--context N] [--steps N] [--batch N] [--seed N]\n"
-    "                          [--check|--no-check] [--check-prompt] [--tolerance X] [flags]\n"
+    "                          [--check|--no-check] [--check-prompt] [--tolerance X]\n"
+    "                          [--paged BLOCK_SIZE] [flags]\n"
     "       plugin-inspect run --inputs DIR --outputs DIR --num-heads N --kv-num-heads K [flags]\n"
     "\n"
     "Model mode: a first prompt of --context tokens fills a KV cache of capacity context+steps\n"
@@ -26,6 +28,10 @@ constexpr const char* kUsage =
     "median), tokens/s and the max abs error of output, present_key and present_value against\n"
     "the scalar reference (a second runtime pinned to '*.scalar' on identical inputs and a copy\n"
     "of the cache). The prompt is checked only up to --context 1024 unless --check-prompt.\n"
+    "--paged BLOCK_SIZE (1..1024) runs the prompt and the steps with the paged op instead\n"
+    "(blocks in --paged-layout bsnh|bnsh): the sequences live in a block pool, K/V in block\n"
+    "pools read through the block table; present rows are read back through the table and\n"
+    "checked as in a contiguous run.\n"
     "Exit code 1 when an error exceeds --tolerance.\n"
     "\n"
     "File mode: reads ONNX Runtime-named inputs (query.npy, key.npy, value.npy, past_key.npy,\n"
@@ -57,9 +63,13 @@ po::options_description run_options() {
       ("no-check", "skip the reference comparison")                               //
       ("check-prompt", "also check the prompt when --context > 1024 (slow)")      //
       ("tolerance", po::value<double>(),
-       "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")  //
-      ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")        //
-      ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)");
+       "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")   //
+      ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")         //
+      ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)")  //
+      ("paged", po::value<int32_t>(),
+       "run over a paged KV cache of this block size (model mode)")  //
+      ("paged-layout", po::value<std::string>()->default_value("bsnh"),
+       "block layout of the paged cache: bsnh (default) or bnsh");
   return desc;
 }
 
@@ -108,12 +118,28 @@ int cmd_run(const Args& args) {
   }
   if (vm.count("inputs")) options.inputs_dir = vm["inputs"].as<std::string>();
   if (vm.count("outputs")) options.outputs_dir = vm["outputs"].as<std::string>();
+  if (vm.count("paged")) {
+    const int32_t block_size = vm["paged"].as<int32_t>();
+    if (block_size < ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE ||
+        block_size > ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) {
+      throw UsageError("--paged must be a block size in [1, 1024], got " +
+                       std::to_string(block_size));
+    }
+    options.paged_block_size = block_size;
+  }
+  const std::string layout = vm["paged-layout"].as<std::string>();
+  if (layout != "bsnh" && layout != "bnsh") {
+    throw UsageError("--paged-layout must be bsnh or bnsh, got '" + layout + "'");
+  }
+  options.paged_layout =
+      layout == "bnsh" ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
 
   if (options.inputs_dir || options.outputs_dir) {
     if (!options.inputs_dir || !options.outputs_dir) {
       throw UsageError("--inputs and --outputs go together");
     }
     if (options.model) throw UsageError("--model and --inputs exclude each other");
+    if (options.paged_block_size) throw UsageError("--paged applies to model mode, not --inputs");
     for (const char* name : {"context", "steps", "batch", "seed", "check-prompt"}) {
       if (vm.count(name) && !vm[name].defaulted()) {
         throw UsageError(std::string("--") + name + " does not apply with --inputs");

@@ -26,6 +26,8 @@ struct RunOptions {
   std::optional<double> tolerance;
   std::optional<std::string> inputs_dir;
   std::optional<std::string> outputs_dir;
+  std::optional<int32_t> paged_block_size;  // --paged: run over a paged KV cache
+  int32_t paged_layout = 0;                 // --paged-layout: attnrt_paged_kv_layout
 };
 
 int run_model(const RunOptions& options);  // --model (prompt + decode steps)

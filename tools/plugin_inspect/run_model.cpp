@@ -14,6 +14,7 @@
 #include "gqa_config.h"
 #include "gqa_session.h"
 #include "model_presets.h"
+#include "paged_session.h"
 #include "run_common.h"
 #include "sizes.h"
 #include "text_output.h"
@@ -45,7 +46,8 @@ double median(std::vector<double> values) {
 
 // Runs `tensors` on the main session and, when `reference` is given, the same inputs (and a copy
 // of the cache as it was before the step) on the reference session; returns the main result.
-StepResult checked_step(GqaSession& session, GqaSession* reference, GqaTensors& tensors,
+template <class Session>
+StepResult checked_step(Session& session, GqaSession* reference, GqaTensors& tensors,
                         OutputErrors& errors, std::string& reference_kernel) {
   std::optional<GqaTensors> reference_tensors;
   if (reference) reference_tensors = reference_copy(tensors);
@@ -96,6 +98,8 @@ void check_run_size(const RunOptions& options, const GqaConfig& prompt, bool che
   }
   const std::optional<uint64_t> cache =
       checked_mul(prompt_tensors.inputs[ATTNRT_GQA_INPUT_PAST_KEY]->checked_nbytes(), uint64_t{2});
+  // --paged: the block pools hold the same rows again (the contiguous buffer is the check's view).
+  if (options.paged_block_size) peak = checked_add(peak, cache);
   const std::string flags = "--context " + std::to_string(options.context) + " with --steps " +
                             std::to_string(options.steps) + " and --batch " +
                             std::to_string(options.batch);
@@ -116,7 +120,12 @@ void check_run_size(const RunOptions& options, const GqaConfig& prompt, bool che
 // the pin chose another kernel.
 std::string reference_reason(const std::string& kernel, const std::string& reference) {
   const std::size_t dot = kernel.rfind('.');
-  const std::string family = dot == std::string::npos ? kernel : kernel.substr(0, dot);
+  std::string family = dot == std::string::npos ? kernel : kernel.substr(0, dot);
+  // The paged kernels run the contiguous algorithm (cpu_x86.paged_gqa.flash = cpu_x86.gqa.flash
+  // over a block table); the reference runs the contiguous op.
+  if (const std::size_t at = family.find(".paged_gqa."); at != std::string::npos) {
+    family.replace(at, std::string(".paged_gqa.").size(), ".gqa.");
+  }
   if (reference == family + ".scalar") {
     return reference == kernel ? "(the kernel under test is itself the scalar kernel)"
                                : "(the scalar kernel of the same algorithm)";
@@ -152,6 +161,12 @@ int run_model(const RunOptions& options) {
   const RuntimePtr runtime = make_runtime(options.common.runtime);
   GqaSession prompt_op(runtime.get(), prompt.attributes);
   GqaSession decode_op(runtime.get(), prompt.attributes);
+  // --paged: one paged op serves the prompt and the decode steps from a block pool.
+  std::optional<PagedSession> paged;
+  if (options.paged_block_size) {
+    paged.emplace(runtime.get(), prompt.attributes, *options.paged_block_size, options.paged_layout,
+                  prompt, /*allocate=*/true);
+  }
   RuntimePtr reference_runtime;
   std::optional<GqaSession> reference;
   if (options.check) {
@@ -177,9 +192,12 @@ int run_model(const RunOptions& options) {
     prompt_phase.note = "prompt check skipped (context > " +
                         std::to_string(kMaxCheckedPromptContext) + "; use --check-prompt)";
   }
+  GqaSession* prompt_reference = prompt_phase.checked ? &*reference : nullptr;
   const StepResult prompt_result =
-      checked_step(prompt_op, prompt_phase.checked ? &*reference : nullptr, prompt_tensors,
-                   prompt_phase.errors, prompt_phase.reference_kernel);
+      paged ? checked_step(*paged, prompt_reference, prompt_tensors, prompt_phase.errors,
+                           prompt_phase.reference_kernel)
+            : checked_step(prompt_op, prompt_reference, prompt_tensors, prompt_phase.errors,
+                           prompt_phase.reference_kernel);
   prompt_phase.kernel = prompt_result.kernel;
   prompt_phase.ms_per_step = prompt_result.ms;
   prompt_phase.tokens_per_s =
@@ -199,16 +217,23 @@ int run_model(const RunOptions& options) {
     set_lengths(tensors, static_cast<int32_t>(context + step),
                 static_cast<int32_t>(context + step + 1));
     poison_outputs(tensors);
+    GqaSession* step_reference = decode_phase.checked ? &*reference : nullptr;
     const StepResult result =
-        checked_step(decode_op, decode_phase.checked ? &*reference : nullptr, tensors,
-                     decode_phase.errors, decode_phase.reference_kernel);
+        paged ? checked_step(*paged, step_reference, tensors, decode_phase.errors,
+                             decode_phase.reference_kernel)
+              : checked_step(decode_op, step_reference, tensors, decode_phase.errors,
+                             decode_phase.reference_kernel);
     decode_phase.kernel = result.kernel;
     step_ms.push_back(result.ms);
   }
   decode_phase.ms_per_step = median(step_ms);
   decode_phase.tokens_per_s =
       step_ms.empty() ? 0 : static_cast<double>(options.batch) / (decode_phase.ms_per_step / 1e3);
-  const PlanCacheStats plan_cache = decode_op.plan_cache_stats();
+  // The paged op plans the prompt and the decode shapes: its misses include the prompt's.
+  const PlanCacheStats plan_cache =
+      paged ? paged->plan_cache_stats() : decode_op.plan_cache_stats();
+  attnrt_block_pool_stats pool{};
+  if (paged) pool = paged->pool_stats();
 
   std::vector<PhaseResult> phases{prompt_phase};
   if (options.steps > 0) phases.push_back(decode_phase);
@@ -238,6 +263,13 @@ int run_model(const RunOptions& options) {
     json["phases"] = nlohmann::ordered_json::array();
     for (const PhaseResult& phase : phases) json["phases"].push_back(phase_json(phase));
     json["plan_cache"] = {{"hits", plan_cache.hits}, {"misses", plan_cache.misses}};
+    if (paged) {
+      json["paged"] = {{"block_size", *options.paged_block_size},
+                       {"kv_layout", options.paged_layout == 1 ? "bnsh" : "bsnh"},
+                       {"blocks_used", pool.blocks_used},
+                       {"num_blocks", pool.num_blocks},
+                       {"internal_fragmentation", pool.internal_fragmentation}};
+    }
     json["reference_kernel"] = reference_kernel;
     json["tolerance"] = tolerance;
     json["passed"] = failures.empty();
@@ -247,7 +279,15 @@ int run_model(const RunOptions& options) {
     std::cout << "model " << preset.name << " (" << describe_config(prompt) << ", rope theta "
               << theta << ")\n"
               << "batch " << options.batch << ", context " << context << ", steps " << options.steps
-              << ", threads " << threads << ", seed " << options.seed << "\n\n";
+              << ", threads " << threads << ", seed " << options.seed << "\n";
+    if (paged) {
+      std::cout << "paged KV cache: block_size " << *options.paged_block_size << " "
+                << (options.paged_layout == 1 ? "BNSH" : "BSNH") << ", " << pool.blocks_used
+                << " of " << pool.num_blocks << " blocks in use, internal "
+                << "fragmentation " << format_fixed(100.0 * pool.internal_fragmentation, 1)
+                << "%; present compared through the block table\n";
+    }
+    std::cout << "\n";
     TextTable table({"phase", "kernel", "ms/step", "tokens/s", "max abs error vs reference"});
     for (const PhaseResult& phase : phases) {
       table.add_row({phase.phase, phase.kernel, format_fixed(phase.ms_per_step, 3),

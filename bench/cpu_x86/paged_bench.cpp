@@ -1,0 +1,362 @@
+// Paged vs contiguous KV cache, through the public C ABI, Llama-3-8B layer shapes (num_heads 32,
+// kv_num_heads 8, head_size 128, batch 1), float32 cache:
+//
+//   BM_Decode/contiguous/past:<P>   GroupQueryAttention, one decode step over a shared
+//                                   past/present buffer of P + 1 rows (gqa.flash): absolute time
+//                                   and KV read bandwidth
+//   BM_PagedOverhead/<L>_bs:<BS>/past:<P>  per iteration one contiguous step and one
+//                                   PagedGroupQueryAttention step over the same number of tokens
+//                                   (paged_gqa.flash), blocks of BS in {16, 64, 256} in random
+//                                   order in the pools, block layout L = bsnh or bnsh; counters
+//                                   contiguous_us, paged_us, overhead_pct. P in {4096, 16384}
+//
+// The paged rows run the same algorithm as the contiguous ones (outputs are bitwise equal, see
+// tests/plugins/cpu_x86/paged_gqa_test.cpp), so the ratio of the two times is the cost of reading
+// through the block table. Caches are cold: each benchmark rotates over enough copies of its K/V
+// working set to total more than 2x the L3 (at least 2).
+//
+// Before the benchmarks, a memory table: a block pool sized to the tokens held vs a contiguous
+// cache sized to the maximum context, for a batch of sequences of mixed lengths and for parallel
+// sampling from one shared prompt (fork with copy-on-write), computed with the real block pool.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnrt/attnrt.h"
+#include "attnrt/block_pool.h"
+#include "attnrt/ops/paged_gqa.h"
+
+namespace {
+
+constexpr int64_t kNumHeads = 32;
+constexpr int64_t kKvNumHeads = 8;
+constexpr int64_t kHeadSize = 128;
+constexpr int64_t kRowBytes = kHeadSize * 4;  // float32
+constexpr int64_t kLayers = 32;               // Llama-3-8B
+const attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+const attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// An owned, 64-byte aligned host tensor with random float contents (or given int32 values).
+struct Tensor {
+  std::unique_ptr<unsigned char, FreeDeleter> data;
+  std::vector<int64_t> shape;
+  attnrt_tensor desc{};
+
+  // Buffers of 2 MiB or more are 2 MiB aligned and advised to use transparent huge pages, as a
+  // serving engine would allocate its caches; contiguous caches and pools are treated alike.
+  Tensor(attnrt_dtype dtype, std::vector<int64_t> dims, std::mt19937& rng)
+      : shape(std::move(dims)) {
+    int64_t elements = 1;
+    for (int64_t d : shape) elements *= d;
+    const size_t huge = size_t{2} << 20;
+    const size_t bytes = static_cast<size_t>(elements) * 4;
+    const size_t align = bytes >= huge ? huge : 64;
+    const size_t rounded = std::max<size_t>((bytes + align - 1) / align * align, align);
+    data.reset(static_cast<unsigned char*>(std::aligned_alloc(align, rounded)));
+    if (align == huge) madvise(data.get(), rounded, MADV_HUGEPAGE);
+    // Uniform in [-1, 1) from a 64-bit LCG seeded by rng (fast enough for GiBs of caches).
+    uint64_t state = (static_cast<uint64_t>(rng()) << 32) | rng();
+    auto* f = reinterpret_cast<float*>(data.get());
+    for (int64_t i = 0; i < elements; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      f[i] = static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+    }
+    desc.data = data.get();
+    desc.device = {ATTNRT_DEVICE_CPU, 0};
+    desc.ndim = static_cast<int32_t>(shape.size());
+    desc.dtype = dtype;
+    desc.shape = shape.data();
+  }
+  int32_t* i32() { return reinterpret_cast<int32_t*>(data.get()); }
+};
+
+size_t L3Bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
+}
+
+// One decode step's tensors (contiguous when block_size == 0).
+struct Step {
+  std::vector<std::unique_ptr<Tensor>> owned;
+  std::vector<const attnrt_tensor*> inputs;
+  std::vector<const attnrt_tensor*> outputs;
+  Tensor* Add(std::unique_ptr<Tensor> t) {
+    owned.push_back(std::move(t));
+    return owned.back().get();
+  }
+};
+
+std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, bool bnsh, std::mt19937& rng) {
+  auto step = std::make_unique<Step>();
+  const int64_t T = past + 1;
+  Tensor* q = step->Add(
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kNumHeads * kHeadSize}, rng));
+  Tensor* k = step->Add(
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kKvNumHeads * kHeadSize}, rng));
+  Tensor* v = step->Add(
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kKvNumHeads * kHeadSize}, rng));
+  Tensor* out = step->Add(
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kNumHeads * kHeadSize}, rng));
+  Tensor* seqlens = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1}, rng));
+  Tensor* total = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1}, rng));
+  seqlens->i32()[0] = static_cast<int32_t>(T - 1);
+  total->i32()[0] = static_cast<int32_t>(T);
+  if (block_size == 0) {
+    Tensor* cache_k = step->Add(
+        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kKvNumHeads, T, kHeadSize}, rng));
+    Tensor* cache_v = step->Add(
+        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kKvNumHeads, T, kHeadSize}, rng));
+    step->inputs.assign(ATTNRT_GQA_NUM_INPUTS, nullptr);
+    step->inputs[ATTNRT_GQA_INPUT_QUERY] = &q->desc;
+    step->inputs[ATTNRT_GQA_INPUT_KEY] = &k->desc;
+    step->inputs[ATTNRT_GQA_INPUT_VALUE] = &v->desc;
+    step->inputs[ATTNRT_GQA_INPUT_PAST_KEY] = &cache_k->desc;
+    step->inputs[ATTNRT_GQA_INPUT_PAST_VALUE] = &cache_v->desc;
+    step->inputs[ATTNRT_GQA_INPUT_SEQLENS_K] = &seqlens->desc;
+    step->inputs[ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = &total->desc;
+    step->outputs = {&out->desc, &cache_k->desc, &cache_v->desc};
+    return step;
+  }
+  const int64_t blocks = (T + block_size - 1) / block_size;
+  const std::vector<int64_t> pool_shape =
+      bnsh ? std::vector<int64_t>{blocks, kKvNumHeads, block_size, kHeadSize}
+           : std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize};
+  Tensor* pool_k = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
+  Tensor* pool_v = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
+  Tensor* table = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1, blocks}, rng));
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);  // blocks scattered, as a busy pool leaves them
+  std::copy(ids.begin(), ids.end(), table->i32());
+  step->inputs.assign(ATTNRT_PAGED_GQA_NUM_INPUTS, nullptr);
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_QUERY] = &q->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_KEY] = &k->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_VALUE] = &v->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE] = &pool_k->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE] = &pool_v->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K] = &seqlens->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = &total->desc;
+  step->inputs[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = &table->desc;
+  step->outputs = {&out->desc};
+  return step;
+}
+
+// One planned op over a rotation of cold copies of its working set (contiguous when
+// block_size == 0).
+struct Runner {
+  std::vector<std::unique_ptr<Step>> steps;
+  attnrt_runtime* runtime = nullptr;
+  attnrt_op* op = nullptr;
+  attnrt_plan* plan = nullptr;
+  std::string kernel;
+  std::string error;
+  size_t next = 0;
+
+  Runner(int64_t block_size, bool bnsh, int64_t past, size_t copies) {
+    std::mt19937 rng(static_cast<unsigned>(past * 1009 + block_size * 7 + (bnsh ? 1 : 0)));
+    for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(past, block_size, bnsh, rng));
+    attnrt_status status = attnrt_runtime_create(nullptr, &runtime);
+    if (status == ATTNRT_OK && block_size == 0) {
+      attnrt_gqa_attributes a;
+      attnrt_gqa_attributes_init(&a);
+      a.num_heads = kNumHeads;
+      a.kv_num_heads = kKvNumHeads;
+      status = attnrt_op_create(runtime, ATTNRT_OP_GQA, &a, &op);
+    } else if (status == ATTNRT_OK) {
+      attnrt_paged_gqa_attributes a;
+      attnrt_paged_gqa_attributes_init(&a);
+      a.gqa.num_heads = kNumHeads;
+      a.gqa.kv_num_heads = kKvNumHeads;
+      a.block_size = static_cast<int32_t>(block_size);
+      a.kv_layout = bnsh ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
+      status = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &a, &op);
+    }
+    if (status == ATTNRT_OK) {
+      status = attnrt_op_plan(op, steps[0]->inputs.data(), steps[0]->inputs.size(),
+                              steps[0]->outputs.data(), steps[0]->outputs.size(), &plan);
+    }
+    if (status != ATTNRT_OK) {
+      error = attnrt_last_error_message();
+      return;
+    }
+    attnrt_plan_info info{};
+    info.struct_size = sizeof info;
+    attnrt_plan_get_info(plan, &info);
+    kernel = info.kernel;
+  }
+  ~Runner() {
+    attnrt_plan_release(plan);
+    attnrt_op_destroy(op);
+    attnrt_runtime_destroy(runtime);
+  }
+  // Runs the next copy; false (and error set) on failure.
+  bool Run() {
+    Step& s = *steps[next];
+    next = (next + 1) % steps.size();
+    if (attnrt_plan_run(plan, s.inputs.data(), s.inputs.size(), s.outputs.data(), s.outputs.size(),
+                        nullptr, 0, nullptr) == ATTNRT_OK) {
+      return true;
+    }
+    error = attnrt_last_error_message();
+    return false;
+  }
+};
+
+size_t KvBytes(int64_t past) {
+  return static_cast<size_t>(2 * kKvNumHeads * (past + 1) * kRowBytes);
+}
+size_t Copies(int64_t past) { return std::max<size_t>(2, 2 * L3Bytes() / KvBytes(past) + 1); }
+
+void BM_Decode(benchmark::State& state, int64_t past) {
+  Runner runner(0, false, past, Copies(past));
+  if (!runner.error.empty()) {
+    state.SkipWithError(runner.error.c_str());
+    return;
+  }
+  state.SetLabel(runner.kernel + " " + std::to_string(runner.steps.size()) + "x" +
+                 std::to_string(KvBytes(past) >> 20) + "MiB");
+  for (auto _ : state) {
+    if (!runner.Run()) {
+      state.SkipWithError(runner.error.c_str());
+      break;
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(KvBytes(past)));
+}
+
+// Each iteration runs one contiguous step, then one paged step over the same number of tokens,
+// timed separately: both see the same machine load, so the ratio holds on a shared machine where
+// absolute times drift. Reported: contiguous_us, paged_us (means) and overhead_pct.
+void BM_PagedOverhead(benchmark::State& state, int64_t block_size, bool bnsh, int64_t past) {
+  const size_t copies = (Copies(past) + 1) / 2;  // two working sets are live
+  Runner contiguous(0, false, past, std::max<size_t>(2, copies));
+  Runner paged(block_size, bnsh, past, std::max<size_t>(2, copies));
+  if (!contiguous.error.empty() || !paged.error.empty()) {
+    state.SkipWithError((contiguous.error + paged.error).c_str());
+    return;
+  }
+  state.SetLabel(paged.kernel + " vs " + contiguous.kernel);
+  double contiguous_s = 0, paged_s = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok_contiguous = contiguous.Run();
+    const auto t1 = std::chrono::steady_clock::now();
+    const bool ok_paged = paged.Run();
+    const auto t2 = std::chrono::steady_clock::now();
+    if (!ok_contiguous || !ok_paged) {
+      state.SkipWithError((contiguous.error + paged.error).c_str());
+      break;
+    }
+    contiguous_s += std::chrono::duration<double>(t1 - t0).count();
+    paged_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  const double n = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["contiguous_us"] = 1e6 * contiguous_s / n;
+  state.counters["paged_us"] = 1e6 * paged_s / n;
+  state.counters["overhead_pct"] = contiguous_s > 0 ? 100.0 * (paged_s / contiguous_s - 1) : 0;
+}
+
+// ---- memory table -------------------------------------------------------------------------------
+
+double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// K and V bytes of one token over all layers (float32 cache).
+constexpr double kTokenBytes = 2.0 * kKvNumHeads * kRowBytes * kLayers;
+
+// Blocks a pool needs for `lengths` (one sequence each), and its fragmentation, from the pool.
+attnrt_block_pool_stats PoolFor(const std::vector<int64_t>& lengths, int32_t block_size,
+                                int64_t shared_prefix) {
+  attnrt_block_pool_options options{sizeof(attnrt_block_pool_options), 1 << 20, block_size};
+  attnrt_block_pool* pool = nullptr;
+  attnrt_block_pool_stats stats{};
+  stats.struct_size = sizeof stats;
+  if (attnrt_block_pool_create(&options, &pool) != ATTNRT_OK) return stats;
+  int64_t parent = -1;
+  if (shared_prefix > 0) {
+    attnrt_block_pool_add_sequence(pool, &parent);
+    attnrt_block_pool_append(pool, parent, shared_prefix, nullptr);
+  }
+  for (int64_t length : lengths) {
+    int64_t seq = -1;
+    attnrt_block_copy copy{sizeof copy, 0, 0, 0};
+    if (shared_prefix > 0) {
+      attnrt_block_pool_fork(pool, parent, &seq);
+      attnrt_block_pool_append(pool, seq, length - shared_prefix, &copy);
+    } else {
+      attnrt_block_pool_add_sequence(pool, &seq);
+      attnrt_block_pool_append(pool, seq, length, &copy);
+    }
+  }
+  if (parent >= 0) attnrt_block_pool_remove(pool, parent);
+  attnrt_block_pool_get_stats(pool, &stats);
+  attnrt_block_pool_destroy(pool);
+  return stats;
+}
+
+void PrintMemoryTable(const char* title, const std::vector<int64_t>& lengths, int64_t max_context,
+                      int64_t shared_prefix) {
+  const double contiguous = static_cast<double>(lengths.size()) * max_context * kTokenBytes;
+  const int64_t held = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  std::printf(
+      "\n%s: %zu sequences, %lld tokens held, max context %lld (Llama-3-8B, 32 layers, "
+      "float32 K+V %.0f KiB/token)\n",
+      title, lengths.size(), static_cast<long long>(held), static_cast<long long>(max_context),
+      kTokenBytes / 1024.0);
+  std::printf("%-28s %14s %12s %10s %14s\n", "configuration", "blocks", "KV MiB", "saving",
+              "fragmentation");
+  std::printf("%-28s %14s %12.0f %10s %14s\n", "contiguous (max context)", "-", MiB(contiguous),
+              "-", "-");
+  for (int32_t bs : {16, 64, 256}) {
+    const attnrt_block_pool_stats s = PoolFor(lengths, bs, shared_prefix);
+    const double bytes = static_cast<double>(s.blocks_used) * bs * kTokenBytes;
+    char name[64];
+    std::snprintf(name, sizeof name, "pool block_size %d", bs);
+    std::printf("%-28s %14lld %12.0f %9.1f%% %13.1f%%\n", name,
+                static_cast<long long>(s.blocks_used), MiB(bytes),
+                100.0 * (1.0 - bytes / contiguous), 100.0 * s.internal_fragmentation);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  PrintMemoryTable("Mixed batch", {312, 1200, 4096, 700, 90, 2048, 5000, 150}, 8192, 0);
+  PrintMemoryTable("Parallel sampling (8 samples of 256 tokens after one 2000-token prompt)",
+                   std::vector<int64_t>(8, 2256), 8192, 2000);
+  std::printf("\n");
+  for (int64_t past : {4096, 16384}) {
+    benchmark::RegisterBenchmark(("BM_Decode/contiguous/past:" + std::to_string(past)).c_str(),
+                                 BM_Decode, past)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    for (bool bnsh : {false, true}) {
+      for (int64_t bs : {16, 64, 256}) {
+        const std::string name = std::string("BM_PagedOverhead/") + (bnsh ? "bnsh" : "bsnh") +
+                                 "_bs:" + std::to_string(bs) + "/past:" + std::to_string(past);
+        benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, bs, bnsh, past)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,82 @@
+// Paged GroupQueryAttention as an op family: shapes and values are validated by
+// paged_gqa_validation.cpp (which reuses the GroupQueryAttention checks) before any kernel runs.
+#include "core/ops/paged_gqa_family.h"
+
+#include <cstdio>
+
+#include "attnrt/ops/paged_gqa.h"
+#include "core/ops/paged_gqa_validation.h"
+
+namespace attnrt::core {
+namespace {
+
+constexpr size_t kErrorCapacity = 1024;
+
+class PagedGqaProblem final : public Problem {
+ public:
+  explicit PagedGqaProblem(const attnrt_paged_gqa_problem& problem) : problem_(problem) {}
+
+  const void* abi() const override { return &problem_; }
+  int32_t device_type() const override { return problem_.gqa.device_type; }
+
+  Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
+             void* workspace, size_t workspace_size, void* stream) const override {
+    attnrt_paged_gqa_args args{};
+    ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateRun(problem_, inputs.tensors, inputs.count,
+                                                  outputs.tensors, outputs.count, &args));
+    // An empty batch has nothing to read or write; kernels never see one.
+    if (problem_.gqa.batch_size == 0) return Status::Ok();
+    args.gqa.workspace = workspace;
+    args.gqa.workspace_size = workspace_size;
+    args.gqa.stream = stream;
+    char error[kErrorCapacity] = {0};
+    int32_t status = ATTNRT_ERROR_INTERNAL;
+    try {
+      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
+    } catch (...) {
+      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
+    }
+    error[sizeof(error) - 1] = '\0';
+    if (status == ATTNRT_OK) return Status::Ok();
+    return {static_cast<attnrt_status>(status),
+            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+  }
+
+ private:
+  attnrt_paged_gqa_problem problem_;
+};
+
+class PagedGqaFamily final : public OpFamily {
+ public:
+  explicit PagedGqaFamily(const attnrt_paged_gqa_attributes& attributes)
+      : attributes_(attributes) {}
+
+  int32_t kind() const override { return ATTNRT_OP_PAGED_GQA; }
+  size_t max_inputs() const override { return ATTNRT_PAGED_GQA_NUM_INPUTS; }
+  size_t max_outputs() const override { return ATTNRT_PAGED_GQA_NUM_OUTPUTS; }
+  const char* input_name(size_t index) const override { return paged_gqa::InputName(index); }
+  const char* output_name(size_t index) const override { return paged_gqa::OutputName(index); }
+
+  Status Prepare(const TensorList& inputs, const TensorList& outputs,
+                 std::unique_ptr<Problem>* out) const override {
+    attnrt_paged_gqa_problem problem{};
+    ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateShapes(attributes_, inputs.tensors, inputs.count,
+                                                     outputs.tensors, outputs.count, &problem));
+    *out = std::make_unique<PagedGqaProblem>(problem);
+    return Status::Ok();
+  }
+
+ private:
+  attnrt_paged_gqa_attributes attributes_;
+};
+
+}  // namespace
+
+Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {
+  attnrt_paged_gqa_attributes validated{};
+  ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateAttributes(attributes, &validated));
+  *out = std::make_unique<PagedGqaFamily>(validated);
+  return Status::Ok();
+}
+
+}  // namespace attnrt::core

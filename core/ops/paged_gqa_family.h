@@ -1,0 +1,14 @@
+// Paged GroupQueryAttention as an op family (attnrt/ops/paged_gqa.h): validation by
+// paged_gqa_validation.cpp, kernels receive attnrt_paged_gqa_problem / attnrt_paged_gqa_args.
+#pragma once
+
+#include <memory>
+
+#include "core/ops/op_family.h"
+
+namespace attnrt::core {
+
+// Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.
+Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out);
+
+}  // namespace attnrt::core

@@ -1,0 +1,467 @@
+// Paged GroupQueryAttention validation: the pool and block-table checks, then GroupQueryAttention's
+// own checks on an equivalent contiguous call (see paged_gqa_validation.h).
+#include "core/ops/paged_gqa_validation.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/ops/gqa_validation.h"
+#include "core/ops/tensor_checks.h"
+
+namespace attnrt::core::paged_gqa {
+namespace {
+
+constexpr const char* kInputNames[ATTNRT_PAGED_GQA_NUM_INPUTS] = {"query",
+                                                                  "key",
+                                                                  "value",
+                                                                  "key_cache",
+                                                                  "value_cache",
+                                                                  "seqlens_k",
+                                                                  "total_sequence_length",
+                                                                  "cos_cache",
+                                                                  "sin_cache",
+                                                                  "position_ids",
+                                                                  "attention_bias",
+                                                                  "head_sink",
+                                                                  "k_scale",
+                                                                  "v_scale",
+                                                                  "q_norm_weight",
+                                                                  "k_norm_weight",
+                                                                  "block_table"};
+constexpr const char* kOutputNames[ATTNRT_PAGED_GQA_NUM_OUTPUTS] = {"output", "output_qk"};
+
+// GQA messages about the stand-in past/present buffers are about the pools.
+Status Rename(Status status) {
+  if (status.ok()) return status;
+  static constexpr std::array<std::pair<const char*, const char*>, 4> kNames = {
+      {{"past_key", "key_cache"},
+       {"past_value", "value_cache"},
+       {"present_key", "key_cache"},
+       {"present_value", "value_cache"}}};
+  for (const auto& [from, to] : kNames) {
+    for (size_t at = status.message.find(from); at != std::string::npos;
+         at = status.message.find(from, at)) {
+      status.message.replace(at, std::strlen(from), to);
+      at += std::strlen(to);
+    }
+  }
+  return status;
+}
+
+Status CheckCounts(size_t num_inputs, size_t num_outputs) {
+  if (num_inputs != ATTNRT_PAGED_GQA_NUM_INPUTS) {
+    return InvalidArgument(
+        StrCat("PagedGroupQueryAttention expects ", static_cast<int>(ATTNRT_PAGED_GQA_NUM_INPUTS),
+               " inputs (block_table is input 16 and required), got ", num_inputs));
+  }
+  if (num_outputs < 1 || num_outputs > ATTNRT_PAGED_GQA_NUM_OUTPUTS) {
+    return InvalidArgument(StrCat(
+        "PagedGroupQueryAttention expects 1 or 2 outputs (output, output_qk), got ", num_outputs));
+  }
+  return Status::Ok();
+}
+
+// The stand-in for past_key/past_value and present_key/present_value: (rows_b, Nkv, C, last) of
+// the pool's dtype and device. At plan rows_b = B (shapes are checked); at run rows_b = 0 and data
+// NULL, so the GQA aliasing checks see an empty buffer and the pools are checked here instead.
+struct StandIn {
+  int64_t shape[4];
+  attnrt_tensor tensor;
+};
+
+void MakeStandIn(const attnrt_tensor& pool, int64_t rows_b, int64_t kv_heads, int64_t capacity,
+                 StandIn* s) {
+  s->shape[0] = rows_b;
+  s->shape[1] = kv_heads;
+  s->shape[2] = capacity;
+  s->shape[3] = pool.shape[3];
+  s->tensor = attnrt_tensor{};
+  s->tensor.device = pool.device;
+  s->tensor.ndim = 4;
+  s->tensor.dtype = pool.dtype;
+  s->tensor.shape = s->shape;
+}
+
+// The GQA tensor lists of the equivalent contiguous call.
+struct GqaCall {
+  StandIn key;
+  StandIn value;
+  const attnrt_tensor* in[ATTNRT_GQA_NUM_INPUTS] = {};
+  const attnrt_tensor* out[ATTNRT_GQA_NUM_OUTPUTS] = {};
+  size_t num_outputs = 0;
+};
+
+void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
+                 size_t num_outputs, int64_t rows_b, int64_t kv_heads, int64_t capacity,
+                 GqaCall* c) {
+  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, kv_heads, capacity, &c->key);
+  MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, kv_heads, capacity, &c->value);
+  for (int i = 0; i < ATTNRT_GQA_NUM_INPUTS; ++i) c->in[i] = inputs[i];
+  c->in[ATTNRT_GQA_INPUT_PAST_KEY] = &c->key.tensor;
+  c->in[ATTNRT_GQA_INPUT_PAST_VALUE] = &c->value.tensor;
+  c->out[ATTNRT_GQA_OUTPUT_OUTPUT] = outputs[ATTNRT_PAGED_GQA_OUTPUT_OUTPUT];
+  c->out[ATTNRT_GQA_OUTPUT_PRESENT_KEY] = &c->key.tensor;
+  c->out[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] = &c->value.tensor;
+  c->out[ATTNRT_GQA_OUTPUT_OUTPUT_QK] = num_outputs > ATTNRT_PAGED_GQA_OUTPUT_OUTPUT_QK
+                                            ? outputs[ATTNRT_PAGED_GQA_OUTPUT_OUTPUT_QK]
+                                            : nullptr;
+  c->num_outputs = c->out[ATTNRT_GQA_OUTPUT_OUTPUT_QK] != nullptr ? 4 : 3;
+}
+
+Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* const* in) {
+  for (int i : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE,
+                ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE}) {
+    if (in[i] == nullptr) {
+      return InvalidArgument(StrCat("Input '", kInputNames[i], "' is required but absent"));
+    }
+    ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*in[i], kInputNames[i]));
+    ATTNRT_RETURN_IF_ERROR(CheckCompact(*in[i], kInputNames[i]));
+  }
+  const attnrt_tensor& key = *in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE];
+  const attnrt_tensor& value = *in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE];
+  ATTNRT_RETURN_IF_ERROR(CheckRank(key, "key_cache", 4));
+  ATTNRT_RETURN_IF_ERROR(CheckRank(value, "value_cache", 4));
+  const bool bnsh = a.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  const char* layout = bnsh ? "BNSH [num_blocks, kv_num_heads, block_size, head_size]"
+                            : "BSNH [num_blocks, block_size, kv_num_heads, head_size]";
+  const int block_dim = bnsh ? 2 : 1;
+  const int heads_dim = bnsh ? 1 : 2;
+  if (key.shape[block_dim] != a.block_size) {
+    return InvalidArgument(StrCat("key_cache: dimension ", block_dim,
+                                  " (block_size) must equal the block_size attribute ",
+                                  a.block_size, ", got ", key.shape[block_dim], " (shape ",
+                                  ShapeString(key), ", kv_layout ", layout, ")"));
+  }
+  if (key.shape[heads_dim] != a.gqa.kv_num_heads) {
+    return InvalidArgument(StrCat("key_cache: dimension ", heads_dim, " must be kv_num_heads ",
+                                  a.gqa.kv_num_heads, ", got ", key.shape[heads_dim], " (shape ",
+                                  ShapeString(key), ", kv_layout ", layout, ")"));
+  }
+  if (key.shape[0] < 1) {
+    return InvalidArgument(
+        StrCat("key_cache: dimension 0 (num_blocks) must be at least 1, got ", key.shape[0]));
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (value.shape[d] != key.shape[d]) {
+      return InvalidArgument(StrCat("value_cache: expected the shape of key_cache ",
+                                    ShapeString(key), ", got ", ShapeString(value)));
+    }
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(value, "value_cache", key.dtype, "the dtype of key_cache"));
+  if (!SameDevice(value.device, key.device)) {
+    return InvalidArgument(StrCat("value_cache: expected device ", DeviceString(key.device),
+                                  " (the device of key_cache), got ", DeviceString(value.device)));
+  }
+  const attnrt_tensor& table = *in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE];
+  ATTNRT_RETURN_IF_ERROR(CheckRank(table, "block_table", 2));
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(table, "block_table", kInt32));
+  if (table.device.device_type != ATTNRT_DEVICE_CPU) {
+    return InvalidArgument(StrCat("block_table: must be in host memory (device cpu), got ",
+                                  DeviceString(table.device)));
+  }
+  if (table.shape[1] < 1) {
+    return InvalidArgument(StrCat(
+        "block_table: dimension 1 (max_blocks_per_seq) must be at least 1, got ", table.shape[1]));
+  }
+  if (table.shape[1] > kMaxDimExtent / a.block_size) {
+    return InvalidArgument(StrCat("block_table: dimension 1 (max_blocks_per_seq) ", table.shape[1],
+                                  " times block_size ", a.block_size, " exceeds ", kMaxDimExtent,
+                                  " tokens"));
+  }
+  return Status::Ok();
+}
+
+Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* const* inputs,
+                          size_t num_inputs, const attnrt_tensor* const* outputs,
+                          size_t num_outputs, attnrt_paged_gqa_problem* out) {
+  if (out == nullptr) return InvalidArgument("PagedGroupQueryAttention: problem must not be NULL");
+  ATTNRT_RETURN_IF_ERROR(CheckCounts(num_inputs, num_outputs));
+  if (inputs == nullptr || outputs == nullptr) {
+    return InvalidArgument("PagedGroupQueryAttention: inputs and outputs must not be NULL");
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckPools(a, inputs));
+  const attnrt_tensor& table = *inputs[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE];
+  const attnrt_tensor* query = inputs[ATTNRT_PAGED_GQA_INPUT_QUERY];
+  const int64_t capacity = table.shape[1] * a.block_size;
+  // The batch of the stand-ins is the query's; a malformed query is reported by the GQA checks.
+  const int64_t batch =
+      query != nullptr && query->ndim >= 1 && query->shape != nullptr ? query->shape[0] : 0;
+  GqaCall call;
+  MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity, &call);
+  attnrt_gqa_problem gqa{};
+  ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(a.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out,
+                                                    call.num_outputs, &gqa)));
+  if (table.shape[0] != gqa.batch_size) {
+    return InvalidArgument(StrCat("block_table: dimension 0 must be batch_size ", gqa.batch_size,
+                                  ", got ", table.shape[0]));
+  }
+  attnrt_paged_gqa_problem p{};
+  p.struct_size = sizeof(attnrt_paged_gqa_problem);
+  p.gqa = gqa;
+  p.num_blocks = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->shape[0];
+  p.block_size = a.block_size;
+  p.max_blocks_per_seq = table.shape[1];
+  p.kv_layout = a.kv_layout;
+  *out = p;
+  return Status::Ok();
+}
+
+int32_t ReadInt32(const void* base, int64_t index) {
+  int32_t v;
+  std::memcpy(&v, static_cast<const char*>(base) + index * 4, sizeof v);
+  return v;
+}
+
+const void* DataOf(const attnrt_tensor* t) {
+  return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
+                                            : nullptr;
+}
+
+// The pools are written: no output may overlap them, and they overlap nothing else.
+Status CheckPoolAliasing(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
+                         size_t num_outputs) {
+  ByteRange pools[2];
+  const int pool_inputs[2] = {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE};
+  for (int k = 0; k < 2; ++k) {
+    ATTNRT_RETURN_IF_ERROR(
+        ResolveRange(*inputs[pool_inputs[k]], kInputNames[pool_inputs[k]], &pools[k]));
+  }
+  if (Overlaps(pools[0], pools[1])) {
+    return InvalidArgument(
+        "value_cache overlaps key_cache in memory, expected disjoint block pools");
+  }
+  for (int k = 0; k < 2; ++k) {
+    const attnrt_tensor& pool = *inputs[pool_inputs[k]];
+    for (int i = 0; i < ATTNRT_PAGED_GQA_NUM_INPUTS; ++i) {
+      const attnrt_tensor* x = inputs[i];
+      if (x == nullptr || i == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE ||
+          i == ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE ||
+          x->device.device_type != pool.device.device_type) {
+        continue;
+      }
+      ByteRange r;
+      ATTNRT_RETURN_IF_ERROR(ResolveRange(*x, kInputNames[i], &r));
+      if (Overlaps(pools[k], r)) {
+        return InvalidArgument(StrCat("Input '", kInputNames[i], "' overlaps ",
+                                      kInputNames[pool_inputs[k]],
+                                      " in memory; the run writes the pool, expected disjoint "
+                                      "buffers"));
+      }
+    }
+    for (size_t o = 0; o < num_outputs; ++o) {
+      const attnrt_tensor* x = outputs[o];
+      if (x == nullptr || x->device.device_type != pool.device.device_type) continue;
+      ByteRange r;
+      ATTNRT_RETURN_IF_ERROR(ResolveRange(*x, kOutputNames[o], &r));
+      if (Overlaps(pools[k], r)) {
+        return InvalidArgument(StrCat("Output '", kOutputNames[o], "' overlaps ",
+                                      kInputNames[pool_inputs[k]],
+                                      " in memory, expected disjoint buffers"));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* const* inputs,
+                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
+                       attnrt_paged_gqa_args* out) {
+  if (out == nullptr) return InvalidArgument("PagedGroupQueryAttention: args must not be NULL");
+  if (p.struct_size != sizeof(attnrt_paged_gqa_problem)) {
+    return InvalidArgument(StrCat("PagedGroupQueryAttention: problem.struct_size must be ",
+                                  sizeof(attnrt_paged_gqa_problem), ", got ", p.struct_size));
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckCounts(num_inputs, num_outputs));
+  for (int i : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE,
+                ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE, ATTNRT_PAGED_GQA_INPUT_SEQLENS_K,
+                ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH}) {
+    if (inputs[i] == nullptr) {
+      return PlanMismatch(
+          StrCat("Input '", kInputNames[i], "' was present when the plan was made, got absent"));
+    }
+  }
+  const int64_t B = p.gqa.batch_size;
+  const int64_t block_size = p.block_size;
+  const int64_t slots = p.max_blocks_per_seq;
+  const int64_t capacity = slots * block_size;
+  const void* seqlens = DataOf(inputs[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K]);
+  const void* total = DataOf(inputs[ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH]);
+  const auto* table =
+      static_cast<const int32_t*>(DataOf(inputs[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE]));
+
+  // The table's capacity bounds every length; said in its terms before the GQA checks would say it
+  // as a buffer length.
+  const int64_t T = ReadInt32(total, 0);
+  if (T > capacity) {
+    return InvalidArgument(StrCat("total_sequence_length ", T,
+                                  " exceeds the block table's capacity of max_blocks_per_seq ",
+                                  slots, " x block_size ", block_size, " = ", capacity, " tokens"));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t v = ReadInt32(seqlens, b);
+    if (v >= capacity) {
+      return InvalidArgument(StrCat("block_table: too short for seqlens_k[", b, "] = ", v, ": ",
+                                    v + 1, " tokens need ", (v + block_size) / block_size,
+                                    " blocks of ", block_size, ", a row has max_blocks_per_seq ",
+                                    slots, " slots"));
+    }
+  }
+
+  GqaCall call;
+  MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity, &call);
+  attnrt_gqa_args gqa{};
+  ATTNRT_RETURN_IF_ERROR(Rename(
+      gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
+
+  // Block ids: every slot a batch reads must name a block of the pools. Rows [first_write, T_b) of
+  // batch b are written by this step.
+  const bool first_prompt = gqa.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
+  const int64_t S = p.gqa.sequence_length;
+  const int64_t L = p.gqa.kv_sequence_length;
+  // Every needed slot as (block, batch, slot, written by this step).
+  struct Use {
+    int32_t block;
+    int64_t batch;
+    int64_t slot;
+    bool written;
+  };
+  std::vector<Use> uses;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t t_b = ReadInt32(seqlens, b) + 1;
+    const int64_t needed = (t_b + block_size - 1) / block_size;
+    const int64_t first_write = L == 0 ? t_b : (first_prompt ? 0 : t_b - S);
+    for (int64_t i = 0; i < needed; ++i) {
+      const int32_t id = table[b * slots + i];
+      if (id == -1) {
+        return InvalidArgument(
+            StrCat("block_table[", b, "][", i, "] is -1 (unallocated), but seqlens_k[", b,
+                   "] = ", t_b - 1, " needs blocks [0, ", needed, ") of block_size ", block_size));
+      }
+      if (id < 0 || id >= p.num_blocks) {
+        return InvalidArgument(StrCat("block_table[", b, "][", i, "] = ", id,
+                                      " is out of range [0, ", p.num_blocks,
+                                      ") (num_blocks of key_cache)"));
+      }
+      uses.push_back({id, b, i, (i + 1) * block_size > first_write});
+    }
+  }
+  // A block this step writes must appear in one slot only: two slots naming it would race or
+  // overwrite another sequence's tokens (shared blocks are copied first: attnrt_block_pool_append).
+  std::sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) {
+    return x.block != y.block ? x.block < y.block : x.written > y.written;
+  });
+  for (size_t k = 0; k + 1 < uses.size(); ++k) {
+    const Use& w = uses[k];
+    const Use& other = uses[k + 1];
+    if (w.block != other.block || !w.written) continue;
+    return InvalidArgument(StrCat(
+        "block_table[", w.batch, "][", w.slot, "] = ", w.block,
+        " is written by this step and also named by block_table[", other.batch, "][", other.slot,
+        "]; a block being written must belong to one sequence (copy a shared block first, as "
+        "attnrt_block_pool_append reports)"));
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckPoolAliasing(inputs, outputs, num_outputs));
+
+  gqa.present_shares_past = true;
+  attnrt_paged_gqa_args args{};
+  args.struct_size = sizeof(attnrt_paged_gqa_args);
+  args.problem = &p;
+  args.gqa = gqa;
+  args.gqa.problem = &p.gqa;
+  args.key_cache = const_cast<void*>(DataOf(inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]));
+  args.value_cache = const_cast<void*>(DataOf(inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]));
+  args.block_table = table;
+  *out = args;
+  return Status::Ok();
+}
+
+Status OutOfMemory(const char* where) noexcept {
+  try {
+    return {ATTNRT_ERROR_OUT_OF_MEMORY,
+            StrCat("PagedGroupQueryAttention: out of memory in ", where)};
+  } catch (...) {
+    return {ATTNRT_ERROR_OUT_OF_MEMORY, std::string()};
+  }
+}
+
+}  // namespace
+
+Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
+  try {
+    if (attributes == nullptr) {
+      return InvalidArgument("PagedGroupQueryAttention: attributes must not be NULL");
+    }
+    size_t struct_size;
+    std::memcpy(&struct_size, attributes, sizeof struct_size);
+    if (struct_size < sizeof(attnrt_paged_gqa_attributes)) {
+      return AbiMismatch(StrCat("attnrt_paged_gqa_attributes struct_size must be at least ",
+                                sizeof(attnrt_paged_gqa_attributes), ", got ", struct_size));
+    }
+    attnrt_paged_gqa_attributes a;
+    std::memcpy(&a, attributes, sizeof a);
+    a.struct_size = sizeof(attnrt_paged_gqa_attributes);
+    ATTNRT_RETURN_IF_ERROR(gqa::ValidateAttributes(&a.gqa, &a.gqa));
+    if (a.gqa.sliding_window_cache != 0) {
+      return InvalidArgument(
+          StrCat("gqa.sliding_window_cache must be 0 with a paged KV cache (a pool releases blocks "
+                 "instead of a ring buffer), got ",
+                 a.gqa.sliding_window_cache));
+    }
+    if (a.block_size < ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE ||
+        a.block_size > ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) {
+      return InvalidArgument(StrCat("block_size must be in [", ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE,
+                                    ", ", ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE, "], got ",
+                                    a.block_size));
+    }
+    if (a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BSNH && a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BNSH) {
+      return InvalidArgument(StrCat("kv_layout must be 0 (BSNH) or 1 (BNSH), got ", a.kv_layout));
+    }
+    if (out == nullptr) return InvalidArgument("PagedGroupQueryAttention: out must not be NULL");
+    *out = a;
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("ValidateAttributes");
+  } catch (...) {
+    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateAttributes");
+  }
+}
+
+Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
+                      const attnrt_tensor* const* inputs, size_t num_inputs,
+                      const attnrt_tensor* const* outputs, size_t num_outputs,
+                      attnrt_paged_gqa_problem* out) {
+  try {
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, out);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("ValidateShapes");
+  } catch (...) {
+    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateShapes");
+  }
+}
+
+Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor* const* inputs,
+                   size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
+                   attnrt_paged_gqa_args* out) {
+  try {
+    return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("ValidateRun");
+  } catch (...) {
+    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateRun");
+  }
+}
+
+const char* InputName(size_t index) {
+  return index < ATTNRT_PAGED_GQA_NUM_INPUTS ? kInputNames[index] : "?";
+}
+
+const char* OutputName(size_t index) {
+  return index < ATTNRT_PAGED_GQA_NUM_OUTPUTS ? kOutputNames[index] : "?";
+}
+
+}  // namespace attnrt::core::paged_gqa

@@ -1,0 +1,40 @@
+// Paged GroupQueryAttention validation (attnrt/ops/paged_gqa.h). The GQA checks are reused: the
+// call is validated as a GroupQueryAttention whose past_key/past_value and present outputs are one
+// shared buffer of max_blocks_per_seq * block_size rows (messages name key_cache/value_cache);
+// the pool, block table and block id checks are this file's. Nothing here writes any tensor.
+#pragma once
+
+#include <cstddef>
+
+#include "attnrt/ops/paged_gqa.h"
+#include "core/status.h"
+
+namespace attnrt::core::paged_gqa {
+
+// struct_size, the GQA attributes (gqa::ValidateAttributes), sliding_window_cache == 0 and
+// block_size in [1, 1024]. Writes a normalized copy to *out.
+Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out);
+
+// Shapes only: input/output counts; key_cache and value_cache [num_blocks, block_size, Nkv, H]
+// (H/2 for int4) of one dtype; block_table int32 [B, max_blocks_per_seq] on the host; then every
+// GQA shape check. Fills *out.
+Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
+                      const attnrt_tensor* const* inputs, size_t num_inputs,
+                      const attnrt_tensor* const* outputs, size_t num_outputs,
+                      attnrt_paged_gqa_problem* out);
+
+// Values, before any memory is written: total_sequence_length and every seqlens_k[b] within the
+// table's capacity, the GQA run checks, every block id batch b needs (slots [0, ceil(T_b /
+// block_size))) in [0, num_blocks), no block written by this step read by another batch, no output
+// overlapping a pool, the pools disjoint from each other and from every other input. Fills *out
+// (out->problem = &problem, out->gqa.problem = &problem.gqa).
+Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor* const* inputs,
+                   size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
+                   attnrt_paged_gqa_args* out);
+
+// Names of inputs and outputs by position ("query", ..., "block_table"; "output", "output_qk");
+// "?" out of range.
+const char* InputName(size_t index);
+const char* OutputName(size_t index);
+
+}  // namespace attnrt::core::paged_gqa

@@ -1,0 +1,18 @@
+// paged_gqa.flash: GroupQueryAttention over a paged KV cache (attnrt/ops/paged_gqa.h; DESIGN §6,
+// seed 002, vLLM PagedAttention). The gqa.flash algorithm itself (gqa_flash.cpp: tiles, online
+// softmax, split-KV decoding, the ISA block operations) reads K/V through the block table, so the
+// outputs are bitwise those of gqa.flash over a contiguous cache holding the same tokens. This
+// file holds the kernel descriptors and the append of the new K/V rows into the pools.
+#pragma once
+
+#include <cstddef>
+
+#include "attnrt/plugin.h"
+
+namespace attnrt::cpu {
+
+// Kernels of the paged GQA op (cpu_x86.paged_gqa.flash.scalar, cpu_x86.paged_gqa.flash.avx2).
+size_t PagedGqaKernelCount() noexcept;
+const attnrt_kernel_desc* PagedGqaKernel(size_t index) noexcept;
+
+}  // namespace attnrt::cpu
