@@ -290,7 +290,8 @@ typedef enum attnrt_op_kind {
   ATTNRT_OP_SPARSE_MLA_METADATA = 4
 } attnrt_op_kind;
 
-/** Short op name ("gqa", "paged_gqa", "sparse_mla", "sparse_mla_metadata"), or "unknown". Never NULL. */
+/** Short op name ("gqa", "paged_gqa", "sparse_mla", "sparse_mla_metadata"), or "unknown".
+ *  Never NULL. */
 ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 
 /** The reference op's name of input/output `index` (for GQA ONNX Runtime's: "query", ...,
