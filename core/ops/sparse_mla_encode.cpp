@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "attnrt/ops/sparse_mla.h"
@@ -115,6 +117,50 @@ float GroupAmax(const float* row, int g) {
   return amax;
 }
 
+// The largest finite magnitudes of the stored formats and the smallest that round past them.
+constexpr float kBf16Max = 3.38953139e38f;  // 0x7F7F
+constexpr float kFp16Max = 65504.0f;        // 0x7BFF; 65520 and above round to infinity
+bool Bf16Overflows(float x) { return (FloatToBf16(x) & 0x7FFFu) >= 0x7F80u; }
+
+// Rope dims are stored as bf16: a finite value must not round to infinity.
+Status CheckRopeFits(const float* row, size_t token) {
+  for (int d = kNope; d < kD; ++d) {
+    if (Bf16Overflows(row[d])) {
+      return InvalidArgument(StrCat("kv: token ", token, " dimension ", d, " value ", row[d],
+                                    " overflows the bf16 rope format (largest finite magnitude ",
+                                    kBf16Max, ")"));
+    }
+  }
+  return Status::Ok();
+}
+
+float Tq4Scale(const float* row, uint8_t* codes);
+
+// Checks that every value of one token encodes to a finite value of the format.
+Status CheckMode1Token(const float* row, size_t token) { return CheckRopeFits(row, token); }
+
+Status CheckMode2Token(const float* row, size_t token) {
+  // Scales are 2^e with e in [-13, 120] for finite inputs (amax / 448 <= 7.6e35): always within
+  // e8m0's [2^-127, 2^127]; codes are saturated to +-448 as documented.
+  return CheckRopeFits(row, token);
+}
+
+Status CheckTq4Token(const float* row, size_t token) {
+  uint8_t codes[kD];
+  const float scale = Tq4Scale(row, codes);
+  if (!(scale < 65520.0f)) {
+    int dmax = 0;
+    for (int d = 1; d < kD; ++d) {
+      if (std::fabs(row[d]) > std::fabs(row[dmax])) dmax = d;
+    }
+    return InvalidArgument(StrCat("kv: token ", token, " (largest value ", row[dmax],
+                                  " at dimension ", dmax, ") has a TQ4 scale of ", scale,
+                                  " that overflows the fp16 scale format (largest finite ",
+                                  kFp16Max, ")"));
+  }
+  return Status::Ok();
+}
+
 void EncodeMode1(const float* row, uint8_t* token) {
   std::memset(token, 0, ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES);
   for (int d = 0; d < ATTNRT_SPARSE_MLA_ROPE_DIM; ++d) {
@@ -146,33 +192,65 @@ void EncodeMode2(const float* row, uint8_t* feature, uint8_t* scales) {
   }
 }
 
-void EncodeTq4(const float* row, uint8_t* token) {
+// Fills the 512 codebook indices of one row and returns its scale (before fp16 rounding).
+float Tq4Scale(const float* row, uint8_t* codes) {
   double sum_sq = 0.0;
   for (int d = 0; d < kD; ++d) sum_sq += double{row[d]} * row[d];
   const double inv = 1.0 / std::sqrt(sum_sq + 1e-16);
   float midpoints[15];
   for (int k = 0; k < 15; ++k) midpoints[k] = 0.5f * (kCodebook[k] + kCodebook[k + 1]);
   double code_sq = 0.0;
-  uint8_t codes[kD];
   for (int d = 0; d < kD; ++d) {
     const float unit = static_cast<float>(row[d] * inv);
     const int n = static_cast<int>(std::upper_bound(midpoints, midpoints + 15, unit) - midpoints);
     codes[d] = static_cast<uint8_t>(n);
     code_sq += double{kCodebook[n]} * kCodebook[n];
   }
+  const double scale = sum_sq > 0.0 ? std::sqrt(sum_sq) / std::sqrt(code_sq) : 0.0;
+  return scale >= 3.0e38 ? std::numeric_limits<float>::infinity() : static_cast<float>(scale);
+}
+
+void EncodeTq4(const float* row, uint8_t* token) {
+  uint8_t codes[kD];
+  const float scale = Tq4Scale(row, codes);
   for (int t = 0; t < kD / 2; ++t) {
     token[t] = static_cast<uint8_t>(codes[2 * t] | (codes[2 * t + 1] << 4));
   }
-  const float scale =
-      sum_sq > 0.0 ? static_cast<float>(std::sqrt(sum_sq) / std::sqrt(code_sq)) : 0.0f;
   StoreU16(token + 256, FloatToFp16(scale));
 }
 
+// Rejects a token count whose input or output byte size does not fit in size_t.
+Status CheckTokenCount(size_t num_tokens, attnrt_dtype dtype, size_t token_bytes) {
+  const size_t in_bytes = DtypeEquals(dtype, kFloat32) ? sizeof(float) * kD : sizeof(uint16_t) * kD;
+  const size_t limit = SIZE_MAX / std::max(in_bytes, token_bytes);
+  if (num_tokens > limit) {
+    return InvalidArgument(StrCat("num_tokens: expected at most ", limit,
+                                  " (the input and output byte sizes must fit in size_t), got ",
+                                  num_tokens));
+  }
+  return Status::Ok();
+}
+
+Status CheckDtype(attnrt_dtype dtype) {
+  if (DtypeEquals(dtype, kFloat32) || DtypeEquals(dtype, kBFloat16)) return Status::Ok();
+  return InvalidArgument(
+      StrCat("kv_dtype: expected float32 or bfloat16, got ", attnrt_dtype_name(dtype)));
+}
+
+// Validates every token of the call (finite values that the format can hold) before the first
+// output byte is written, then encodes them.
 Status Encode(const void* kv, attnrt_dtype dtype, size_t num_tokens, const void* out,
-              void (*encode_one)(const float*, uint8_t*), size_t token_bytes) {
+              Status (*check_one)(const float*, size_t), void (*encode_one)(const float*, uint8_t*),
+              size_t token_bytes) {
   if (kv == nullptr && num_tokens > 0) return InvalidArgument("kv: expected a non-NULL pointer");
   if (out == nullptr && num_tokens > 0) return InvalidArgument("out: expected a non-NULL pointer");
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(dtype));
+  ATTNRT_RETURN_IF_ERROR(CheckTokenCount(num_tokens, dtype, token_bytes));
   float row[kD];
+  for (size_t t = 0; t < num_tokens; ++t) {
+    ATTNRT_RETURN_IF_ERROR(ReadRow(kv, dtype, t, row));
+    ATTNRT_RETURN_IF_ERROR(check_one(row, t));
+  }
   for (size_t t = 0; t < num_tokens; ++t) {
     ATTNRT_RETURN_IF_ERROR(ReadRow(kv, dtype, t, row));
     encode_one(row, static_cast<uint8_t*>(const_cast<void*>(out)) + t * token_bytes);
@@ -188,8 +266,8 @@ extern "C" {
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode1(const void* kv, attnrt_dtype kv_dtype,
                                                         size_t num_tokens, uint8_t* out) {
   using namespace attnrt::core;
-  return RecordLastError(
-      Encode(kv, kv_dtype, num_tokens, out, &EncodeMode1, ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES));
+  return RecordLastError(Encode(kv, kv_dtype, num_tokens, out, &CheckMode1Token, &EncodeMode1,
+                                ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES));
 }
 
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_dtype kv_dtype,
@@ -207,6 +285,7 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_d
     }
     float row[kD];
     ATTNRT_RETURN_IF_ERROR(ReadRow(kv, kv_dtype, 0, row));
+    ATTNRT_RETURN_IF_ERROR(CheckMode2Token(row, 0));
     EncodeMode2(row, block + slot * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES,
                 block + block_size * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES +
                     slot * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES);
@@ -218,8 +297,8 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_d
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_tq4(const void* kv, attnrt_dtype kv_dtype,
                                                       size_t num_tokens, uint8_t* out) {
   using namespace attnrt::core;
-  return RecordLastError(
-      Encode(kv, kv_dtype, num_tokens, out, &EncodeTq4, ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES));
+  return RecordLastError(Encode(kv, kv_dtype, num_tokens, out, &CheckTq4Token, &EncodeTq4,
+                                ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES));
 }
 
 ATTNRT_API const float* attnrt_sparse_mla_tq4_codebook(void) { return attnrt::core::kCodebook; }

@@ -53,10 +53,11 @@ class SparseMlaProblem final : public Problem {
   Status RunInCore(const TensorList& inputs, const TensorList& outputs,
                    int32_t num_threads) const override {
     try {
+      const attnrt_tensor* out = outputs.at(ATTNRT_SPARSE_MLA_METADATA_OUTPUT);
+      ATTNRT_RETURN_IF_ERROR(sparse_mla::ValidateMetadataRun(inputs.tensors, inputs.count, *out));
       std::vector<attnrt_sparse_mla_batch> batches;
       ATTNRT_RETURN_IF_ERROR(
           sparse_mla::ResolveBatches(problem_, inputs.tensors, inputs.count, &batches));
-      const attnrt_tensor* out = outputs.at(ATTNRT_SPARSE_MLA_METADATA_OUTPUT);
       auto* words = reinterpret_cast<int32_t*>(static_cast<char*>(out->data) + out->byte_offset);
       return sparse_mla::BuildMetadata(
           problem_, batches,

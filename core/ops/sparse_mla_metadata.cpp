@@ -143,7 +143,9 @@ Status BuildMetadata(const attnrt_sparse_mla_problem& p,
   return Status::Ok();
 }
 
-Status CheckMetadata(const attnrt_sparse_mla_problem& p, uint64_t signature, const int32_t* md) {
+Status CheckMetadata(const attnrt_sparse_mla_problem& p,
+                     const std::vector<attnrt_sparse_mla_batch>& batches, uint64_t signature,
+                     const int32_t* md) {
   const std::string regenerate =
       "; run the sparse_mla_metadata op with this op's attributes and inputs";
   if (md[0] != ATTNRT_SPARSE_MLA_METADATA_MAGIC) {
@@ -162,32 +164,40 @@ Status CheckMetadata(const attnrt_sparse_mla_problem& p, uint64_t signature, con
         StrCat("metadata: made for other attributes, shapes or sequence lengths (signature ",
                std::hex, got, ", these inputs have ", signature, ")", std::dec, regenerate));
   }
-  // The signature matches, so the table is ours unless the buffer was altered; check its shape
-  // anyway since the kernel trusts it for memory accesses.
-  const int64_t rows =
-      p.attributes.layout_q == ATTNRT_SPARSE_MLA_LAYOUT_TND ? p.q_rows : p.batch_size * p.q_rows;
-  const int64_t hpg = md[5], groups = md[6], workers = md[7], items = md[8];
-  const bool header_ok =
-      md[4] == rows && hpg >= 1 && hpg <= p.num_heads && groups == (p.num_heads + hpg - 1) / hpg &&
-      workers >= 1 && workers <= ATTNRT_SPARSE_MLA_METADATA_MAX_WORKERS && items == rows * groups;
-  if (!header_ok) {
-    return InvalidArgument(StrCat("metadata[4..8]: inconsistent header (rows ", md[4],
-                                  ", heads per group ", hpg, ", groups ", groups, ", workers ",
-                                  workers, ", items ", items, ")", regenerate));
+  // The signature matches, so the table is ours unless the buffer was altered. Every word the
+  // layout defines is checked: the header against this problem, the worker table against the
+  // partition the metadata op makes for that many workers, and the reserved and unused words
+  // against zero. The kernel trusts the table for memory accesses.
+  const int32_t workers = md[7];
+  if (workers < 1 || workers > ATTNRT_SPARSE_MLA_METADATA_MAX_WORKERS) {
+    return InvalidArgument(StrCat("metadata[7]: expected a worker count of 1 to ",
+                                  ATTNRT_SPARSE_MLA_METADATA_MAX_WORKERS, ", got ", workers,
+                                  regenerate));
   }
-  int64_t expected_begin = 0;
-  for (int64_t w = 0; w < workers; ++w) {
-    const int64_t begin = md[kHeader + 2 * w], end = md[kHeader + 2 * w + 1];
-    if (begin != expected_begin || end < begin || end > items) {
-      return InvalidArgument(StrCat("metadata[", kHeader + 2 * w, "]: worker ", w, " range [",
-                                    begin, ", ", end, ") does not continue at ", expected_begin,
-                                    " within ", items, " items", regenerate));
+  int32_t expected[ATTNRT_SPARSE_MLA_METADATA_SIZE];
+  ATTNRT_RETURN_IF_ERROR(BuildMetadata(p, batches, signature, workers, expected));
+  for (int k = 4; k < ATTNRT_SPARSE_MLA_METADATA_SIZE; ++k) {
+    if (md[k] == expected[k]) continue;
+    std::string what;
+    if (k == 4) {
+      what = "number of rows";
+    } else if (k == 5) {
+      what = "heads per group";
+    } else if (k == 6) {
+      what = "number of head groups";
+    } else if (k == 8) {
+      what = "total items";
+    } else if (k < kHeader) {
+      what = "reserved word, zero";
+    } else if (k < kHeader + 2 * workers) {
+      const int w = (k - kHeader) / 2;
+      what = StrCat((k - kHeader) % 2 == 0 ? "first item" : "end item", " of worker ", w, " of ",
+                    workers);
+    } else {
+      what = StrCat("unused word past the ", workers, " workers' table, zero");
     }
-    expected_begin = end;
-  }
-  if (expected_begin != items) {
-    return InvalidArgument(StrCat("metadata: the worker ranges cover ", expected_begin, " of ",
-                                  items, " items", regenerate));
+    return InvalidArgument(StrCat("metadata[", k, "]: expected ", expected[k], " (", what,
+                                  "), got ", md[k], regenerate));
   }
   return Status::Ok();
 }

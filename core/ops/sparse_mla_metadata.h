@@ -22,8 +22,11 @@ Status BuildMetadata(const attnrt_sparse_mla_problem& problem,
                      const std::vector<attnrt_sparse_mla_batch>& batches, uint64_t signature,
                      int32_t num_workers, int32_t* out);
 
-// Checks magic, version, signature and the shape of the worker table against this problem.
-Status CheckMetadata(const attnrt_sparse_mla_problem& problem, uint64_t signature,
+// Checks every word of the layout: magic, version, signature, the header against this problem,
+// the worker table against the partition BuildMetadata makes for the stored worker count, and the
+// reserved and unused words (zero). The message names `metadata[k]`, expected and actual.
+Status CheckMetadata(const attnrt_sparse_mla_problem& problem,
+                     const std::vector<attnrt_sparse_mla_batch>& batches, uint64_t signature,
                      const int32_t* metadata);
 
 }  // namespace attnrt::core::sparse_mla

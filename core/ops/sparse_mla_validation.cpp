@@ -753,7 +753,8 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
 
     // Metadata.
     const int32_t* md = Data(t.in[ATTNRT_SPARSE_MLA_INPUT_METADATA]);
-    ATTNRT_RETURN_IF_ERROR(CheckMetadata(p, Signature(a, t.in, ATTNRT_SPARSE_MLA_NUM_INPUTS), md));
+    ATTNRT_RETURN_IF_ERROR(
+        CheckMetadata(p, *batches, Signature(a, t.in, ATTNRT_SPARSE_MLA_NUM_INPUTS), md));
 
     *args = attnrt_sparse_mla_args{};
     args->struct_size = sizeof(attnrt_sparse_mla_args);
@@ -782,6 +783,22 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
   } catch (const std::bad_alloc&) {
     return {ATTNRT_ERROR_OUT_OF_MEMORY, "sparse_mla: out of memory while validating the run"};
   }
+}
+
+Status ValidateMetadataRun(const attnrt_tensor* const* inputs, size_t num_inputs,
+                           const attnrt_tensor& output) {
+  ByteRange out_range;
+  ATTNRT_RETURN_IF_ERROR(ResolveRange(output, "metadata", &out_range));
+  for (size_t i = 0; i < num_inputs && i < ATTNRT_SPARSE_MLA_NUM_INPUTS; ++i) {
+    if (inputs[i] == nullptr) continue;
+    ByteRange in_range;
+    ATTNRT_RETURN_IF_ERROR(ResolveRange(*inputs[i], kInputNames[i], &in_range));
+    if (Overlaps(out_range, in_range)) {
+      return InvalidArgument(StrCat("metadata: shares memory with input ", kInputNames[i],
+                                    "; outputs must not overlap inputs"));
+    }
+  }
+  return Status::Ok();
 }
 
 const char* InputName(size_t index) {

@@ -33,11 +33,15 @@ Status ResolveBatches(const attnrt_sparse_mla_problem& problem, const attnrt_ten
 
 // The main op's run checks: ResolveBatches, cmp_sparse_indices values (>= -1; physical slots of
 // topk_value_mode 2 within the cache), the metadata (magic, version, signature of attributes,
-// shapes and lengths, a well-formed worker table), data pointers and aliasing between outputs and
-// inputs. Fills *args (problem, batches, pointers); nothing is written to any output.
+// shapes and lengths, then every word of the layout), data pointers and aliasing between outputs
+// and inputs. Fills *args (problem, batches, pointers); nothing is written to any output.
 Status ValidateRun(const attnrt_sparse_mla_problem& problem, const attnrt_tensor* const* inputs,
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    std::vector<attnrt_sparse_mla_batch>* batches, attnrt_sparse_mla_args* args);
+
+// The metadata op's run check: its output shares no memory with any input.
+Status ValidateMetadataRun(const attnrt_tensor* const* inputs, size_t num_inputs,
+                           const attnrt_tensor& output);
 
 // The reference's names by position ("q", ..., "metadata"; "attn_out", "softmax_lse"); "?" out of
 // range.

@@ -16,8 +16,9 @@
  *
  * Workflow (as in CANN): plan and run the metadata op with the same attributes and inputs, then
  * pass its int32 [2048] output as the main op's `metadata` input. The main op rejects metadata made
- * for other attributes, shapes or sequence lengths (ATTNRT_ERROR_INVALID_ARGUMENT naming
- * `metadata`).
+ * for other attributes, shapes or sequence lengths, and metadata any word of which differs from
+ * what the metadata op writes (ATTNRT_ERROR_INVALID_ARGUMENT naming `metadata[k]`, expected and
+ * actual). The metadata op's output must not share memory with any of its inputs.
  *
  * Pure C11; only <stddef.h>, <stdint.h>, <stdbool.h> and attnrt.h.
  */
@@ -188,6 +189,8 @@ static inline void attnrt_sparse_mla_attributes_init(attnrt_sparse_mla_attribute
  *   [7]  num_workers (1 .. ATTNRT_SPARSE_MLA_METADATA_MAX_WORKERS)
  *   [8]  total items              [9..15] zero
  *   [16 + 2w], [17 + 2w]: the item range of worker w;   the remaining words are zero.
+ * The main op checks every word: the header against its problem, the worker table against the
+ * partition the metadata op makes for word[7] workers, [9..15] and the remaining words zero.
  */
 #define ATTNRT_SPARSE_MLA_METADATA_MAGIC 0x414C4D53 /* "SMLA" little-endian */
 #define ATTNRT_SPARSE_MLA_METADATA_VERSION 1
@@ -262,12 +265,23 @@ typedef struct attnrt_sparse_mla_args {
 
 /* ---- encoders (implemented in libattnrt) ----------------------------------------------------- */
 
+/*
+ * Every encoder validates all of its input (every token) before it writes the first output byte:
+ * on an error the output is untouched. Values must be finite and must fit the stored format after
+ * rounding: rope values rounding past bf16's largest finite value (3.3895e38) and TQ4 scales of
+ * 65520 or more (fp16 infinity) are rejected, naming the token, dimension, value and limit; fp8
+ * e4m3 codes saturate to +-448 as documented and the scales of quant_mode 1 and 2 stay finite for
+ * every finite input. num_tokens whose input or output byte size overflows size_t is rejected
+ * (INVALID_ARGUMENT naming num_tokens).
+ */
+
 /**
  * Quantizes num_tokens KV rows of 512 values (nope dims 0..447, rope dims 448..511) given as
  * float32 or bfloat16 (kv_dtype) into 608-byte quant_mode-1 tokens at out (num_tokens * 608 bytes):
  * rope rounded to bf16; per group of 64 nope dims scale = bf16(amax / 448) (1 when amax is 0),
  * code = e4m3fn(x / scale) rounded to nearest even and saturated to +-448; pad bytes zero.
- * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype or non-finite values.
+ * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype, non-finite values, rope values
+ * that overflow bf16, or a num_tokens whose byte sizes overflow size_t.
  */
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode1(const void* kv, attnrt_dtype kv_dtype,
                                                         size_t num_tokens, uint8_t* out);
@@ -278,7 +292,7 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode1(const void* kv, attnrt_d
  * block_size * 576 + slot * 8. Scale = 2^ceil(log2(max(amax / 448, 1e-4))) stored as e8m0
  * (FlashMLA's quantizer, reference §6.2); code = e4m3fn(x / scale); pad byte zero.
  * Errors: INVALID_ARGUMENT for NULL pointers, block_size outside 1..1024, slot outside
- * [0, block_size), an unsupported dtype or non-finite values.
+ * [0, block_size), an unsupported dtype, non-finite values or rope values that overflow bf16.
  */
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_dtype kv_dtype,
                                                         uint8_t* block, int64_t block_size,
@@ -288,7 +302,8 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_d
  * Quantizes num_tokens KV rows (as above, already rotated by the caller) into 258-byte TQ4 tokens
  * (reference §6.4): unit = x / sqrt(|x|^2 + 1e-16); code n_d = number of codebook midpoints <=
  * unit_d; scale = |x| / sqrt(sum_d codebook[n_d]^2) as fp16 (0 for a zero row).
- * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype or non-finite values.
+ * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype, non-finite values, a scale
+ * that overflows fp16 (65520 or more), or a num_tokens whose byte sizes overflow size_t.
  */
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_tq4(const void* kv, attnrt_dtype kv_dtype,
                                                       size_t num_tokens, uint8_t* out);

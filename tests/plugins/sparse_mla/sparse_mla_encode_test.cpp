@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "sparse_mla_case.h"
@@ -154,6 +156,96 @@ TEST(SparseMlaEncode, ArgumentErrors) {
   EXPECT_EQ(attnrt_sparse_mla_encode_tq4(row.data(), kF32, 1, out.data()),
             ATTNRT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attnrt_last_error_message()).find("dimension 7"), std::string::npos);
+}
+
+// Every token of the call is checked before any output byte is written.
+TEST(SparseMlaEncode, ErrorsLeaveTheOutputUntouched) {
+  std::vector<float> rows(4 * kD, 0.5f);
+  rows[3 * kD + 7] = INFINITY;
+  std::vector<uint8_t> out(4 * 608, 0xAB);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(rows.data(), kF32, 4, out.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("token 3"), std::string::npos)
+      << attnrt_last_error_message();
+  for (size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], 0xAB) << "byte " << k;
+  std::vector<float> rows2(2 * kD, 0.5f);
+  rows2[kD + 3] = NAN;
+  std::vector<uint8_t> out2(2 * 258, 0xAB);
+  EXPECT_EQ(attnrt_sparse_mla_encode_tq4(rows2.data(), kF32, 2, out2.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  for (size_t k = 0; k < out2.size(); ++k) ASSERT_EQ(out2[k], 0xAB) << "byte " << k;
+  // An overflowing value in a later token also leaves the earlier ones unwritten.
+  rows[3 * kD + 7] = 0.5f;
+  rows[3 * kD + 500] = 3.4e38f;
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(rows.data(), kF32, 4, out.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  for (size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], 0xAB) << "byte " << k;
+}
+
+// Finite values that the format cannot hold are rejected, naming the token, value and limit.
+TEST(SparseMlaEncode, ValuesThatOverflowTheFormatAreRejected) {
+  std::vector<float> row(kD, 0.0f);
+  row[500] = 3.4e38f;  // rounds to bf16 infinity
+  std::vector<uint8_t> token(608, 0xAB);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(row.data(), kF32, 1, token.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  std::string msg = attnrt_last_error_message();
+  EXPECT_NE(msg.find("token 0 dimension 500"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
+  std::vector<uint8_t> block(584, 0xAB);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode2(row.data(), kF32, block.data(), 1, 0),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  for (uint8_t b : block) ASSERT_EQ(b, 0xAB);
+  // The largest bf16 value itself is stored exactly.
+  row[500] = 3.38953139e38f;
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(row.data(), kF32, 1, token.data()), ATTNRT_OK);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode2(row.data(), kF32, block.data(), 1, 0), ATTNRT_OK);
+  // Nope values as large as float allows: scales stay finite (codes saturate as documented).
+  std::vector<float> big(kD, 3.0e38f);
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(big.data(), kF32, 1, token.data()), ATTNRT_OK);
+  for (int k = 0; k < 608; k += 2) {
+    uint16_t bits;
+    std::memcpy(&bits, token.data() + k, 2);
+    if (k < 128 || (k >= 576 && k < 590)) {
+      ASSERT_LT(bits & 0x7F80, 0x7F80) << "byte " << k;
+    }
+  }
+  // TQ4: the fp16 scale of a row of 1e5 would be infinite.
+  std::vector<float> tq(kD, 1e5f);
+  std::vector<uint8_t> t4(258, 0xAB);
+  EXPECT_EQ(attnrt_sparse_mla_encode_tq4(tq.data(), kF32, 1, t4.data()),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  msg = attnrt_last_error_message();
+  EXPECT_NE(msg.find("token 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fp16"), std::string::npos) << msg;
+  for (uint8_t b : t4) ASSERT_EQ(b, 0xAB);
+  std::vector<float> ok(kD, 100.0f);
+  ASSERT_EQ(attnrt_sparse_mla_encode_tq4(ok.data(), kF32, 1, t4.data()), ATTNRT_OK);
+  uint16_t scale;
+  std::memcpy(&scale, t4.data() + 256, 2);
+  EXPECT_LT(scale & 0x7C00, 0x7C00);
+}
+
+// Token counts whose byte sizes overflow size_t are rejected before any access.
+TEST(SparseMlaEncode, TokenCountsWhoseByteSizeOverflowAreRejected) {
+  std::vector<float> row(kD, 0.5f);
+  std::vector<uint8_t> out(608, 0xAB);
+  for (size_t n : {SIZE_MAX, SIZE_MAX / 608 + 1, SIZE_MAX / 2048 + 1}) {
+    EXPECT_EQ(attnrt_sparse_mla_encode_mode1(row.data(), kF32, n, out.data()),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attnrt_last_error_message()).find("num_tokens"), std::string::npos);
+    EXPECT_EQ(attnrt_sparse_mla_encode_tq4(row.data(), kF32, n, out.data()),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attnrt_last_error_message()).find("num_tokens"), std::string::npos);
+  }
+  // bfloat16 input: 1024 bytes per token read.
+  for (size_t n : {SIZE_MAX, SIZE_MAX / 1024 + 1}) {
+    EXPECT_EQ(attnrt_sparse_mla_encode_mode1(row.data(), kBf16, n, out.data()),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(attnrt_sparse_mla_encode_tq4(row.data(), kBf16, n, out.data()),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+  }
+  for (uint8_t b : out) ASSERT_EQ(b, 0xAB);
 }
 
 }  // namespace

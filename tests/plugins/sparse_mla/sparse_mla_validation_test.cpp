@@ -3,9 +3,12 @@
 // metadata op's signature check (metadata made for other lengths or altered is rejected).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "sparse_mla_case.h"
 
@@ -264,7 +267,7 @@ TEST(SparseMlaValidation, MetadataForOtherInputsIsRejected) {
       "metadata[");
   ExpectRejected(
       PagedCsa(), [](SparseMlaCase& c) { I32Data(c, ATTNRT_SPARSE_MLA_INPUT_METADATA)[7] = 5000; },
-      "metadata[4..8]");
+      "metadata[7]");
 }
 
 TEST(SparseMlaValidation, MetadataOpRejectsAMetadataInputAndChecksItsOutput) {
@@ -317,6 +320,89 @@ TEST(SparseMlaValidation, MetadataOpRejectsAMetadataInputAndChecksItsOutput) {
                "cmp_residual_kv");
   EXPECT_STREQ(attnrt_op_output_name(ATTNRT_OP_SPARSE_MLA, 1), "softmax_lse");
   EXPECT_EQ(attnrt_op_output_name(ATTNRT_OP_SPARSE_MLA, 2), nullptr);
+}
+
+// Every word the metadata layout defines is checked: changing any single word (header, reserved
+// words, the worker table, the unused words after it) is rejected, naming the word.
+TEST(SparseMlaValidation, EveryMetadataWordIsChecked) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaCase c(PagedCsa(), rng);
+  std::string error;
+  ASSERT_EQ(RunSparseMlaMetadata(c, kScalar, &error), ATTNRT_OK) << error;
+  int32_t* md = I32Data(c, ATTNRT_SPARSE_MLA_INPUT_METADATA);
+  std::vector<int32_t> good(md, md + ATTNRT_SPARSE_MLA_METADATA_SIZE);
+  ASSERT_EQ(RunSparseMlaMain(c, kScalar, &error), ATTNRT_OK) << error;
+  std::vector<int> words;
+  for (int k = 0; k < 64; ++k) words.push_back(k);
+  for (int k = 64; k < ATTNRT_SPARSE_MLA_METADATA_SIZE; k += 7) words.push_back(k);
+  words.push_back(ATTNRT_SPARSE_MLA_METADATA_SIZE - 1);
+  for (int k : words) {
+    for (int32_t delta : {1, -1, 0x40000000}) {
+      std::copy(good.begin(), good.end(), md);
+      md[k] = static_cast<int32_t>(static_cast<uint32_t>(md[k]) + static_cast<uint32_t>(delta));
+      SCOPED_TRACE(testing::Message() << "word " << k << " set to " << md[k]);
+      ASSERT_EQ(RunSparseMlaMain(c, kScalar, &error), ATTNRT_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(error.find("metadata"), std::string::npos) << error;
+      if (k >= 4 && k != 7) {
+        EXPECT_NE(error.find("metadata[" + std::to_string(k) + "]: expected " +
+                             std::to_string(good[k]) + " "),
+                  std::string::npos)
+            << error;
+      }
+    }
+  }
+  std::copy(good.begin(), good.end(), md);
+  EXPECT_EQ(RunSparseMlaMain(c, kScalar, &error), ATTNRT_OK) << error;
+}
+
+// The metadata op's output must not share memory with any input; the input is left unchanged.
+TEST(SparseMlaValidation, MetadataOpOutputMustNotOverlapInputs) {
+  RuntimePtr runtime = CreateRuntime();
+  ASSERT_TRUE(runtime);
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaCase c(PagedCsa(), rng);
+  const attnrt_sparse_mla_attributes a = c.Attributes();
+  attnrt_op* raw = nullptr;
+  ASSERT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_SPARSE_MLA_METADATA, &a, &raw), ATTNRT_OK);
+  OpPtr op(raw);
+  const attnrt_tensor* const* base = c.MetadataInputs();
+  for (int input : {ATTNRT_SPARSE_MLA_INPUT_Q, ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV}) {
+    SCOPED_TRACE(input);
+    std::vector<const attnrt_tensor*> ins(base, base + ATTNRT_SPARSE_MLA_NUM_INPUTS);
+    ASSERT_NE(ins[input], nullptr);
+    // The input moved into a buffer large enough for the output too.
+    const attnrt_tensor& original = *ins[input];
+    const size_t bytes = c.in()[input].bytes();
+    Tensor buffer(kI32, {static_cast<int64_t>(bytes / 4 + 2 * ATTNRT_SPARSE_MLA_METADATA_SIZE)});
+    auto* storage = static_cast<unsigned char*>(buffer.data());
+    std::memcpy(storage, static_cast<const unsigned char*>(original.data) + original.byte_offset,
+                bytes);
+    std::vector<unsigned char> before(storage, storage + bytes);
+    attnrt_tensor moved = original;
+    moved.data = storage;
+    moved.byte_offset = 0;
+    ins[input] = &moved;
+    Tensor out(kI32, {ATTNRT_SPARSE_MLA_METADATA_SIZE});
+    attnrt_tensor aliased = *out.get();
+    aliased.data = storage;
+    aliased.byte_offset = 0;
+    const attnrt_tensor* outs[1] = {&aliased};
+    attnrt_plan* plan = nullptr;
+    ASSERT_EQ(attnrt_op_plan(op.get(), ins.data(), ATTNRT_SPARSE_MLA_NUM_INPUTS, outs, 1, &plan),
+              ATTNRT_OK)
+        << attnrt_last_error_message();
+    PlanPtr owned(plan);
+    EXPECT_EQ(attnrt_plan_run(plan, ins.data(), ATTNRT_SPARSE_MLA_NUM_INPUTS, outs, 1, nullptr, 0,
+                              nullptr),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    const std::string msg = attnrt_last_error_message();
+    EXPECT_NE(msg.find(std::string("metadata: shares memory with input ") +
+                       attnrt_op_input_name(ATTNRT_OP_SPARSE_MLA, input)),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(std::vector<unsigned char>(storage, storage + bytes), before);
+  }
 }
 
 }  // namespace
