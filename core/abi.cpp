@@ -4,6 +4,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "attnrt/attnrt.h"
@@ -37,6 +38,28 @@ attnrt_status Guard(F&& body) {
     return Record(attnrt::core::Internal(std::string("unexpected exception: ") + e.what()));
   } catch (...) {
     return Record(attnrt::core::Internal("unexpected exception of unknown type"));
+  }
+}
+
+// Block pool entry points: an allocation failure (std::bad_alloc, or a container asked for more
+// than it can hold) is OUT_OF_MEMORY. Every pool method reserves before it changes anything, so
+// the pool is unchanged.
+template <typename F>
+attnrt_status PoolGuard(const char* function, F&& body) {
+  try {
+    return Record(body());
+  } catch (const std::bad_alloc&) {
+    return Record({ATTNRT_ERROR_OUT_OF_MEMORY,
+                   std::string(function) + ": out of host memory; nothing was changed"});
+  } catch (const std::length_error&) {
+    return Record({ATTNRT_ERROR_OUT_OF_MEMORY,
+                   std::string(function) + ": out of host memory; nothing was changed"});
+  } catch (const std::exception& e) {
+    return Record(
+        attnrt::core::Internal(std::string(function) + ": unexpected exception: " + e.what()));
+  } catch (...) {
+    return Record(
+        attnrt::core::Internal(std::string(function) + ": unexpected exception of unknown type"));
   }
 }
 
@@ -342,7 +365,7 @@ ATTNRT_API void attnrt_explanation_destroy(attnrt_explanation* explanation) { de
 
 ATTNRT_API attnrt_status attnrt_block_pool_create(const attnrt_block_pool_options* options,
                                                   attnrt_block_pool** out_pool) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_create", [&]() -> Status {
     ATTNRT_REQUIRE(options);
     ATTNRT_REQUIRE(out_pool);
     if (options->struct_size < sizeof(attnrt_block_pool_options)) {
@@ -363,7 +386,7 @@ ATTNRT_API void attnrt_block_pool_destroy(attnrt_block_pool* pool) { delete pool
 
 ATTNRT_API attnrt_status attnrt_block_pool_add_sequence(attnrt_block_pool* pool,
                                                         int64_t* out_sequence) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_add_sequence", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     ATTNRT_REQUIRE(out_sequence);
     return pool->impl->AddSequence(out_sequence);
@@ -372,7 +395,7 @@ ATTNRT_API attnrt_status attnrt_block_pool_add_sequence(attnrt_block_pool* pool,
 
 ATTNRT_API attnrt_status attnrt_block_pool_fork(attnrt_block_pool* pool, int64_t parent,
                                                 int64_t* out_sequence) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_fork", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     ATTNRT_REQUIRE(out_sequence);
     return pool->impl->Fork(parent, out_sequence);
@@ -381,7 +404,7 @@ ATTNRT_API attnrt_status attnrt_block_pool_fork(attnrt_block_pool* pool, int64_t
 
 ATTNRT_API attnrt_status attnrt_block_pool_append(attnrt_block_pool* pool, int64_t sequence,
                                                   int64_t num_tokens, attnrt_block_copy* out_copy) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_append", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     return pool->impl->Append(sequence, num_tokens, out_copy);
   });
@@ -389,14 +412,14 @@ ATTNRT_API attnrt_status attnrt_block_pool_append(attnrt_block_pool* pool, int64
 
 ATTNRT_API attnrt_status attnrt_block_pool_truncate(attnrt_block_pool* pool, int64_t sequence,
                                                     int64_t new_length) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_truncate", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     return pool->impl->Truncate(sequence, new_length);
   });
 }
 
 ATTNRT_API attnrt_status attnrt_block_pool_remove(attnrt_block_pool* pool, int64_t sequence) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_remove", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     return pool->impl->Remove(sequence);
   });
@@ -405,7 +428,7 @@ ATTNRT_API attnrt_status attnrt_block_pool_remove(attnrt_block_pool* pool, int64
 ATTNRT_API attnrt_status attnrt_block_pool_sequence_info(const attnrt_block_pool* pool,
                                                          int64_t sequence, int64_t* out_length,
                                                          int64_t* out_num_blocks) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_sequence_info", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     return pool->impl->SequenceInfo(sequence, out_length, out_num_blocks);
   });
@@ -416,7 +439,7 @@ ATTNRT_API attnrt_status attnrt_block_pool_block_table(const attnrt_block_pool* 
                                                        size_t num_sequences,
                                                        int64_t max_blocks_per_seq, int32_t* table,
                                                        int32_t* seqlens_k) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_block_table", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     return pool->impl->BlockTable(sequences, num_sequences, max_blocks_per_seq, table, seqlens_k);
   });
@@ -424,7 +447,7 @@ ATTNRT_API attnrt_status attnrt_block_pool_block_table(const attnrt_block_pool* 
 
 ATTNRT_API attnrt_status attnrt_block_pool_get_stats(const attnrt_block_pool* pool,
                                                      attnrt_block_pool_stats* out_stats) {
-  return Guard([&]() -> Status {
+  return PoolGuard("attnrt_block_pool_get_stats", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_stats, "out_stats"));
     pool->impl->Stats(out_stats);

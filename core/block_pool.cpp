@@ -1,9 +1,11 @@
 #include "core/block_pool.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attnrt/ops/paged_gqa.h"
 
@@ -71,10 +73,22 @@ int32_t BlockPool::Allocate() {
 
 void BlockPool::Release(int32_t block) {
   // free_ was created with capacity num_blocks, so this push_back never reallocates.
-  if (--ref_counts_[static_cast<size_t>(block)] == 0) free_.push_back(block);
+  const int32_t refs = --ref_counts_[static_cast<size_t>(block)];
+  if (refs == 0) free_.push_back(block);
+  if (refs == 1) --shared_;
+}
+
+Status BlockPool::CheckNextId() const {
+  if (next_id_ == std::numeric_limits<int64_t>::max()) {
+    return {ATTNRT_ERROR_OUT_OF_MEMORY, "block pool: sequence ids exhausted (" +
+                                            std::to_string(next_id_) +
+                                            " sequences added; ids are never reused)"};
+  }
+  return Status::Ok();
 }
 
 Status BlockPool::AddSequence(int64_t* out_sequence) {
+  ATTNRT_RETURN_IF_ERROR(CheckNextId());
   sequences_.emplace(next_id_, Sequence{});
   *out_sequence = next_id_++;
   return Status::Ok();
@@ -83,9 +97,22 @@ Status BlockPool::AddSequence(int64_t* out_sequence) {
 Status BlockPool::Fork(int64_t parent, int64_t* out_sequence) {
   const Sequence* source = nullptr;
   ATTNRT_RETURN_IF_ERROR(Find(parent, "parent", &source));
+  ATTNRT_RETURN_IF_ERROR(CheckNextId());
+  // Reference counts are int32: a block can be shared by at most INT32_MAX sequences.
+  for (int32_t block : source->blocks) {
+    if (ref_counts_[static_cast<size_t>(block)] == std::numeric_limits<int32_t>::max()) {
+      return InvalidArgument("parent: block " + std::to_string(block) + " of " +
+                             SequenceText(parent) + " is already shared by " +
+                             std::to_string(std::numeric_limits<int32_t>::max()) +
+                             " sequences, the most a block can be");
+    }
+  }
   Sequence child = *source;  // may throw; nothing changed yet
   sequences_.emplace(next_id_, std::move(child));
-  for (int32_t block : source->blocks) ++ref_counts_[static_cast<size_t>(block)];
+  for (int32_t block : source->blocks) {
+    if (++ref_counts_[static_cast<size_t>(block)] == 2) ++shared_;
+  }
+  tokens_held_ += source->length;
   *out_sequence = next_id_++;
   return Status::Ok();
 }
@@ -141,6 +168,7 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
   }
   for (int64_t i = have; i < need; ++i) seq.blocks.push_back(Allocate());
   seq.length = new_length;
+  tokens_held_ += num_tokens;
   if (out_copy != nullptr) *out_copy = copy;
   return Status::Ok();
 }
@@ -157,6 +185,7 @@ Status BlockPool::Truncate(int64_t sequence, int64_t new_length) {
   const size_t keep = static_cast<size_t>((new_length + block_size_ - 1) / block_size_);
   for (size_t i = keep; i < seq.blocks.size(); ++i) Release(seq.blocks[i]);
   seq.blocks.resize(keep);
+  tokens_held_ -= seq.length - new_length;
   seq.length = new_length;
   return Status::Ok();
 }
@@ -165,6 +194,7 @@ Status BlockPool::Remove(int64_t sequence) {
   const Sequence* found = nullptr;
   ATTNRT_RETURN_IF_ERROR(Find(sequence, "sequence", &found));
   for (int32_t block : found->blocks) Release(block);
+  tokens_held_ -= found->length;
   sequences_.erase(sequence);
   return Status::Ok();
 }
@@ -180,9 +210,22 @@ Status BlockPool::SequenceInfo(int64_t sequence, int64_t* out_length,
 
 Status BlockPool::BlockTable(const int64_t* sequences, size_t num_sequences,
                              int64_t max_blocks_per_seq, int32_t* table, int32_t* seqlens_k) const {
-  if (max_blocks_per_seq < 0) {
-    return InvalidArgument("max_blocks_per_seq: expected a value >= 0, got " +
-                           std::to_string(max_blocks_per_seq));
+  // The caller's arrays must be addressable: sequences holds num_sequences int64 and table
+  // num_sequences * max_blocks_per_seq int32, each at most PTRDIFF_MAX bytes.
+  constexpr auto kMaxBytes = static_cast<size_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  constexpr size_t kMaxSequences = kMaxBytes / sizeof(int64_t);
+  if (num_sequences > kMaxSequences) {
+    return InvalidArgument("num_sequences: expected a value in [0, " +
+                           std::to_string(kMaxSequences) + "] (sequences holds num_sequences " +
+                           "int64 ids), got " + std::to_string(num_sequences));
+  }
+  const size_t max_slots = kMaxBytes / sizeof(int32_t) / std::max<size_t>(num_sequences, 1);
+  if (max_blocks_per_seq < 0 || static_cast<uint64_t>(max_blocks_per_seq) > max_slots) {
+    return InvalidArgument(
+        "max_blocks_per_seq: expected a value in [0, " + std::to_string(max_slots) +
+        "] (table holds num_sequences " + std::to_string(num_sequences) +
+        " x max_blocks_per_seq int32 values, at most " + std::to_string(kMaxBytes) +
+        " bytes), got " + std::to_string(max_blocks_per_seq));
   }
   if (num_sequences > 0 && sequences == nullptr) {
     return InvalidArgument("sequences: expected a non-NULL pointer for num_sequences " +
@@ -191,66 +234,74 @@ Status BlockPool::BlockTable(const int64_t* sequences, size_t num_sequences,
   if (num_sequences > 0 && max_blocks_per_seq > 0 && table == nullptr) {
     return InvalidArgument("table: expected a non-NULL pointer, got NULL");
   }
-  std::vector<const Sequence*> rows(num_sequences);
+  // Everything is checked before anything is written; nothing is allocated.
   for (size_t i = 0; i < num_sequences; ++i) {
-    const std::string name = "sequences[" + std::to_string(i) + "]";
-    ATTNRT_RETURN_IF_ERROR(Find(sequences[i], name.c_str(), &rows[i]));
-    const auto blocks = static_cast<int64_t>(rows[i]->blocks.size());
+    const auto name = [i] { return "sequences[" + std::to_string(i) + "]"; };
+    auto it = sequences_.find(sequences[i]);
+    const Sequence* row = nullptr;
+    if (it == sequences_.end()) return Find(sequences[i], name().c_str(), &row);
+    row = &it->second;
+    const auto blocks = static_cast<int64_t>(row->blocks.size());
     if (blocks > max_blocks_per_seq) {
-      return InvalidArgument("max_blocks_per_seq: " + name + " (" + SequenceText(sequences[i]) +
-                             ", " + std::to_string(rows[i]->length) + " tokens) holds " +
+      return InvalidArgument("max_blocks_per_seq: " + name() + " (" + SequenceText(sequences[i]) +
+                             ", " + std::to_string(row->length) + " tokens) holds " +
                              std::to_string(blocks) + " blocks, more than the " +
                              std::to_string(max_blocks_per_seq) + " slots of a table row");
     }
-    if (seqlens_k != nullptr && rows[i]->length == 0) {
-      return InvalidArgument("seqlens_k: " + name + " (" + SequenceText(sequences[i]) +
+    if (seqlens_k != nullptr && row->length == 0) {
+      return InvalidArgument("seqlens_k: " + name() + " (" + SequenceText(sequences[i]) +
                              ") is empty, so it has no seqlens_k (length - 1); append its "
                              "tokens first");
     }
   }
   for (size_t i = 0; i < num_sequences; ++i) {
+    const Sequence& seq = sequences_.find(sequences[i])->second;
     int32_t* row = table + i * static_cast<size_t>(max_blocks_per_seq);
-    const std::vector<int32_t>& blocks = rows[i]->blocks;
-    std::copy(blocks.begin(), blocks.end(), row);
-    std::fill(row + blocks.size(), row + max_blocks_per_seq, -1);
-    if (seqlens_k != nullptr) seqlens_k[i] = static_cast<int32_t>(rows[i]->length - 1);
+    std::copy(seq.blocks.begin(), seq.blocks.end(), row);
+    std::fill(row + seq.blocks.size(), row + max_blocks_per_seq, -1);
+    if (seqlens_k != nullptr) seqlens_k[i] = static_cast<int32_t>(seq.length - 1);
   }
   return Status::Ok();
 }
 
 void BlockPool::Stats(attnrt_block_pool_stats* out) const {
-  // Rows of a block that hold tokens: the most any of its sequences fills.
-  std::vector<int32_t> filled(static_cast<size_t>(num_blocks_), 0);
-  int64_t tokens_held = 0;
+  // Every block of a sequence but its last is full. A block has unfilled rows only when every
+  // sequence using it has it as a partly filled last block; its filled rows are then the most any
+  // of them fills. So only the partly filled last blocks are looked at: O(sequences) memory.
+  std::vector<std::pair<int32_t, int32_t>> partial;  // (block, rows its sequence fills)
+  partial.reserve(sequences_.size());
   for (const auto& [id, seq] : sequences_) {
-    tokens_held += seq.length;
-    for (size_t i = 0; i < seq.blocks.size(); ++i) {
-      const int64_t rows =
-          std::min<int64_t>(block_size_, seq.length - static_cast<int64_t>(i) * block_size_);
-      int32_t& f = filled[static_cast<size_t>(seq.blocks[i])];
-      f = std::max(f, static_cast<int32_t>(rows));
+    const auto fill = static_cast<int32_t>(seq.length % block_size_);
+    if (fill != 0) partial.emplace_back(seq.blocks.back(), fill);
+  }
+  std::sort(partial.begin(), partial.end());
+  int64_t unfilled = 0;
+  for (size_t k = 0; k < partial.size();) {
+    const int32_t block = partial[k].first;
+    size_t end = k;
+    int32_t most = 0;
+    for (; end < partial.size() && partial[end].first == block; ++end) {
+      most = std::max(most, partial[end].second);
     }
+    // A block appears at most once in a sequence, so its reference count is its sequences.
+    if (static_cast<int64_t>(end - k) == ref_counts_[static_cast<size_t>(block)]) {
+      unfilled += block_size_ - most;
+    }
+    k = end;
   }
-  int64_t used = 0, shared = 0, stored = 0;
-  for (int64_t b = 0; b < num_blocks_; ++b) {
-    const int32_t refs = ref_counts_[static_cast<size_t>(b)];
-    if (refs == 0) continue;
-    ++used;
-    if (refs > 1) ++shared;
-    stored += filled[static_cast<size_t>(b)];
-  }
+  const int64_t used = num_blocks_ - static_cast<int64_t>(free_.size());
+  const int64_t stored = used * block_size_ - unfilled;
   out->num_blocks = num_blocks_;
   out->block_size = block_size_;
   out->num_sequences = static_cast<int64_t>(sequences_.size());
   out->blocks_used = used;
   out->blocks_free = num_blocks_ - used;
-  out->blocks_shared = shared;
-  out->tokens_held = tokens_held;
+  out->blocks_shared = shared_;
+  out->tokens_held = tokens_held_;
   out->tokens_stored = stored;
   out->utilization = static_cast<double>(used) / static_cast<double>(num_blocks_);
   const double capacity = static_cast<double>(used) * block_size_;
-  out->internal_fragmentation =
-      used > 0 ? static_cast<double>(used * block_size_ - stored) / capacity : 0.0;
+  out->internal_fragmentation = used > 0 ? static_cast<double>(unfilled) / capacity : 0.0;
 }
 
 }  // namespace attnrt::core

@@ -45,6 +45,8 @@ class BlockPool {
   int32_t Allocate();
   // Drops one reference; the block returns to the free list at zero.
   void Release(int32_t block);
+  // OUT_OF_MEMORY once every sequence id has been handed out.
+  Status CheckNextId() const;
 
   int64_t num_blocks_;
   int32_t block_size_;
@@ -52,6 +54,8 @@ class BlockPool {
   std::vector<int32_t> free_;        // free list (a stack)
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;
+  int64_t shared_ = 0;       // blocks with a reference count > 1
+  int64_t tokens_held_ = 0;  // sum of the sequences' lengths
 };
 
 }  // namespace attnrt::core

@@ -23,6 +23,12 @@
  * (attnrt_last_error_message) naming the argument, the expected and the actual value. A failing
  * call leaves the pool exactly as it was (pool exhaustion included: ATTNRT_ERROR_OUT_OF_MEMORY).
  *
+ * Host memory: creating a pool allocates 8 bytes per block (an int32 reference count and a
+ * free-list slot), so ATTNRT_BLOCK_POOL_MAX_BLOCKS blocks take 16 GiB; each sequence then costs 4
+ * bytes per block it holds (a shared block counts once per sequence) plus a small constant. No
+ * other call allocates per-block memory (get_stats: O(sequences)). An allocation failure in any
+ * call is ATTNRT_ERROR_OUT_OF_MEMORY with the pool unchanged.
+ *
  * Thread safety: none. A pool must be used by one thread at a time (the caller serializes);
  * different pools are independent.
  *
@@ -59,14 +65,16 @@ ATTNRT_API attnrt_status attnrt_block_pool_create(const attnrt_block_pool_option
 /** Destroys the pool and every sequence in it. NULL is ignored. */
 ATTNRT_API void attnrt_block_pool_destroy(attnrt_block_pool* pool);
 
-/** Adds an empty sequence (no blocks); its id (never reused by this pool) goes to *out_sequence. */
+/** Adds an empty sequence (no blocks); its id (never reused by this pool) goes to *out_sequence.
+ *  Errors: INVALID_ARGUMENT (NULL), OUT_OF_MEMORY (host memory, or all INT64_MAX ids used). */
 ATTNRT_API attnrt_status attnrt_block_pool_add_sequence(attnrt_block_pool* pool,
                                                         int64_t* out_sequence);
 
 /**
  * Adds a sequence that shares every block and the length of `parent` (each block's reference
  * count + 1). No block is allocated; writes into shared blocks are copied on append.
- * Errors: NOT_FOUND (unknown parent), INVALID_ARGUMENT (NULL).
+ * Errors: NOT_FOUND (unknown parent), INVALID_ARGUMENT (NULL; a block of parent already shared by
+ * INT32_MAX sequences).
  */
 ATTNRT_API attnrt_status attnrt_block_pool_fork(attnrt_block_pool* pool, int64_t parent,
                                                 int64_t* out_sequence);
@@ -112,9 +120,11 @@ ATTNRT_API attnrt_status attnrt_block_pool_sequence_info(const attnrt_block_pool
  * sequence in order: the sequence's block ids, then -1 in the unused slots. Also writes
  * seqlens_k[i] = length - 1 of sequence i when seqlens_k is not NULL (the op's seqlens_k for a run
  * whose new tokens are already appended). table holds num_sequences * max_blocks_per_seq values.
- * Errors: NOT_FOUND (unknown sequence, named by index), INVALID_ARGUMENT (NULL, a sequence with
- * more blocks than max_blocks_per_seq, or an empty sequence when seqlens_k is requested). Nothing
- * is written on error.
+ * Errors: NOT_FOUND (unknown sequence, named by index), INVALID_ARGUMENT (NULL; num_sequences
+ * above PTRDIFF_MAX / 8 or max_blocks_per_seq outside [0, PTRDIFF_MAX / 4 / num_sequences], the
+ * sizes of arrays that cannot exist; a sequence with more blocks than max_blocks_per_seq; an empty
+ * sequence when seqlens_k is requested). Nothing is written on error. Allocates no memory per
+ * sequence or slot.
  */
 ATTNRT_API attnrt_status attnrt_block_pool_block_table(const attnrt_block_pool* pool,
                                                        const int64_t* sequences,
@@ -139,7 +149,8 @@ typedef struct attnrt_block_pool_stats {
   double internal_fragmentation;
 } attnrt_block_pool_stats;
 
-/** Fills *out_stats (set out_stats->struct_size first; it is kept). O(num_blocks). */
+/** Fills *out_stats (set out_stats->struct_size first; it is kept). O(sequences) time and
+ *  memory, independent of num_blocks. */
 ATTNRT_API attnrt_status attnrt_block_pool_get_stats(const attnrt_block_pool* pool,
                                                      attnrt_block_pool_stats* out_stats);
 

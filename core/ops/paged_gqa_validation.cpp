@@ -319,11 +319,12 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
       gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
 
   // Block ids: every slot a batch reads must name a block of the pools. Rows [first_write, T_b) of
-  // batch b are written by this step.
+  // batch b are written by this step (none with a shared KV, L == 0). Slots from
+  // ceil(T_b / block_size) on are never read nor written, so they are not looked at.
   const bool first_prompt = gqa.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
   const int64_t S = p.gqa.sequence_length;
   const int64_t L = p.gqa.kv_sequence_length;
-  // Every needed slot as (block, batch, slot, written by this step).
+  // Every needed slot as (block, batch, slot, this step writes rows of it).
   struct Use {
     int32_t block;
     int64_t batch;
@@ -347,11 +348,13 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
                                       " is out of range [0, ", p.num_blocks,
                                       ") (num_blocks of key_cache)"));
       }
-      uses.push_back({id, b, i, (i + 1) * block_size > first_write});
+      uses.push_back({id, b, i, first_write < t_b && (i + 1) * block_size > first_write});
     }
   }
-  // A block this step writes must appear in one slot only: two slots naming it would race or
-  // overwrite another sequence's tokens (shared blocks are copied first: attnrt_block_pool_append).
+  // A block this step writes rows into must appear in one needed slot only: another needed slot
+  // naming it (of any batch, this one included) would read rows this step overwrites, or write
+  // them too (shared blocks are copied first: attnrt_block_pool_append). Blocks only read may be
+  // named by any number of slots (forked sequences sharing their blocks).
   std::sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) {
     return x.block != y.block ? x.block < y.block : x.written > y.written;
   });

@@ -25,7 +25,8 @@ Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
 
 // Values, before any memory is written: total_sequence_length and every seqlens_k[b] within the
 // table's capacity, the GQA run checks, every block id batch b needs (slots [0, ceil(T_b /
-// block_size))) in [0, num_blocks), no block written by this step read by another batch, no output
+// block_size))) in [0, num_blocks), no block this step writes rows into named by another of those
+// needed slots (of any batch; slots past a batch's needed ones are ignored), no output
 // overlapping a pool, the pools disjoint from each other and from every other input. Fills *out
 // (out->problem = &problem, out->gqa.problem = &problem.gqa).
 Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor* const* inputs,

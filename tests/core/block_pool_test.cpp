@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -309,6 +310,79 @@ void CheckInvariants(attnrt_block_pool* pool, const PoolModel& m) {
   ASSERT_EQ(s.blocks_shared, shared);
   ASSERT_EQ(s.tokens_held, held);
   ASSERT_EQ(s.tokens_stored, stored);
+}
+
+TEST(BlockPool, BlockTableSizesThatCannotExistAreRejected) {
+  PoolPtr pool = MakePool(8, 4);
+  const int64_t a = Add(pool.get());
+  Append(pool.get(), a, 6);
+  const attnrt_block_pool_stats before = Stats(pool.get());
+  const std::string max_seqs = std::to_string(PTRDIFF_MAX / 8);
+  int32_t table[4] = {77, 77, 77, 77};
+  int32_t seqlens = 77;
+  // num_sequences x max_blocks_per_seq x 4 bytes overflows: rejected, not a huge memset.
+  EXPECT_EQ(attnrt_block_pool_block_table(pool.get(), &a, 1, INT64_MAX, table, &seqlens),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(Error().find("max_blocks_per_seq: expected a value in [0, " +
+                         std::to_string(PTRDIFF_MAX / 4) + "]"),
+            std::string::npos)
+      << Error();
+  EXPECT_NE(Error().find("got " + std::to_string(INT64_MAX)), std::string::npos) << Error();
+  const int64_t both[2] = {a, a};
+  EXPECT_EQ(
+      attnrt_block_pool_block_table(pool.get(), both, 2, PTRDIFF_MAX / 4 / 2 + 1, table, nullptr),
+      ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(Error().find("max_blocks_per_seq: expected a value in [0, " +
+                         std::to_string(PTRDIFF_MAX / 4 / 2) + "]"),
+            std::string::npos)
+      << Error();
+  EXPECT_EQ(attnrt_block_pool_block_table(pool.get(), &a, 1, -1, table, nullptr),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(Error().find("max_blocks_per_seq: expected a value in [0, "), std::string::npos)
+      << Error();
+  // A num_sequences no int64 array can hold: INVALID_ARGUMENT, not an allocation failure.
+  for (size_t n : {SIZE_MAX / 2, SIZE_MAX, size_t{1} << 61}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(attnrt_block_pool_block_table(pool.get(), &a, n, 4, table, nullptr),
+              ATTNRT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(Error().find("num_sequences: expected a value in [0, " + max_seqs + "]"),
+              std::string::npos)
+        << Error();
+    EXPECT_NE(Error().find("got " + std::to_string(n)), std::string::npos) << Error();
+  }
+  EXPECT_EQ(table[0], 77);
+  EXPECT_EQ(seqlens, 77);
+  const attnrt_block_pool_stats after = Stats(pool.get());
+  EXPECT_EQ(after.blocks_used, before.blocks_used);
+  EXPECT_EQ(after.tokens_held, before.tokens_held);
+  EXPECT_EQ(Table(pool.get(), a, 4), (std::vector<int32_t>{0, 1, -1, -1}));
+}
+
+TEST(BlockPool, StatsCountRowsStillHeldByAnotherSequence) {
+  PoolPtr pool = MakePool(8, 4);
+  const int64_t a = Add(pool.get());
+  Append(pool.get(), a, 4);  // block 0 full
+  int64_t b = -1;
+  ASSERT_EQ(attnrt_block_pool_fork(pool.get(), a, &b), ATTNRT_OK);
+  ASSERT_EQ(attnrt_block_pool_truncate(pool.get(), a, 2), ATTNRT_OK);
+  Append(pool.get(), b, 1);  // b: block 0 full, then block 1; a: 2 rows of block 0
+  attnrt_block_pool_stats s = Stats(pool.get());
+  EXPECT_EQ(s.blocks_used, 2);
+  EXPECT_EQ(s.blocks_shared, 1);
+  EXPECT_EQ(s.tokens_held, 7);
+  EXPECT_EQ(s.tokens_stored, 5);  // block 0 holds b's 4 rows, block 1 one
+  EXPECT_DOUBLE_EQ(s.internal_fragmentation, 3.0 / 8.0);
+  // Both see block 0 partly filled: the fuller one counts.
+  ASSERT_EQ(attnrt_block_pool_truncate(pool.get(), b, 3), ATTNRT_OK);
+  s = Stats(pool.get());
+  EXPECT_EQ(s.blocks_used, 1);
+  EXPECT_EQ(s.tokens_held, 5);
+  EXPECT_EQ(s.tokens_stored, 3);
+  ASSERT_EQ(attnrt_block_pool_remove(pool.get(), b), ATTNRT_OK);
+  s = Stats(pool.get());
+  EXPECT_EQ(s.blocks_shared, 0);
+  EXPECT_EQ(s.tokens_held, 2);
+  EXPECT_EQ(s.tokens_stored, 2);
 }
 
 TEST(BlockPool, RandomOperationsMatchTheModel) {

@@ -22,10 +22,14 @@
  *
  * Checked at run before anything is written (INVALID_ARGUMENT naming the input): every
  * seqlens_k[b] fits the table (ceil(T_b / block_size) <= max_blocks_per_seq), every slot a batch
- * needs holds a block id in [0, num_blocks) (not -1), a block this step writes is named by no
- * other slot of the table (give each sequence its own copy: attnrt_block_pool_append's
- * copy-on-write), and no output overlaps a pool, nor a pool another input. The table is read from
- * host memory.
+ * needs holds a block id in [0, num_blocks) (not -1), a block this step writes rows into is
+ * named by no other needed slot of the table, of its own batch or another (give each sequence its
+ * own copy: attnrt_block_pool_append's copy-on-write), and no output overlaps a pool, nor a pool
+ * another input. The slots batch b needs are [0, ceil(T_b / block_size)); this step writes into
+ * the blocks holding its new tokens (none when key/value have kv_sequence_length 0, a shared KV).
+ * Blocks that are only read may be named by any number of slots (forked sequences share them),
+ * and slots past a batch's needed ones are neither read nor written, so any value there is
+ * accepted. The table is read from host memory.
  *
  * Outputs equal those of GroupQueryAttention over a contiguous cache holding the same tokens,
  * bitwise for the same kernel algorithm (cpu_x86: paged_gqa.flash vs gqa.flash).

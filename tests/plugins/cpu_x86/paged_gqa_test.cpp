@@ -745,6 +745,77 @@ TEST(PagedGqa, BadInputsAreRejectedBeforeAnythingIsWritten) {
   }
 }
 
+// Only a block this step writes rows into, named by another needed slot, is a conflict: slots past
+// a batch's needed ones are never read, and a shared-KV step (kv_sequence_length 0) writes nothing,
+// so forked sequences may name the same blocks.
+TEST(PagedGqa, OnlyWrittenBlocksNamedByAnotherNeededSlotAreRejected) {
+  SCOPED_TRACE(SeedTrace());
+  RuntimePtr runtime = CreateRuntime();
+  ASSERT_TRUE(runtime);
+  Case c;
+  c.B = 2;
+  c.seqlens = {40, 20};  // block_size 16: batch 0 needs slots [0, 3), batch 1 [0, 2)
+  c.block_size = 16;
+  OpPtr op = PagedOp(runtime.get(), c);
+
+  {
+    SCOPED_TRACE("an unused slot names a block another batch writes");
+    std::mt19937_64 rng(TestSeed()), same_rng(TestSeed());
+    PagedCall plain = MakePagedCall(c, rng);
+    PagedCall s = MakePagedCall(c, same_rng);
+    ASSERT_EQ(s.slots, 4);
+    // Batch 0 writes token 40 into its slot 2; batch 1's slot 2 is past its needed ones.
+    s.table[static_cast<size_t>(s.slots + 2)] = s.table[2];
+    s.paged_in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = I32(s.table, {c.B, s.slots});
+    attnrt_status status = RunPaged(op.get(), plain);
+    ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
+    status = RunPaged(op.get(), s);
+    ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
+    EXPECT_EQ(
+        std::memcmp(s.paged_out[0].data(), plain.paged_out[0].data(), plain.paged_out[0].bytes()),
+        0);
+  }
+  {
+    SCOPED_TRACE("shared KV: forked sequences name the same blocks");
+    std::mt19937_64 rng(TestSeed());
+    PagedCall s = MakePagedCall(c, rng);
+    // Batch 1 (21 tokens) is a fork of batch 0's first 21 tokens: it names batch 0's blocks,
+    // its last one partly filled.
+    s.table[static_cast<size_t>(s.slots)] = s.table[0];
+    s.table[static_cast<size_t>(s.slots + 1)] = s.table[1];
+    s.paged_in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = I32(s.table, {c.B, s.slots});
+    for (int k : {ATTNRT_PAGED_GQA_INPUT_KEY, ATTNRT_PAGED_GQA_INPUT_VALUE}) {
+      s.paged_in[static_cast<size_t>(k)] = F32({c.B, 0, c.Nkv * c.H});
+    }
+    for (int k : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE}) {
+      s.paged_in[static_cast<size_t>(k)].FillNormal(rng);
+    }
+    const Snapshot before = Take(s);
+    const attnrt_status status = RunPaged(op.get(), s);
+    ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
+    const Snapshot after = Take(s);
+    EXPECT_TRUE(after.key == before.key && after.value == before.value);
+    int64_t unwritten = 0;
+    for (int64_t i = 0; i < s.paged_out[0].numel(); ++i) {
+      if (std::isnan(s.paged_out[0].f32()[i])) ++unwritten;
+    }
+    EXPECT_EQ(unwritten, 0);
+    // The same table is rejected when the step writes: batch 1's new token 20 goes into the
+    // block batch 0 reads in its slot 1.
+    PagedCall w = MakePagedCall(c, rng);
+    w.table[static_cast<size_t>(w.slots)] = w.table[0];
+    w.table[static_cast<size_t>(w.slots + 1)] = w.table[1];
+    w.paged_in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = I32(w.table, {c.B, w.slots});
+    const attnrt_status rejected = RunPaged(op.get(), w);
+    EXPECT_EQ(rejected, ATTNRT_ERROR_INVALID_ARGUMENT) << LastError(rejected);
+    EXPECT_NE(std::string(attnrt_last_error_message())
+                  .find("block_table[1][1] = " + std::to_string(w.table[1]) +
+                        " is written by this step and also named by block_table[0][1]"),
+              std::string::npos)
+        << attnrt_last_error_message();
+  }
+}
+
 TEST(PagedGqa, AttributesAreValidated) {
   RuntimePtr runtime = CreateRuntime();
   ASSERT_TRUE(runtime);
