@@ -1042,15 +1042,6 @@ Status ValidateRunImpl(const attnrt_gqa_problem& p, const attnrt_tensor* const* 
   return Status::Ok();
 }
 
-// Builds its message without letting a second bad_alloc escape.
-Status OutOfMemory(const char* where) noexcept {
-  try {
-    return {ATTNRT_ERROR_OUT_OF_MEMORY, StrCat("GroupQueryAttention: out of memory in ", where)};
-  } catch (...) {
-    return {ATTNRT_ERROR_OUT_OF_MEMORY, std::string()};
-  }
-}
-
 }  // namespace
 
 Status ValidateAttributes(const void* attributes, attnrt_gqa_attributes* out) {
@@ -1082,34 +1073,27 @@ Status ValidateAttributes(const void* attributes, attnrt_gqa_attributes* out) {
     *out = a;
     return Status::Ok();
   } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateAttributes");
+    return ValidationException("GroupQueryAttention", "ValidateAttributes", /*out_of_memory=*/true);
   } catch (...) {
-    return Internal("GroupQueryAttention: unexpected exception in ValidateAttributes");
+    return ValidationException("GroupQueryAttention", "ValidateAttributes",
+                               /*out_of_memory=*/false);
   }
 }
 
 Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tensor* const* inputs,
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out) {
-  try {
+  return GuardValidation("GroupQueryAttention", "ValidateShapes", [&] {
     return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, out);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateShapes");
-  } catch (...) {
-    return Internal("GroupQueryAttention: unexpected exception in ValidateShapes");
-  }
+  });
 }
 
 Status ValidateRun(const attnrt_gqa_problem& problem, const attnrt_tensor* const* inputs,
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_gqa_args* out) {
-  try {
+  return GuardValidation("GroupQueryAttention", "ValidateRun", [&] {
     return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateRun");
-  } catch (...) {
-    return Internal("GroupQueryAttention: unexpected exception in ValidateRun");
-  }
+  });
 }
 
 const char* InputName(size_t index) {

@@ -383,15 +383,6 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   return Status::Ok();
 }
 
-Status OutOfMemory(const char* where) noexcept {
-  try {
-    return {ATTNRT_ERROR_OUT_OF_MEMORY,
-            StrCat("PagedGroupQueryAttention: out of memory in ", where)};
-  } catch (...) {
-    return {ATTNRT_ERROR_OUT_OF_MEMORY, std::string()};
-  }
-}
-
 }  // namespace
 
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
@@ -428,9 +419,11 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
     *out = a;
     return Status::Ok();
   } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateAttributes");
+    return ValidationException("PagedGroupQueryAttention", "ValidateAttributes",
+                               /*out_of_memory=*/true);
   } catch (...) {
-    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateAttributes");
+    return ValidationException("PagedGroupQueryAttention", "ValidateAttributes",
+                               /*out_of_memory=*/false);
   }
 }
 
@@ -438,25 +431,17 @@ Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
                       const attnrt_tensor* const* inputs, size_t num_inputs,
                       const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_paged_gqa_problem* out) {
-  try {
+  return GuardValidation("PagedGroupQueryAttention", "ValidateShapes", [&] {
     return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, out);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateShapes");
-  } catch (...) {
-    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateShapes");
-  }
+  });
 }
 
 Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor* const* inputs,
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_paged_gqa_args* out) {
-  try {
+  return GuardValidation("PagedGroupQueryAttention", "ValidateRun", [&] {
     return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory("ValidateRun");
-  } catch (...) {
-    return Internal("PagedGroupQueryAttention: unexpected exception in ValidateRun");
-  }
+  });
 }
 
 const char* InputName(size_t index) {

@@ -135,4 +135,14 @@ Status ResolveRange(const attnrt_tensor& t, std::string_view name, ByteRange* ou
   return Status::Ok();
 }
 
+Status ValidationException(const char* op, const char* where, bool out_of_memory) noexcept {
+  const attnrt_status code = out_of_memory ? ATTNRT_ERROR_OUT_OF_MEMORY : ATTNRT_ERROR_INTERNAL;
+  try {
+    return {code, StrCat(op, out_of_memory ? ": out of memory in " : ": unexpected exception in ",
+                         where)};
+  } catch (...) {
+    return {code, std::string()};
+  }
+}
+
 }  // namespace attnrt::core

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -20,6 +21,23 @@ std::string StrCat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+// The status of an exception that reached a validator's entry point `where` of op `op` ("Group
+// QueryAttention", ...): OUT_OF_MEMORY for std::bad_alloc, INTERNAL otherwise. Never throws (an
+// allocation failure while building the message leaves the message empty).
+Status ValidationException(const char* op, const char* where, bool out_of_memory) noexcept;
+
+// Runs a validator step so that nothing it throws crosses the ABI (see ValidationException).
+template <typename Step>
+Status GuardValidation(const char* op, const char* where, Step&& step) noexcept {
+  try {
+    return step();
+  } catch (const std::bad_alloc&) {
+    return ValidationException(op, where, /*out_of_memory=*/true);
+  } catch (...) {
+    return ValidationException(op, where, /*out_of_memory=*/false);
+  }
 }
 
 // The element types of attnrt.h.

@@ -15,6 +15,7 @@
 #include "attnrt/ops/gqa.h"
 #include "gqa_decline.h"
 #include "gqa_flash.h"
+#include "gqa_kernel_entry.h"
 #include "gqa_naive.h"
 #include "plugin_context.h"
 
@@ -89,18 +90,6 @@ int32_t SupportsDotProdApprox(void* plugin_context, const void* problem, char* r
   return 0;
 }
 
-template <GqaAttendRowsFn kAttendRows>
-int32_t NaiveRun(void* plugin_context, const void* args, char* error,
-                 size_t error_capacity) noexcept {
-  return GqaNaiveRun(plugin_context, args, error, error_capacity, kAttendRows);
-}
-
-template <const GqaFlashOps& kOps>
-int32_t FlashRun(void* plugin_context, const void* args, char* error,
-                 size_t error_capacity) noexcept {
-  return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
-}
-
 constexpr attnrt_kernel_desc kKernels[] = {
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_arm.gqa.naive.scalar",
@@ -109,7 +98,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kNaivePriority,
      .supports = &Supports<false, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
-     .run = &NaiveRun<&GqaAttendRowsScalar>},
+     .run = &GqaNaiveRunWith<&GqaAttendRowsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_arm.gqa.naive.neon",
      .op_kind = ATTNRT_OP_GQA,
@@ -117,7 +106,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kNaivePriority + kNeonBonus,
      .supports = &Supports<true, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
-     .run = &NaiveRun<&GqaAttendRowsNeon>},
+     .run = &GqaNaiveRunWith<&GqaAttendRowsNeon>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_arm.gqa.flash.scalar",
      .op_kind = ATTNRT_OP_GQA,
@@ -125,7 +114,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kFlashPriority,
      .supports = &Supports<false, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsScalar>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_arm.gqa.flash.neon",
      .op_kind = ATTNRT_OP_GQA,
@@ -133,7 +122,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kFlashPriority + kNeonBonus,
      .supports = &Supports<true, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsNeon>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsNeon>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_arm.gqa.flash.dotprod_approx",
      .op_kind = ATTNRT_OP_GQA,
@@ -141,7 +130,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kApproximatePriority,
      .supports = &SupportsDotProdApprox,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsDotProdApprox>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsDotProdApprox>},
 };
 
 }  // namespace

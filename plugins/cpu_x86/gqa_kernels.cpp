@@ -8,6 +8,7 @@
 #include "attnrt/ops/gqa.h"
 #include "gqa_decline.h"
 #include "gqa_flash.h"
+#include "gqa_kernel_entry.h"
 #include "gqa_naive.h"
 #include "gqa_paged.h"
 #include "plugin_context.h"
@@ -55,18 +56,6 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
   return 0;
 }
 
-template <GqaAttendRowsFn kAttendRows>
-int32_t NaiveRun(void* plugin_context, const void* args, char* error,
-                 size_t error_capacity) noexcept {
-  return GqaNaiveRun(plugin_context, args, error, error_capacity, kAttendRows);
-}
-
-template <const GqaFlashOps& kOps>
-int32_t FlashRun(void* plugin_context, const void* args, char* error,
-                 size_t error_capacity) noexcept {
-  return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
-}
-
 constexpr attnrt_kernel_desc kKernels[] = {
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.naive.scalar",
@@ -75,7 +64,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kNaivePriority,
      .supports = &Supports<false, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
-     .run = &NaiveRun<&GqaAttendRowsScalar>},
+     .run = &GqaNaiveRunWith<&GqaAttendRowsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.naive.avx2",
      .op_kind = ATTNRT_OP_GQA,
@@ -83,7 +72,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kNaivePriority + kAvx2Bonus,
      .supports = &Supports<true, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
-     .run = &NaiveRun<&GqaAttendRowsAvx2>},
+     .run = &GqaNaiveRunWith<&GqaAttendRowsAvx2>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.scalar",
      .op_kind = ATTNRT_OP_GQA,
@@ -91,7 +80,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kFlashPriority,
      .supports = &Supports<false, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsScalar>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.avx2",
      .op_kind = ATTNRT_OP_GQA,
@@ -99,7 +88,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kFlashPriority + kAvx2Bonus,
      .supports = &Supports<true, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsAvx2>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsAvx2>},
 };
 
 }  // namespace

@@ -3,11 +3,11 @@
 // first VEX instruction even though CPUID advertises AVX2.
 #include <cpuid.h>
 #include <cpuinfo.h>
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <string>
 
+#include "cpuinfo_facts.h"
 #include "probe.h"
 
 namespace attnrt::cpu {
@@ -27,26 +27,6 @@ uint64_t ReadXcr0() {
   return (static_cast<uint64_t>(high) << 32) | low;
 }
 
-std::string CacheBytes(const cpuinfo_cache* cache) {
-  return std::to_string(cache != nullptr ? cache->size : 0u);
-}
-
-void AppendIsa(std::string& list, bool usable, const char* name) {
-  if (!usable) return;
-  if (!list.empty()) list += ',';
-  list += name;
-}
-
-// cpuinfo builds process-lifetime tables it can never free (cpuinfo_deinitialize is a no-op in the
-// Debian 12 library). Were libcpuinfo unloaded together with this plugin, they would leak, and
-// LeakSanitizer would fail every test that unloads plugins; RTLD_NODELETE keeps it loaded.
-void PinCpuinfo() {
-  Dl_info info{};
-  if (dladdr(&cpuinfo_isa, &info) != 0 && info.dli_fname != nullptr) {
-    dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
-  }
-}
-
 }  // namespace
 
 CpuFeatures ProbeCpu() {
@@ -54,13 +34,8 @@ CpuFeatures ProbeCpu() {
   const uint64_t xcr0 = ReadXcr0();
   const bool os_avx = (xcr0 & kXcr0SseAvx) == kXcr0SseAvx;
   const bool os_avx512 = os_avx && (xcr0 & kXcr0Avx512) == kXcr0Avx512;
-  const bool cpuinfo_ok = cpuinfo_initialize();
-  PinCpuinfo();
-
-  std::string cpu = "unknown";
-  std::string cores = "0";
-  std::string l1d = "0", l2 = "0", l3 = "0";
-  if (cpuinfo_ok) {
+  const CpuinfoBasics basics = InitializeCpuinfo();
+  if (basics.ok) {
     f.sse42 = cpuinfo_has_x86_sse4_2();
     f.avx2 = os_avx && cpuinfo_has_x86_avx2();
     f.fma = os_avx && cpuinfo_has_x86_fma3();
@@ -69,12 +44,6 @@ CpuFeatures ProbeCpu() {
     f.avx512bw = os_avx512 && cpuinfo_has_x86_avx512bw();
     f.avx512vl = os_avx512 && cpuinfo_has_x86_avx512vl();
     f.avx512bf16 = os_avx512 && cpuinfo_has_x86_avx512bf16();
-    const cpuinfo_package* package = cpuinfo_get_package(0);
-    if (package != nullptr && package->name[0] != '\0') cpu = package->name;
-    cores = std::to_string(cpuinfo_get_cores_count());
-    l1d = CacheBytes(cpuinfo_get_l1d_cache(0));
-    l2 = CacheBytes(cpuinfo_get_l2_cache(0));
-    l3 = CacheBytes(cpuinfo_get_l3_cache(0));
   }
   AppendIsa(f.isa, f.sse42, "sse4.2");
   AppendIsa(f.isa, f.avx2, "avx2");
@@ -84,16 +53,9 @@ CpuFeatures ProbeCpu() {
   AppendIsa(f.isa, f.avx512bw, "avx512bw");
   AppendIsa(f.isa, f.avx512vl, "avx512vl");
   AppendIsa(f.isa, f.avx512bf16, "avx512bf16");
-
-  f.facts = {{"isa", f.isa},
-             {"cpu", cpu},
-             {"cores", cores},
-             {"l1d_cache_bytes", l1d},
-             {"l2_cache_bytes", l2},
-             {"l3_cache_bytes", l3},
-             {"os_avx_state", os_avx ? "enabled" : "disabled"},
-             {"os_avx512_state", os_avx512 ? "enabled" : "disabled"}};
-  if (!cpuinfo_ok) f.facts.emplace_back("cpuinfo", "initialization failed");
+  f.facts = CpuFacts(f.isa, basics,
+                     {{"os_avx_state", os_avx ? "enabled" : "disabled"},
+                      {"os_avx512_state", os_avx512 ? "enabled" : "disabled"}});
   return f;
 }
 

@@ -9,6 +9,7 @@
 // of K (row-major K is column-major B), and with .trans the B fragments of two 8-column tiles of V.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "cuda_types.cuh"
@@ -91,6 +92,42 @@ __device__ __forceinline__ void PvTile(float (&o)[H / 8][4], const float (&p)[kK
       Tr::Mma(o[dt], a, b[0], b[1]);
       Tr::Mma(o[dt + 1], a, b[2], b[3]);
     }
+  }
+}
+
+// One online-softmax step (FlashAttention-2) of a warp's 16 query rows over a kKeys-key score
+// tile in the mma C layout (this thread holds two rows: elements 0-1 and 2-3): the tile's row
+// maxima (tile_max, per thread, reduced over the quad here) update m_row, the scores become
+// exp(s - m) in place and add into l_row, and the accumulator o is rescaled by exp(m_old - m_new).
+// A row whose scores were all -inf so far keeps m = -inf and takes zeros (exp(-inf - 0)).
+template <int H, int kKeys>
+__device__ __forceinline__ void OnlineSoftmaxStep(float (&sc)[kKeys / 8][4],
+                                                  const float (&tile_max)[2], float (&m_row)[2],
+                                                  float (&l_row)[2], float (&o)[H / 8][4]) {
+  float corr[2], m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m_row[h], QuadMax(tile_max[h]));
+    m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
+    corr[h] = __expf(m_row[h] - m_use[h]);
+    m_row[h] = m_new;
+    l_row[h] *= corr[h];
+  }
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pr = __expf(sc[nt][e] - m_use[e / 2]);
+      sc[nt][e] = pr;
+      l_row[e / 2] += pr;
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < H / 8; ++dt) {
+    o[dt][0] *= corr[0];
+    o[dt][1] *= corr[0];
+    o[dt][2] *= corr[1];
+    o[dt][3] *= corr[1];
   }
 }
 

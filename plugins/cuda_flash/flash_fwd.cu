@@ -119,31 +119,7 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
         tile_max[h] = fmaxf(tile_max[h], x);
       }
     }
-    float corr[2], m_use[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m_row[h], QuadMax(tile_max[h]));
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-      corr[h] = __expf(m_row[h] - m_use[h]);
-      m_row[h] = m_new;
-      l_row[h] *= corr[h];
-    }
-#pragma unroll
-    for (int nt = 0; nt < kBk / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pr = __expf(sc[nt][e] - m_use[e / 2]);
-        sc[nt][e] = pr;
-        l_row[e / 2] += pr;
-      }
-    }
-#pragma unroll
-    for (int dt = 0; dt < H / 8; ++dt) {
-      o[dt][0] *= corr[0];
-      o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1];
-      o[dt][3] *= corr[1];
-    }
+    OnlineSoftmaxStep<H, kBk>(sc, tile_max, m_row, l_row, o);
     PvTile<Tr, H, kBk, kRow>(o, sc, v_s, lane);
     __syncthreads();  // every warp is done with this stage before iteration it+1 refills it
   }
