@@ -707,17 +707,6 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
 
 // ---- run ----------------------------------------------------------------------------------------
 
-int32_t ReadInt32(const void* base, int64_t index) {
-  int32_t v;
-  std::memcpy(&v, static_cast<const char*>(base) + index * 4, sizeof v);
-  return v;
-}
-int64_t ReadInt64(const void* base, int64_t index) {
-  int64_t v;
-  std::memcpy(&v, static_cast<const char*>(base) + index * 8, sizeof v);
-  return v;
-}
-
 // The tensors the plan saw must still be there (and no others that change the problem): the
 // runtime compares shapes and dtypes, this only guards against reading through a NULL descriptor.
 Status CheckPresenceMatchesPlan(const Tensors& t, const attnrt_gqa_problem& p) {

@@ -211,12 +211,6 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   return Status::Ok();
 }
 
-int32_t ReadInt32(const void* base, int64_t index) {
-  int32_t v;
-  std::memcpy(&v, static_cast<const char*>(base) + index * 4, sizeof v);
-  return v;
-}
-
 const void* DataOf(const attnrt_tensor* t) {
   return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
                                             : nullptr;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <sstream>
 #include <string>
@@ -38,6 +39,19 @@ Status GuardValidation(const char* op, const char* where, Step&& step) noexcept 
   } catch (...) {
     return ValidationException(op, where, /*out_of_memory=*/false);
   }
+}
+
+// Element `index` of a host int32/int64 array at `base` (a value input such as seqlens_k), read
+// without assuming its alignment.
+inline int32_t ReadInt32(const void* base, int64_t index) {
+  int32_t v;
+  std::memcpy(&v, static_cast<const char*>(base) + index * 4, sizeof v);
+  return v;
+}
+inline int64_t ReadInt64(const void* base, int64_t index) {
+  int64_t v;
+  std::memcpy(&v, static_cast<const char*>(base) + index * 8, sizeof v);
+  return v;
 }
 
 // The element types of attnrt.h.
