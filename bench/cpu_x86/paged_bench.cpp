@@ -8,7 +8,8 @@
 //                                   PagedGroupQueryAttention step over the same number of tokens
 //                                   (paged_gqa.flash), blocks of BS in {16, 64, 256} in random
 //                                   order in the pools, block layout L = bsnh or bnsh; counters
-//                                   contiguous_us, paged_us, overhead_pct. P in {4096, 16384}
+//                                   contiguous_us, paged_us (medians), overhead_pct (median
+//                                   of the per-iteration ratios). P in {4096, 16384}
 //
 // The paged rows run the same algorithm as the contiguous ones (outputs are bitwise equal, see
 // tests/plugins/cpu_x86/paged_gqa_test.cpp), so the ratio of the two times is the cost of reading
@@ -240,9 +241,17 @@ void BM_Decode(benchmark::State& state, int64_t past) {
                           static_cast<int64_t>(KvBytes(past)));
 }
 
-// Each iteration runs one contiguous step, then one paged step over the same number of tokens,
-// timed separately: both see the same machine load, so the ratio holds on a shared machine where
-// absolute times drift. Reported: contiguous_us, paged_us (means) and overhead_pct.
+double Median(std::vector<double> x) {
+  if (x.empty()) return 0;
+  std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
+  return x[x.size() / 2];
+}
+
+// Each iteration runs one contiguous step and one paged step over the same number of tokens (the
+// order alternating), timed separately: both see the same machine load, so their ratio holds on a
+// shared machine where absolute times drift. Reported: contiguous_us and paged_us (medians) and
+// overhead_pct from the median of the per-iteration ratios, which a step slowed by another process
+// moves little.
 void BM_PagedOverhead(benchmark::State& state, int64_t block_size, bool bnsh, int64_t past) {
   const size_t copies = (Copies(past) + 1) / 2;  // two working sets are live
   Runner contiguous(0, false, past, std::max<size_t>(2, copies));
@@ -252,24 +261,29 @@ void BM_PagedOverhead(benchmark::State& state, int64_t block_size, bool bnsh, in
     return;
   }
   state.SetLabel(paged.kernel + " vs " + contiguous.kernel);
-  double contiguous_s = 0, paged_s = 0;
-  for (auto _ : state) {
+  std::vector<double> contiguous_s, paged_s, ratios;
+  const auto timed = [](Runner& runner, double* seconds) {
     const auto t0 = std::chrono::steady_clock::now();
-    const bool ok_contiguous = contiguous.Run();
-    const auto t1 = std::chrono::steady_clock::now();
-    const bool ok_paged = paged.Run();
-    const auto t2 = std::chrono::steady_clock::now();
-    if (!ok_contiguous || !ok_paged) {
+    const bool ok = runner.Run();
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  };
+  for (auto _ : state) {
+    double c = 0, p = 0;
+    const bool paged_first = ratios.size() % 2 == 1;
+    const bool ok = paged_first ? timed(paged, &p) && timed(contiguous, &c)
+                                : timed(contiguous, &c) && timed(paged, &p);
+    if (!ok) {
       state.SkipWithError((contiguous.error + paged.error).c_str());
       break;
     }
-    contiguous_s += std::chrono::duration<double>(t1 - t0).count();
-    paged_s += std::chrono::duration<double>(t2 - t1).count();
+    contiguous_s.push_back(c);
+    paged_s.push_back(p);
+    ratios.push_back(c > 0 ? p / c : 1.0);
   }
-  const double n = static_cast<double>(std::max<int64_t>(1, state.iterations()));
-  state.counters["contiguous_us"] = 1e6 * contiguous_s / n;
-  state.counters["paged_us"] = 1e6 * paged_s / n;
-  state.counters["overhead_pct"] = contiguous_s > 0 ? 100.0 * (paged_s / contiguous_s - 1) : 0;
+  state.counters["contiguous_us"] = 1e6 * Median(contiguous_s);
+  state.counters["paged_us"] = 1e6 * Median(paged_s);
+  state.counters["overhead_pct"] = 100.0 * (Median(ratios) - 1);
 }
 
 // ---- memory table -------------------------------------------------------------------------------

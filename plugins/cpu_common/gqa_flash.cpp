@@ -34,6 +34,13 @@ constexpr int64_t kMinChunkKeys = 256;
 // Linux aarch64 before onnxruntime PR #29621).
 constexpr int64_t kFallbackL2Bytes = int64_t{1} << 20;
 constexpr int64_t kMinKvBlock = 16;
+// Grouped paged decode (RunHeadGroup): most kv heads one task holds; most keys per block-operation
+// call; and how many segments ahead the rows are requested (with every kv head of a Llama-3-8B
+// layer, 64 float32 keys are 256 KiB of a cache block; on the 2-core AVX2 machine the paged
+// benchmark measured 64 keys one segment ahead best among 16-128 keys and 1-8 segments).
+constexpr int64_t kMaxGroupHeads = 16;
+constexpr int64_t kGroupKeys = 64;
+constexpr int64_t kReadAhead = 1;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -182,6 +189,15 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
   return p.sequence_length == 1 && threads > 1 ? threads : 1;
 }
 
+// Whether a paged run of `p` reads its cache blocks for several kv heads per task (RunHeadGroup):
+// decode-sized tiles (one token's G heads) whose K/V are dequantized in the block operations, over
+// BSNH blocks, where a kv head's rows lie Nkv rows apart (read per kv head, every row costs a
+// separate memory stream). BNSH blocks keep a kv head's rows together and are read per kv head, as
+// a contiguous cache.
+bool GroupsHeads(const attnrt_gqa_problem& p, bool head_major, const FlashBlocks& blocks) {
+  return !head_major && p.sequence_length == 1 && !blocks.dequant_tiles;
+}
+
 // ---- tiles --------------------------------------------------------------------------------------
 
 // Keys [lo, hi) query row s of a batch with T_b = total and causal offset `past` sees; may be
@@ -248,9 +264,10 @@ struct FlashJob {
   FlashBlocks blocks;
   SlotLayout slot;
   std::byte* slots;
-  int64_t q_blocks;  // ceil(S / q_block)
-  int64_t chunks;    // key chunks per (b, kv head): > 1 only for flash decoding
-  float* partials;   // (B, N, chunks, 2 + H) when chunks > 1
+  int64_t q_blocks;     // ceil(S / q_block)
+  int64_t chunks;       // key chunks per (b, kv head): > 1 only for flash decoding
+  float* partials;      // (B, N, chunks, 2 + H) when chunks > 1
+  int64_t group_heads;  // kv heads per task (1, or more for a grouped paged decode)
   int64_t tasks;
   std::atomic<int64_t> next{0};
 };
@@ -305,40 +322,84 @@ void WriteOutput(const GqaRun& r, float* sum, float inv, int64_t offset) {
   NarrowRow(sum, r.type, ElementAddress(r.output, r.element_bytes, offset), h);
 }
 
-// One task: query tokens [s0, s0 + count) of (b, kvh), all G heads, over the keys of chunk c.
-void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t s0, int64_t count,
-             int64_t chunk) {
+// What one task covers, for each of its kv heads: query tokens [s0, s0 + count) of batch b (the G
+// heads of the kv head) over the keys [key_begin, key_end) of chunk `chunk`.
+struct TaskSpan {
+  int64_t b;
+  int64_t s0;
+  int64_t count;
+  int64_t chunk;
+  int64_t total;  // T_b
+  int64_t past;   // causal offset of token 0
+  int64_t key_begin;
+  int64_t key_end;
+};
+
+TaskSpan MakeSpan(const FlashJob& job, int64_t b, int64_t s0, int64_t count, int64_t chunk) {
   const GqaRun& r = *job.run;
-  const GqaFlashOps& ops = *job.ops;
+  TaskSpan span{b, s0, count, chunk, r.seqlens_k[b] + 1, 0, 0, 0};
+  span.past = r.past_from_seqlens ? span.total - r.seq : 0;
+  // Keys the tile needs (lo and hi are monotone in s), then this task's chunk of them.
+  span.key_begin = RowKeys(r, span.total, span.past, s0).lo;
+  span.key_end = RowKeys(r, span.total, span.past, s0 + count - 1).hi;
+  if (job.chunks > 1 && span.key_end > span.key_begin) {
+    const int64_t per_chunk = (span.key_end - span.key_begin + job.chunks - 1) / job.chunks;
+    span.key_begin = std::min(span.key_end, span.key_begin + chunk * per_chunk);
+    span.key_end = std::min(span.key_end, span.key_begin + per_chunk);
+  }
+  return span;
+}
+
+// One kv head of a task: its scratch, its K/V rows as stored (T_CACHE; the block operations
+// dequantize them) and its scales.
+struct HeadTile {
+  Tile t;
+  int64_t kvh;
+  KvSource keys;
+  KvSource values;
+  const float* k_scale;
+  const float* v_scale;
+};
+
+KvSource SourceOf(const FlashJob& job, const void* cache, int64_t cache_rows, int64_t b,
+                  int64_t kvh) {
+  const GqaRun& r = *job.run;
+  const size_t row_bytes = r.cache_row_bytes;
+  const auto* bytes = static_cast<const unsigned char*>(cache);
+  if (job.paging == nullptr) {
+    return KvSource{bytes + static_cast<size_t>((b * r.kv_heads + kvh) * cache_rows) * row_bytes,
+                    row_bytes, nullptr, 0, 0};
+  }
+  const GqaFlashPaging& pg = *job.paging;
+  const size_t block_bytes = static_cast<size_t>(pg.block_size * r.kv_heads) * row_bytes;
+  const int32_t* blocks = pg.block_table + b * pg.max_blocks_per_seq;
+  if (pg.head_major) {  // BNSH: rows of a head consecutive within a block
+    return KvSource{bytes + static_cast<size_t>(kvh * pg.block_size) * row_bytes, row_bytes, blocks,
+                    pg.block_size, block_bytes};
+  }
+  return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes,
+                  static_cast<size_t>(r.kv_heads) * row_bytes, blocks, pg.block_size, block_bytes};
+}
+
+// Starts kv head kvh of a task: m = -inf, l = 0, acc = 0 and the query rows in t.q.
+HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int64_t kvh) {
+  const GqaRun& r = *job.run;
   const int64_t h = r.head_size;
   const int64_t group = r.group;
-  const int64_t rows = count * group;
-  const int64_t ld = job.blocks.kv_block;
-  const int64_t total = r.seqlens_k[b] + 1;
-  const int64_t past = r.past_from_seqlens ? total - r.seq : 0;
-
-  // Keys the tile needs (lo and hi are monotone in s), then this task's chunk of them.
-  int64_t key_begin = RowKeys(r, total, past, s0).lo;
-  int64_t key_end = RowKeys(r, total, past, s0 + count - 1).hi;
-  if (job.chunks > 1 && key_end > key_begin) {
-    const int64_t per_chunk = (key_end - key_begin + job.chunks - 1) / job.chunks;
-    key_begin = std::min(key_end, key_begin + chunk * per_chunk);
-    key_end = std::min(key_end, key_begin + per_chunk);
-  }
-
+  const int64_t rows = span.count * group;
   std::fill(t.m, t.m + rows, kNegInf);
   std::fill(t.l, t.l + rows, 0.0f);
   std::memset(t.acc, 0, static_cast<size_t>(rows * h) * sizeof(float));
-  if (key_end > key_begin) {
+  if (span.key_end > span.key_begin) {
     // Tile row i*G + g is token s0 + i of query head kvh*G + g: the G heads of one token are
     // adjacent in the query, so rows of equal masks are adjacent too.
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t s = s0 + i;
+    for (int64_t i = 0; i < span.count; ++i) {
+      const int64_t s = span.s0 + i;
       const void* src = ElementAddress(r.query, r.element_bytes,
-                                       (b * r.seq + s) * r.q_token_stride + kvh * group * h);
+                                       (span.b * r.seq + s) * r.q_token_stride + kvh * group * h);
       float* dst = t.q + i * group * h;
       if (r.rotary) {
-        const int64_t position = GqaRotaryPosition(r, b, s);
+        const int64_t position = GqaRotaryPosition(r, span.b, s);
         for (int64_t g = 0; g < group; ++g) {
           GqaRotateRow(r, ElementAddress(src, r.element_bytes, g * h), dst + g * h, position);
         }
@@ -348,54 +409,151 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
       }
     }
   }
+  HeadTile head{t,
+                kvh,
+                SourceOf(job, r.key_cache, r.key_cache_rows, span.b, kvh),
+                SourceOf(job, r.value_cache, r.value_cache_rows, span.b, kvh),
+                r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale,
+                r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale};
+  return head;
+}
 
-  // K/V rows as stored (T_CACHE); the block operations dequantize them.
-  const size_t row_bytes = r.cache_row_bytes;
-  const auto source = [&](const void* cache, int64_t cache_rows) {
-    const auto* bytes = static_cast<const unsigned char*>(cache);
-    if (job.paging == nullptr) {
-      return KvSource{bytes + static_cast<size_t>((b * r.kv_heads + kvh) * cache_rows) * row_bytes,
-                      row_bytes, nullptr, 0, 0};
-    }
-    const GqaFlashPaging& pg = *job.paging;
-    const size_t block_bytes = static_cast<size_t>(pg.block_size * r.kv_heads) * row_bytes;
-    const int32_t* blocks = pg.block_table + b * pg.max_blocks_per_seq;
-    if (pg.head_major) {  // BNSH: rows of a head consecutive within a block
-      return KvSource{bytes + static_cast<size_t>(kvh * pg.block_size) * row_bytes, row_bytes,
-                      blocks, pg.block_size, block_bytes};
-    }
-    return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes,
-                    static_cast<size_t>(r.kv_heads) * row_bytes, blocks, pg.block_size,
-                    block_bytes};
-  };
-  const KvSource keys = source(r.key_cache, r.key_cache_rows);
-  const KvSource values = source(r.value_cache, r.value_cache_rows);
-  const bool paged = job.paging != nullptr;
-  const float* k_scale =
-      r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
-  const float* v_scale =
-      r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
-  const auto block = [&](const KvSource& src, int64_t j, const float* scale) {
-    return GqaFlashKv{src.Row(j), src.stride, r.cache_type, scale, r.scale_per_channel};
-  };
-  const size_t float_row = static_cast<size_t>(h) * sizeof(float);
-  const int64_t bias_b = r.bias_broadcast_batch ? 0 : b;
+// Tokens [i_begin, i_end) of a task whose windows meet key block [j0, j1) (a contiguous run, as
+// lo and hi are monotone), and the keys [ja, je) of the block they see.
+struct BlockRows {
+  int64_t i_begin;
+  int64_t i_end;
+  int64_t ja;
+  int64_t je;
+};
+
+// False when no row sees a key of [j0, j1) (outside the windows, or only padded rows past T_b).
+bool RowsOfBlock(const GqaRun& r, const TaskSpan& span, int64_t j0, int64_t j1, BlockRows* out) {
+  int64_t i_begin = 0;
+  while (i_begin < span.count && RowKeys(r, span.total, span.past, span.s0 + i_begin).hi <= j0) {
+    ++i_begin;
+  }
+  int64_t i_end = span.count;
+  while (i_end > i_begin && RowKeys(r, span.total, span.past, span.s0 + i_end - 1).lo >= j1) {
+    --i_end;
+  }
+  if (i_begin == i_end) return false;
+  out->i_begin = i_begin;
+  out->i_end = i_end;
+  out->ja = std::max(j0, RowKeys(r, span.total, span.past, span.s0 + i_begin).lo);
+  out->je = std::min(j1, RowKeys(r, span.total, span.past, span.s0 + i_end - 1).hi);
+  return out->je > out->ja;
+}
+
+GqaFlashKv BlockOf(const GqaRun& r, const KvSource& src, int64_t j, const float* scale) {
+  return GqaFlashKv{src.Row(j), src.stride, r.cache_type, scale, r.scale_per_channel};
+}
+
+// The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
+// row stride kv_block, key ja at column 0): bias, row max, exp and sum, rescale of acc and l by
+// exp(m_old - m_new); columns outside a row's window become 0 so P·V may run over [ja, je).
+void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& head,
+                  const BlockRows& br) {
+  const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
+  const Tile& t = head.t;
+  const int64_t h = r.head_size;
+  const int64_t group = r.group;
+  const int64_t ld = job.blocks.kv_block;
+  const int64_t width = br.je - br.ja;
+  const int64_t bias_b = r.bias_broadcast_batch ? 0 : span.b;
   const int64_t bias_heads = r.bias_broadcast_heads ? 1 : r.heads;
+  for (int64_t i = br.i_begin; i < br.i_end; ++i) {
+    const int64_t s = span.s0 + i;
+    const KeyRange k = RowKeys(r, span.total, span.past, s);
+    const int64_t a = std::max(k.lo, br.ja) - br.ja;
+    const int64_t e = std::min(k.hi, br.je) - br.ja;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t row = i * group + g;
+      float* x = t.scores + row * ld;
+      float row_max = kNegInf;
+      if (e > a) {
+        if (r.attention_bias != nullptr) {
+          const int64_t n = head.kvh * group + g;
+          const int64_t bias_n = r.bias_broadcast_heads ? 0 : n;
+          const void* bias = ElementAddress(
+              r.attention_bias, r.element_bytes,
+              ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length + br.ja);
+          AddBias(bias, r.type, x, a, e);
+        }
+        row_max = ops.max(x + a, e - a);
+      }
+      // Nothing to add (outside the window, or every score -inf from the bias).
+      if (row_max == kNegInf) {
+        Zero(x, 0, width);
+        continue;
+      }
+      const float m_new = std::max(t.m[row], row_max);
+      const float sum = ops.exp_sum(x + a, e - a, m_new);
+      Zero(x, 0, a);
+      Zero(x, e, width);
+      if (t.m[row] != kNegInf && t.m[row] != m_new) {
+        const float correction = std::exp(t.m[row] - m_new);
+        ops.scale(correction, t.acc + row * h, h);
+        t.l[row] *= correction;
+      }
+      t.l[row] += sum;
+      t.m[row] = m_new;
+    }
+  }
+}
 
-  for (int64_t j0 = key_begin; j0 < key_end; j0 += ld) {
-    const int64_t j1 = std::min(j0 + ld, key_end);
-    // Tokens whose window meets [j0, j1): a contiguous run, as lo and hi are monotone.
-    int64_t i_begin = 0;
-    while (i_begin < count && RowKeys(r, total, past, s0 + i_begin).hi <= j0) ++i_begin;
-    int64_t i_end = count;
-    while (i_end > i_begin && RowKeys(r, total, past, s0 + i_end - 1).lo >= j1) --i_end;
-    if (i_begin == i_end) continue;
-    const int64_t ja = std::max(j0, RowKeys(r, total, past, s0 + i_begin).lo);
-    const int64_t je = std::min(j1, RowKeys(r, total, past, s0 + i_end - 1).hi);
+// Ends kv head kvh of a task: output rows acc / l (or the flash-decoding partials of the chunk).
+void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
+  const GqaRun& r = *job.run;
+  const Tile& t = head.t;
+  const int64_t h = r.head_size;
+  const int64_t group = r.group;
+  for (int64_t i = 0; i < span.count; ++i) {
+    const int64_t s = span.s0 + i;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t row = i * group + g;
+      const int64_t n = head.kvh * group + g;
+      float* acc = t.acc + row * h;
+      if (job.chunks > 1) {
+        float* partial =
+            job.partials + ((span.b * r.heads + n) * job.chunks + span.chunk) * (2 + h);
+        partial[0] = t.m[row];
+        partial[1] = t.l[row];
+        std::memcpy(partial + 2, acc, static_cast<size_t>(h) * sizeof(float));
+        continue;
+      }
+      // An empty window (W = 0, or a padded row whose window lies past T_b) leaves zeros.
+      const float inv = t.l[row] > 0.0f ? 1.0f / t.l[row] : 0.0f;
+      WriteOutput(r, acc, inv, ((span.b * r.seq + s) * r.heads + n) * h);
+    }
+  }
+}
+
+// One task: query tokens [s0, s0 + count) of (b, kvh), all G heads, over the keys of chunk c.
+void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t s0, int64_t count,
+             int64_t chunk) {
+  const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
+  const int64_t h = r.head_size;
+  const int64_t ld = job.blocks.kv_block;
+  const TaskSpan span = MakeSpan(job, b, s0, count, chunk);
+  const HeadTile head = BeginHead(job, span, t, kvh);
+  const KvSource& keys = head.keys;
+  const KvSource& values = head.values;
+  const bool paged = job.paging != nullptr;
+  const size_t row_bytes = r.cache_row_bytes;
+  const size_t float_row = static_cast<size_t>(h) * sizeof(float);
+
+  for (int64_t j0 = span.key_begin; j0 < span.key_end; j0 += ld) {
+    const int64_t j1 = std::min(j0 + ld, span.key_end);
+    BlockRows br{};
+    if (!RowsOfBlock(r, span, j0, j1, &br)) continue;
+    const int64_t ja = br.ja;
+    const int64_t je = br.je;
     const int64_t width = je - ja;
-    if (width <= 0) continue;  // only rows whose windows are empty (padded rows past T_b)
-    const int64_t row_begin = i_begin * group;
-    const int64_t row_count = (i_end - i_begin) * group;
+    const int64_t row_begin = br.i_begin * r.group;
+    const int64_t row_count = (br.i_end - br.i_begin) * r.group;
 
     // V of this block streams in while the scores are computed, the next K block while P·V is
     // (contiguous: by the block operations; paged: by PrefetchRows, one cache block ahead). A
@@ -408,7 +566,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     if (tiles) {
       for (int64_t j = ja, n; j < je; j += n) {
         n = keys.Segment(j, je);
-        ops.dequantize(block(keys, j, k_scale), n, h, t.k_tile + (j - ja) * h);
+        ops.dequantize(BlockOf(r, keys, j, head.k_scale), n, h, t.k_tile + (j - ja) * h);
       }
       const GqaFlashKv k_rows{t.k_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
       const Prefetch v_next = paged ? SegmentPrefetch(values, ja, values.Segment(ja, je), row_bytes)
@@ -421,62 +579,25 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
         // Paged: this segment's V rows stream in while its scores are computed.
         const Prefetch v_next = paged ? SegmentPrefetch(values, j, n, row_bytes)
                                       : Prefetch{v_prefetch, v_prefetch_bytes};
-        ops.scores(t.q + row_begin * h, row_count, block(keys, j, k_scale), n, h, r.scale,
+        ops.scores(t.q + row_begin * h, row_count, BlockOf(r, keys, j, head.k_scale), n, h, r.scale,
                    block_scores + (j - ja), ld, v_next.begin, v_next.bytes);
       }
     }
 
-    for (int64_t i = i_begin; i < i_end; ++i) {
-      const int64_t s = s0 + i;
-      const KeyRange k = RowKeys(r, total, past, s);
-      const int64_t a = std::max(k.lo, ja) - ja;
-      const int64_t e = std::min(k.hi, je) - ja;
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t row = i * group + g;
-        float* x = t.scores + row * ld;
-        float row_max = kNegInf;
-        if (e > a) {
-          if (r.attention_bias != nullptr) {
-            const int64_t n = kvh * group + g;
-            const int64_t bias_n = r.bias_broadcast_heads ? 0 : n;
-            const void* bias = ElementAddress(
-                r.attention_bias, r.element_bytes,
-                ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length + ja);
-            AddBias(bias, r.type, x, a, e);
-          }
-          row_max = ops.max(x + a, e - a);
-        }
-        // Nothing to add (outside the window, or every score -inf from the bias).
-        if (row_max == kNegInf) {
-          Zero(x, 0, width);
-          continue;
-        }
-        const float m_new = std::max(t.m[row], row_max);
-        const float sum = ops.exp_sum(x + a, e - a, m_new);
-        Zero(x, 0, a);
-        Zero(x, e, width);
-        if (t.m[row] != kNegInf && t.m[row] != m_new) {
-          const float correction = std::exp(t.m[row] - m_new);
-          ops.scale(correction, t.acc + row * h, h);
-          t.l[row] *= correction;
-        }
-        t.l[row] += sum;
-        t.m[row] = m_new;
-      }
-    }
+    SoftmaxBlock(job, span, head, br);
 
-    const int64_t next_end = std::min(key_end, j1 + ld);
+    const int64_t next_end = std::min(span.key_end, j1 + ld);
     const void* k_prefetch = paged ? nullptr : keys.Row(j1);
     const size_t k_prefetch_bytes =
-        !paged && j1 < key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0;
+        !paged && j1 < span.key_end ? static_cast<size_t>(next_end - j1) * row_bytes : 0;
     if (tiles) {
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
-        ops.dequantize(block(values, j, v_scale), n, h, t.v_tile + (j - ja) * h);
+        ops.dequantize(BlockOf(r, values, j, head.v_scale), n, h, t.v_tile + (j - ja) * h);
       }
       const GqaFlashKv v_rows{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
       const Prefetch k_next = !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
-                              : j1 < key_end
+                              : j1 < span.key_end
                                   ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
                                   : Prefetch{nullptr, 0};
       ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
@@ -496,58 +617,177 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
             k_next = SegmentPrefetch(keys, jn, n, row_bytes);
           }
         }
-        ops.accumulate(block_scores + (j - ja), row_count, ld, block(values, j, v_scale), n, h,
-                       t.acc + row_begin * h, k_next.begin, k_next.bytes);
+        ops.accumulate(block_scores + (j - ja), row_count, ld, BlockOf(r, values, j, head.v_scale),
+                       n, h, t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
     }
+  }
+  EndHead(job, span, head);
+}
+
+// ---- grouped paged decode -----------------------------------------------------------------------
+
+// Rows [j, j + n) of one BSNH cache block, for kv heads [kvh0, kvh0 + heads) of a task (`first`:
+// the rows of kv head kvh0): the share that the block-operation call of the task's i-th head
+// brings in while it computes. With every kv head in the task the rows are one byte range, which
+// the calls share in equal parts; with only some (runs of heads * row_bytes, Nkv rows apart) they
+// are left to the hardware prefetchers, as a request per line of every run costs more than it
+// saves.
+Prefetch GroupPrefetch(const GqaRun& r, const KvSource& first, int64_t heads, int64_t i, int64_t j,
+                       int64_t n) {
+  if (n <= 0 || heads != r.kv_heads) return {nullptr, 0};
+  const size_t bytes = static_cast<size_t>(n * heads) * r.cache_row_bytes;
+  const auto part = [&](int64_t k) {
+    return k == heads
+               ? bytes
+               : bytes * static_cast<size_t>(k) / static_cast<size_t>(heads) / kAlign * kAlign;
+  };
+  return {first.Row(j) + part(i), part(i + 1) - part(i)};
+}
+
+// The order in which a grouped task reads its cache rows: key block by key block, the block's K
+// rows then its V rows, each in segments of at most kGroupKeys keys within one cache block. A
+// second cursor running a fixed number of segments ahead of the one being computed says what to
+// prefetch, so the rows arrive from memory at a steady distance whatever the block size (one
+// segment ahead is too close: the hardware prefetchers do not follow the block table).
+class ReadOrder {
+ public:
+  ReadOrder(const GqaRun& r, const TaskSpan& span, int64_t ld, const KvSource& keys)
+      : r_(r), span_(span), ld_(ld), keys_(keys) {
+    EnterBlock(span.key_begin);
   }
 
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t s = s0 + i;
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t row = i * group + g;
-      const int64_t n = kvh * group + g;
-      float* acc = t.acc + row * h;
-      if (job.chunks > 1) {
-        float* partial = job.partials + ((b * r.heads + n) * job.chunks + chunk) * (2 + h);
-        partial[0] = t.m[row];
-        partial[1] = t.l[row];
-        std::memcpy(partial + 2, acc, static_cast<size_t>(h) * sizeof(float));
-        continue;
-      }
-      // An empty window (W = 0, or a padded row whose window lies past T_b) leaves zeros.
-      const float inv = t.l[row] > 0.0f ? 1.0f / t.l[row] : 0.0f;
-      WriteOutput(r, acc, inv, ((b * r.seq + s) * r.heads + n) * h);
+  bool done() const { return j0_ >= span_.key_end; }
+  bool values() const { return values_; }
+  int64_t j() const { return j_; }
+  int64_t n() const { return std::min(keys_.Segment(j_, rows_.je), kGroupKeys); }
+  const BlockRows& rows() const { return rows_; }
+  int64_t block_end() const { return std::min(j0_ + ld_, span_.key_end); }
+
+  void Advance() {
+    j_ += n();
+    if (j_ < rows_.je) return;
+    if (!values_) {
+      values_ = true;
+      j_ = rows_.ja;
+      return;
     }
+    EnterBlock(j0_ + ld_);
   }
+
+ private:
+  // The first key block from `from` that some row of the task sees.
+  void EnterBlock(int64_t from) {
+    values_ = false;
+    for (j0_ = from; j0_ < span_.key_end; j0_ += ld_) {
+      if (RowsOfBlock(r_, span_, j0_, block_end(), &rows_)) break;
+    }
+    j_ = rows_.ja;
+  }
+
+  const GqaRun& r_;
+  const TaskSpan& span_;
+  int64_t ld_;
+  const KvSource& keys_;  // cache block boundaries (the same for K and V)
+  int64_t j0_ = 0;
+  bool values_ = false;
+  int64_t j_ = 0;
+  BlockRows rows_{};
+};
+
+// One task of a paged decode over kv heads [kvh0, kvh0 + heads): what RunTile computes for each of
+// them, with key blocks outer and kv heads inner, so that a cache block is read in address order
+// in one pass (BSNH: the heads of a token are adjacent; BNSH: the heads' row ranges are) instead
+// of once per kv head at a stride. Segments of ReadOrder go to the block operations every head in
+// turn, each call prefetching its share of the segment kReadAhead segments further on. Per head
+// the key blocks, the scores and the order of accumulation are RunTile's, so outputs are bitwise
+// equal to the per-head order (and to the contiguous cache). Tall tiles of a quantized cache
+// (dequant_tiles) never come here.
+void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh0, int64_t heads,
+                  int64_t s0, int64_t count, int64_t chunk) {
+  const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
+  const int64_t h = r.head_size;
+  const int64_t ld = job.blocks.kv_block;
+  const TaskSpan span = MakeSpan(job, b, s0, count, chunk);
+  HeadTile group[kMaxGroupHeads];
+  for (int64_t i = 0; i < heads; ++i) group[i] = BeginHead(job, span, tiles[i], kvh0 + i);
+  const KvSource& keys = group[0].keys;
+  const KvSource& values = group[0].values;
+
+  ReadOrder at(r, span, ld, keys);
+  ReadOrder ahead(r, span, ld, keys);
+  for (int64_t k = 0; k < kReadAhead && !ahead.done(); ++k) ahead.Advance();
+  while (!at.done()) {
+    const BlockRows br = at.rows();
+    const int64_t ja = br.ja;
+    const int64_t row_begin = br.i_begin * r.group;
+    const int64_t row_count = (br.i_end - br.i_begin) * r.group;
+    const int64_t j = at.j();
+    const int64_t n = at.n();
+    const bool v = at.values();
+    if (v && j == ja) {
+      for (int64_t i = 0; i < heads; ++i) SoftmaxBlock(job, span, group[i], br);
+    }
+    for (int64_t i = 0; i < heads; ++i) {
+      const HeadTile& head = group[i];
+      Prefetch next{nullptr, 0};
+      if (!ahead.done()) {
+        next = GroupPrefetch(r, ahead.values() ? values : keys, heads, i, ahead.j(), ahead.n());
+      }
+      float* block_scores = head.t.scores + row_begin * ld + (j - ja);
+      if (v) {
+        ops.accumulate(block_scores, row_count, ld, BlockOf(r, head.values, j, head.v_scale), n, h,
+                       head.t.acc + row_begin * h, next.begin, next.bytes);
+      } else {
+        ops.scores(head.t.q + row_begin * h, row_count, BlockOf(r, head.keys, j, head.k_scale), n,
+                   h, r.scale, block_scores, ld, next.begin, next.bytes);
+      }
+    }
+    at.Advance();
+    if (!ahead.done()) ahead.Advance();
+  }
+  for (int64_t i = 0; i < heads; ++i) EndHead(job, span, group[i]);
 }
 
 // Tasks are handed out from a shared counter, the costliest (last query blocks of a causal
-// prompt) first; parallel_for gives no thread index, hence one parallel_for index per slot.
+// prompt) first; parallel_for gives no thread index, hence one parallel_for index per slot. A
+// slot holds the tiles of group_heads kv heads.
 void TileSlots(void* user, size_t begin, size_t end) {
   FlashJob& job = *static_cast<FlashJob*>(user);
   const GqaRun& r = *job.run;
-  const int64_t per_block = r.batch * r.kv_heads * job.chunks;
+  const int64_t head_groups = (r.kv_heads + job.group_heads - 1) / job.group_heads;
+  const int64_t per_block = r.batch * head_groups * job.chunks;
+  Tile tiles[kMaxGroupHeads];
   for (size_t slot = begin; slot < end; ++slot) {
-    std::byte* base = job.slots + slot * job.slot.bytes;
-    const Tile t{reinterpret_cast<float*>(base),
-                 reinterpret_cast<float*>(base + job.slot.acc),
-                 reinterpret_cast<float*>(base + job.slot.scores),
-                 reinterpret_cast<float*>(base + job.slot.m),
-                 reinterpret_cast<float*>(base + job.slot.l),
-                 reinterpret_cast<float*>(base + job.slot.k_tile),
-                 reinterpret_cast<float*>(base + job.slot.v_tile)};
+    for (int64_t i = 0; i < job.group_heads; ++i) {
+      std::byte* base =
+          job.slots +
+          (slot * static_cast<size_t>(job.group_heads) + static_cast<size_t>(i)) * job.slot.bytes;
+      tiles[i] = Tile{reinterpret_cast<float*>(base),
+                      reinterpret_cast<float*>(base + job.slot.acc),
+                      reinterpret_cast<float*>(base + job.slot.scores),
+                      reinterpret_cast<float*>(base + job.slot.m),
+                      reinterpret_cast<float*>(base + job.slot.l),
+                      reinterpret_cast<float*>(base + job.slot.k_tile),
+                      reinterpret_cast<float*>(base + job.slot.v_tile)};
+    }
     for (;;) {
       const int64_t task = job.next.fetch_add(1, std::memory_order_relaxed);
       if (task >= job.tasks) break;
       const int64_t q_block = job.q_blocks - 1 - task / per_block;
       const int64_t rest = task % per_block;
       const int64_t chunk = rest % job.chunks;
-      const int64_t b = rest / job.chunks / r.kv_heads;
-      const int64_t kvh = rest / job.chunks % r.kv_heads;
+      const int64_t b = rest / job.chunks / head_groups;
+      const int64_t kvh0 = rest / job.chunks % head_groups * job.group_heads;
       const int64_t s0 = q_block * job.blocks.q_block;
       const int64_t count = std::min(job.blocks.q_block, r.seq - s0);
-      RunTile(job, t, b, kvh, s0, count, chunk);
+      if (job.group_heads == 1) {
+        RunTile(job, tiles[0], b, kvh0, s0, count, chunk);
+      } else {
+        RunHeadGroup(job, tiles, b, kvh0, std::min(job.group_heads, r.kv_heads - kvh0), s0, count,
+                     chunk);
+      }
     }
   }
 }
@@ -637,8 +877,11 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
 
   // Flash decoding (reference §5): with S == 1 the tiles are only B x Nkv; when that leaves threads
   // idle, the key range is split into chunks as well, and merged afterwards.
+  // A grouped paged decode's tile is a sequence with all its kv heads (RunHeadGroup), so its key
+  // range is split as soon as the sequences are fewer than the threads.
+  const bool grouped = paging != nullptr && GroupsHeads(p, paging->head_major, blocks);
   int64_t chunks = 1;
-  const int64_t tiles = p.batch_size * p.kv_num_heads;
+  const int64_t tiles = grouped ? p.batch_size : p.batch_size * p.kv_num_heads;
   if (p.sequence_length == 1 && tiles < threads) {
     chunks =
         std::min({(threads + tiles - 1) / tiles, max_total / kMinChunkKeys, MaxChunks(p, threads)});
@@ -661,8 +904,25 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   job.slots = area + partial_bytes;
   job.q_blocks = (p.sequence_length + blocks.q_block - 1) / blocks.q_block;
   job.chunks = chunks;
-  job.tasks = job.q_blocks * tiles * chunks;
-  const int64_t slots_fit = static_cast<int64_t>((available - partial_bytes) / slot.bytes);
+  // A paged decode reads each cache block once for all kv heads of a task (RunHeadGroup): as few
+  // tasks per sequence as keep every thread busy, each with the tiles of its heads in its slot.
+  job.group_heads = 1;
+  if (grouped) {
+    const int64_t per_batch =
+        std::max<int64_t>(1, (threads + p.batch_size * chunks - 1) / (p.batch_size * chunks));
+    const int64_t groups = std::max(std::min(p.kv_num_heads, per_batch),
+                                    (p.kv_num_heads + kMaxGroupHeads - 1) / kMaxGroupHeads);
+    job.group_heads = (p.kv_num_heads + groups - 1) / groups;
+  }
+  int64_t slots_fit = static_cast<int64_t>((available - partial_bytes) /
+                                           (slot.bytes * static_cast<size_t>(job.group_heads)));
+  // A workspace sized for one head per slot still runs (the per-head order, same results).
+  if (slots_fit == 0) {
+    job.group_heads = 1;
+    slots_fit = static_cast<int64_t>((available - partial_bytes) / slot.bytes);
+  }
+  job.tasks = job.q_blocks * p.batch_size *
+              ((p.kv_num_heads + job.group_heads - 1) / job.group_heads) * chunks;
   const int64_t slots = std::min({threads, job.tasks, slots_fit});
   host.parallel_for(host.host_context, static_cast<size_t>(slots), 1, TileSlots, &job);
   if (chunks > 1) {
@@ -694,9 +954,12 @@ int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t 
   }
 }
 
-size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
-  const auto& context = *static_cast<const PluginContext*>(plugin_context);
-  const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
+namespace {
+
+// Workspace of a gqa.flash run of `p`; `paged`: over a paged cache with BNSH (head_major) or BSNH
+// blocks, whose decode may hold the tiles of several kv heads per slot.
+size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p, bool paged,
+                      bool head_major) {
   // supports() declined such a problem; nothing larger than what it read may be touched.
   if (p.struct_size < sizeof(attnrt_gqa_problem)) return 0;
   // T is known only at run time; T_b never exceeds the present length (flash requires present),
@@ -706,9 +969,24 @@ size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept
                 p.sequence_length});
   const int64_t threads = NumThreads(context.host);
   const int64_t chunks = MaxChunks(p, threads);
-  const SlotLayout slot = LayoutSlot(ChooseBlocks(L2Bytes(context), p, max_keys), p.head_size);
+  const FlashBlocks blocks = ChooseBlocks(L2Bytes(context), p, max_keys);
+  const SlotLayout slot = LayoutSlot(blocks, p.head_size);
+  const int64_t heads_per_slot =
+      paged && GroupsHeads(p, head_major, blocks) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
   return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
-         static_cast<size_t>(threads) * slot.bytes;
+         static_cast<size_t>(threads * heads_per_slot) * slot.bytes;
+}
+
+}  // namespace
+
+size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
+  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context),
+                        *static_cast<const attnrt_gqa_problem*>(problem), false, false);
+}
+
+size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
+                                  bool head_major) noexcept {
+  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context), p, true, head_major);
 }
 
 int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,
