@@ -127,6 +127,12 @@ struct FlashBlocks {
   int64_t rows;  // q_block * G
   int64_t kv_block;
   bool dequant_tiles;  // quantized cache and tiles taller than kFusedRows: float32 K/V scratch
+  // A paged cache of a float type and tiles taller than kFusedRows: the K/V rows of a block,
+  // gathered from the cache blocks, are copied into the same float32 scratch once per key block
+  // (exact), so the many row blocks of a tall tile re-read a contiguous copy instead of rows
+  // scattered over cache blocks (BSNH: a kv head's rows Nkv rows apart). kv_block is the
+  // contiguous cache's, so results stay bitwise equal.
+  bool copy_tiles;
 };
 
 FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys) {
@@ -146,6 +152,13 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
       static_cast<int64_t>(sizeof(float)) * f.rows;
   const int64_t kv = std::max(kMinKvBlock, l2_bytes / 2 / per_key / 8 * 8);
   f.kv_block = std::clamp<int64_t>(max_keys, 1, kv);
+  return f;
+}
+
+// ChooseBlocks for a run over a paged cache.
+FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys) {
+  FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
+  f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows;
   return f;
 }
 
@@ -171,8 +184,9 @@ SlotLayout LayoutSlot(const FlashBlocks& f, int64_t head_size) {
   s.m = s.scores + AlignUp(static_cast<size_t>(f.rows * f.kv_block) * sizeof(float));
   s.l = s.m + row;
   s.k_tile = s.l + row;
-  const size_t kv_tile =
-      f.dequant_tiles ? AlignUp(static_cast<size_t>(f.kv_block * head_size) * sizeof(float)) : 0;
+  const size_t kv_tile = f.dequant_tiles || f.copy_tiles
+                             ? AlignUp(static_cast<size_t>(f.kv_block * head_size) * sizeof(float))
+                             : 0;
   s.v_tile = s.k_tile + kv_tile;
   s.bytes = s.v_tile + kv_tile;
   return s;
@@ -561,7 +575,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     const void* v_prefetch = paged ? nullptr : values.Row(ja);
     const size_t v_prefetch_bytes = paged ? 0 : static_cast<size_t>(width) * row_bytes;
     // Tall tiles of a quantized cache: K (now) and V (before P·V) dequantized once into scratch.
-    const bool tiles = job.blocks.dequant_tiles && row_count > kFusedRows;
+    const bool tiles =
+        (job.blocks.dequant_tiles || job.blocks.copy_tiles) && row_count > kFusedRows;
     float* block_scores = t.scores + row_begin * ld;
     if (tiles) {
       for (int64_t j = ja, n; j < je; j += n) {
@@ -861,7 +876,8 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   for (int64_t b = 0; b < p.batch_size; ++b) {
     max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
-  const FlashBlocks blocks = ChooseBlocks(L2Bytes(context), p, max_total);
+  const FlashBlocks blocks = paging != nullptr ? ChoosePagedBlocks(L2Bytes(context), p, max_total)
+                                               : ChooseBlocks(L2Bytes(context), p, max_total);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
 
   if (args.workspace == nullptr || available < slot.bytes) {
@@ -969,7 +985,8 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                 p.sequence_length});
   const int64_t threads = NumThreads(context.host);
   const int64_t chunks = MaxChunks(p, threads);
-  const FlashBlocks blocks = ChooseBlocks(L2Bytes(context), p, max_keys);
+  const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys)
+                                   : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
   const int64_t heads_per_slot =
       paged && GroupsHeads(p, head_major, blocks) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
