@@ -13,7 +13,7 @@
 //   - short tiles (decode: the G heads of one token): 4 rows x 4 keys of 16-lane dot products,
 //     each K vector decoded once and used by every row, reduced 16 at a time
 //     (HorizontalSums16); memory-bound, so the K rows are read once at full width.
-// P·V keeps R rows x V vectors of the accumulator in registers (8 x 3 for tall tiles, 4 x 4 for
+// P·V keeps R rows x V vectors of the accumulator in registers (6 x 4 for tall tiles, 4 x 4 for
 // short ones) over a chunk of kKeyChunk keys, so each V slab read from L2 is reused from L1 by the
 // other row blocks; every accumulator element adds the keys in order, whatever the chunking, so
 // sums do not depend on how a block was split either.
@@ -54,7 +54,7 @@ constexpr int64_t kTallRows = 8;
 // Stack buffer of the transposed K block: H x 32 keys (H <= 256) or H x 16 (H <= 512); larger
 // heads use the short-tile kernel, which needs no buffer.
 constexpr int64_t kTransposeFloats = 8192;
-// Keys per P·V chunk: 64 keys x 3 vectors = 12 KiB of float32 V slab, well inside L1.
+// Keys per P·V chunk: 64 keys x 4 vectors = 16 KiB of float32 V slab, well inside L1.
 constexpr int64_t kKeyChunk = 64;
 // Short tiles stream K rows once: software prefetch this many bytes of K rows ahead of the demand
 // loads (measured on a float32 16k decode: 16 keys of 512 bytes ahead reads about 1.4x the bytes
@@ -62,24 +62,30 @@ constexpr int64_t kKeyChunk = 64;
 constexpr size_t kKeyLeadBytes = 8192;
 
 // Spreads the prefetch of a byte range over `steps` calls of Step(): the next block streams in
-// while this one is computed, without a burst that would crowd out the demand loads.
+// while this one is computed, without a burst that would crowd out the demand loads. Into L2, or
+// into L1 with to_l1 (for data needed within the next few microseconds).
 class Prefetcher {
  public:
-  Prefetcher(const void* begin, size_t bytes, int64_t steps)
-      : next_(static_cast<const char*>(begin)), end_(next_ + bytes) {
+  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
+      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
     const size_t lines = (bytes + kLine - 1) / kLine;
     const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
     per_step_ = (lines + n - 1) / n;
   }
   void Step() {
     for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine) {
-      _mm_prefetch(next_, _MM_HINT_T1);
+      if (to_l1_) {
+        _mm_prefetch(next_, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(next_, _MM_HINT_T1);
+      }
     }
   }
 
  private:
   const char* next_;
   const char* end_;
+  bool to_l1_;
   size_t per_step_ = 0;
 };
 
@@ -310,14 +316,30 @@ void ScoreMicroKernel(const float* q, int64_t h, const float* kt, float scale, f
   }
 }
 
+// Prefetches issued while a transposed chunk's scores are computed, one step per register block
+// of rows: the block's V rows (the driver's range) and the K rows of the next two chunks.
+struct TallPrefetch {
+  Prefetcher& v;
+  Prefetcher k_next;   // into L1: transposed at the start of the next chunk
+  Prefetcher k_later;  // into L2
+  void Step() {
+    v.Step();
+    k_next.Step();
+    k_later.Step();
+  }
+};
+
 template <int W>
 void ScoreRowsTransposed(const float* q, int64_t rows, int64_t h, const float* kt, float scale,
-                         float* out, int64_t ld, int64_t n) {
+                         float* out, int64_t ld, int64_t n, TallPrefetch& ahead) {
   int64_t i = 0;
-  for (; i + 8 <= rows; i += 8)
+  for (; i + 8 <= rows; i += 8) {
+    ahead.Step();
     ScoreMicroKernel<8, W>(q + i * h, h, kt, scale, out + i * ld, ld, n);
+  }
   const float* qi = q + i * h;
   float* oi = out + i * ld;
+  if (i < rows) ahead.Step();
   switch (rows - i) {
     case 7:
       return ScoreMicroKernel<7, W>(qi, h, kt, scale, oi, ld, n);
@@ -338,24 +360,37 @@ void ScoreRowsTransposed(const float* q, int64_t rows, int64_t h, const float* k
   }
 }
 
+// Keys per transposed chunk: 32, or 16 when H x 32 floats would not fit the buffer.
+int64_t TransposeChunk(int64_t h) { return h * 32 <= kTransposeFloats ? 32 : 16; }
+
+// Rows [j, min(j + n, keys)) of k as a byte range (empty past the end).
+template <class Kv>
+size_t RowRangeBytes(const Kv& k, int64_t j, int64_t n, int64_t keys) {
+  if (j >= keys) return 0;
+  return static_cast<size_t>((keys - j < n ? keys - j : n)) * k.row_bytes;
+}
+
 template <class Kv>
 void ScoresTall(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
-                float* scores, int64_t ld, Prefetcher& ahead) {
+                float* scores, int64_t ld, Prefetcher& v_ahead) {
   alignas(64) float kt[kTransposeFloats];
-  const int64_t kc = h * 32 <= kTransposeFloats ? 32 : 16;  // as ScoresOf's prefetch steps
+  const int64_t kc = TransposeChunk(h);
+  const int64_t row_steps = (rows + 7) / 8;
   for (int64_t j0 = 0; j0 < keys; j0 += kc) {
     const int64_t n = keys - j0 < kc ? keys - j0 : kc;
-    ahead.Step();
-    // The next chunk's K rows stream in while this one's scores are computed: the driver
-    // prefetches a tile's later K blocks, but not its first one.
-    if (j0 + kc < keys) {
-      PrefetchRows(k, j0 + kc, keys - j0 - kc < kc ? keys - j0 - kc : kc, _MM_HINT_T1);
-    }
+    // The next chunk's K rows come into L1 and the one after into L2 while this one's scores are
+    // computed: the driver prefetches a tile's later K blocks, but not its first one, and the
+    // transpose would otherwise wait on every row it loads.
+    const auto* next = k.data + static_cast<size_t>(j0 + kc) * k.row_bytes;
+    TallPrefetch ahead{v_ahead,
+                       Prefetcher(next, RowRangeBytes(k, j0 + kc, kc, keys), row_steps, true),
+                       Prefetcher(next + static_cast<size_t>(kc) * k.row_bytes,
+                                  RowRangeBytes(k, j0 + 2 * kc, kc, keys), row_steps)};
     TransposeKeys(k, j0, n, h, kt, kc);
     if (kc == 32) {
-      ScoreRowsTransposed<2>(q, rows, h, kt, scale, scores + j0, ld, n);
+      ScoreRowsTransposed<2>(q, rows, h, kt, scale, scores + j0, ld, n, ahead);
     } else {
-      ScoreRowsTransposed<1>(q, rows, h, kt, scale, scores + j0, ld, n);
+      ScoreRowsTransposed<1>(q, rows, h, kt, scale, scores + j0, ld, n, ahead);
     }
   }
 }
@@ -364,9 +399,9 @@ template <class Kv>
 void ScoresOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
               float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
   if (rows > kTallRows && h * 16 <= kTransposeFloats) {
-    // One Step() per transposed chunk of keys (ScoresTall).
-    const int64_t kc = h * 32 <= kTransposeFloats ? 32 : 16;
-    Prefetcher ahead(prefetch, prefetch_bytes, (keys + kc - 1) / kc);
+    // One Step() per register block of rows of each transposed chunk of keys (ScoresTall).
+    const int64_t kc = TransposeChunk(h);
+    Prefetcher ahead(prefetch, prefetch_bytes, (keys + kc - 1) / kc * ((rows + 7) / 8));
     ScoresTall(q, rows, k, keys, h, scale, scores, ld, ahead);
   } else {
     Prefetcher ahead(prefetch, prefetch_bytes, (keys + 3) / 4);
@@ -457,13 +492,13 @@ template <class Kv>
 void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
                   float* acc, const void* prefetch, size_t prefetch_bytes) {
   const bool tall = rows > kTallRows;
-  const int64_t row_blocks = tall ? (rows + 7) / 8 : (rows + 3) / 4;
-  const int64_t column_blocks = tall ? (h + 47) / 48 : (h + 63) / 64;
+  const int64_t row_blocks = tall ? (rows + 5) / 6 : (rows + 3) / 4;
+  const int64_t column_blocks = (h + 63) / 64;
   Prefetcher ahead(prefetch, prefetch_bytes, row_blocks * column_blocks * keys);
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
     const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
     if (tall) {
-      AccumulateChunk<Kv, 8, 3>(p + j0, rows, ld, v.Offset(j0), n, h, acc, ahead);
+      AccumulateChunk<Kv, 6, 4>(p + j0, rows, ld, v.Offset(j0), n, h, acc, ahead);
     } else {
       AccumulateChunk<Kv, 4, 4>(p + j0, rows, ld, v.Offset(j0), n, h, acc, ahead);
     }
