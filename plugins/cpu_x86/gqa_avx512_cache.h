@@ -45,19 +45,17 @@ inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
     const __m128i bytes = _mm_maskz_loadu_epi8(mask, static_cast<const int8_t*>(row) + i);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
   } else if constexpr (kType == GqaCacheType::kInt4) {
-    // 8 bytes hold elements i..i+15 (4 for a half mask); each byte goes to two lanes, the even one
-    // keeps the low nibble.
+    // 8 bytes hold elements i..i+15 (4 for a half mask), the even element in the low nibble.
+    // Nibbles split and interleave back into element order in 16 bytes (128-bit operations),
+    // then one sign extension to 16 lanes.
     const __mmask16 byte_mask = mask == kAllLanes ? 0xFF : 0x0F;
     const __m128i packed =
         _mm_maskz_loadu_epi8(byte_mask, static_cast<const uint8_t*>(row) + i / 2);
-    const __m128i pairs =
-        _mm_shuffle_epi8(packed, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    const __m512i nibbles = _mm512_and_si512(
-        _mm512_srlv_epi32(_mm512_cvtepu8_epi32(pairs),
-                          _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)),
-        _mm512_set1_epi32(0xF));
+    const __m128i low_nibbles = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+    const __m128i high_nibbles = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(low_nibbles, high_nibbles), _mm_set1_epi8(8));
     // Masked-off lanes would decode to -8: zero them as the other types are.
-    return _mm512_maskz_cvtepi32_ps(mask, _mm512_sub_epi32(nibbles, _mm512_set1_epi32(8)));
+    return _mm512_maskz_cvtepi32_ps(mask, _mm512_cvtepi8_epi32(q));
   } else {
     static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
     // As gqa_avx2_cache.h: rebias normals (7 -> 127), subnormals are mantissa * 2^-9, S.1111.111

@@ -164,6 +164,15 @@ void ScoreBlock(const float* q, Kv k, int64_t h, float scale, float* out, int64_
   if (d < h) step(d, kLow8);  // h is a multiple of 8
   // Lane order of the reductions is acc's: row-major over (row, key). Both reductions give the
   // same bits (gqa_avx512_math.h).
+  if constexpr (R == 4 && C == 4) {
+    // Row r's four scores are lanes 4r..4r+3.
+    const __m512 scores = _mm512_mul_ps(_mm512_set1_ps(scale), HorizontalSums16(acc));
+    _mm_storeu_ps(out, _mm512_castps512_ps128(scores));
+    _mm_storeu_ps(out + ld, _mm512_extractf32x4_ps(scores, 1));
+    _mm_storeu_ps(out + 2 * ld, _mm512_extractf32x4_ps(scores, 2));
+    _mm_storeu_ps(out + 3 * ld, _mm512_extractf32x4_ps(scores, 3));
+    return;
+  }
   float sums[R * C];
   if constexpr (R * C == 16) {
     _mm512_storeu_ps(sums, HorizontalSums16(acc));
