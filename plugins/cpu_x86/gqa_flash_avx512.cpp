@@ -93,15 +93,19 @@ class Prefetcher {
 // is the dequantization scale of elements [d, d + 16), loaded once per 16 columns for all rows of
 // a register block; Load(j, d, scale, mask) is elements [d, d + 16) of row j as float32 (q * scale
 // for quantized types, the naive kernel's LoadCache16 value). mask: all 16 lanes or the low 8.
-template <GqaCacheType kType, bool kPerChannel>
+//
+// kUnscaled: Load returns q (the scale is applied elsewhere: ScoresShort folds it into the query).
+template <GqaCacheType kType, bool kPerChannel, bool kUnscaled = false>
 struct KvRows {
-  static constexpr bool kPerChannelScales = kPerChannel && kScaledCache16<kType>;
+  static constexpr GqaCacheType kCacheType = kType;
+  static constexpr bool kScaled = kScaledCache16<kType> && !kUnscaled;
+  static constexpr bool kPerChannelScales = kPerChannel && kScaled;
   const unsigned char* data;
   size_t row_bytes;
   const float* scale;
 
   __m512 Scale(int64_t d, __mmask16 mask) const {
-    if constexpr (!kScaledCache16<kType>) {
+    if constexpr (!kScaled) {
       return _mm512_setzero_ps();  // unused
     } else if constexpr (kPerChannel) {
       return _mm512_maskz_loadu_ps(mask, scale + d);
@@ -111,7 +115,7 @@ struct KvRows {
   }
   __m512 Load(int64_t j, int64_t d, __m512 s, __mmask16 mask) const {
     const __m512 raw = LoadCacheRaw16<kType>(data + static_cast<size_t>(j) * row_bytes, d, mask);
-    if constexpr (kScaledCache16<kType>) {
+    if constexpr (kScaled) {
       return _mm512_mul_ps(raw, s);
     } else {
       return raw;
@@ -196,8 +200,8 @@ void ScoreKeys(const float* q, int64_t rows, Kv k, int64_t h, float scale, float
 }
 
 template <class Kv>
-void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
-                 float* scores, int64_t ld, Prefetcher& ahead) {
+void ScoresShortOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+                   float* scores, int64_t ld, Prefetcher& ahead) {
   // Keys outer: four keys stay in L1 while every row of the tile meets them.
   int64_t j = 0;
   const int64_t lead = static_cast<int64_t>((kKeyLeadBytes + k.row_bytes - 1) / k.row_bytes);
@@ -220,6 +224,35 @@ void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, fl
     default:
       break;
   }
+}
+
+// Short tiles of a quantized K: <q, k * s> is computed as <q * s, k>, the scale folded into the
+// (at most kTallRows) query rows once per block instead of into every K vector of it. The query
+// stays float32 (only the order of two float32 multiplications changes); a score does not depend
+// on how the keys were blocked.
+constexpr int64_t kFoldedQueryFloats = 4096;
+
+template <class Kv>
+void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+                 float* scores, int64_t ld, Prefetcher& ahead) {
+  if constexpr (Kv::kScaled) {
+    if (rows * h <= kFoldedQueryFloats) {
+      alignas(64) float folded[kFoldedQueryFloats];
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t d = 0; d < h; d += 16) {
+          const __mmask16 mask = h - d >= 16 ? kAllLanes : kLow8;
+          _mm512_mask_storeu_ps(
+              folded + r * h + d, mask,
+              _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, q + r * h + d), k.Scale(d, mask)));
+        }
+      }
+      using Unscaled = KvRows<Kv::kCacheType, Kv::kPerChannelScales, true>;
+      ScoresShortOf(folded, rows, Unscaled{k.data, k.row_bytes, k.scale}, keys, h, scale, scores,
+                    ld, ahead);
+      return;
+    }
+  }
+  ScoresShortOf(q, rows, k, keys, h, scale, scores, ld, ahead);
 }
 
 // ---- scores, tall tiles -------------------------------------------------------------------------
