@@ -24,8 +24,9 @@
 // read and outputs written), FLOP/s (4*N*H per visible query-key pair: QK and PV, 2 FLOP per
 // multiply-add; causal prefill counts S(S+1)/2 pairs), and a roofline counter against this
 // machine's limits, measured at startup and printed in the context: %read_bw (decode: KV bytes/s
-// over the measured streaming read bandwidth) and %fma_peak (prefill: FLOP/s over the measured AVX2
-// FMA peak).
+// over the measured streaming read bandwidth) and %fma_peak (FLOP/s over the measured FMA peak of
+// the kernel's ISA: AVX-512 for *.avx512 kernels, AVX2 otherwise; for prefill, and for decode,
+// where int8/int4 caches are compute-bound).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -60,8 +61,18 @@ const attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 struct Limits {
   size_t l3_bytes = 0;
   double read_bytes_per_second = 0;
-  double fma_flops_per_second = 0;
+  double fma_flops_per_second = 0;         // AVX2
+  double fma_avx512_flops_per_second = 0;  // 0 when the CPU/OS lacks AVX-512F
 } g_limits;
+
+// The FMA peak a kernel is measured against: that of its ISA suffix.
+double FmaPeakOf(const std::string& kernel) {
+  const std::string suffix = ".avx512";
+  const bool avx512 = kernel.size() > suffix.size() &&
+                      kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return avx512 && g_limits.fma_avx512_flops_per_second > 0 ? g_limits.fma_avx512_flops_per_second
+                                                            : g_limits.fma_flops_per_second;
+}
 
 enum class Cache { kFloat32, kInt8, kInt4 };
 
@@ -349,9 +360,8 @@ void RunGqa(benchmark::State& state, const std::string& kernel, const Problem& p
       state.counters["%read_bw"] =
           100.0 * bytes * iterations / seconds / g_limits.read_bytes_per_second;
     }
-    if (!problem.decode && g_limits.fma_flops_per_second > 0) {
-      state.counters["%fma_peak"] =
-          100.0 * flops * iterations / seconds / g_limits.fma_flops_per_second;
+    if (FmaPeakOf(info.kernel) > 0) {
+      state.counters["%fma_peak"] = 100.0 * flops * iterations / seconds / FmaPeakOf(info.kernel);
     }
   }
   state.counters["threads"] = threads;
@@ -416,6 +426,9 @@ void MeasureLimits(const std::vector<std::string>& kernels, size_t l3_from_plugi
   const auto fma1 = attnrt_bench::MeasureFmaPeak(1, 0.05, kLimitPasses / 2);
   g_limits.read_bytes_per_second = bw.bytes_per_second;
   g_limits.fma_flops_per_second = fma.flops_per_second;
+  const auto fma512 = attnrt_bench::MeasureFmaPeakAvx512(hw, 0.05, kLimitPasses);
+  const auto fma512_1 = attnrt_bench::MeasureFmaPeakAvx512(1, 0.05, kLimitPasses / 2);
+  g_limits.fma_avx512_flops_per_second = fma512.flops_per_second;
 
   std::string names;
   for (const auto& k : kernels) names += (names.empty() ? "" : ",") + k;
@@ -439,6 +452,15 @@ void MeasureLimits(const std::vector<std::string>& kernels, size_t l3_from_plugi
                                               std::to_string(kLimitPasses) + "; 1 thread: " +
                                               Format("%.1f GFLOP/s)", fma1.flops_per_second / 1e9)
                                         : std::string("not measured (no AVX2+FMA)"));
+  benchmark::AddCustomContext(
+      "roofline_fma_peak_avx512",
+      fma512.avx512_fma
+          ? Format("%.1f GFLOP/s", fma512.flops_per_second / 1e9) +
+                " (AVX-512 FP32, 16 lanes x 2 FLOP x 12 chains, " + std::to_string(fma512.threads) +
+                " threads, best of " + std::to_string(kLimitPasses) + "; 1 thread: " +
+                Format("%.1f GFLOP/s; the *.avx512 kernels' roofline)",
+                       fma512_1.flops_per_second / 1e9)
+          : std::string("not measured (no AVX-512F+FMA with OS-enabled ZMM state)"));
   benchmark::AddCustomContext("not_benchmarked",
                               "QK and SV GEMM alone: not reachable through the public C ABI");
   benchmark::AddCustomContext("shapes",

@@ -19,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 
 bool HasAvx2() { return __builtin_cpu_supports("avx2"); }
 bool HasAvx2Fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+// libgcc's check includes the OS-enabled opmask/ZMM state (XCR0).
+bool HasAvx512Fma() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 
 // "32768K" / "8M" / "1048576" -> bytes.
 size_t ParseCacheSize(const std::string& text) {
@@ -115,16 +117,17 @@ ReadBandwidth MeasureReadBandwidth(size_t buffer_bytes, int threads, int passes)
   return result;
 }
 
-FmaPeak MeasureFmaPeak(int threads, double seconds, int repetitions) {
-  FmaPeak result;
-  result.threads = std::max(threads, 1);
-  result.avx2_fma = HasAvx2Fma();
-  if (!result.avx2_fma) return result;
+namespace {
+
+// `threads` threads each running chains(iterations, seed) (kFmaChains FMAs of `lanes` lanes per
+// iteration) for about `seconds`, best of `repetitions`; FLOP/s with 2 FLOP per FMA lane.
+double FmaFlopsPerSecond(float (*chains)(int64_t, float), int lanes, int threads, double seconds,
+                         int repetitions) {
   // Calibrate the iteration count on one thread.
   int64_t iterations = 1 << 16;
   for (;;) {
     const auto start = Clock::now();
-    volatile float sink = FmaChainsAvx2(iterations, 1.0f);
+    volatile float sink = chains(iterations, 1.0f);
     (void)sink;
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (elapsed > 0.02 || iterations > (int64_t{1} << 34)) {
@@ -133,18 +136,39 @@ FmaPeak MeasureFmaPeak(int threads, double seconds, int repetitions) {
     }
     iterations *= 4;
   }
-  std::vector<float> sinks(static_cast<size_t>(result.threads));
+  std::vector<float> sinks(static_cast<size_t>(threads));
   double best = 1e30;
   for (int rep = 0; rep < repetitions; ++rep) {
-    const double elapsed = TimeOnThreads(result.threads, [&](int t) {
-      sinks[static_cast<size_t>(t)] += FmaChainsAvx2(iterations, static_cast<float>(t));
+    const double elapsed = TimeOnThreads(threads, [&](int t) {
+      sinks[static_cast<size_t>(t)] += chains(iterations, static_cast<float>(t));
     });
     best = std::min(best, elapsed);
   }
   volatile float sink = 0;
   for (float s : sinks) sink = sink + s;
-  result.flops_per_second = static_cast<double>(iterations) * kFmaChains * 8 * 2 *
-                            static_cast<double>(result.threads) / best;
+  return static_cast<double>(iterations) * kFmaChains * lanes * 2 * static_cast<double>(threads) /
+         best;
+}
+
+}  // namespace
+
+FmaPeak MeasureFmaPeak(int threads, double seconds, int repetitions) {
+  FmaPeak result;
+  result.threads = std::max(threads, 1);
+  result.avx2_fma = HasAvx2Fma();
+  if (!result.avx2_fma) return result;
+  result.flops_per_second =
+      FmaFlopsPerSecond(&FmaChainsAvx2, 8, result.threads, seconds, repetitions);
+  return result;
+}
+
+FmaPeak MeasureFmaPeakAvx512(int threads, double seconds, int repetitions) {
+  FmaPeak result;
+  result.threads = std::max(threads, 1);
+  result.avx512_fma = HasAvx512Fma();
+  if (!result.avx512_fma) return result;
+  result.flops_per_second =
+      FmaFlopsPerSecond(&FmaChainsAvx512, 16, result.threads, seconds, repetitions);
   return result;
 }
 

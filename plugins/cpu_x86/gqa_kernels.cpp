@@ -17,15 +17,39 @@ namespace attnrt::cpu {
 namespace {
 
 // Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then AVX-512 > AVX2 > scalar): naive
-// 100, flash 200; +0 scalar, +20 AVX2, +30 AVX-512.
+// 100, flash 200; +0 scalar, +20 AVX2, +40 AVX-512.
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
+constexpr int32_t kAvx512Bonus = 40;
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
 std::string Avx2DeclineReason(const CpuFeatures& cpu) {
   if (cpu.avx2 && cpu.fma) return {};
   return "requires AVX2 and FMA with OS-enabled AVX state; this CPU/OS provides: " +
          (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
+}
+
+// The AVX-512 files are built with -mavx512f -mavx512bw -mavx512vl -mfma: all four must be usable.
+// (They convert float16 with the AVX512F forms of VCVTPH2PS/VCVTPS2PH, so F16C is not needed.)
+std::string Avx512DeclineReason(const CpuFeatures& cpu) {
+  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma) return {};
+  return "requires AVX-512 F/BW/VL and FMA with OS-enabled opmask/ZMM state; this CPU/OS "
+         "provides: " +
+         (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
+}
+
+std::string IsaDeclineReason(Isa isa, const CpuFeatures& cpu) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return Avx2DeclineReason(cpu);
+    case Isa::kAvx512:
+      return Avx512DeclineReason(cpu);
+    case Isa::kScalar:
+      break;
+  }
+  return {};
 }
 
 // The AVX2 pipeline converts float16 rows with F16C; T float16 is the only way to float16 tensors.
@@ -38,16 +62,16 @@ std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& 
 
 // A naive kernel (kFlash false: GqaNaiveDeclineReason, F16C for float16 with AVX2) or a flash one
 // (GqaFlashDeclineReason; flash widens float16 with baseline code, so it needs no F16C).
-template <bool kNeedsAvx2, bool kFlash>
+template <Isa kIsa, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   try {
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
     const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
-    std::string why = kNeedsAvx2 ? Avx2DeclineReason(context.cpu) : std::string();
+    std::string why = IsaDeclineReason(kIsa, context.cpu);
     if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
     // After DeclineReason: it checked struct_size before any other field is read.
-    if (why.empty() && kNeedsAvx2 && !kFlash) why = F16cDeclineReason(context.cpu, p);
+    if (why.empty() && kIsa == Isa::kAvx2 && !kFlash) why = F16cDeclineReason(context.cpu, p);
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {
@@ -62,7 +86,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kNaivePriority,
-     .supports = &Supports<false, false>,
+     .supports = &Supports<Isa::kScalar, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
      .run = &GqaNaiveRunWith<&GqaAttendRowsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
@@ -70,15 +94,23 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kNaivePriority + kAvx2Bonus,
-     .supports = &Supports<true, false>,
+     .supports = &Supports<Isa::kAvx2, false>,
      .workspace_size = &GqaNaiveWorkspaceSize,
      .run = &GqaNaiveRunWith<&GqaAttendRowsAvx2>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.gqa.naive.avx512",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kNaivePriority + kAvx512Bonus,
+     .supports = &Supports<Isa::kAvx512, false>,
+     .workspace_size = &GqaNaiveWorkspaceSize,
+     .run = &GqaNaiveRunWith<&GqaAttendRowsAvx512>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.scalar",
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kFlashPriority,
-     .supports = &Supports<false, true>,
+     .supports = &Supports<Isa::kScalar, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
      .run = &GqaFlashRunWith<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
@@ -86,21 +118,34 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kFlashPriority + kAvx2Bonus,
-     .supports = &Supports<true, true>,
+     .supports = &Supports<Isa::kAvx2, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
      .run = &GqaFlashRunWith<kGqaFlashOpsAvx2>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.gqa.flash.avx512",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority + kAvx512Bonus,
+     .supports = &Supports<Isa::kAvx512, true>,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &GqaFlashRunWith<kGqaFlashOpsAvx512>},
 };
 
 }  // namespace
 
 int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept {
-  return Supports<false, true>(plugin_context, problem, reason, reason_capacity);
+  return Supports<Isa::kScalar, true>(plugin_context, problem, reason, reason_capacity);
 }
 
 int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
                              size_t reason_capacity) noexcept {
-  return Supports<true, true>(plugin_context, problem, reason, reason_capacity);
+  return Supports<Isa::kAvx2, true>(plugin_context, problem, reason, reason_capacity);
+}
+
+int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept {
+  return Supports<Isa::kAvx512, true>(plugin_context, problem, reason, reason_capacity);
 }
 
 size_t GqaKernelCount() noexcept { return std::size(kKernels) + PagedGqaKernelCount(); }

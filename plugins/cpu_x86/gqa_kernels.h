@@ -19,12 +19,20 @@ void GqaAttendRowsAvx2(const GqaRun& run, float* scratch, int64_t unit_begin, in
 // Block operations of gqa.flash.avx2: use only when the probe found AVX2 and FMA usable.
 extern const GqaFlashOps kGqaFlashOpsAvx2;
 
-// supports() of cpu_x86.gqa.flash.scalar and cpu_x86.gqa.flash.avx2, which the paged kernels
+// GqaAttendRowsFn of gqa.naive.avx512 and the block operations of gqa.flash.avx512. Execute
+// AVX-512 F/BW/VL and FMA instructions: use only when the probe found all four usable
+// (CpuFeatures::avx512f && avx512bw && avx512vl && fma).
+void GqaAttendRowsAvx512(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end);
+extern const GqaFlashOps kGqaFlashOpsAvx512;
+
+// supports() of cpu_x86.gqa.flash.scalar, .avx2 and .avx512, which the paged kernels
 // (gqa_paged.cpp) apply to the equivalent contiguous problem. plugin_context is a PluginContext*.
 int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept;
 int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
                              size_t reason_capacity) noexcept;
+int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept;
 
 // The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
 // (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their

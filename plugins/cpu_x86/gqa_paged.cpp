@@ -21,6 +21,10 @@ namespace {
 // ISAs.
 constexpr int32_t kPagedPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
+constexpr int32_t kAvx512Bonus = 40;
+
+// The contiguous gqa.flash kernel a paged kernel mirrors: its supports() and block operations.
+using FlashSupportsFn = int32_t (*)(void*, const void*, char*, size_t) noexcept;
 
 // Pool row of token j of batch b, kv head kvh.
 void* PoolRow(void* pool, const attnrt_paged_gqa_args& a, size_t row_bytes, int64_t kv_heads,
@@ -97,15 +101,14 @@ bool ProblemFits(const void* problem, char* reason, size_t reason_capacity) {
 // The paged kernels compute what gqa.flash computes: its acceptance, on the equivalent contiguous
 // problem. What gqa.flash leaves to the naive path (softcap, smooth_softmax, head_sink,
 // qk_output, float16/bfloat16 caches) has no paged kernel.
-template <bool kAvx2>
+template <FlashSupportsFn kFlashSupports>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   try {
     if (!ProblemFits(problem, reason, reason_capacity)) return 0;
     const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
     char why[512] = {0};
-    const int32_t ok = kAvx2 ? GqaFlashSupportsAvx2(plugin_context, &p.gqa, why, sizeof(why))
-                             : GqaFlashSupportsScalar(plugin_context, &p.gqa, why, sizeof(why));
+    const int32_t ok = kFlashSupports(plugin_context, &p.gqa, why, sizeof(why));
     if (ok) return 1;
     why[sizeof(why) - 1] = '\0';
     WriteMessage(reason, reason_capacity,
@@ -124,7 +127,7 @@ size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
                                     p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH);
 }
 
-template <bool kAvx2>
+template <const GqaFlashOps& kOps>
 int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity) noexcept {
   try {
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
@@ -141,8 +144,7 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
                                 a.problem->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH,
                                 &Stage,
                                 &a};
-    return GqaFlashRunPaged(plugin_context, a.gqa, paging,
-                            kAvx2 ? kGqaFlashOpsAvx2 : kGqaFlashOpsScalar, error, error_capacity);
+    return GqaFlashRunPaged(plugin_context, a.gqa, paging, kOps, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");
     return ATTNRT_ERROR_INTERNAL;
@@ -155,17 +157,25 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_PAGED_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority,
-     .supports = &Supports<false>,
+     .supports = &Supports<&GqaFlashSupportsScalar>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<false>},
+     .run = &Run<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.paged_gqa.flash.avx2",
      .op_kind = ATTNRT_OP_PAGED_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority + kAvx2Bonus,
-     .supports = &Supports<true>,
+     .supports = &Supports<&GqaFlashSupportsAvx2>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<true>},
+     .run = &Run<kGqaFlashOpsAvx2>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.paged_gqa.flash.avx512",
+     .op_kind = ATTNRT_OP_PAGED_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kPagedPriority + kAvx512Bonus,
+     .supports = &Supports<&GqaFlashSupportsAvx512>,
+     .workspace_size = &WorkspaceSize,
+     .run = &Run<kGqaFlashOpsAvx512>},
 };
 
 }  // namespace

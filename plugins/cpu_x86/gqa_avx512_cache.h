@@ -1,0 +1,101 @@
+// 16-wide loaders of K/V cache elements as float32 (fused dequantization, reference
+// gqa-semantics.md §4) for the AVX-512 GroupQueryAttention files (gqa_kernels_avx512.cpp,
+// gqa_flash_avx512.cpp). Include it only from translation units built with -mavx512f -mavx512bw
+// -mavx512vl -mfma. Float16 caches use VCVTPH2PS (an AVX512F instruction), no F16C.
+//
+// Every loader takes a lane mask that is either all 16 lanes or the low 8 (head sizes are
+// multiples of 8): the masked-off lanes read no memory and come back 0.
+//
+// Internal linkage throughout, for the reason gqa_avx2_math.h gives.
+#pragma once
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__FMA__)
+#error \
+    "gqa_avx512_cache.h is for translation units built with -mavx512f -mavx512bw -mavx512vl -mfma"
+#endif
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "gqa_run.h"
+
+namespace attnrt::cpu {
+namespace {
+
+// Whether a cache type's elements are q * scale (float32 scales), rather than floats.
+template <GqaCacheType kType>
+constexpr bool kScaledCache16 = kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
+                                kType == GqaCacheType::kFloat8E4M3Fn;
+
+constexpr __mmask16 kAllLanes = 0xFFFF;
+
+// Elements [i, i + 16) (lanes of `mask`) of the cache row at `row` as float32, before the scale:
+// widened for float caches, q for integer ones, the decoded e4m3fn value for fp8. i is a multiple
+// of 8.
+template <GqaCacheType kType>
+inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
+  if constexpr (kType == GqaCacheType::kFloat32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + i);
+  } else if constexpr (kType == GqaCacheType::kFloat16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + i));
+  } else if constexpr (kType == GqaCacheType::kBFloat16) {
+    const __m256i bits = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  } else if constexpr (kType == GqaCacheType::kInt8) {
+    const __m128i bytes = _mm_maskz_loadu_epi8(mask, static_cast<const int8_t*>(row) + i);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+  } else if constexpr (kType == GqaCacheType::kInt4) {
+    // 8 bytes hold elements i..i+15 (4 for a half mask), the even element in the low nibble.
+    // Nibbles split and interleave back into element order in 16 bytes (128-bit operations),
+    // then one sign extension to 16 lanes.
+    const __mmask16 byte_mask = mask == kAllLanes ? 0xFF : 0x0F;
+    const __m128i packed =
+        _mm_maskz_loadu_epi8(byte_mask, static_cast<const uint8_t*>(row) + i / 2);
+    const __m128i low_nibbles = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+    const __m128i high_nibbles = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(low_nibbles, high_nibbles), _mm_set1_epi8(8));
+    // Masked-off lanes would decode to -8: zero them as the other types are.
+    return _mm512_maskz_cvtepi32_ps(mask, _mm512_cvtepi8_epi32(q));
+  } else {
+    static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
+    // As gqa_avx2_cache.h: rebias normals (7 -> 127), subnormals are mantissa * 2^-9, S.1111.111
+    // is NaN.
+    const __m512i v =
+        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(row) + i));
+    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(v, 3), _mm512_set1_epi32(0xF));
+    const __m512i mantissa = _mm512_and_si512(v, _mm512_set1_epi32(0x7));
+    const __m512i normal =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(120)), 23),
+                        _mm512_slli_epi32(mantissa, 20));
+    const __m512i subnormal =
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(mantissa), _mm512_set1_ps(0x1p-9f)));
+    __m512i bits = _mm512_mask_blend_epi32(
+        _mm512_cmpeq_epi32_mask(exponent, _mm512_setzero_si512()), normal, subnormal);
+    const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)),
+                                                     _mm512_set1_epi32(0x7F));
+    bits = _mm512_mask_blend_epi32(is_nan, bits, _mm512_set1_epi32(0x7FC00000));
+    bits =
+        _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24));
+    return _mm512_castsi512_ps(bits);
+  }
+}
+
+// Per-tensor scale broadcast, or the per-channel scales of elements [i, i + 16) (lanes of mask).
+inline __m512 Scale16(const float* scale, bool per_channel, int64_t i, __mmask16 mask) {
+  return per_channel ? _mm512_maskz_loadu_ps(mask, scale + i) : _mm512_set1_ps(*scale);
+}
+
+// Elements [i, i + 16) (lanes of mask) of a cache row as float32: widened, or q * scale (the
+// product rounded to float32 before any accumulation, as a dequantized row would hold it).
+template <GqaCacheType kType>
+inline __m512 LoadCache16(const GqaCacheRow& row, int64_t i, __mmask16 mask) {
+  const __m512 raw = LoadCacheRaw16<kType>(row.data, i, mask);
+  if constexpr (kScaledCache16<kType>) {
+    return _mm512_mul_ps(raw, Scale16(row.scale, row.per_channel, i, mask));
+  } else {
+    return raw;
+  }
+}
+
+}  // namespace
+}  // namespace attnrt::cpu

@@ -1,0 +1,131 @@
+// AVX-512 (F/BW/VL) + FMA float32 helpers shared by the AVX-512 GroupQueryAttention files
+// (gqa_kernels_avx512.cpp, gqa_flash_avx512.cpp): horizontal sums in one fixed order, tail masks,
+// exp and the softmax row operations. Include it only from translation units built with
+// -mavx512f -mavx512bw -mavx512vl -mfma.
+//
+// Everything has internal linkage, for the reason gqa_avx2_math.h gives.
+#pragma once
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__FMA__)
+#error "gqa_avx512_math.h is for translation units built with -mavx512f -mavx512bw -mavx512vl -mfma"
+#endif
+
+#include <immintrin.h>
+#include <stdint.h>
+
+namespace attnrt::cpu {
+namespace {
+
+// Lanes [0, n) set: none for n <= 0, all 16 for n >= 16.
+inline __mmask16 Mask16(int64_t n) {
+  if (n <= 0) return 0;
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << static_cast<unsigned>(n)) - 1u);
+}
+
+// Sum of the 16 lanes in the order of HorizontalSums16's tree: 256-bit halves, then 128-bit
+// halves, then lanes (0+2, 1+3), then the two. The flash block operations rely on both giving
+// the same bits for the same vector (a score must not depend on which key block computed it).
+inline float HorizontalSum16(__m512 v) {
+  // extractf64x4: AVX512F (extractf32x8 would need AVX512DQ).
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// Lane i = HorizontalSum16(a[i]) (bitwise), for 16 vectors: about 1 shuffle per vector instead of
+// the 8 operations of a reduction each.
+inline __m512 HorizontalSums16(const __m512* a) {
+  // Pairs (a[2i], a[2i+1]) -> 128-bit blocks [a.b0+a.b2, a.b1+a.b3, b.b0+b.b2, b.b1+b.b3].
+  __m512 s1[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                          _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+  }
+  // Block k of s2[i] = (b0+b2)+(b1+b3) of a[4i+k]: four partial sums c0..c3 of one vector.
+  __m512 s2[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88),
+                          _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xDD));
+  }
+  // Per block: [v0+v2, w0+w2, v1+v3, w1+w3] for v = s2[0] (x) or s2[2] (y), w the next.
+  const __m512 x =
+      _mm512_add_ps(_mm512_unpacklo_ps(s2[0], s2[1]), _mm512_unpackhi_ps(s2[0], s2[1]));
+  const __m512 y =
+      _mm512_add_ps(_mm512_unpacklo_ps(s2[2], s2[3]), _mm512_unpackhi_ps(s2[2], s2[3]));
+  // Lane 4k + l = full sum of a[4l + k].
+  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, z);
+}
+
+// exp(x), the Cephes expf of gqa_avx2_math.h on 16 lanes (same constants, same error: about
+// 1 ulp; 0 below ln(FLT_MIN)).
+inline __m512 Exp16(__m512 x) {
+  const __m512 min_x = _mm512_set1_ps(-87.33654475f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, min_x, _CMP_GE_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, min_x), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i two_n =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(two_n));
+}
+
+// max of x[0, n), n >= 1.
+inline float RowMax(const float* x, int64_t n) {
+  __m512 vm = _mm512_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+  if (i < n)
+    vm = _mm512_mask_max_ps(vm, Mask16(n - i), vm, _mm512_maskz_loadu_ps(Mask16(n - i), x + i));
+  return _mm512_reduce_max_ps(vm);
+}
+
+// x = exp(x - m) over [0, n); returns the sum.
+inline float RowExpSum(float* x, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __mmask16 mask = Mask16(n - i);
+    const __m512 e =
+        _mm512_maskz_mov_ps(mask, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), vm)));
+    _mm512_mask_storeu_ps(x + i, mask, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return HorizontalSum16(acc);
+}
+
+// y *= alpha over [0, n).
+inline void RowScale(float alpha, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 mask = Mask16(n - i);
+    _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(mask, y + i)));
+  }
+}
+
+}  // namespace
+}  // namespace attnrt::cpu

@@ -1,0 +1,616 @@
+// gqa.flash.avx512: the block operations on AVX-512 (F/BW/VL) + FMA. The only flash file built
+// with -mavx512f -mavx512bw -mavx512vl -mfma; reached only after gqa.flash.avx512's supports() saw
+// them usable (CPUID and OS-enabled opmask/ZMM state).
+//
+// Two score kernels, chosen by the tile's row count only (never by the key count, so a key block
+// handed over in pieces, as the paged kernels do, gets the same bits):
+//   - tall tiles (prompts, more than kTallRows rows): a register-blocked GEMM micro-kernel. The K
+//     block is transposed 16x16 at a time (dequantized on the way) into a small stack buffer,
+//     then 8 query rows x 32 keys of scores live in 16 zmm accumulators while one pass over the
+//     head dimension broadcasts one query element per row and loads two vectors of 16 keys: 16
+//     FMAs per 2 vector loads, no horizontal sums. The transpose costs H loads per key, against
+//     rows x H FMAs per key.
+//   - short tiles (decode: the G heads of one token): 4 rows x 4 keys of 16-lane dot products,
+//     each K vector decoded once and used by every row, reduced 16 at a time
+//     (HorizontalSums16); memory-bound, so the K rows are read once at full width.
+// P·V keeps R rows x V vectors of the accumulator in registers (6 x 4 for tall tiles, 4 x 4 for
+// short ones) over a chunk of kKeyChunk keys, so each V slab read from L2 is reused from L1 by the
+// other row blocks; every accumulator element adds the keys in order, whatever the chunking, so
+// sums do not depend on how a block was split either.
+//
+// Quantized K/V rows (int8, int4, fp8 e4m3fn) are dequantized 16 elements at a time in registers
+// (gqa_avx512_cache.h) right where they are used. Flash has no float16 cache path (flash declines
+// float16 caches, as the reference's flash paths do).
+//
+// Calls only intrinsics and its own internal functions, never std:: inline or template code: such
+// functions would be emitted by the baseline and the AVX-512 translation units alike, and the
+// linker may keep the AVX-512 copy for a baseline caller (see gqa_pipeline.h).
+// GCC 12's AVX-512 intrinsics start masked and widening operations from _mm512_undefined_*()
+// values, which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593); the
+// diagnostics are silenced for the header's lines only, not for this file's code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gqa_avx512_cache.h"
+#include "gqa_avx512_math.h"
+#include "gqa_flash.h"
+#include "gqa_kernels.h"
+#include "gqa_run.h"
+
+namespace attnrt::cpu {
+namespace {
+
+constexpr size_t kLine = 64;
+constexpr __mmask16 kLow8 = 0x00FF;
+// Tiles taller than this take the transposed-K score kernel; the driver hands blocks of at most
+// this many rows over without dequantizing them first (its kFusedRows), and those are decode
+// tiles, where the K rows are read once and a transpose would only add work.
+constexpr int64_t kTallRows = 8;
+// Stack buffer of the transposed K block: H x 32 keys (H <= 256) or H x 16 (H <= 512); larger
+// heads use the short-tile kernel, which needs no buffer.
+constexpr int64_t kTransposeFloats = 8192;
+// Keys per P·V chunk: 64 keys x 4 vectors = 16 KiB of float32 V slab, well inside L1.
+constexpr int64_t kKeyChunk = 64;
+// Short tiles stream K rows once: software prefetch this many bytes of K rows ahead of the demand
+// loads (measured on a float32 16k decode: 16 keys of 512 bytes ahead reads about 1.4x the bytes
+// per second of the hardware prefetcher alone).
+constexpr size_t kKeyLeadBytes = 8192;
+
+// Spreads the prefetch of a byte range over `steps` calls of Step(): the next block streams in
+// while this one is computed, without a burst that would crowd out the demand loads. Into L2, or
+// into L1 with to_l1 (for data needed within the next few microseconds).
+class Prefetcher {
+ public:
+  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
+      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
+    const size_t lines = (bytes + kLine - 1) / kLine;
+    const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
+    per_step_ = (lines + n - 1) / n;
+  }
+  void Step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine) {
+      if (to_l1_) {
+        _mm_prefetch(next_, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(next_, _MM_HINT_T1);
+      }
+    }
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  bool to_l1_;
+  size_t per_step_ = 0;
+};
+
+// The K or V rows of a block for cache type kType: row j at data + j * row_bytes. Scale(d, mask)
+// is the dequantization scale of elements [d, d + 16), loaded once per 16 columns for all rows of
+// a register block; Load(j, d, scale, mask) is elements [d, d + 16) of row j as float32 (q * scale
+// for quantized types, the naive kernel's LoadCache16 value). mask: all 16 lanes or the low 8.
+//
+// kUnscaled: Load returns q (the scale is applied elsewhere: ScoresShort folds it into the query).
+template <GqaCacheType kType, bool kPerChannel, bool kUnscaled = false>
+struct KvRows {
+  static constexpr GqaCacheType kCacheType = kType;
+  static constexpr bool kScaled = kScaledCache16<kType> && !kUnscaled;
+  static constexpr bool kPerChannelScales = kPerChannel && kScaled;
+  const unsigned char* data;
+  size_t row_bytes;
+  const float* scale;
+
+  __m512 Scale(int64_t d, __mmask16 mask) const {
+    if constexpr (!kScaled) {
+      return _mm512_setzero_ps();  // unused
+    } else if constexpr (kPerChannel) {
+      return _mm512_maskz_loadu_ps(mask, scale + d);
+    } else {
+      return _mm512_set1_ps(*scale);
+    }
+  }
+  __m512 Load(int64_t j, int64_t d, __m512 s, __mmask16 mask) const {
+    const __m512 raw = LoadCacheRaw16<kType>(data + static_cast<size_t>(j) * row_bytes, d, mask);
+    if constexpr (kScaled) {
+      return _mm512_mul_ps(raw, s);
+    } else {
+      return raw;
+    }
+  }
+  KvRows Offset(int64_t j) const {
+    return {data + static_cast<size_t>(j) * row_bytes, row_bytes, scale};
+  }
+};
+
+// Brings rows [j, j + n) of a K/V block towards the core ahead of their use.
+template <class Kv>
+void PrefetchRows(const Kv& k, int64_t j, int64_t n, int hint) {
+  for (int64_t i = 0; i < n; ++i) {
+    const char* row =
+        reinterpret_cast<const char*>(k.data) + static_cast<size_t>(j + i) * k.row_bytes;
+    for (size_t b = 0; b < k.row_bytes; b += kLine) {
+      if (hint == _MM_HINT_T0) {
+        _mm_prefetch(row + b, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(row + b, _MM_HINT_T1);
+      }
+    }
+  }
+}
+
+// ---- scores, short tiles ------------------------------------------------------------------------
+
+// out[r*ld + c] = scale * <q_r, k_c> for R rows (stride h) and C keys. Forced inline (with
+// ScoreKeys) into the key loop: as separate calls, each block's reduction did not overlap the
+// next block's FMAs (measured: 1.6-1.9x the decode score throughput inlined).
+template <class Kv, int R, int C>
+__attribute__((always_inline)) inline void ScoreBlock(const float* q, Kv k, int64_t h, float scale,
+                                                      float* out, int64_t ld) {
+  __m512 acc[R * C];
+#pragma GCC unroll 16
+  for (int i = 0; i < R * C; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 s = k.Scale(0, kAllLanes);  // per tensor: one broadcast for the whole block
+  auto step = [&](int64_t d, __mmask16 mask) {
+    if constexpr (Kv::kPerChannelScales) s = k.Scale(d, mask);
+    __m512 kv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) kv[c] = k.Load(c, d, s, mask);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 qv = _mm512_maskz_loadu_ps(mask, q + r * h + d);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r * C + c] = _mm512_fmadd_ps(qv, kv[c], acc[r * C + c]);
+    }
+  };
+  int64_t d = 0;
+  for (; d + 16 <= h; d += 16) step(d, kAllLanes);
+  if (d < h) step(d, kLow8);  // h is a multiple of 8
+  // Lane order of the reductions is acc's: row-major over (row, key). Both reductions give the
+  // same bits (gqa_avx512_math.h).
+  if constexpr (R == 4 && C == 4) {
+    // Row r's four scores are lanes 4r..4r+3.
+    const __m512 scores = _mm512_mul_ps(_mm512_set1_ps(scale), HorizontalSums16(acc));
+    _mm_storeu_ps(out, _mm512_castps512_ps128(scores));
+    _mm_storeu_ps(out + ld, _mm512_extractf32x4_ps(scores, 1));
+    _mm_storeu_ps(out + 2 * ld, _mm512_extractf32x4_ps(scores, 2));
+    _mm_storeu_ps(out + 3 * ld, _mm512_extractf32x4_ps(scores, 3));
+    return;
+  }
+  float sums[R * C];
+  if constexpr (R * C == 16) {
+    _mm512_storeu_ps(sums, HorizontalSums16(acc));
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < R * C; ++i) sums[i] = HorizontalSum16(acc[i]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R * C; ++i) out[(i / C) * ld + i % C] = scale * sums[i];
+}
+
+template <class Kv, int C>
+__attribute__((always_inline)) inline void ScoreKeys(const float* q, int64_t rows, Kv k, int64_t h,
+                                                     float scale, float* out, int64_t ld) {
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) ScoreBlock<Kv, 4, C>(q + i * h, k, h, scale, out + i * ld, ld);
+  if (i + 2 <= rows) {
+    ScoreBlock<Kv, 2, C>(q + i * h, k, h, scale, out + i * ld, ld);
+    i += 2;
+  }
+  if (i < rows) ScoreBlock<Kv, 1, C>(q + i * h, k, h, scale, out + i * ld, ld);
+}
+
+template <class Kv>
+void ScoresShortOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+                   float* scores, int64_t ld, Prefetcher& ahead) {
+  // Keys outer: four keys stay in L1 while every row of the tile meets them.
+  int64_t j = 0;
+  const int64_t lead = static_cast<int64_t>((kKeyLeadBytes + k.row_bytes - 1) / k.row_bytes);
+  for (; j + 4 <= keys; j += 4) {
+    ahead.Step();
+    if (j + lead + 4 <= keys) PrefetchRows(k, j + lead, 4, _MM_HINT_T0);
+    ScoreKeys<Kv, 4>(q, rows, k.Offset(j), h, scale, scores + j, ld);
+  }
+  ahead.Step();
+  switch (keys - j) {
+    case 3:
+      ScoreKeys<Kv, 3>(q, rows, k.Offset(j), h, scale, scores + j, ld);
+      break;
+    case 2:
+      ScoreKeys<Kv, 2>(q, rows, k.Offset(j), h, scale, scores + j, ld);
+      break;
+    case 1:
+      ScoreKeys<Kv, 1>(q, rows, k.Offset(j), h, scale, scores + j, ld);
+      break;
+    default:
+      break;
+  }
+}
+
+// Short tiles of a quantized K: <q, k * s> is computed as <q * s, k>, the scale folded into the
+// (at most kTallRows) query rows once per block instead of into every K vector of it. The query
+// stays float32 (only the order of two float32 multiplications changes); a score does not depend
+// on how the keys were blocked.
+constexpr int64_t kFoldedQueryFloats = 4096;
+
+template <class Kv>
+void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+                 float* scores, int64_t ld, Prefetcher& ahead) {
+  if constexpr (Kv::kScaled) {
+    if (rows * h <= kFoldedQueryFloats) {
+      alignas(64) float folded[kFoldedQueryFloats];
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t d = 0; d < h; d += 16) {
+          const __mmask16 mask = h - d >= 16 ? kAllLanes : kLow8;
+          _mm512_mask_storeu_ps(
+              folded + r * h + d, mask,
+              _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, q + r * h + d), k.Scale(d, mask)));
+        }
+      }
+      using Unscaled = KvRows<Kv::kCacheType, Kv::kPerChannelScales, true>;
+      ScoresShortOf(folded, rows, Unscaled{k.data, k.row_bytes, k.scale}, keys, h, scale, scores,
+                    ld, ahead);
+      return;
+    }
+  }
+  ScoresShortOf(q, rows, k, keys, h, scale, scores, ld, ahead);
+}
+
+// ---- scores, tall tiles -------------------------------------------------------------------------
+
+// r[i] = column i of the 16x16 matrix whose rows were r[0..15].
+void Transpose16x16(__m512* r) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // Within each 128-bit block: rows 4i..4i+3 of columns (4 per block) now contiguous per lane pair.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = t[4 * i], b = t[4 * i + 1], c = t[4 * i + 2], d = t[4 * i + 3];
+    r[4 * i] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[4i + m], block k = column 4k + m of rows 4i..4i+3; gather the 4 blocks of each column.
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 u0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);       // blocks 0,2 | 0,2
+    const __m512 u1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);       // blocks 1,3 | 1,3
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);  // blocks 0,2 | 0,2
+    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);  // blocks 1,3 | 1,3
+    t[m] = _mm512_shuffle_f32x4(u0, u2, 0x88);                          // column m
+    t[4 + m] = _mm512_shuffle_f32x4(u1, u3, 0x88);                      // column 4 + m
+    t[8 + m] = _mm512_shuffle_f32x4(u0, u2, 0xDD);                      // column 8 + m
+    t[12 + m] = _mm512_shuffle_f32x4(u1, u3, 0xDD);                     // column 12 + m
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Rows j0..j0+15 of 16 columns from d (the low 8 when mask says so) transposed into kt (row
+// stride kc); rows at or past n read as 0. kFull: all 16 rows exist, no per-row test.
+template <bool kFull, class Kv>
+void TransposeGroup(Kv k, int64_t j0, int64_t n, int64_t d, __mmask16 mask, float* kt, int64_t kc) {
+  const __m512 s = k.Scale(d, mask);
+  __m512 r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    r[i] = kFull || i < n ? k.Load(j0 + i, d, s, mask) : _mm512_setzero_ps();
+  }
+  Transpose16x16(r);
+  if (mask == kAllLanes) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (d + i) * kc, r[i]);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(kt + (d + i) * kc, r[i]);
+  }
+}
+
+// kt[d*kc + j] = element d of key j0 + j as float32, for d < h and j < kc; 0 for keys j >= n.
+template <class Kv>
+void TransposeKeys(Kv k, int64_t j0, int64_t n, int64_t h, float* kt, int64_t kc) {
+  int64_t g = 0;
+  for (; g < n; g += 16) {
+    for (int64_t d = 0; d < h; d += 16) {
+      const __mmask16 mask = h - d >= 16 ? kAllLanes : kLow8;
+      if (g + 16 <= n) {
+        TransposeGroup<true>(k, j0 + g, 16, d, mask, kt + g, kc);
+      } else {
+        TransposeGroup<false>(k, j0 + g, n - g, d, mask, kt + g, kc);
+      }
+    }
+  }
+  for (; g < kc; g += 16) {
+    for (int64_t d = 0; d < h; ++d) _mm512_store_ps(kt + d * kc + g, _mm512_setzero_ps());
+  }
+}
+
+// out[r*ld + j] = scale * sum_d q[r*h + d] * kt[d*16W + j] for R rows and keys j < n <= 16W.
+template <int R, int W>
+void ScoreMicroKernel(const float* q, int64_t h, const float* kt, float scale, float* out,
+                      int64_t ld, int64_t n) {
+  __m512 acc[R * W];
+#pragma GCC unroll 16
+  for (int i = 0; i < R * W; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < h; ++d) {
+    __m512 kv[W];
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) kv[w] = _mm512_load_ps(kt + d * 16 * W + 16 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 qb = _mm512_set1_ps(q[r * h + d]);
+#pragma GCC unroll 2
+      for (int w = 0; w < W; ++w) acc[r * W + w] = _mm512_fmadd_ps(qb, kv[w], acc[r * W + w]);
+    }
+  }
+  const __m512 vs = _mm512_set1_ps(scale);
+#pragma GCC unroll 2
+  for (int w = 0; w < W; ++w) {
+    const __mmask16 mask = Mask16(n - 16 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm512_mask_storeu_ps(out + r * ld + 16 * w, mask, _mm512_mul_ps(vs, acc[r * W + w]));
+    }
+  }
+}
+
+// Prefetches issued while a transposed chunk's scores are computed, one step per register block
+// of rows: the block's V rows (the driver's range) and the K rows of the next two chunks.
+struct TallPrefetch {
+  Prefetcher& v;
+  Prefetcher k_next;   // into L1: transposed at the start of the next chunk
+  Prefetcher k_later;  // into L2
+  void Step() {
+    v.Step();
+    k_next.Step();
+    k_later.Step();
+  }
+};
+
+template <int W>
+void ScoreRowsTransposed(const float* q, int64_t rows, int64_t h, const float* kt, float scale,
+                         float* out, int64_t ld, int64_t n, TallPrefetch& ahead) {
+  int64_t i = 0;
+  for (; i + 8 <= rows; i += 8) {
+    ahead.Step();
+    ScoreMicroKernel<8, W>(q + i * h, h, kt, scale, out + i * ld, ld, n);
+  }
+  const float* qi = q + i * h;
+  float* oi = out + i * ld;
+  if (i < rows) ahead.Step();
+  switch (rows - i) {
+    case 7:
+      return ScoreMicroKernel<7, W>(qi, h, kt, scale, oi, ld, n);
+    case 6:
+      return ScoreMicroKernel<6, W>(qi, h, kt, scale, oi, ld, n);
+    case 5:
+      return ScoreMicroKernel<5, W>(qi, h, kt, scale, oi, ld, n);
+    case 4:
+      return ScoreMicroKernel<4, W>(qi, h, kt, scale, oi, ld, n);
+    case 3:
+      return ScoreMicroKernel<3, W>(qi, h, kt, scale, oi, ld, n);
+    case 2:
+      return ScoreMicroKernel<2, W>(qi, h, kt, scale, oi, ld, n);
+    case 1:
+      return ScoreMicroKernel<1, W>(qi, h, kt, scale, oi, ld, n);
+    default:
+      return;
+  }
+}
+
+// Keys per transposed chunk: 32, or 16 when H x 32 floats would not fit the buffer.
+int64_t TransposeChunk(int64_t h) { return h * 32 <= kTransposeFloats ? 32 : 16; }
+
+// Rows [j, min(j + n, keys)) of k as a byte range (empty past the end).
+template <class Kv>
+size_t RowRangeBytes(const Kv& k, int64_t j, int64_t n, int64_t keys) {
+  if (j >= keys) return 0;
+  return static_cast<size_t>((keys - j < n ? keys - j : n)) * k.row_bytes;
+}
+
+template <class Kv>
+void ScoresTall(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+                float* scores, int64_t ld, Prefetcher& v_ahead) {
+  alignas(64) float kt[kTransposeFloats];
+  const int64_t kc = TransposeChunk(h);
+  const int64_t row_steps = (rows + 7) / 8;
+  for (int64_t j0 = 0; j0 < keys; j0 += kc) {
+    const int64_t n = keys - j0 < kc ? keys - j0 : kc;
+    // The next chunk's K rows come into L1 and the one after into L2 while this one's scores are
+    // computed: the driver prefetches a tile's later K blocks, but not its first one, and the
+    // transpose would otherwise wait on every row it loads.
+    const auto* next = k.data + static_cast<size_t>(j0 + kc) * k.row_bytes;
+    TallPrefetch ahead{v_ahead,
+                       Prefetcher(next, RowRangeBytes(k, j0 + kc, kc, keys), row_steps, true),
+                       Prefetcher(next + static_cast<size_t>(kc) * k.row_bytes,
+                                  RowRangeBytes(k, j0 + 2 * kc, kc, keys), row_steps)};
+    TransposeKeys(k, j0, n, h, kt, kc);
+    if (kc == 32) {
+      ScoreRowsTransposed<2>(q, rows, h, kt, scale, scores + j0, ld, n, ahead);
+    } else {
+      ScoreRowsTransposed<1>(q, rows, h, kt, scale, scores + j0, ld, n, ahead);
+    }
+  }
+}
+
+template <class Kv>
+void ScoresOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
+              float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  if (rows > kTallRows && h * 16 <= kTransposeFloats) {
+    // One Step() per register block of rows of each transposed chunk of keys (ScoresTall).
+    const int64_t kc = TransposeChunk(h);
+    Prefetcher ahead(prefetch, prefetch_bytes, (keys + kc - 1) / kc * ((rows + 7) / 8));
+    ScoresTall(q, rows, k, keys, h, scale, scores, ld, ahead);
+  } else {
+    Prefetcher ahead(prefetch, prefetch_bytes, (keys + 3) / 4);
+    ScoresShort(q, rows, k, keys, h, scale, scores, ld, ahead);
+  }
+}
+
+// ---- P·V ----------------------------------------------------------------------------------------
+
+// acc[r*h + d0 + 16c ..] += sum_j p[r*ld + j] * v[j][d0 + 16c ..] for R rows, V vectors of
+// columns (the last one `last_mask` wide) and j < keys, the accumulators held in registers.
+template <class Kv, int R, int V>
+void AccumulateBlock(const float* p, int64_t ld, Kv v, int64_t d0, int64_t keys, int64_t h,
+                     float* acc, __mmask16 last_mask, Prefetcher& ahead) {
+  __mmask16 masks[V];
+#pragma GCC unroll 4
+  for (int c = 0; c < V; ++c) masks[c] = c == V - 1 ? last_mask : kAllLanes;
+  __m512 sum[R * V];
+#pragma GCC unroll 24
+  for (int i = 0; i < R * V; ++i) {
+    sum[i] = _mm512_maskz_loadu_ps(masks[i % V], acc + (i / V) * h + d0 + (i % V) * 16);
+  }
+  __m512 scales[V];
+#pragma GCC unroll 4
+  for (int c = 0; c < V; ++c) scales[c] = v.Scale(d0 + c * 16, masks[c]);
+  for (int64_t j = 0; j < keys; ++j) {
+    ahead.Step();
+    __m512 vv[V];
+#pragma GCC unroll 4
+    for (int c = 0; c < V; ++c) vv[c] = v.Load(j, d0 + c * 16, scales[c], masks[c]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < V; ++c) sum[r * V + c] = _mm512_fmadd_ps(pr, vv[c], sum[r * V + c]);
+    }
+  }
+#pragma GCC unroll 24
+  for (int i = 0; i < R * V; ++i) {
+    _mm512_mask_storeu_ps(acc + (i / V) * h + d0 + (i % V) * 16, masks[i % V], sum[i]);
+  }
+}
+
+// Columns [0, h) of R rows in blocks of V vectors; the last block narrower as h requires.
+template <class Kv, int R, int V>
+void AccumulateRows(const float* p, int64_t ld, Kv v, int64_t keys, int64_t h, float* acc,
+                    Prefetcher& ahead) {
+  int64_t d = 0;
+  for (; d + 16 * V <= h; d += 16 * V) {
+    AccumulateBlock<Kv, R, V>(p, ld, v, d, keys, h, acc, kAllLanes, ahead);
+  }
+  const int64_t rest = h - d;  // a multiple of 8, below 16V
+  if (rest == 0) return;
+  const __mmask16 last = rest % 16 == 0 ? kAllLanes : kLow8;
+  const int64_t vectors = (rest + 15) / 16;
+  if constexpr (V > 1) {
+    if (vectors == 1) return AccumulateBlock<Kv, R, 1>(p, ld, v, d, keys, h, acc, last, ahead);
+  }
+  if constexpr (V > 2) {
+    if (vectors == 2) return AccumulateBlock<Kv, R, 2>(p, ld, v, d, keys, h, acc, last, ahead);
+  }
+  if constexpr (V > 3) {
+    if (vectors == 3) return AccumulateBlock<Kv, R, 3>(p, ld, v, d, keys, h, acc, last, ahead);
+  }
+  // vectors == V: only when rest > 16 * (V - 1), i.e. the last vector is the 8-lane one.
+  AccumulateBlock<Kv, R, V>(p, ld, v, d, keys, h, acc, last, ahead);
+}
+
+template <class Kv, int RTall, int VTall>
+void AccumulateChunk(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
+                     float* acc, Prefetcher& ahead) {
+  int64_t i = 0;
+  for (; i + RTall <= rows; i += RTall) {
+    AccumulateRows<Kv, RTall, VTall>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
+  }
+  if (i + 4 <= rows) {
+    AccumulateRows<Kv, 4, 4>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
+    i += 4;
+  }
+  if (i + 2 <= rows) {
+    AccumulateRows<Kv, 2, 4>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
+    i += 2;
+  }
+  if (i < rows) AccumulateRows<Kv, 1, 4>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
+}
+
+template <class Kv>
+void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
+                  float* acc, const void* prefetch, size_t prefetch_bytes) {
+  const bool tall = rows > kTallRows;
+  const int64_t row_blocks = tall ? (rows + 5) / 6 : (rows + 3) / 4;
+  const int64_t column_blocks = (h + 63) / 64;
+  Prefetcher ahead(prefetch, prefetch_bytes, row_blocks * column_blocks * keys);
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
+    const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
+    if (tall) {
+      AccumulateChunk<Kv, 6, 4>(p + j0, rows, ld, v.Offset(j0), n, h, acc, ahead);
+    } else {
+      AccumulateChunk<Kv, 4, 4>(p + j0, rows, ld, v.Offset(j0), n, h, acc, ahead);
+    }
+  }
+}
+
+// Calls f(rows) with the KvRows of `kv`'s cache type and scale kind. Float16 caches never reach
+// flash (supports() declines them, as the reference's flash paths do); f is not called for them.
+template <class F>
+void WithKvRows(const GqaFlashKv& kv, F&& f) {
+  const auto* data = static_cast<const unsigned char*>(kv.data);
+  switch (kv.type) {
+    case GqaCacheType::kFloat32:
+      return f(KvRows<GqaCacheType::kFloat32, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kBFloat16:
+      return f(KvRows<GqaCacheType::kBFloat16, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kInt8:
+      if (kv.per_channel) return f(KvRows<GqaCacheType::kInt8, true>{data, kv.row_bytes, kv.scale});
+      return f(KvRows<GqaCacheType::kInt8, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kInt4:
+      if (kv.per_channel) return f(KvRows<GqaCacheType::kInt4, true>{data, kv.row_bytes, kv.scale});
+      return f(KvRows<GqaCacheType::kInt4, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kFloat8E4M3Fn:
+      if (kv.per_channel) {
+        return f(KvRows<GqaCacheType::kFloat8E4M3Fn, true>{data, kv.row_bytes, kv.scale});
+      }
+      return f(KvRows<GqaCacheType::kFloat8E4M3Fn, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kFloat16:
+      break;
+  }
+}
+
+template <class Kv>
+void DequantizeOf(const Kv& kv, int64_t keys, int64_t h, float* out) {
+  for (int64_t j = 0; j < keys; ++j) {
+    int64_t d = 0;
+    for (; d + 16 <= h; d += 16) {
+      _mm512_storeu_ps(out + j * h + d, kv.Load(j, d, kv.Scale(d, kAllLanes), kAllLanes));
+    }
+    if (d < h) {
+      _mm512_mask_storeu_ps(out + j * h + d, kLow8, kv.Load(j, d, kv.Scale(d, kLow8), kLow8));
+    }
+  }
+}
+
+void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
+  WithKvRows(kv, [&](const auto& rows) { DequantizeOf(rows, keys, h, out); });
+}
+
+void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h, float scale,
+            float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  WithKvRows(k, [&](const auto& kv) {
+    ScoresOf(q, rows, kv, keys, h, scale, scores, ld, prefetch, prefetch_bytes);
+  });
+}
+
+void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
+  WithKvRows(v, [&](const auto& kv) {
+    AccumulateOf(p, rows, ld, kv, keys, h, acc, prefetch, prefetch_bytes);
+  });
+}
+
+}  // namespace
+
+const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores, &Accumulate, &Dequantize,
+                                        &RowMax, &RowExpSum,  &RowScale};
+
+}  // namespace attnrt::cpu
