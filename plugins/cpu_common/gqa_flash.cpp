@@ -765,14 +765,17 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
   for (int64_t i = 0; i < heads; ++i) EndHead(job, span, group[i]);
 }
 
-// Tasks are handed out from a shared counter, the costliest (last query blocks of a causal
-// prompt) first; parallel_for gives no thread index, hence one parallel_for index per slot. A
-// slot holds the tiles of group_heads kv heads.
+// Tasks are handed out from a shared counter: (b, kv head group, chunk) by (b, kv head group,
+// chunk), each one's query blocks from the last (costliest in a causal prompt) to the first, so
+// the threads work on neighbouring query blocks of one kv head at a time and share its K/V blocks
+// in the last-level cache (query block outermost re-read every kv head's K/V from memory for each
+// query block: 2 MiB per tile for Llama-3-8B at 2k, 64 tiles at batch 8). parallel_for gives no
+// thread index, hence one parallel_for index per slot. A slot holds the tiles of group_heads kv
+// heads.
 void TileSlots(void* user, size_t begin, size_t end) {
   FlashJob& job = *static_cast<FlashJob*>(user);
   const GqaRun& r = *job.run;
   const int64_t head_groups = (r.kv_heads + job.group_heads - 1) / job.group_heads;
-  const int64_t per_block = r.batch * head_groups * job.chunks;
   Tile tiles[kMaxGroupHeads];
   for (size_t slot = begin; slot < end; ++slot) {
     for (int64_t i = 0; i < job.group_heads; ++i) {
@@ -790,8 +793,8 @@ void TileSlots(void* user, size_t begin, size_t end) {
     for (;;) {
       const int64_t task = job.next.fetch_add(1, std::memory_order_relaxed);
       if (task >= job.tasks) break;
-      const int64_t q_block = job.q_blocks - 1 - task / per_block;
-      const int64_t rest = task % per_block;
+      const int64_t q_block = job.q_blocks - 1 - task % job.q_blocks;
+      const int64_t rest = task / job.q_blocks;
       const int64_t chunk = rest % job.chunks;
       const int64_t b = rest / job.chunks / head_groups;
       const int64_t kvh0 = rest / job.chunks % head_groups * job.group_heads;
