@@ -126,13 +126,14 @@ struct KvRows {
   }
 };
 
-// Brings rows [j, j + n) of a K/V block towards the core ahead of their use.
+// Brings rows [j, j + n) of a K/V block towards the core ahead of their use: `used` bytes of each
+// (a row's elements; row_bytes is the stride, which over a paged BSNH block spans every kv head).
 template <class Kv>
-void PrefetchRows(const Kv& k, int64_t j, int64_t n, int hint) {
+void PrefetchRows(const Kv& k, int64_t j, int64_t n, size_t used, int hint) {
   for (int64_t i = 0; i < n; ++i) {
     const char* row =
         reinterpret_cast<const char*>(k.data) + static_cast<size_t>(j + i) * k.row_bytes;
-    for (size_t b = 0; b < k.row_bytes; b += kLine) {
+    for (size_t b = 0; b < used; b += kLine) {
       if (hint == _MM_HINT_T0) {
         _mm_prefetch(row + b, _MM_HINT_T0);
       } else {
@@ -208,10 +209,11 @@ void ScoresShortOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, 
                    float* scores, int64_t ld, Prefetcher& ahead) {
   // Keys outer: four keys stay in L1 while every row of the tile meets them.
   int64_t j = 0;
-  const int64_t lead = static_cast<int64_t>((kKeyLeadBytes + k.row_bytes - 1) / k.row_bytes);
+  const size_t used = GqaCacheRowBytes(Kv::kCacheType, h);
+  const int64_t lead = static_cast<int64_t>((kKeyLeadBytes + used - 1) / used);
   for (; j + 4 <= keys; j += 4) {
     ahead.Step();
-    if (j + lead + 4 <= keys) PrefetchRows(k, j + lead, 4, _MM_HINT_T0);
+    if (j + lead + 4 <= keys) PrefetchRows(k, j + lead, 4, used, _MM_HINT_T0);
     ScoreKeys<Kv, 4>(q, rows, k.Offset(j), h, scale, scores + j, ld);
   }
   ahead.Step();
