@@ -41,6 +41,10 @@ constexpr int64_t kMinKvBlock = 16;
 constexpr int64_t kMaxGroupHeads = 16;
 constexpr int64_t kGroupKeys = 64;
 constexpr int64_t kReadAhead = 1;
+// BNSH blocks whose runs of one kv head's rows are shorter than this are read for all kv heads at
+// once (measured with the paged benchmark, float32 H=128: blocks of 16 and 64 rows, 8 and 32 KiB
+// per head, read 10-20 points faster grouped; blocks of 256, 128 KiB, 2-3 points faster per head).
+constexpr int64_t kGroupRunBytes = 64 << 10;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -205,11 +209,19 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
 
 // Whether a paged run of `p` reads its cache blocks for several kv heads per task (RunHeadGroup):
 // decode-sized tiles (one token's G heads) whose K/V are dequantized in the block operations, over
-// BSNH blocks, where a kv head's rows lie Nkv rows apart (read per kv head, every row costs a
-// separate memory stream). BNSH blocks keep a kv head's rows together and are read per kv head, as
-// a contiguous cache.
-bool GroupsHeads(const attnrt_gqa_problem& p, bool head_major, const FlashBlocks& blocks) {
-  return !head_major && p.sequence_length == 1 && !blocks.dequant_tiles;
+// BSNH blocks, where a kv head's rows lie Nkv rows apart (read per kv head, each row would be a
+// memory stream of its own), or over BNSH blocks whose per-head runs are shorter than
+// kGroupRunBytes (all heads of a block are one run). Longer BNSH runs stream well per kv head, as
+// a contiguous cache does.
+bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
+                 const FlashBlocks& blocks) {
+  if (p.sequence_length != 1 || blocks.dequant_tiles) return false;
+  if (!paging.head_major) return true;
+  GqaFloatType type;
+  GqaCacheType cache_type = GqaCacheType::kFloat32;
+  GqaElementTypes(p, &type, &cache_type);
+  return paging.block_size * static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size)) <
+         kGroupRunBytes;
 }
 
 // ---- tiles --------------------------------------------------------------------------------------
@@ -642,15 +654,20 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
 
 // ---- grouped paged decode -----------------------------------------------------------------------
 
-// Rows [j, j + n) of one BSNH cache block, for kv heads [kvh0, kvh0 + heads) of a task (`first`:
-// the rows of kv head kvh0): the share that the block-operation call of the task's i-th head
-// brings in while it computes. With every kv head in the task the rows are one byte range, which
-// the calls share in equal parts; with only some (runs of heads * row_bytes, Nkv rows apart) they
-// are left to the hardware prefetchers, as a request per line of every run costs more than it
-// saves.
+// Rows [j, j + n) of one cache block, for kv heads [kvh0, kvh0 + heads) of a task (`first`: the
+// rows of kv head kvh0): the share that the block-operation call of the task's i-th head brings in
+// while it computes. BNSH: head i's own rows, one byte range. BSNH with every kv head in the task:
+// the rows are one byte range, which the calls share in equal parts; with only some (runs of
+// heads * row_bytes, Nkv rows apart) they are left to the hardware prefetchers, as a request per
+// line of every run costs more than it saves.
 Prefetch GroupPrefetch(const GqaRun& r, const KvSource& first, int64_t heads, int64_t i, int64_t j,
                        int64_t n) {
-  if (n <= 0 || heads != r.kv_heads) return {nullptr, 0};
+  if (n <= 0) return {nullptr, 0};
+  if (first.stride == r.cache_row_bytes) {  // BNSH: head i's rows of the block, one range
+    return {first.Row(j) + static_cast<size_t>(i * first.block_size) * r.cache_row_bytes,
+            static_cast<size_t>(n) * r.cache_row_bytes};
+  }
+  if (heads != r.kv_heads) return {nullptr, 0};
   const size_t bytes = static_cast<size_t>(n * heads) * r.cache_row_bytes;
   const auto part = [&](int64_t k) {
     return k == heads
@@ -898,7 +915,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   // idle, the key range is split into chunks as well, and merged afterwards.
   // A grouped paged decode's tile is a sequence with all its kv heads (RunHeadGroup), so its key
   // range is split as soon as the sequences are fewer than the threads.
-  const bool grouped = paging != nullptr && GroupsHeads(p, paging->head_major, blocks);
+  const bool grouped = paging != nullptr && GroupsHeads(p, *paging, blocks);
   int64_t chunks = 1;
   const int64_t tiles = grouped ? p.batch_size : p.batch_size * p.kv_num_heads;
   if (p.sequence_length == 1 && tiles < threads) {
@@ -975,10 +992,11 @@ int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t 
 
 namespace {
 
-// Workspace of a gqa.flash run of `p`; `paged`: over a paged cache with BNSH (head_major) or BSNH
-// blocks, whose decode may hold the tiles of several kv heads per slot.
-size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p, bool paged,
-                      bool head_major) {
+// Workspace of a gqa.flash run of `p`; `paging` (its layout and block size): over a paged cache,
+// whose decode may hold the tiles of several kv heads per slot.
+size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
+                      const GqaFlashPaging* paging) {
+  const bool paged = paging != nullptr;
   // supports() declined such a problem; nothing larger than what it read may be touched.
   if (p.struct_size < sizeof(attnrt_gqa_problem)) return 0;
   // T is known only at run time; T_b never exceeds the present length (flash requires present),
@@ -992,7 +1010,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                                    : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
   const int64_t heads_per_slot =
-      paged && GroupsHeads(p, head_major, blocks) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
+      paged && GroupsHeads(p, *paging, blocks) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
   return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
          static_cast<size_t>(threads * heads_per_slot) * slot.bytes;
 }
@@ -1001,12 +1019,12 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
 
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context),
-                        *static_cast<const attnrt_gqa_problem*>(problem), false, false);
+                        *static_cast<const attnrt_gqa_problem*>(problem), nullptr);
 }
 
 size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
-                                  bool head_major) noexcept {
-  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context), p, true, head_major);
+                                  const GqaFlashPaging& paging) noexcept {
+  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context), p, &paging);
 }
 
 int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,

@@ -87,10 +87,11 @@ int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,
 // attnrt_kernel_desc::workspace_size of every gqa.flash kernel; plugin_context is a PluginContext*.
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept;
 
-// Workspace of GqaFlashRunPaged for the paged problem's `gqa` part and block layout: a decode over
-// BSNH blocks holds the tiles of several kv heads per slot (a cache block is read once for all).
+// Workspace of GqaFlashRunPaged for the paged problem's `gqa` part and `paging`'s block layout
+// and size (its table and stage are not read): a decode may hold the tiles of several kv heads per
+// slot (a cache block is read once for all of them).
 size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
-                                  bool head_major) noexcept;
+                                  const GqaFlashPaging& paging) noexcept;
 
 // attnrt_kernel_desc::run of a gqa.flash kernel whose block operations are `ops`; plugin_context is
 // a PluginContext*. The caller's supports() has accepted the problem (ISA included).

@@ -123,8 +123,9 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
 size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
-  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa,
-                                    p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH);
+  const GqaFlashPaging layout{
+      nullptr, 0, p.block_size, p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH, nullptr, nullptr};
+  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout);
 }
 
 template <const GqaFlashOps& kOps>

@@ -335,15 +335,15 @@ std::vector<Case> Cases() {
 class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
 // Whether the contiguous and the paged kernel cut a run of `c` on `threads` threads into the same
-// tasks. Prompts and BNSH blocks are tiled alike. A decode over BSNH blocks is tiled by sequence,
-// all kv heads in one task (a cache block is read once for all of them), where the contiguous
-// kernel's tile is one (b, kv head); each splits the key range across threads (flash decoding)
-// when its tiles are fewer than the threads, so the two agree with one thread, when neither
-// splits, or with one kv head.
+// tasks. Prompts are tiled alike, and so are decodes over BNSH blocks whose runs of one kv head's
+// rows are 64 KiB or longer. Other decodes are tiled by sequence, all kv heads in one task (a cache
+// block is read once for all of them), where the contiguous kernel's tile is one (b, kv head);
+// each splits the key range across threads (flash decoding) when its tiles are fewer than the
+// threads, so the two agree with one thread, when neither splits, or with one kv head.
 bool SameTasks(const Case& c, int32_t threads) {
-  if (c.S > 1 || c.layout == ATTNRT_PAGED_KV_LAYOUT_BNSH || threads == 1 || c.Nkv == 1) {
-    return true;
-  }
+  const bool by_sequence =
+      c.layout == ATTNRT_PAGED_KV_LAYOUT_BSNH || c.block_size * RowBytes(c) < (64 << 10);
+  if (c.S > 1 || !by_sequence || threads == 1 || c.Nkv == 1) return true;
   return c.B >= threads;  // then B * Nkv >= threads too: neither splits
 }
 
