@@ -34,9 +34,10 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
                              : GqaFlashSupportsScalar(plugin_context, &p.gqa, why, sizeof(why));
     if (ok) return 1;
     why[sizeof(why) - 1] = '\0';
-    WriteMessage(reason, reason_capacity,
-                 std::string("the paged kernels run the gqa.flash algorithm, which declines: ") +
-                     why + " (paged_gqa.naive runs such problems)");
+    WriteMessage(
+        reason, reason_capacity,
+        std::string("the paged flash kernels run the gqa.flash algorithm, which declines: ") + why +
+            " (paged_gqa.naive runs such problems)");
   } catch (...) {
     WriteCurrentException(reason, reason_capacity, "paged_gqa.flash supports()");
   }
