@@ -46,16 +46,18 @@ void WriteQkRow(const GqaRun& r, int64_t b, int64_t n, int64_t s, const float* r
   }
 }
 
-// Rows begin, begin + 1, ... of kv head (b, kvh) of one cache, one per Next(): a contiguous cache
-// of `rows` rows per head, or with kPaged the block pools read through r.block_table (GqaRun). A
-// block's table slot is read only once one of its rows is asked for, so slots past the rows a
-// batch reads may hold anything. Both walks hand the row pipeline the same bytes for the same
-// token, so a paged run computes bitwise what the contiguous one does.
+// Rows [begin, end) of kv head (b, kvh) of one cache, one per Next(): a contiguous cache of `rows`
+// rows per head, or with kPaged the block pools read through r.block_table (GqaRun). Only the table
+// slots of blocks holding rows of [begin, end) are read, so slots past the rows a batch reads may
+// hold anything. Both walks hand the row pipeline the same bytes for the same token, so a paged
+// run computes bitwise what the contiguous one does. The paged walk prefetches, with each row, the
+// row at the same offset of the next block: blocks lie anywhere in the pools, so the hardware
+// prefetcher, which follows a contiguous cache, loses the stream at every block boundary.
 template <bool kPaged>
 class CacheRows {
  public:
   CacheRows(const GqaRun& r, const void* cache, int64_t rows, const float* scale, int64_t b,
-            int64_t kvh, int64_t begin) {
+            int64_t kvh, int64_t begin, int64_t end) {
     row_.data = nullptr;
     row_.type = r.cache_type;
     row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
@@ -73,7 +75,10 @@ class CacheRows {
       stride_ = r.block_head_major ? row_bytes : static_cast<size_t>(r.kv_heads) * row_bytes;
       block_ = begin / block_size_;
       offset_ = begin % block_size_;
+      last_block_ = end > begin ? (end - 1) / block_size_ : block_;
+      row_bytes_ = row_bytes;
     } else {
+      (void)end;
       next_ = static_cast<const unsigned char*>(cache) +
               static_cast<size_t>((b * r.kv_heads + kvh) * rows + begin) * row_bytes;
       stride_ = row_bytes;
@@ -90,8 +95,17 @@ class CacheRows {
       }
       if (block_start_ == nullptr) {
         block_start_ = head_ + static_cast<size_t>(blocks_[block_]) * block_bytes_;
+        next_block_ = block_ < last_block_
+                          ? head_ + static_cast<size_t>(blocks_[block_ + 1]) * block_bytes_
+                          : nullptr;
       }
-      row_.data = block_start_ + static_cast<size_t>(offset_) * stride_;
+      const size_t at = static_cast<size_t>(offset_) * stride_;
+      row_.data = block_start_ + at;
+      if (next_block_ != nullptr) {
+        for (size_t line = 0; line < row_bytes_; line += 64) {
+          __builtin_prefetch(next_block_ + at + line);
+        }
+      }
       ++offset_;
     } else {
       row_.data = next_;
@@ -108,9 +122,12 @@ class CacheRows {
   const int32_t* blocks_ = nullptr;
   const unsigned char* head_ = nullptr;
   const unsigned char* block_start_ = nullptr;
+  const unsigned char* next_block_ = nullptr;  // NULL in the last block of [begin, end)
   size_t block_bytes_ = 0;
+  size_t row_bytes_ = 0;
   int64_t block_size_ = 1;
   int64_t block_ = 0;
+  int64_t last_block_ = 0;
   int64_t offset_ = 0;
 };
 
@@ -145,7 +162,7 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     Ops::Widen(q_in, r.type, q_row, h);
   }
 
-  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, begin);
+  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, begin, end);
   for (int64_t j = begin; j < end; ++j) scores[j] = r.scale * Ops::Dot(q, keys.Next(), h);
   if (r.softcap > 0.0f) {
     for (int64_t j = begin; j < end; ++j) scores[j] = r.softcap * tanhf(scores[j] / r.softcap);
@@ -187,7 +204,7 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   void* out = ElementAddress(r.output, r.element_bytes, ((b * r.seq + s) * r.heads + n) * h);
   float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
   memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
-  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin);
+  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin, end);
   for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), sum, h);
   if (sum == acc) Ops::Narrow(acc, r.type, out, h);
 }
