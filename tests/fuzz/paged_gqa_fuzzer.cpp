@@ -5,12 +5,13 @@
 //   1. a block pool of fuzzed options, then up to 32 pool operations (add_sequence, fork, append,
 //      truncate, remove, block_table, get_stats) on live and unknown sequence ids with fuzzed
 //      arguments, valid or not;
-//   2. one paged GroupQueryAttention call: a mostly consistent problem (phase, shapes, attributes:
-//      softcap, smooth_softmax, head_sink, qk_output, window, rotary, bias; float32, float16,
-//      bfloat16, int8 or int4 caches; both block layouts) whose block table comes from the pool of
-//      phase 1 (forked sequences included) or is laid out directly, then a few mutations (a -1 or
-//      out-of-range slot, a block named twice, a total_sequence_length or seqlens_k beyond the
-//      table, a pool of the wrong block size, a too small workspace). It runs attnrt_op_create ->
+//   2. one paged GroupQueryAttention call (the runtime's choice of kernel, or the scalar kernels
+//      pinned): a mostly consistent problem (phase, shapes, attributes: softcap, smooth_softmax,
+//      head_sink, qk_output, window, rotary, bias; float32, float16, bfloat16, int8 or int4
+//      caches; both block layouts) whose block table comes from the pool of phase 1 (forked
+//      sequences included) or is laid out directly, then a few mutations (a -1 or out-of-range
+//      slot, a block named twice, a total_sequence_length or seqlens_k beyond the table, a pool of
+//      the wrong block size, a too small workspace). It runs attnrt_op_create ->
 //      attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run.
 // Every tensor is a heap buffer of exactly the bytes its shape and dtype describe (int4: two
 // elements per byte), so any access outside them is reported by AddressSanitizer.
@@ -24,6 +25,7 @@
 //   - explain selects exactly the kernel that plan picks;
 //   - a failing run leaves the pools and every output byte untouched; a successful one writes
 //     every output element (the poison, all bits set, is gone).
+// PAGED_GQA_FUZZER_STATS=1 prints at exit how many calls each stage refused and which kernels ran.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -48,7 +50,39 @@ constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 
-attnrt_runtime* g_runtime = nullptr;
+attnrt_runtime* g_runtime = nullptr;         // the runtime's own choice
+attnrt_runtime* g_scalar_runtime = nullptr;  // pinned to the scalar kernels
+
+// Outcomes of the paged calls, printed at exit with PAGED_GQA_FUZZER_STATS=1 (to see what a corpus
+// reaches): op refused, plan refused, run refused, and successful runs per kernel.
+struct Outcomes {
+  int64_t op_refused = 0, plan_refused = 0, run_refused = 0, from_pool = 0;
+  std::vector<std::pair<std::string, int64_t>> runs;
+  void Ran(const std::string& kernel) {
+    for (auto& [name, count] : runs) {
+      if (name == kernel) {
+        ++count;
+        return;
+      }
+    }
+    runs.emplace_back(kernel, 1);
+  }
+};
+Outcomes g_outcomes;
+
+void PrintOutcomes() {
+  std::fprintf(stderr,
+               "paged_gqa_fuzzer: op refused %lld, plan refused %lld, run refused %lld, tables "
+               "from the pool %lld\n",
+               static_cast<long long>(g_outcomes.op_refused),
+               static_cast<long long>(g_outcomes.plan_refused),
+               static_cast<long long>(g_outcomes.run_refused),
+               static_cast<long long>(g_outcomes.from_pool));
+  for (const auto& [name, count] : g_outcomes.runs) {
+    std::fprintf(stderr, "paged_gqa_fuzzer: ran %s %lld\n", name.c_str(),
+                 static_cast<long long>(count));
+  }
+}
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "paged_gqa_fuzzer: invariant violated: %s\n", what.c_str());
@@ -298,6 +332,10 @@ std::vector<unsigned char> Bytes(const Tensor& t) {
 }
 
 void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
+  // The mutation is chosen first, while the input still has bytes: an exhausted input decodes
+  // to none.
+  const int mutation = fdp.ConsumeIntegralInRange<int>(0, 15);
+  attnrt_runtime* runtime = fdp.ConsumeBool() ? g_scalar_runtime : g_runtime;
   Rng rng(fdp.ConsumeIntegral<uint64_t>());
   // From the pool: a decode step of up to three of its non-empty sequences.
   std::vector<int64_t> pool_sequences;
@@ -399,10 +437,9 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   for (int32_t v : seqlens) total = std::max<int64_t>(total, v + 1);
 
   // Mutations.
-  const int mutation = fdp.ConsumeIntegralInRange<int>(0, 15);
   if (!table.empty()) {
-    const size_t slot = fdp.ConsumeIntegralInRange<size_t>(0, table.size() - 1);
-    const size_t other = fdp.ConsumeIntegralInRange<size_t>(0, table.size() - 1);
+    const size_t slot = static_cast<size_t>(rng.Next() % table.size());
+    const size_t other = static_cast<size_t>(rng.Next() % table.size());
     if (mutation == 1) table[slot] = -1;
     if (mutation == 2) table[slot] = static_cast<int32_t>(num_blocks);
     if (mutation == 3) table[slot] = -7;
@@ -484,10 +521,12 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
 
   // The calls.
   attnrt_op* raw_op = nullptr;
-  if (Checked("attnrt_op_create", attnrt_op_create(g_runtime, ATTNRT_OP_PAGED_GQA, &attributes,
-                                                   &raw_op)) != ATTNRT_OK) {
+  if (Checked("attnrt_op_create",
+              attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &attributes, &raw_op)) != ATTNRT_OK) {
+    ++g_outcomes.op_refused;
     return;
   }
+  g_outcomes.from_pool += from_pool ? 1 : 0;
   std::unique_ptr<attnrt_op, OpDeleter> op(raw_op);
   attnrt_explanation* raw_explanation = nullptr;
   const attnrt_status explained = Checked(
@@ -515,7 +554,10 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   if ((planned == ATTNRT_OK) != !selected.empty()) {
     Fail("explain selected '" + selected + "' but plan returned status " + std::to_string(planned));
   }
-  if (planned != ATTNRT_OK) return;
+  if (planned != ATTNRT_OK) {
+    ++g_outcomes.plan_refused;
+    return;
+  }
   attnrt_plan_info info;
   std::memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
@@ -542,8 +584,10 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
                 Bytes(*in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]) == value_before;
     for (size_t i = 0; i < out.size(); ++i) same = same && Bytes(*out[i]) == out_before[i];
     if (!same) Fail(std::string("a failing run wrote memory: ") + attnrt_last_error_message());
+    ++g_outcomes.run_refused;
     return;
   }
+  g_outcomes.Ran(info.kernel);
   // Every output element written: none keeps the all-ones poison.
   const size_t element = static_cast<size_t>(t_bits / 8);
   for (auto& t : out) {
@@ -563,10 +607,15 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
   options.num_threads = 2;
-  if (attnrt_runtime_create(&options, &g_runtime) != ATTNRT_OK) {
+  attnrt_status status = attnrt_runtime_create(&options, &g_runtime);
+  options.kernel = "*.scalar";
+  if (status == ATTNRT_OK) status = attnrt_runtime_create(&options, &g_scalar_runtime);
+  if (status != ATTNRT_OK) {
     std::fprintf(stderr, "paged_gqa_fuzzer: runtime: %s\n", attnrt_last_error_message());
     std::abort();
   }
+  const char* stats = std::getenv("PAGED_GQA_FUZZER_STATS");
+  if (stats != nullptr && stats[0] == '1') std::atexit(PrintOutcomes);
   return 0;
 }
 
