@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnrt/ops/paged_gqa.h"
+#include "gqa_decline.h"
 #include "gqa_flash.h"
 #include "gqa_kernels.h"
 #include "gqa_paged_naive.h"
@@ -34,10 +35,12 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
                              : GqaFlashSupportsScalar(plugin_context, &p.gqa, why, sizeof(why));
     if (ok) return 1;
     why[sizeof(why) - 1] = '\0';
+    // Pointing at the paged naive kernels only where their pipeline takes the problem (ISA aside).
+    const bool naive_runs_it = GqaNaiveDeclineReason(p.gqa).empty();
     WriteMessage(
         reason, reason_capacity,
         std::string("the paged flash kernels run the gqa.flash algorithm, which declines: ") + why +
-            " (paged_gqa.naive runs such problems)");
+            (naive_runs_it ? " (paged_gqa.naive runs such problems)" : ""));
   } catch (...) {
     WriteCurrentException(reason, reason_capacity, "paged_gqa.flash supports()");
   }
