@@ -51,11 +51,16 @@ void WriteQkRow(const GqaRun& r, int64_t b, int64_t n, int64_t s, const float* r
 // slots of blocks holding rows of [begin, end) are read, so slots past the rows a batch reads may
 // hold anything. Both walks hand the row pipeline the same bytes for the same token, so a paged
 // run computes bitwise what the contiguous one does. The paged walk prefetches, with each row, the
-// row at the same offset of the next block: blocks lie anywhere in the pools, so the hardware
-// prefetcher, which follows a contiguous cache, loses the stream at every block boundary.
+// row kPrefetchRows ahead (at most a block ahead), through the table: blocks lie anywhere in the
+// pools, so the hardware prefetcher, which follows a contiguous cache, loses the stream at every
+// block boundary, and in a BSNH block a head's rows are Nkv rows apart.
 template <bool kPaged>
 class CacheRows {
  public:
+  // About 16 KiB ahead for a 1 KiB row: far enough to hide the memory latency, near enough to stay
+  // in L1/L2 until the row is read.
+  static constexpr int64_t kPrefetchRows = 16;
+
   CacheRows(const GqaRun& r, const void* cache, int64_t rows, const float* scale, int64_t b,
             int64_t kvh, int64_t begin, int64_t end) {
     row_.data = nullptr;
@@ -77,6 +82,7 @@ class CacheRows {
       offset_ = begin % block_size_;
       last_block_ = end > begin ? (end - 1) / block_size_ : block_;
       row_bytes_ = row_bytes;
+      distance_ = block_size_ < kPrefetchRows ? block_size_ : kPrefetchRows;
     } else {
       (void)end;
       next_ = static_cast<const unsigned char*>(cache) +
@@ -99,12 +105,16 @@ class CacheRows {
                           ? head_ + static_cast<size_t>(blocks_[block_ + 1]) * block_bytes_
                           : nullptr;
       }
-      const size_t at = static_cast<size_t>(offset_) * stride_;
-      row_.data = block_start_ + at;
-      if (next_block_ != nullptr) {
-        for (size_t line = 0; line < row_bytes_; line += 64) {
-          __builtin_prefetch(next_block_ + at + line);
-        }
+      row_.data = block_start_ + static_cast<size_t>(offset_) * stride_;
+      // The row `distance_` ahead: in this block, or in the next one (none after the last).
+      const int64_t ahead = offset_ + distance_;
+      const unsigned char* prefetch =
+          ahead < block_size_ ? block_start_ + static_cast<size_t>(ahead) * stride_
+          : next_block_ != nullptr
+              ? next_block_ + static_cast<size_t>(ahead - block_size_) * stride_
+              : nullptr;
+      if (prefetch != nullptr) {
+        for (size_t line = 0; line < row_bytes_; line += 64) __builtin_prefetch(prefetch + line);
       }
       ++offset_;
     } else {
@@ -129,6 +139,7 @@ class CacheRows {
   int64_t block_ = 0;
   int64_t last_block_ = 0;
   int64_t offset_ = 0;
+  int64_t distance_ = 1;  // rows between the row read and the row prefetched
 };
 
 // One (b, n, s) row: scores over the window, softcap, bias, softmax (optionally with a sink), P·V.
