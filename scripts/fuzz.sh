@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp).
-# Usage: scripts/fuzz.sh [SECONDS]      (default 60)
+# Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp),
+# then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp).
+# Usage: scripts/fuzz.sh [SECONDS]      (default 60; a quarter of it, at least 1 s, for the paged
+#                                        fuzzer)
 #
 # Builds libattnrt, the cpu_x86 plugin and the fuzzer with Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
-# the fuzzer for SECONDS over a copy of tests/fuzz/corpus (the repository's corpus is never
-# modified). Prints the number of executions; exits non-zero on a crash, a leak, a timeout or an
+# the fuzzers over copies of tests/fuzz/corpus and tests/fuzz/paged_corpus (the repository's
+# corpora are never modified). Prints the number of executions; exits non-zero on a crash, a leak, a timeout or an
 # invariant violation, with the path of the saved input in the output.
 #   GQA_FUZZER_AVOID=...       masks known findings while fuzzing (see tests/fuzz/gqa_fuzzer.cpp)
 #   ATTNRT_FUZZ_ARTIFACTS=DIR  where crash inputs go (default build-fuzz/fuzz-artifacts)
-# Regression inputs (tests/fuzz/regressions and the corpus, each run once):
+# Regression inputs (tests/fuzz/regressions and both corpora, each run once):
 #   ctest --test-dir build-fuzz/tests/fuzz --output-on-failure
 set -euo pipefail
 
@@ -61,38 +63,45 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
   -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer attnrt_cpu_x86
-fuzzer="$build_dir/tests/fuzz/gqa_fuzzer"
+cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer attnrt_cpu_x86
 
 # ---- fuzz -------------------------------------------------------------------------------------------
-work="$(mktemp -d "${TMPDIR:-/tmp}/attnrt-fuzz.XXXXXX")"
-mkdir -p "$work/corpus"
-cp -R "$root/tests/fuzz/corpus/." "$work/corpus/"
 artifacts="${ATTNRT_FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}"
 mkdir -p "$artifacts"
-log="$work/fuzz.log"
-
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
-echo "fuzz: running $fuzzer for ${seconds}s over a copy of tests/fuzz/corpus in $work/corpus"
-set +e
-"$fuzzer" -max_total_time="$seconds" -timeout=25 -print_final_stats=1 \
-  -artifact_prefix="$artifacts/" "$work/corpus" >"$log" 2>&1
-rc=$?
-set -e
 
-# Everything but libFuzzer's per-input progress lines: setup, reports, final stats.
-grep -v -E '^#[0-9]+[[:space:]]' "$log" || true
-executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
-echo "fuzz: ${executions:-unknown} executions in ${seconds}s (full log: $log)"
-if [ "$rc" -ne 0 ]; then
-  crash="$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)"
-  echo "fuzz: FAILED (exit $rc)${crash:+; input saved to $crash}" >&2
-  if [ -n "$crash" ]; then
-    echo "fuzz: reproduce:  GQA_FUZZER_VERBOSE=1 $fuzzer $crash" >&2
-    echo "fuzz: minimize:   $fuzzer -minimize_crash=1 -max_total_time=60 $crash" >&2
+# fuzz NAME CORPUS SECONDS: runs build-fuzz/tests/fuzz/NAME over a copy of tests/fuzz/CORPUS.
+fuzz() {
+  local fuzzer="$build_dir/tests/fuzz/$1" corpus="$2" time="$3"
+  local work log rc executions crash
+  work="$(mktemp -d "${TMPDIR:-/tmp}/attnrt-fuzz.XXXXXX")"
+  mkdir -p "$work/corpus"
+  cp -R "$root/tests/fuzz/$corpus/." "$work/corpus/"
+  log="$work/fuzz.log"
+  echo "fuzz: running $fuzzer for ${time}s over a copy of tests/fuzz/$corpus in $work/corpus"
+  set +e
+  "$fuzzer" -max_total_time="$time" -timeout=25 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "$work/corpus" >"$log" 2>&1
+  rc=$?
+  set -e
+  # Everything but libFuzzer's per-input progress lines: setup, reports, final stats.
+  grep -v -E '^#[0-9]+[[:space:]]' "$log" || true
+  executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
+  echo "fuzz: $1: ${executions:-unknown} executions in ${time}s (full log: $log)"
+  if [ "$rc" -ne 0 ]; then
+    crash="$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)"
+    echo "fuzz: $1 FAILED (exit $rc)${crash:+; input saved to $crash}" >&2
+    if [ -n "$crash" ]; then
+      echo "fuzz: reproduce:  GQA_FUZZER_VERBOSE=1 $fuzzer $crash" >&2
+      echo "fuzz: minimize:   $fuzzer -minimize_crash=1 -max_total_time=60 $crash" >&2
+    fi
+    exit "$rc"
   fi
-  exit "$rc"
-fi
-rm -rf "$work"
+  rm -rf "$work"
+}
+
+paged_seconds=$((seconds / 4 > 0 ? seconds / 4 : 1))
+fuzz gqa_fuzzer corpus "$((seconds - paged_seconds > 0 ? seconds - paged_seconds : 1))"
+fuzz paged_gqa_fuzzer paged_corpus "$paged_seconds"
 echo "fuzz: no crash"

@@ -10,11 +10,15 @@
 //                                   order in the pools, block layout L = bsnh or bnsh; counters
 //                                   contiguous_us, paged_us (medians), overhead_pct (median
 //                                   of the per-iteration ratios). P in {4096, 16384}
+//   BM_PagedOverhead/gemma_softcap_<L>_bs:<BS>/past:4096  the same with Gemma-2-9B local-layer
+//                                   shapes (num_heads 16, kv_num_heads 8, head_size 256, softcap
+//                                   50): gqa.flash declines softcap, so both sides run the naive
+//                                   row pipeline (paged_gqa.naive vs gqa.naive)
 //
 // The paged rows run the same algorithm as the contiguous ones (outputs are bitwise equal, see
-// tests/plugins/cpu_x86/paged_gqa_test.cpp), so the ratio of the two times is the cost of reading
-// through the block table. Caches are cold: each benchmark rotates over enough copies of its K/V
-// working set to total more than 2x the L3 (at least 2).
+// tests/plugins/cpu_x86/paged_gqa_test.cpp and paged_gqa_naive_test.cpp), so the ratio of the two
+// times is the cost of reading through the block table. Caches are cold: each benchmark rotates
+// over enough copies of its K/V working set to total more than 2x the L3 (at least 2).
 //
 // Before the benchmarks, a memory table: a block pool sized to the tokens held vs a contiguous
 // cache sized to the maximum context, for a batch of sequences of mixed lengths and for parallel
@@ -40,11 +44,21 @@
 
 namespace {
 
-constexpr int64_t kNumHeads = 32;
-constexpr int64_t kKvNumHeads = 8;
-constexpr int64_t kHeadSize = 128;
+// Layer shapes of a decode step (float32 cache, batch 1).
+struct Shape {
+  int64_t num_heads;
+  int64_t kv_num_heads;
+  int64_t head_size;
+  float softcap;
+};
+constexpr Shape kLlama3_8B{32, 8, 128, 0.0f};
+constexpr Shape kGemma2_9BLocal{16, 8, 256, 50.0f};  // softcap: the naive kernels run
+
+// The memory table's model: Llama-3-8B.
+constexpr int64_t kKvNumHeads = kLlama3_8B.kv_num_heads;
+constexpr int64_t kHeadSize = kLlama3_8B.head_size;
 constexpr int64_t kRowBytes = kHeadSize * 4;  // float32
-constexpr int64_t kLayers = 32;               // Llama-3-8B
+constexpr int64_t kLayers = 32;
 const attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
 const attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 
@@ -102,26 +116,28 @@ struct Step {
   }
 };
 
-std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, bool bnsh, std::mt19937& rng) {
+std::unique_ptr<Step> MakeStep(const Shape& m, int64_t past, int64_t block_size, bool bnsh,
+                               std::mt19937& rng) {
   auto step = std::make_unique<Step>();
   const int64_t T = past + 1;
-  Tensor* q = step->Add(
-      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kNumHeads * kHeadSize}, rng));
+  const int64_t heads = m.num_heads, kv_heads = m.kv_num_heads, head_size = m.head_size;
+  Tensor* q =
+      step->Add(std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, heads * head_size}, rng));
   Tensor* k = step->Add(
-      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kKvNumHeads * kHeadSize}, rng));
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kv_heads * head_size}, rng));
   Tensor* v = step->Add(
-      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kKvNumHeads * kHeadSize}, rng));
-  Tensor* out = step->Add(
-      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kNumHeads * kHeadSize}, rng));
+      std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, kv_heads * head_size}, rng));
+  Tensor* out =
+      step->Add(std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, 1, heads * head_size}, rng));
   Tensor* seqlens = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1}, rng));
   Tensor* total = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1}, rng));
   seqlens->i32()[0] = static_cast<int32_t>(T - 1);
   total->i32()[0] = static_cast<int32_t>(T);
   if (block_size == 0) {
     Tensor* cache_k = step->Add(
-        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kKvNumHeads, T, kHeadSize}, rng));
+        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kv_heads, T, head_size}, rng));
     Tensor* cache_v = step->Add(
-        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kKvNumHeads, T, kHeadSize}, rng));
+        std::make_unique<Tensor>(kF32, std::vector<int64_t>{1, kv_heads, T, head_size}, rng));
     step->inputs.assign(ATTNRT_GQA_NUM_INPUTS, nullptr);
     step->inputs[ATTNRT_GQA_INPUT_QUERY] = &q->desc;
     step->inputs[ATTNRT_GQA_INPUT_KEY] = &k->desc;
@@ -135,8 +151,8 @@ std::unique_ptr<Step> MakeStep(int64_t past, int64_t block_size, bool bnsh, std:
   }
   const int64_t blocks = (T + block_size - 1) / block_size;
   const std::vector<int64_t> pool_shape =
-      bnsh ? std::vector<int64_t>{blocks, kKvNumHeads, block_size, kHeadSize}
-           : std::vector<int64_t>{blocks, block_size, kKvNumHeads, kHeadSize};
+      bnsh ? std::vector<int64_t>{blocks, kv_heads, block_size, head_size}
+           : std::vector<int64_t>{blocks, block_size, kv_heads, head_size};
   Tensor* pool_k = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
   Tensor* pool_v = step->Add(std::make_unique<Tensor>(kF32, pool_shape, rng));
   Tensor* table = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1, blocks}, rng));
@@ -168,21 +184,23 @@ struct Runner {
   std::string error;
   size_t next = 0;
 
-  Runner(int64_t block_size, bool bnsh, int64_t past, size_t copies) {
+  Runner(const Shape& m, int64_t block_size, bool bnsh, int64_t past, size_t copies) {
     std::mt19937 rng(static_cast<unsigned>(past * 1009 + block_size * 7 + (bnsh ? 1 : 0)));
-    for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(past, block_size, bnsh, rng));
+    for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(m, past, block_size, bnsh, rng));
     attnrt_status status = attnrt_runtime_create(nullptr, &runtime);
     if (status == ATTNRT_OK && block_size == 0) {
       attnrt_gqa_attributes a;
       attnrt_gqa_attributes_init(&a);
-      a.num_heads = kNumHeads;
-      a.kv_num_heads = kKvNumHeads;
+      a.num_heads = static_cast<int32_t>(m.num_heads);
+      a.kv_num_heads = static_cast<int32_t>(m.kv_num_heads);
+      a.softcap = m.softcap;
       status = attnrt_op_create(runtime, ATTNRT_OP_GQA, &a, &op);
     } else if (status == ATTNRT_OK) {
       attnrt_paged_gqa_attributes a;
       attnrt_paged_gqa_attributes_init(&a);
-      a.gqa.num_heads = kNumHeads;
-      a.gqa.kv_num_heads = kKvNumHeads;
+      a.gqa.num_heads = static_cast<int32_t>(m.num_heads);
+      a.gqa.kv_num_heads = static_cast<int32_t>(m.kv_num_heads);
+      a.gqa.softcap = m.softcap;
       a.block_size = static_cast<int32_t>(block_size);
       a.kv_layout = bnsh ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
       status = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &a, &op);
@@ -218,13 +236,15 @@ struct Runner {
   }
 };
 
-size_t KvBytes(int64_t past) {
-  return static_cast<size_t>(2 * kKvNumHeads * (past + 1) * kRowBytes);
+size_t KvBytes(int64_t past, const Shape& m = kLlama3_8B) {
+  return static_cast<size_t>(2 * m.kv_num_heads * (past + 1) * m.head_size * 4);
 }
-size_t Copies(int64_t past) { return std::max<size_t>(2, 2 * L3Bytes() / KvBytes(past) + 1); }
+size_t Copies(int64_t past, const Shape& m = kLlama3_8B) {
+  return std::max<size_t>(2, 2 * L3Bytes() / KvBytes(past, m) + 1);
+}
 
 void BM_Decode(benchmark::State& state, int64_t past) {
-  Runner runner(0, false, past, Copies(past));
+  Runner runner(kLlama3_8B, 0, false, past, Copies(past));
   if (!runner.error.empty()) {
     state.SkipWithError(runner.error.c_str());
     return;
@@ -252,10 +272,11 @@ double Median(std::vector<double> x) {
 // shared machine where absolute times drift. Reported: contiguous_us and paged_us (medians) and
 // overhead_pct from the median of the per-iteration ratios, which a step slowed by another process
 // moves little.
-void BM_PagedOverhead(benchmark::State& state, int64_t block_size, bool bnsh, int64_t past) {
-  const size_t copies = (Copies(past) + 1) / 2;  // two working sets are live
-  Runner contiguous(0, false, past, std::max<size_t>(2, copies));
-  Runner paged(block_size, bnsh, past, std::max<size_t>(2, copies));
+void BM_PagedOverhead(benchmark::State& state, const Shape& m, int64_t block_size, bool bnsh,
+                      int64_t past) {
+  const size_t copies = (Copies(past, m) + 1) / 2;  // two working sets are live
+  Runner contiguous(m, 0, false, past, std::max<size_t>(2, copies));
+  Runner paged(m, block_size, bnsh, past, std::max<size_t>(2, copies));
   if (!contiguous.error.empty() || !paged.error.empty()) {
     state.SkipWithError((contiguous.error + paged.error).c_str());
     return;
@@ -363,10 +384,21 @@ int main(int argc, char** argv) {
       for (int64_t bs : {16, 64, 256}) {
         const std::string name = std::string("BM_PagedOverhead/") + (bnsh ? "bnsh" : "bsnh") +
                                  "_bs:" + std::to_string(bs) + "/past:" + std::to_string(past);
-        benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, bs, bnsh, past)
+        benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kLlama3_8B, bs, bnsh, past)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
+    }
+  }
+  for (bool bnsh : {false, true}) {
+    for (int64_t bs : {16, 256}) {
+      const std::string name = std::string("BM_PagedOverhead/gemma_softcap_") +
+                               (bnsh ? "bnsh" : "bsnh") + "_bs:" + std::to_string(bs) +
+                               "/past:4096";
+      benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kGemma2_9BLocal, bs, bnsh,
+                                   int64_t{4096})
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -55,4 +55,9 @@ void GqaAttendRowsScalar(const GqaRun& run, float* scratch, int64_t unit_begin, 
   AttendRows<ScalarOps>(run, scratch, unit_begin, unit_end);
 }
 
+void GqaAttendRowsPagedScalar(const GqaRun& run, float* scratch, int64_t unit_begin,
+                              int64_t unit_end) {
+  AttendRows<ScalarOps, true>(run, scratch, unit_begin, unit_end);
+}
+
 }  // namespace attnrt::cpu

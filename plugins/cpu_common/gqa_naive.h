@@ -15,6 +15,10 @@ namespace attnrt::cpu {
 // GqaAttendRowsFn of gqa.naive.scalar: plain C++ loops, baseline ISA.
 void GqaAttendRowsScalar(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end);
 
+// The same over a paged cache (GqaRun::block_table): the row pipeline of paged_gqa.naive.scalar.
+void GqaAttendRowsPagedScalar(const GqaRun& run, float* scratch, int64_t unit_begin,
+                              int64_t unit_end);
+
 // attnrt_kernel_desc::workspace_size of every gqa.naive kernel; plugin_context is a PluginContext*.
 size_t GqaNaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept;
 

@@ -46,20 +46,105 @@ void WriteQkRow(const GqaRun& r, int64_t b, int64_t n, int64_t s, const float* r
   }
 }
 
-// Row j of kv head (b, kvh) of a cache with `rows` rows per head.
-GqaCacheRow CacheRow(const GqaRun& r, const void* cache, int64_t rows, const float* scale,
-                     int64_t b, int64_t kvh, int64_t j) {
-  GqaCacheRow row;
-  row.data = ElementAddress(cache, r.cache_row_bytes, (b * r.kv_heads + kvh) * rows + j);
-  row.type = r.cache_type;
-  row.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
-  row.per_channel = r.scale_per_channel;
-  return row;
-}
+// Rows [begin, end) of kv head (b, kvh) of one cache, one per Next(): a contiguous cache of `rows`
+// rows per head, or with kPaged the block pools read through r.block_table (GqaRun). Only the table
+// slots of blocks holding rows of [begin, end) are read, so slots past the rows a batch reads may
+// hold anything. Both walks hand the row pipeline the same bytes for the same token, so a paged
+// run computes bitwise what the contiguous one does. The paged walk prefetches, with each row, the
+// row kPrefetchRows ahead (at most a block ahead), through the table: blocks lie anywhere in the
+// pools, so the hardware prefetcher, which follows a contiguous cache, loses the stream at every
+// block boundary, and in a BSNH block a head's rows are Nkv rows apart.
+template <bool kPaged>
+class CacheRows {
+ public:
+  // About 16 KiB ahead for a 1 KiB row: far enough to hide the memory latency, near enough to stay
+  // in L1/L2 until the row is read.
+  static constexpr int64_t kPrefetchRows = 16;
+
+  CacheRows(const GqaRun& r, const void* cache, int64_t rows, const float* scale, int64_t b,
+            int64_t kvh, int64_t begin, int64_t end) {
+    row_.data = nullptr;
+    row_.type = r.cache_type;
+    row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
+    row_.per_channel = r.scale_per_channel;
+    const size_t row_bytes = r.cache_row_bytes;
+    if constexpr (kPaged) {
+      (void)rows;
+      blocks_ = r.block_table + b * r.max_blocks_per_seq;
+      block_size_ = r.block_size;
+      block_bytes_ = static_cast<size_t>(r.block_size * r.kv_heads) * row_bytes;
+      // This head's row 0 of block 0; rows of a head are row_bytes apart in a BNSH block and Nkv
+      // rows apart in a BSNH one.
+      head_ = static_cast<const unsigned char*>(cache) +
+              static_cast<size_t>(r.block_head_major ? kvh * r.block_size : kvh) * row_bytes;
+      stride_ = r.block_head_major ? row_bytes : static_cast<size_t>(r.kv_heads) * row_bytes;
+      block_ = begin / block_size_;
+      offset_ = begin % block_size_;
+      last_block_ = end > begin ? (end - 1) / block_size_ : block_;
+      row_bytes_ = row_bytes;
+      distance_ = block_size_ < kPrefetchRows ? block_size_ : kPrefetchRows;
+    } else {
+      (void)end;
+      next_ = static_cast<const unsigned char*>(cache) +
+              static_cast<size_t>((b * r.kv_heads + kvh) * rows + begin) * row_bytes;
+      stride_ = row_bytes;
+    }
+  }
+
+  // The current row; the walk then moves to the next one.
+  const GqaCacheRow& Next() {
+    if constexpr (kPaged) {
+      if (offset_ == block_size_) {
+        ++block_;
+        offset_ = 0;
+        block_start_ = nullptr;
+      }
+      if (block_start_ == nullptr) {
+        block_start_ = head_ + static_cast<size_t>(blocks_[block_]) * block_bytes_;
+        next_block_ = block_ < last_block_
+                          ? head_ + static_cast<size_t>(blocks_[block_ + 1]) * block_bytes_
+                          : nullptr;
+      }
+      row_.data = block_start_ + static_cast<size_t>(offset_) * stride_;
+      // The row `distance_` ahead: in this block, or in the next one (none after the last).
+      const int64_t ahead = offset_ + distance_;
+      const unsigned char* prefetch =
+          ahead < block_size_ ? block_start_ + static_cast<size_t>(ahead) * stride_
+          : next_block_ != nullptr
+              ? next_block_ + static_cast<size_t>(ahead - block_size_) * stride_
+              : nullptr;
+      if (prefetch != nullptr) {
+        for (size_t line = 0; line < row_bytes_; line += 64) __builtin_prefetch(prefetch + line);
+      }
+      ++offset_;
+    } else {
+      row_.data = next_;
+      next_ += stride_;
+    }
+    return row_;
+  }
+
+ private:
+  GqaCacheRow row_;
+  size_t stride_ = 0;
+  const unsigned char* next_ = nullptr;  // contiguous: the next row
+  // Paged: the batch's table row, the block being walked and the next row's offset in it.
+  const int32_t* blocks_ = nullptr;
+  const unsigned char* head_ = nullptr;
+  const unsigned char* block_start_ = nullptr;
+  const unsigned char* next_block_ = nullptr;  // NULL in the last block of [begin, end)
+  size_t block_bytes_ = 0;
+  size_t row_bytes_ = 0;
+  int64_t block_size_ = 1;
+  int64_t block_ = 0;
+  int64_t last_block_ = 0;
+  int64_t offset_ = 0;
+  int64_t distance_ = 1;  // rows between the row read and the row prefetched
+};
 
 // One (b, n, s) row: scores over the window, softcap, bias, softmax (optionally with a sink), P·V.
-// scores holds max T_b floats, q_row and acc H floats each.
-template <class Ops>
+// scores holds max T_b floats, q_row and acc H floats each. kPaged: K/V through the block table.
+template <class Ops, bool kPaged>
 void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float* acc) {
   const int64_t s = unit % r.seq;
   const int64_t n = (unit / r.seq) % r.heads;
@@ -88,10 +173,8 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     Ops::Widen(q_in, r.type, q_row, h);
   }
 
-  for (int64_t j = begin; j < end; ++j) {
-    scores[j] =
-        r.scale * Ops::Dot(q, CacheRow(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, j), h);
-  }
+  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, begin, end);
+  for (int64_t j = begin; j < end; ++j) scores[j] = r.scale * Ops::Dot(q, keys.Next(), h);
   if (r.softcap > 0.0f) {
     for (int64_t j = begin; j < end; ++j) scores[j] = r.softcap * tanhf(scores[j] / r.softcap);
   }
@@ -132,21 +215,19 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   void* out = ElementAddress(r.output, r.element_bytes, ((b * r.seq + s) * r.heads + n) * h);
   float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
   memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
-  for (int64_t j = 0; j < count; ++j) {
-    Ops::Axpy(x[j], CacheRow(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin + j),
-              sum, h);
-  }
+  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin, end);
+  for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), sum, h);
   if (sum == acc) Ops::Narrow(acc, r.type, out, h);
 }
 
-// GqaAttendRowsFn body for one ISA.
-template <class Ops>
+// GqaAttendRowsFn body for one ISA; kPaged: over the block pools of a paged run (GqaRun).
+template <class Ops, bool kPaged = false>
 void AttendRows(const GqaRun& r, float* scratch, int64_t unit_begin, int64_t unit_end) {
   float* scores = scratch;
   float* q_row = scratch + r.scratch_query_offset;
   float* acc = scratch + r.scratch_output_offset;
   for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
-    AttendRow<Ops>(r, unit, scores, q_row, acc);
+    AttendRow<Ops, kPaged>(r, unit, scores, q_row, acc);
   }
 }
 

@@ -535,46 +535,87 @@ GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args
   return r;
 }
 
+namespace {
+
+// The per-slot scratch of a run whose key rows are at most max_total long: sets the scratch
+// offsets of `r` and returns the bytes of one slot.
+size_t LayOutSlots(GqaRun& r, int64_t max_total) {
+  const int64_t h = r.head_size;
+  r.scratch_query_offset =
+      static_cast<int64_t>(AlignUp(static_cast<size_t>(max_total) * sizeof(float)) / sizeof(float));
+  r.scratch_output_offset =
+      r.scratch_query_offset +
+      static_cast<int64_t>(AlignUp(static_cast<size_t>(h) * sizeof(float)) / sizeof(float));
+  return SlotBytes(max_total, h);
+}
+
+int64_t LongestKeyRow(const int32_t* seqlens, int64_t batch) {
+  int64_t max_total = 1;
+  for (int64_t b = 0; b < batch; ++b) max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
+  return max_total;
+}
+
+void ReportSmallWorkspace(char* error, size_t error_capacity, size_t workspace_size,
+                          int64_t max_total, size_t needed) {
+  if (error != nullptr && error_capacity > 0) {
+    std::snprintf(error, error_capacity,
+                  "workspace of %zu bytes is too small: this run (longest key row T_b = %lld) "
+                  "needs at least %zu bytes",
+                  workspace_size, static_cast<long long>(max_total), needed);
+  }
+}
+
+// The 64-byte aligned start of the workspace and the bytes available from there.
+std::byte* AlignedWorkspace(const attnrt_gqa_args& args, size_t* available) {
+  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
+  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
+  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
+  *available = args.workspace_size > lead ? args.workspace_size - lead : 0;
+  return reinterpret_cast<std::byte*>(aligned);
+}
+
+// Runs `attend` over every (b, n, s) unit of `r` on at most slots_fit scratch slots at `scratch`.
+void AttendOnSlots(const attnrt_host_services& host, const GqaRun& r, std::byte* scratch,
+                   size_t slot_bytes, size_t slots_fit, GqaAttendRowsFn attend) {
+  const int64_t units = r.batch * r.heads * r.seq;
+  if (units == 0) return;
+  const int64_t slots = std::min({NumThreads(host), units, static_cast<int64_t>(slots_fit)});
+  AttendJob job;
+  job.run = &r;
+  job.attend = attend;
+  job.scratch = scratch;
+  job.slot_bytes = slot_bytes;
+  job.units = units;
+  job.chunk = std::max<int64_t>(1, units / (slots * 8));
+  host.parallel_for(host.host_context, static_cast<size_t>(slots), 1, AttendSlots, &job);
+}
+
+}  // namespace
+
 int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
                GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept {
   const attnrt_gqa_problem& p = *args.problem;
-  const int64_t h = p.head_size;
   GqaRun r = ResolveRun(args);
 
   // Workspace: [window plan and staging][K staging][V staging][slot 0 scratch][slot 1 scratch]...,
   // each 64-byte aligned.
-  const auto base = reinterpret_cast<uintptr_t>(args.workspace);
-  const uintptr_t aligned = (base + kAlign - 1) / kAlign * kAlign;
-  const size_t lead = args.workspace != nullptr ? static_cast<size_t>(aligned - base) : 0;
-  const size_t available = args.workspace_size > lead ? args.workspace_size - lead : 0;
-  auto* area = reinterpret_cast<std::byte*>(aligned);
+  size_t available = 0;
+  std::byte* area = AlignedWorkspace(args, &available);
   const size_t window_bytes = GqaWindowWorkspaceBytes(p);
   const bool windowed = p.attributes.sliding_window_cache == 1;
   const bool window_fits = args.workspace != nullptr && available >= window_bytes;
   // Attention's T_b: cache-relative with sliding_window_cache=1.
   const int32_t* seqlens = windowed && window_fits ? GqaWindowPlan(args, area) : args.seqlens_k;
 
-  int64_t max_total = 1;
-  for (int64_t b = 0; b < r.batch; ++b) max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
-  r.scratch_query_offset =
-      static_cast<int64_t>(AlignUp(static_cast<size_t>(max_total) * sizeof(float)) / sizeof(float));
-  r.scratch_output_offset =
-      r.scratch_query_offset +
-      static_cast<int64_t>(AlignUp(static_cast<size_t>(h) * sizeof(float)) / sizeof(float));
-
+  const int64_t max_total = LongestKeyRow(seqlens, r.batch);
+  const size_t slot_bytes = LayOutSlots(r, max_total);
   const size_t key_staging = args.present_key != nullptr ? 0 : StagingBytes(p, max_total);
   const size_t value_staging = args.present_value != nullptr ? 0 : StagingBytes(p, max_total);
-  const size_t slot_bytes = SlotBytes(max_total, h);
   const size_t staging = window_bytes + key_staging + value_staging;
   const size_t slots_fit = available > staging ? (available - staging) / slot_bytes : 0;
   if (args.workspace == nullptr || slots_fit == 0) {
-    if (error != nullptr && error_capacity > 0) {
-      std::snprintf(error, error_capacity,
-                    "workspace of %zu bytes is too small: this run (longest key row T_b = %lld) "
-                    "needs at least %zu bytes",
-                    args.workspace_size, static_cast<long long>(max_total),
-                    kAlign + staging + slot_bytes);
-    }
+    ReportSmallWorkspace(error, error_capacity, args.workspace_size, max_total,
+                         kAlign + staging + slot_bytes);
     return ATTNRT_ERROR_INVALID_ARGUMENT;
   }
   std::byte* kv_area = area + window_bytes;
@@ -589,22 +630,32 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
 
   host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendKvUnits,
                     &r);
-
-  const int64_t units = r.batch * r.heads * r.seq;
-  if (units == 0) {
-    GqaWindowFinish(host, r);
-    return ATTNRT_OK;
-  }
-  const int64_t slots = std::min({NumThreads(host), units, static_cast<int64_t>(slots_fit)});
-  AttendJob job;
-  job.run = &r;
-  job.attend = attend;
-  job.scratch = area + staging;
-  job.slot_bytes = slot_bytes;
-  job.units = units;
-  job.chunk = std::max<int64_t>(1, units / (slots * 8));
-  host.parallel_for(host.host_context, static_cast<size_t>(slots), 1, AttendSlots, &job);
+  AttendOnSlots(host, r, area + staging, slot_bytes, slots_fit, attend);
   GqaWindowFinish(host, r);
+  return ATTNRT_OK;
+}
+
+int32_t RunGqaStaged(const attnrt_host_services& host, const attnrt_gqa_args& args,
+                     GqaStageFn stage, const void* user, GqaAttendRowsFn attend, char* error,
+                     size_t error_capacity) noexcept {
+  // Workspace: [slot 0 scratch][slot 1 scratch]..., 64-byte aligned; no staging (the caches are
+  // the kernel's own).
+  size_t available = 0;
+  std::byte* area = AlignedWorkspace(args, &available);
+  GqaRun layout{};
+  layout.head_size = args.problem->head_size;
+  const int64_t max_total = LongestKeyRow(args.seqlens_k, args.problem->batch_size);
+  const size_t slot_bytes = LayOutSlots(layout, max_total);
+  const size_t slots_fit = available / slot_bytes;
+  if (args.workspace == nullptr || slots_fit == 0) {
+    ReportSmallWorkspace(error, error_capacity, args.workspace_size, max_total,
+                         kAlign + slot_bytes);
+    return ATTNRT_ERROR_INVALID_ARGUMENT;
+  }
+  GqaRun r = stage(host, user);
+  r.scratch_query_offset = layout.scratch_query_offset;
+  r.scratch_output_offset = layout.scratch_output_offset;
+  AttendOnSlots(host, r, area, slot_bytes, slots_fit, attend);
   return ATTNRT_OK;
 }
 

@@ -130,6 +130,16 @@ struct GqaRun {
   // scratch_output_offset floats.
   int64_t scratch_query_offset;
   int64_t scratch_output_offset;
+
+  // Paged K/V (attnrt/ops/paged_gqa.h), read by the paged row pipelines (AttendRows<Ops, true>)
+  // only: key_cache/value_cache are then the block pools, and token j of (b, kv head kvh), with
+  // x = block_table[b * max_blocks_per_seq + j / block_size] and o = j % block_size, is row
+  // (x * block_size + o) * Nkv + kvh (BSNH) or, with block_head_major, (x * Nkv + kvh) *
+  // block_size + o (BNSH). NULL for a contiguous cache.
+  const int32_t* block_table;
+  int64_t max_blocks_per_seq;
+  int64_t block_size;
+  bool block_head_major;
 };
 
 // Processes attention units [unit_begin, unit_end), unit = (b*N + n)*S + s, with a private scratch
@@ -170,6 +180,20 @@ void GqaWindowFinish(const attnrt_host_services& host, const GqaRun& run) noexce
 // seqlens_k.
 int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
                GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept;
+
+// Stages a run whose K/V caches are not GroupQueryAttention's past/present buffers: appends this
+// step's new rows wherever the kernel keeps them (the paged kernels: the block pools) and returns
+// the resolved run reading them. `user` is the kernel's own argument.
+using GqaStageFn = GqaRun (*)(const attnrt_host_services& host, const void* user);
+
+// RunGqa over K/V caches that `stage` fills (the paged naive kernels): checks the workspace for the
+// per-slot scratch of this run's seqlens_k (GqaWorkspaceSize of a problem with a present output
+// suffices), then calls `stage`, then `attend` on the host's pool. Returns ATTNRT_OK, or
+// ATTNRT_ERROR_INVALID_ARGUMENT with a message when args.workspace is too small; `stage` is not
+// called then, so a failing run writes nothing.
+int32_t RunGqaStaged(const attnrt_host_services& host, const attnrt_gqa_args& args,
+                     GqaStageFn stage, const void* user, GqaAttendRowsFn attend, char* error,
+                     size_t error_capacity) noexcept;
 
 // RunGqa's prologue alone, for kernels that need the present outputs (gqa.flash): resolves `args`
 // into a GqaRun whose key_cache/value_cache are present_key/present_value (both must be given) and

@@ -16,6 +16,10 @@ namespace attnrt::cpu {
 // found both usable (CpuFeatures::avx2 && CpuFeatures::fma).
 void GqaAttendRowsAvx2(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end);
 
+// The same over a paged cache (GqaRun::block_table): the row pipeline of paged_gqa.naive.avx2.
+void GqaAttendRowsPagedAvx2(const GqaRun& run, float* scratch, int64_t unit_begin,
+                            int64_t unit_end);
+
 // Block operations of gqa.flash.avx2: use only when the probe found AVX2 and FMA usable.
 extern const GqaFlashOps kGqaFlashOpsAvx2;
 
@@ -33,6 +37,13 @@ int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* re
                              size_t reason_capacity) noexcept;
 int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept;
+
+// supports() of cpu_x86.gqa.naive.scalar and cpu_x86.gqa.naive.avx2, which the paged naive kernels
+// (gqa_paged_naive.cpp) apply to the equivalent contiguous problem.
+int32_t GqaNaiveSupportsScalar(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept;
+int32_t GqaNaiveSupportsAvx2(void* plugin_context, const void* problem, char* reason,
+                             size_t reason_capacity) noexcept;
 
 // The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
 // (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their

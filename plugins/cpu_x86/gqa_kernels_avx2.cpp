@@ -142,4 +142,9 @@ void GqaAttendRowsAvx2(const GqaRun& run, float* scratch, int64_t unit_begin, in
   AttendRows<Avx2Ops>(run, scratch, unit_begin, unit_end);
 }
 
+void GqaAttendRowsPagedAvx2(const GqaRun& run, float* scratch, int64_t unit_begin,
+                            int64_t unit_end) {
+  AttendRows<Avx2Ops, true>(run, scratch, unit_begin, unit_end);
+}
+
 }  // namespace attnrt::cpu

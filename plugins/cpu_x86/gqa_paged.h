@@ -2,7 +2,8 @@
 // seed 002, vLLM PagedAttention). The gqa.flash algorithm itself (gqa_flash.cpp: tiles, online
 // softmax, split-KV decoding, the ISA block operations) reads K/V through the block table, so the
 // outputs are bitwise those of gqa.flash over a contiguous cache holding the same tokens. This
-// file holds the kernel descriptors and the append of the new K/V rows into the pools.
+// file holds the kernel descriptors; the append of the new K/V rows into the pools is shared with
+// the paged naive kernels (gqa_paged_stage.h, gqa_paged_naive.h).
 #pragma once
 
 #include <cstddef>
@@ -11,7 +12,8 @@
 
 namespace attnrt::cpu {
 
-// Kernels of the paged GQA op (cpu_x86.paged_gqa.flash.scalar, cpu_x86.paged_gqa.flash.avx2).
+// Kernels of the paged GQA op: cpu_x86.paged_gqa.flash.{scalar,avx2}, then the paged naive ones
+// (PagedGqaNaiveKernel).
 size_t PagedGqaKernelCount() noexcept;
 const attnrt_kernel_desc* PagedGqaKernel(size_t index) noexcept;
 

@@ -32,7 +32,8 @@
  * accepted. The table is read from host memory.
  *
  * Outputs equal those of GroupQueryAttention over a contiguous cache holding the same tokens,
- * bitwise for the same kernel algorithm (cpu_x86: paged_gqa.flash vs gqa.flash).
+ * bitwise for the same kernel algorithm (cpu_x86: paged_gqa.flash vs gqa.flash, paged_gqa.naive vs
+ * gqa.naive).
  *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.

@@ -1,0 +1,100 @@
+// The shared part of the cpu_x86 paged GroupQueryAttention kernels (gqa_paged_stage.h): struct
+// size checks and the append of new K/V rows into the block pools. Baseline ISA.
+#include "gqa_paged_stage.h"
+
+#include <string>
+
+#include "gqa_convert.h"
+#include "plugin_context.h"
+
+namespace attnrt::cpu {
+namespace {
+
+// Pool row of token j of batch b, kv head kvh.
+void* PoolRow(void* pool, const attnrt_paged_gqa_args& a, size_t row_bytes, int64_t kv_heads,
+              int64_t b, int64_t kvh, int64_t j) {
+  const attnrt_paged_gqa_problem& p = *a.problem;
+  const int64_t block = a.block_table[b * p.max_blocks_per_seq + j / p.block_size];
+  const int64_t row = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
+                          ? (block * kv_heads + kvh) * p.block_size + j % p.block_size
+                          : (block * p.block_size + j % p.block_size) * kv_heads + kvh;
+  return static_cast<unsigned char*>(pool) + static_cast<size_t>(row) * row_bytes;
+}
+
+struct AppendJob {
+  const attnrt_paged_gqa_args* args;
+  const GqaRun* run;
+};
+
+// New rows of (b, kv head) units: token P_b + l for l < L, written only below T_b (a first
+// prompt's right padding is not stored: no query reads it, and its slots may be unallocated).
+void AppendUnits(void* user, size_t begin, size_t end) {
+  const AppendJob& job = *static_cast<const AppendJob*>(user);
+  const GqaRun& r = *job.run;
+  const int64_t h = r.head_size;
+  for (size_t u = begin; u < end; ++u) {
+    const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
+    const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
+    const int64_t total = r.seqlens_k[b] + 1;
+    const int64_t past = r.past_from_seqlens ? total - r.seq : 0;
+    const float* k_scale =
+        r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
+    const float* v_scale =
+        r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
+    for (int64_t l = 0; l < r.kv_seq && past + l < total; ++l) {
+      const int64_t offset = (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h;
+      GqaWriteCacheRow(
+          r, ElementAddress(r.new_key, r.element_bytes, offset), r.rotary, b, l, k_scale,
+          PoolRow(r.key_cache, *job.args, r.cache_row_bytes, r.kv_heads, b, kvh, past + l));
+      GqaWriteCacheRow(
+          r, ElementAddress(r.new_value, r.element_bytes, offset), false, b, l, v_scale,
+          PoolRow(r.value_cache, *job.args, r.cache_row_bytes, r.kv_heads, b, kvh, past + l));
+    }
+  }
+}
+
+}  // namespace
+
+bool PagedGqaProblemFits(const void* problem, char* reason, size_t reason_capacity) {
+  const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
+  if (p.struct_size >= sizeof(attnrt_paged_gqa_problem)) return true;
+  WriteMessage(reason, reason_capacity,
+               "attnrt_paged_gqa_problem struct_size " + std::to_string(p.struct_size) +
+                   " is smaller than the " + std::to_string(sizeof(attnrt_paged_gqa_problem)) +
+                   " bytes this kernel was built with");
+  return false;
+}
+
+int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& a, char* error, size_t error_capacity) {
+  if (a.struct_size >= sizeof(attnrt_paged_gqa_args)) return ATTNRT_OK;
+  WriteMessage(error, error_capacity,
+               "attnrt_paged_gqa_args struct_size " + std::to_string(a.struct_size) +
+                   " is smaller than the " + std::to_string(sizeof(attnrt_paged_gqa_args)) +
+                   " bytes this kernel was built with");
+  return ATTNRT_ERROR_ABI_MISMATCH;
+}
+
+GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
+  const auto& a = *static_cast<const attnrt_paged_gqa_args*>(user);
+  const attnrt_paged_gqa_problem& p = *a.problem;
+  GqaRun r = GqaResolveRun(a.gqa);
+  const int64_t capacity = p.max_blocks_per_seq * p.block_size;
+  r.key_cache = a.key_cache;
+  r.value_cache = a.value_cache;
+  r.key_cache_rows = capacity;
+  r.value_cache_rows = capacity;
+  r.key_cache_holds_past = true;
+  r.value_cache_holds_past = true;
+  r.block_table = a.block_table;
+  r.max_blocks_per_seq = p.max_blocks_per_seq;
+  r.block_size = p.block_size;
+  r.block_head_major = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  if (r.kv_seq > 0) {
+    AppendJob job{&a, &r};
+    host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendUnits,
+                      &job);
+  }
+  return r;
+}
+
+}  // namespace attnrt::cpu

@@ -1,0 +1,33 @@
+// What every paged GroupQueryAttention kernel of cpu_x86 shares (attnrt/ops/paged_gqa.h): the
+// struct_size checks of its problem and arguments, and the staging step that appends this step's
+// new K/V rows into the block pools through the block table and resolves the run the attention
+// reads (paged_gqa.flash in gqa_paged.cpp, paged_gqa.naive in gqa_paged_naive.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attnrt/ops/paged_gqa.h"
+#include "attnrt/plugin.h"
+#include "gqa_run.h"
+
+namespace attnrt::cpu {
+
+// True when `problem` (an attnrt_paged_gqa_problem) is at least as large as the one this plugin was
+// built with; else false with the reason. Reads nothing beyond struct_size otherwise.
+bool PagedGqaProblemFits(const void* problem, char* reason, size_t reason_capacity);
+
+// ATTNRT_OK when `args` is at least as large as the attnrt_paged_gqa_args this plugin was built
+// with; else ATTNRT_ERROR_ABI_MISMATCH with the message.
+int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& args, char* error, size_t error_capacity);
+
+// GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is the
+// attnrt_paged_gqa_args. Resolves the run, points it at the pools (key_cache/value_cache, their
+// capacity of max_blocks_per_seq * block_size rows per sequence, and the block table fields of
+// GqaRun) and writes the new K/V rows into the blocks the table names (RoPE on K, quantized for a
+// quantized cache: GqaWriteCacheRow, as the contiguous kernels store them) on the host's pool.
+// Rows of a first prompt's right padding (token >= T_b) are not stored. Call it only once every
+// check of the run has passed: it is the first write of the run.
+GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user);
+
+}  // namespace attnrt::cpu
