@@ -20,7 +20,10 @@
  * read through the table. Rows of a first prompt's right padding (tokens >= T_b) are not stored.
  * The pools are inputs that the run writes: only the rows of this step's new tokens change.
  *
- * Checked at run before anything is written (INVALID_ARGUMENT naming the input): every
+ * Checked at run before anything is written (INVALID_ARGUMENT naming the input):
+ * total_sequence_length T <= max_blocks_per_seq * block_size (the table's token capacity plays
+ * the part of GroupQueryAttention's present length, which T may not exceed; a right-padded first
+ * prompt has T = S, so its table must hold S tokens although the padding is not stored), every
  * seqlens_k[b] fits the table (ceil(T_b / block_size) <= max_blocks_per_seq), every slot a batch
  * needs holds a block id in [0, num_blocks) (not -1), a block this step writes rows into is
  * named by no other needed slot of the table, of its own batch or another (give each sequence its
@@ -32,8 +35,13 @@
  * accepted. The table is read from host memory.
  *
  * Outputs equal those of GroupQueryAttention over a contiguous cache holding the same tokens,
- * bitwise for the same kernel algorithm (cpu_x86: paged_gqa.flash vs gqa.flash, paged_gqa.naive vs
- * gqa.naive).
+ * bitwise for the same kernel algorithm making the same tasks (cpu_x86: paged_gqa.naive vs
+ * gqa.naive always; paged_gqa.flash vs gqa.flash for prompts, and for decodes run on one thread or
+ * without split-KV). A cpu_x86 paged_gqa.flash decode over BSNH blocks (or BNSH blocks whose
+ * per-kv-head runs are under 64 KiB) takes a sequence with all its kv heads per task and splits the
+ * key range across threads when the sequences are fewer than the threads, where gqa.flash splits
+ * only when batch x kv_num_heads is below the thread count; the results then differ by the
+ * float32 rounding of the split (a few ulp).
  *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.
