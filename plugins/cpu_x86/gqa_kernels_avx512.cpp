@@ -8,7 +8,9 @@
 // diagnostics are silenced for the header's lines only, not for this file's code.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning group (Clang would warn that it does not know it)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <stdint.h>
