@@ -158,6 +158,11 @@ int32_t GqaNaiveSupportsAvx2(void* plugin_context, const void* problem, char* re
   return Supports<Isa::kAvx2, false>(plugin_context, problem, reason, reason_capacity);
 }
 
+int32_t GqaNaiveSupportsAvx512(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept {
+  return Supports<Isa::kAvx512, false>(plugin_context, problem, reason, reason_capacity);
+}
+
 size_t GqaKernelCount() noexcept { return std::size(kKernels) + PagedGqaKernelCount(); }
 
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {

@@ -27,6 +27,9 @@ extern const GqaFlashOps kGqaFlashOpsAvx2;
 // AVX-512 F/BW/VL and FMA instructions: use only when the probe found all four usable
 // (CpuFeatures::avx512f && avx512bw && avx512vl && fma).
 void GqaAttendRowsAvx512(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end);
+// The same over a paged cache (GqaRun::block_table): the row pipeline of paged_gqa.naive.avx512.
+void GqaAttendRowsPagedAvx512(const GqaRun& run, float* scratch, int64_t unit_begin,
+                              int64_t unit_end);
 extern const GqaFlashOps kGqaFlashOpsAvx512;
 
 // supports() of cpu_x86.gqa.flash.scalar, .avx2 and .avx512, which the paged kernels
@@ -44,6 +47,8 @@ int32_t GqaNaiveSupportsScalar(void* plugin_context, const void* problem, char* 
                                size_t reason_capacity) noexcept;
 int32_t GqaNaiveSupportsAvx2(void* plugin_context, const void* problem, char* reason,
                              size_t reason_capacity) noexcept;
+int32_t GqaNaiveSupportsAvx512(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity) noexcept;
 
 // The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
 // (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their

@@ -181,4 +181,9 @@ void GqaAttendRowsAvx512(const GqaRun& run, float* scratch, int64_t unit_begin, 
   AttendRows<Avx512Ops>(run, scratch, unit_begin, unit_end);
 }
 
+void GqaAttendRowsPagedAvx512(const GqaRun& run, float* scratch, int64_t unit_begin,
+                              int64_t unit_end) {
+  AttendRows<Avx512Ops, true>(run, scratch, unit_begin, unit_end);
+}
+
 }  // namespace attnrt::cpu

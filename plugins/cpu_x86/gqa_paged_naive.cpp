@@ -15,21 +15,24 @@
 namespace attnrt::cpu {
 namespace {
 
-// gqa.naive's ranks (DESIGN §3: flash > naive): below paged_gqa.flash (200, 220), so the runtime
-// picks paged flash wherever it accepts a problem.
+// gqa.naive's ranks (DESIGN §3: flash > naive): below paged_gqa.flash (200, 220, 240), so the
+// runtime picks paged flash wherever it accepts a problem.
 constexpr int32_t kPagedNaivePriority = 100;
 constexpr int32_t kAvx2Bonus = 20;
+constexpr int32_t kAvx512Bonus = 40;
+
+// The contiguous gqa.naive kernel a paged naive kernel mirrors: its supports() and row pipeline.
+using NaiveSupportsFn = int32_t (*)(void*, const void*, char*, size_t) noexcept;
 
 // gqa.naive's acceptance, ISA checks included, on the equivalent contiguous problem.
-template <bool kAvx2>
+template <NaiveSupportsFn kNaiveSupports>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   try {
     if (!PagedGqaProblemFits(problem, reason, reason_capacity)) return 0;
     const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
     char why[512] = {0};
-    const int32_t ok = kAvx2 ? GqaNaiveSupportsAvx2(plugin_context, &p.gqa, why, sizeof(why))
-                             : GqaNaiveSupportsScalar(plugin_context, &p.gqa, why, sizeof(why));
+    const int32_t ok = kNaiveSupports(plugin_context, &p.gqa, why, sizeof(why));
     if (ok) return 1;
     why[sizeof(why) - 1] = '\0';
     WriteMessage(
@@ -51,16 +54,14 @@ size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
 
 // The workspace is checked before PagedGqaStage writes the first row, so a failing run leaves the
 // pools and outputs as they were.
-template <bool kAvx2>
+template <GqaAttendRowsFn kRows>
 int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity) noexcept {
   try {
     const auto& context = *static_cast<const PluginContext*>(plugin_context);
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
-    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &a,
-                        kAvx2 ? &GqaAttendRowsPagedAvx2 : &GqaAttendRowsPagedScalar, error,
-                        error_capacity);
+    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &a, kRows, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.naive run()");
     return ATTNRT_ERROR_INTERNAL;
@@ -73,17 +74,25 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .op_kind = ATTNRT_OP_PAGED_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedNaivePriority,
-     .supports = &Supports<false>,
+     .supports = &Supports<&GqaNaiveSupportsScalar>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<false>},
+     .run = &Run<&GqaAttendRowsPagedScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.paged_gqa.naive.avx2",
      .op_kind = ATTNRT_OP_PAGED_GQA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedNaivePriority + kAvx2Bonus,
-     .supports = &Supports<true>,
+     .supports = &Supports<&GqaNaiveSupportsAvx2>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<true>},
+     .run = &Run<&GqaAttendRowsPagedAvx2>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.paged_gqa.naive.avx512",
+     .op_kind = ATTNRT_OP_PAGED_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kPagedNaivePriority + kAvx512Bonus,
+     .supports = &Supports<&GqaNaiveSupportsAvx512>,
+     .workspace_size = &WorkspaceSize,
+     .run = &Run<&GqaAttendRowsPagedAvx512>},
 };
 
 }  // namespace
