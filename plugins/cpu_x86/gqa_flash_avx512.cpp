@@ -97,9 +97,12 @@ class Prefetcher {
 // for quantized types, the naive kernel's LoadCache16 value). mask: all 16 lanes or the low 8.
 //
 // kUnscaled: Load returns q (the scale is applied elsewhere: ScoresShort folds it into the query).
-template <GqaCacheType kType, bool kPerChannel, bool kUnscaled = false>
+// kSplit (int4, unscaled, h a multiple of 32): the short-tile score kernel reads 32 elements at a
+// time as two vectors, the even elements and the odd ones, against a query stored in that order.
+template <GqaCacheType kType, bool kPerChannel, bool kUnscaled = false, bool kSplit = false>
 struct KvRows {
   static constexpr GqaCacheType kCacheType = kType;
+  static constexpr bool kSplitNibbles = kSplit;
   static constexpr bool kScaled = kScaledCache16<kType> && !kUnscaled;
   static constexpr bool kPerChannelScales = kPerChannel && kScaled;
   const unsigned char* data;
@@ -127,6 +130,13 @@ struct KvRows {
     return {data + static_cast<size_t>(j) * row_bytes, row_bytes, scale};
   }
 };
+
+// The 16 int4 codes as float32 values (code - 8), looked up by VPERMPS with the code in a lane's
+// low four bits; times a per-tensor scale, the entries are exactly the products LoadCache16 rounds.
+inline __m512 Int4Table() {
+  return _mm512_setr_ps(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f, -1.0f, 0.0f, 1.0f, 2.0f,
+                        3.0f, 4.0f, 5.0f, 6.0f, 7.0f);
+}
 
 // Brings rows [j, j + n) of a K/V block towards the core ahead of their use: `used` bytes of each
 // (a row's elements; row_bytes is the stride, which over a paged BSNH block spans every kv head).
@@ -156,8 +166,8 @@ __attribute__((always_inline)) inline void ScoreBlock(const float* q, Kv k, int6
   __m512 acc[R * C];
 #pragma GCC unroll 16
   for (int i = 0; i < R * C; ++i) acc[i] = _mm512_setzero_ps();
-  __m512 s = k.Scale(0, kAllLanes);  // per tensor: one broadcast for the whole block
-  auto step = [&](int64_t d, __mmask16 mask) {
+  [[maybe_unused]] __m512 s = k.Scale(0, kAllLanes);  // per tensor: one broadcast for the block
+  [[maybe_unused]] auto step = [&](int64_t d, __mmask16 mask) {
     if constexpr (Kv::kPerChannelScales) s = k.Scale(d, mask);
     __m512 kv[C];
 #pragma GCC unroll 4
@@ -169,9 +179,35 @@ __attribute__((always_inline)) inline void ScoreBlock(const float* q, Kv k, int6
       for (int c = 0; c < C; ++c) acc[r * C + c] = _mm512_fmadd_ps(qv, kv[c], acc[r * C + c]);
     }
   };
-  int64_t d = 0;
-  for (; d + 16 <= h; d += 16) step(d, kAllLanes);
-  if (d < h) step(d, kLow8);  // h is a multiple of 8
+  if constexpr (Kv::kSplitNibbles) {
+    // 32 elements per step: a 16-byte load, the low nibbles (even elements) and the high ones
+    // (odd elements) looked up as floats; the query rows hold the matching even/odd order.
+    const __m512 table = Int4Table();
+    for (int64_t d = 0; d < h; d += 32) {
+      __m512 even[C], odd[C];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+            k.data + static_cast<size_t>(c) * k.row_bytes + d / 2)));
+        even[c] = _mm512_permutexvar_ps(x, table);
+        odd[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 qe = _mm512_loadu_ps(q + r * h + d);
+        const __m512 qo = _mm512_loadu_ps(q + r * h + d + 16);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          acc[r * C + c] = _mm512_fmadd_ps(qe, even[c], acc[r * C + c]);
+          acc[r * C + c] = _mm512_fmadd_ps(qo, odd[c], acc[r * C + c]);
+        }
+      }
+    }
+  } else {
+    int64_t d = 0;
+    for (; d + 16 <= h; d += 16) step(d, kAllLanes);
+    if (d < h) step(d, kLow8);  // h is a multiple of 8
+  }
   // Lane order of the reductions is acc's: row-major over (row, key). Both reductions give the
   // same bits (gqa_avx512_math.h).
   if constexpr (R == 4 && C == 4) {
@@ -244,6 +280,28 @@ template <class Kv>
 void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
                  float* scores, int64_t ld, Prefetcher& ahead) {
   if constexpr (Kv::kScaled) {
+    if constexpr (Kv::kCacheType == GqaCacheType::kInt4) {
+      if (rows * h <= kFoldedQueryFloats && h % 32 == 0) {
+        // Folded and reordered per 32 elements: the 16 even ones, then the 16 odd ones.
+        alignas(64) float folded[kFoldedQueryFloats];
+        const __m512i even_index =
+            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t d = 0; d < h; d += 32) {
+            const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(q + r * h + d), k.Scale(d, kAllLanes));
+            const __m512 hi =
+                _mm512_mul_ps(_mm512_loadu_ps(q + r * h + d + 16), k.Scale(d + 16, kAllLanes));
+            _mm512_store_ps(folded + r * h + d, _mm512_permutex2var_ps(lo, even_index, hi));
+            _mm512_store_ps(folded + r * h + d + 16, _mm512_permutex2var_ps(lo, odd_index, hi));
+          }
+        }
+        using Split = KvRows<Kv::kCacheType, Kv::kPerChannelScales, true, true>;
+        ScoresShortOf(folded, rows, Split{k.data, k.row_bytes, k.scale}, keys, h, scale, scores, ld,
+                      ahead);
+        return;
+      }
+    }
     if (rows * h <= kFoldedQueryFloats) {
       alignas(64) float folded[kFoldedQueryFloats];
       for (int64_t r = 0; r < rows; ++r) {
@@ -461,11 +519,81 @@ void ScoresOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float
 
 // ---- P·V ----------------------------------------------------------------------------------------
 
+// AccumulateBlock for int4 V rows and whole pairs of vectors (32 columns each): a 16-byte load
+// gives the pair's even columns (low nibbles) and odd ones (high nibbles) by table lookup, the
+// per-tensor scale folded into the table, so the accumulators are held in even/odd order and
+// reordered on load and store. Every element is the same q * scale product and every sum adds the
+// keys in the same order as the generic block: the same bits.
+template <class Kv, int R, int P>
+void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t keys, int64_t h,
+                         float* acc, Prefetcher& ahead) {
+  const __m512i even_index =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
+  const __m512i low_index =
+      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high_index = _mm512_add_epi32(low_index, _mm512_set1_epi32(8));
+  __m512 even[R * P], odd[R * P];
+#pragma GCC unroll 16
+  for (int i = 0; i < R * P; ++i) {
+    const float* a = acc + (i / P) * h + d0 + (i % P) * 32;
+    const __m512 lo = _mm512_loadu_ps(a), hi = _mm512_loadu_ps(a + 16);
+    even[i] = _mm512_permutex2var_ps(lo, even_index, hi);
+    odd[i] = _mm512_permutex2var_ps(lo, odd_index, hi);
+  }
+  const __m512 table =
+      Kv::kPerChannelScales ? Int4Table() : _mm512_mul_ps(Int4Table(), v.Scale(0, kAllLanes));
+  [[maybe_unused]] __m512 even_scale[P], odd_scale[P];
+  if constexpr (Kv::kPerChannelScales) {
+#pragma GCC unroll 4
+    for (int c = 0; c < P; ++c) {
+      const __m512 lo = v.Scale(d0 + c * 32, kAllLanes), hi = v.Scale(d0 + c * 32 + 16, kAllLanes);
+      even_scale[c] = _mm512_permutex2var_ps(lo, even_index, hi);
+      odd_scale[c] = _mm512_permutex2var_ps(lo, odd_index, hi);
+    }
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    ahead.Step();
+    __m512 ve[P], vo[P];
+#pragma GCC unroll 4
+    for (int c = 0; c < P; ++c) {
+      const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+          v.data + static_cast<size_t>(j) * v.row_bytes + (d0 + c * 32) / 2)));
+      ve[c] = _mm512_permutexvar_ps(x, table);
+      vo[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table);
+      if constexpr (Kv::kPerChannelScales) {
+        ve[c] = _mm512_mul_ps(ve[c], even_scale[c]);
+        vo[c] = _mm512_mul_ps(vo[c], odd_scale[c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < P; ++c) {
+        even[r * P + c] = _mm512_fmadd_ps(pr, ve[c], even[r * P + c]);
+        odd[r * P + c] = _mm512_fmadd_ps(pr, vo[c], odd[r * P + c]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R * P; ++i) {
+    float* a = acc + (i / P) * h + d0 + (i % P) * 32;
+    _mm512_storeu_ps(a, _mm512_permutex2var_ps(even[i], low_index, odd[i]));
+    _mm512_storeu_ps(a + 16, _mm512_permutex2var_ps(even[i], high_index, odd[i]));
+  }
+}
+
 // acc[r*h + d0 + 16c ..] += sum_j p[r*ld + j] * v[j][d0 + 16c ..] for R rows, V vectors of
 // columns (the last one `last_mask` wide) and j < keys, the accumulators held in registers.
 template <class Kv, int R, int V>
 void AccumulateBlock(const float* p, int64_t ld, Kv v, int64_t d0, int64_t keys, int64_t h,
                      float* acc, __mmask16 last_mask, Prefetcher& ahead) {
+  if constexpr (Kv::kCacheType == GqaCacheType::kInt4 && V % 2 == 0) {
+    if (last_mask == kAllLanes) {
+      return AccumulateBlockInt4<Kv, R, V / 2>(p, ld, v, d0, keys, h, acc, ahead);
+    }
+  }
   __mmask16 masks[V];
 #pragma GCC unroll 4
   for (int c = 0; c < V; ++c) masks[c] = c == V - 1 ? last_mask : kAllLanes;

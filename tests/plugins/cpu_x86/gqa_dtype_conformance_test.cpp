@@ -244,6 +244,12 @@ std::vector<Case> Cases() {
   }));
   v.push_back(
       With(Decode("shared_kv_decode", 2, 24, {23, 9}), [](Case& c) { c.shared_kv = true; }));
+  // Head sizes off the 64 above: kernels take 32-, 16- and 8-element paths through a row (the
+  // int4 flash kernels read 32 elements at a time where the head size allows).
+  v.push_back(With(Decode("head_size_8_decode", 2, 24, {23, 9}), [](Case& c) { c.H = 8; }));
+  v.push_back(With(Decode("head_size_40_decode", 2, 24, {23, 9}), [](Case& c) { c.H = 40; }));
+  v.push_back(With(Decode("head_size_96_decode", 2, 70, {69, 33}), [](Case& c) { c.H = 96; }));
+  v.push_back(With(Prompt("head_size_160_prompt", 2, 12, {11, 7}), [](Case& c) { c.H = 160; }));
   return v;
 }
 
