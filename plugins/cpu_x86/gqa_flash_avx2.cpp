@@ -69,15 +69,23 @@ class Prefetcher {
 // dequantization scale of elements [d, d + 8), loaded once per 8 columns for all rows of a register
 // block; Load(j, d, scale) is elements [d, d + 8) of row j as float32 (q * scale for quantized
 // types, the naive kernel's LoadCache8 value).
-template <GqaCacheType kType, bool kPerChannel>
+//
+// kUnscaled: Load returns q (ScoresOf folds the scale into the query rows instead). kSplit (int4,
+// unscaled, h a multiple of 16): the score kernel reads 16 elements at a time as two vectors, the
+// even elements (low nibbles) and the odd ones (high nibbles), against a query stored in that
+// order.
+template <GqaCacheType kType, bool kPerChannel, bool kUnscaled = false, bool kSplit = false>
 struct KvRows {
-  static constexpr bool kPerChannelScales = kPerChannel && kScaledCache<kType>;
+  static constexpr GqaCacheType kCacheType = kType;
+  static constexpr bool kScaled = kScaledCache<kType> && !kUnscaled;
+  static constexpr bool kPerChannelScales = kPerChannel && kScaled;
+  static constexpr bool kSplitNibbles = kSplit;
   const unsigned char* data;
   size_t row_bytes;
   const float* scale;
 
   __m256 Scale(int64_t d) const {
-    if constexpr (!kScaledCache<kType>) {
+    if constexpr (!kScaled) {
       return _mm256_setzero_ps();  // unused
     } else if constexpr (kPerChannel) {
       return _mm256_loadu_ps(scale + d);
@@ -87,7 +95,7 @@ struct KvRows {
   }
   __m256 Load(int64_t j, int64_t d, __m256 s) const {
     const __m256 raw = LoadCacheRaw8<kType>(data + static_cast<size_t>(j) * row_bytes, d);
-    if constexpr (kScaledCache<kType>) {
+    if constexpr (kScaled) {
       return _mm256_mul_ps(raw, s);
     } else {
       return raw;
@@ -104,17 +112,38 @@ void ScoreBlock(const float* q, const Kv& k, int64_t h, float scale, float* out,
   __m256 acc[R * C];
 #pragma GCC unroll 8
   for (int i = 0; i < R * C; ++i) acc[i] = _mm256_setzero_ps();
-  __m256 s = k.Scale(0);  // per tensor: one broadcast for the whole block
-  for (int64_t d = 0; d < h; d += 8) {
-    if constexpr (Kv::kPerChannelScales) s = k.Scale(d);
-    __m256 kv[C];
+  if constexpr (Kv::kSplitNibbles) {
+    // 16 elements per key and step: one 8-byte load, the low nibbles (even elements) and the high
+    // ones (odd elements) as two vectors; the query rows hold the matching even/odd order.
+    const __m256i low4 = _mm256_set1_epi32(0xF);
+    const __m256i eight = _mm256_set1_epi32(8);
+    for (int64_t d = 0; d < h; d += 16) {
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) kv[c] = k.Load(c, d, s);
+      for (int c = 0; c < C; ++c) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+            k.data + static_cast<size_t>(c) * k.row_bytes + d / 2)));
+        const __m256 even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(x, low4), eight));
+        const __m256 odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight));
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * h + d);
+        for (int r = 0; r < R; ++r) {
+          acc[r * C + c] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + d), even, acc[r * C + c]);
+          acc[r * C + c] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + d + 8), odd, acc[r * C + c]);
+        }
+      }
+    }
+  } else {
+    __m256 s = k.Scale(0);  // per tensor: one broadcast for the whole block
+    for (int64_t d = 0; d < h; d += 8) {
+      if constexpr (Kv::kPerChannelScales) s = k.Scale(d);
+      __m256 kv[C];
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(qv, kv[c], acc[r * C + c]);
+      for (int c = 0; c < C; ++c) kv[c] = k.Load(c, d, s);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_loadu_ps(q + r * h + d);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(qv, kv[c], acc[r * C + c]);
+      }
     }
   }
   // Lane order of the reductions is acc's: row-major over (row, key).
@@ -142,8 +171,8 @@ void ScoreKeys(const float* q, int64_t rows, const Kv& k, int64_t h, float scale
 }
 
 template <class Kv>
-void ScoresOf(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h, float scale,
-              float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+void ScoresKeys(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h, float scale,
+                float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
   Prefetcher ahead(prefetch, prefetch_bytes, (keys + 2) / 3);
   // Keys outer: three keys stay in L1 while every row of the tile meets them.
   int64_t j = 0;
@@ -157,6 +186,96 @@ void ScoresOf(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h
   } else if (j < keys) {
     ahead.Step();
     ScoreKeys<Kv, 1>(q, rows, k.Offset(j), h, scale, scores + j, ld);
+  }
+}
+
+// Query rows up to this many floats (8 rows of 128) have a quantized K's scale folded in: the score
+// is <q * s, k> rather than <q, k * s>, one multiplication per query element per block instead of
+// one per K element (the query stays float32; only the order of two float32 multiplications
+// changes, and a score does not depend on how the keys were blocked).
+constexpr int64_t kFoldedQueryFloats = 1024;
+
+template <class Kv>
+void ScoresOf(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h, float scale,
+              float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  if constexpr (Kv::kScaled) {
+    if (rows * h <= kFoldedQueryFloats) {
+      alignas(32) float folded[kFoldedQueryFloats];
+      constexpr bool kSplit = Kv::kCacheType == GqaCacheType::kInt4;
+      if (!kSplit || h % 16 == 0) {
+        // int4: reordered per 16 elements, the 8 even ones then the 8 odd ones.
+        const __m256i to_halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t d = 0; d < h; d += kSplit ? 16 : 8) {
+            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q + r * h + d), k.Scale(d));
+            if constexpr (kSplit) {
+              const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(q + r * h + d + 8), k.Scale(d + 8));
+              const __m256 pa = _mm256_permutevar8x32_ps(a, to_halves);
+              const __m256 pb = _mm256_permutevar8x32_ps(b, to_halves);
+              _mm256_store_ps(folded + r * h + d, _mm256_permute2f128_ps(pa, pb, 0x20));
+              _mm256_store_ps(folded + r * h + d + 8, _mm256_permute2f128_ps(pa, pb, 0x31));
+            } else {
+              _mm256_store_ps(folded + r * h + d, a);
+            }
+          }
+        }
+        using Folded = KvRows<Kv::kCacheType, Kv::kPerChannelScales, true, kSplit>;
+        return ScoresKeys(folded, rows, Folded{k.data, k.row_bytes, k.scale}, keys, h, scale,
+                          scores, ld, prefetch, prefetch_bytes);
+      }
+    }
+  }
+  ScoresKeys(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes);
+}
+
+// AccumulateBlock for int4 V rows and 16 columns: an 8-byte load gives the even columns (low
+// nibbles) and the odd ones (high nibbles), so the accumulators are held in even/odd order and
+// reordered on load and store. Every element is the same q * scale product and every sum adds the
+// keys in the same order as AccumulateBlock: the same bits.
+template <class Kv, int R>
+void AccumulateBlockInt4(const float* p, int64_t ld, const Kv& v, int64_t d0, int64_t keys,
+                         int64_t h, float* acc, Prefetcher& ahead) {
+  const __m256i to_halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i from_halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256 even[R], odd[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + r * h), to_halves);
+    const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + r * h + 8), to_halves);
+    even[r] = _mm256_permute2f128_ps(a, b, 0x20);
+    odd[r] = _mm256_permute2f128_ps(a, b, 0x31);
+  }
+  __m256 even_scale = v.Scale(d0), odd_scale = even_scale;
+  if constexpr (Kv::kPerChannelScales) {
+    const __m256 a = _mm256_permutevar8x32_ps(v.Scale(d0), to_halves);
+    const __m256 b = _mm256_permutevar8x32_ps(v.Scale(d0 + 8), to_halves);
+    even_scale = _mm256_permute2f128_ps(a, b, 0x20);
+    odd_scale = _mm256_permute2f128_ps(a, b, 0x31);
+  }
+  const __m256i low4 = _mm256_set1_epi32(0xF);
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (int64_t j = 0; j < keys; ++j) {
+    ahead.Step();
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(v.data + static_cast<size_t>(j) * v.row_bytes + d0 / 2)));
+    const __m256 ve = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(x, low4), eight)), even_scale);
+    const __m256 vo = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight)), odd_scale);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
+      even[r] = _mm256_fmadd_ps(pr, ve, even[r]);
+      odd[r] = _mm256_fmadd_ps(pr, vo, odd[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(acc + r * h, _mm256_permutevar8x32_ps(
+                                      _mm256_permute2f128_ps(even[r], odd[r], 0x20), from_halves));
+    _mm256_storeu_ps(
+        acc + r * h + 8,
+        _mm256_permutevar8x32_ps(_mm256_permute2f128_ps(even[r], odd[r], 0x31), from_halves));
   }
 }
 
@@ -191,6 +310,9 @@ template <class Kv, int R>
 void AccumulateRows(const float* p, int64_t ld, const Kv& v, int64_t keys, int64_t h, float* acc,
                     Prefetcher& ahead) {
   int64_t d = 0;
+  if constexpr (Kv::kCacheType == GqaCacheType::kInt4) {
+    for (; d + 16 <= h; d += 16) AccumulateBlockInt4<Kv, R>(p, ld, v, d, keys, h, acc + d, ahead);
+  }
   for (; d + 24 <= h; d += 24) AccumulateBlock<Kv, R, 3>(p, ld, v, d, keys, h, acc + d, ahead);
   if (d + 16 <= h) {
     AccumulateBlock<Kv, R, 2>(p, ld, v, d, keys, h, acc + d, ahead);
@@ -202,7 +324,8 @@ void AccumulateRows(const float* p, int64_t ld, const Kv& v, int64_t keys, int64
 template <class Kv>
 void AccumulateOf(const float* p, int64_t rows, int64_t ld, const Kv& v, int64_t keys, int64_t h,
                   float* acc, const void* prefetch, size_t prefetch_bytes) {
-  const int64_t passes = ((rows + kRowBlock - 1) / kRowBlock) * ((h + 23) / 24);
+  const int64_t width = Kv::kCacheType == GqaCacheType::kInt4 ? 16 : 24;  // AccumulateRows' blocks
+  const int64_t passes = ((rows + kRowBlock - 1) / kRowBlock) * ((h + width - 1) / width);
   Prefetcher ahead(prefetch, prefetch_bytes, passes * keys);
   int64_t i = 0;
   for (; i + kRowBlock <= rows; i += kRowBlock) {
