@@ -5,8 +5,9 @@
 //
 //   BM_GqaPrefill/<kernel>/S:<S>            first prompt, S = T in {512, 1024, 2048, 4096}, float32
 //   BM_GqaDecode/<cache>/<kernel>/past:<P>  one decode step over a shared past/present buffer,
-//                                           P in {1k, 4k, 16k, 64k}; cache float32, int8 or int4
-//                                           (PER_CHANNEL scales)
+//                                           P in {1k, 4k, 16k, 64k}; cache float32, float16
+//                                           (query, key, value and output float16 too: the
+//                                           op's float16 form), int8 or int4 (PER_CHANNEL scales)
 //   BM_GqaDecodeSplitKv/threads:16/...      the same with options.num_threads = 16 > B*Nkv = 8, so
 //                                           that flash decoding splits the KV sequence
 //                                           (oversubscribed on machines with fewer cores: read it
@@ -53,6 +54,7 @@ constexpr int kSplitKvThreads = 16;
 // Timed passes of the startup measurements; the best one counts (other load only slows a pass).
 constexpr int kLimitPasses = 20;
 const attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+const attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
 const attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 const attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 const attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
@@ -74,12 +76,14 @@ double FmaPeakOf(const std::string& kernel) {
                                                             : g_limits.fma_flops_per_second;
 }
 
-enum class Cache { kFloat32, kInt8, kInt4 };
+enum class Cache { kFloat32, kFloat16, kInt8, kInt4 };
 
 const char* CacheName(Cache cache) {
   switch (cache) {
     case Cache::kFloat32:
       return "f32";
+    case Cache::kFloat16:
+      return "f16";
     case Cache::kInt8:
       return "int8";
     case Cache::kInt4:
@@ -93,6 +97,8 @@ int64_t RowBytes(Cache cache) {
   switch (cache) {
     case Cache::kFloat32:
       return kHeadSize * 4;
+    case Cache::kFloat16:
+      return kHeadSize * 2;
     case Cache::kInt8:
       return kHeadSize;
     case Cache::kInt4:
@@ -106,9 +112,12 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
-// 64-byte aligned, filled with pseudo-random data: floats uniform in [-1, 1), or raw bytes (any
-// byte is a valid int8 value or pair of int4 values).
-Buffer RandomBuffer(size_t bytes, bool floats, uint64_t seed) {
+enum class Fill { kFloat32, kFloat16, kBytes };
+
+// 64-byte aligned, filled with pseudo-random data: float32 or float16 values uniform in [-1, 1)
+// (float16: the 11-bit multiples of 2^-10), or raw bytes (any byte is a valid int8 value or pair
+// of int4 values).
+Buffer RandomBuffer(size_t bytes, Fill fill, uint64_t seed) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   Buffer buffer(static_cast<unsigned char*>(std::aligned_alloc(64, rounded)));
   if (!buffer) return buffer;
@@ -119,10 +128,26 @@ Buffer RandomBuffer(size_t bytes, bool floats, uint64_t seed) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   };
-  if (floats) {
+  if (fill == Fill::kFloat32) {
     auto* f = reinterpret_cast<float*>(buffer.get());
     for (size_t i = 0; i < rounded / 4; ++i) {
       f[i] = static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) / (1 << 23);
+    }
+  } else if (fill == Fill::kFloat16) {
+    // m * 2^-10 for m in [-1024, 1024): exact in float16; encoded by hand (sign, exponent, the
+    // 10 bits below the leading one), 0 as +0.
+    auto* h = reinterpret_cast<uint16_t*>(buffer.get());
+    for (size_t i = 0; i < rounded / 2; ++i) {
+      const int m = static_cast<int>(next() >> 53) - 1024;
+      const unsigned a = static_cast<unsigned>(m < 0 ? -m : m);
+      uint16_t bits = 0;
+      if (a != 0) {
+        const int top = 31 - __builtin_clz(a);  // a = 2^top * 1.f
+        const unsigned exponent = static_cast<unsigned>(top - 10 + 15);
+        const unsigned fraction = (a << (10 - top)) & 0x3FF;
+        bits = static_cast<uint16_t>((m < 0 ? 0x8000 : 0) | (exponent << 10) | fraction);
+      }
+      h[i] = bits;
     }
   } else {
     for (size_t i = 0; i < rounded; i += 8) {
@@ -153,9 +178,9 @@ struct Copy {
   const attnrt_tensor* inputs[ATTNRT_GQA_NUM_INPUTS] = {};
   const attnrt_tensor* outputs[ATTNRT_GQA_NUM_OUTPUTS] = {};
 
-  Tensor* Add(size_t bytes, bool floats, attnrt_dtype dtype, std::vector<int64_t> shape,
+  Tensor* Add(size_t bytes, Fill fill, attnrt_dtype dtype, std::vector<int64_t> shape,
               uint64_t seed) {
-    buffers.push_back(RandomBuffer(bytes, floats, seed));
+    buffers.push_back(RandomBuffer(bytes, fill, seed));
     tensors.push_back(std::make_unique<Tensor>(buffers.back().get(), dtype, std::move(shape)));
     return tensors.back().get();
   }
@@ -198,7 +223,11 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
   ws->total = static_cast<int32_t>(rows);
   ws->seqlens_tensor = std::make_unique<Tensor>(&ws->seqlens_k, kI32, std::vector<int64_t>{1});
   ws->total_tensor = std::make_unique<Tensor>(&ws->total, kI32, std::vector<int64_t>{1});
-  const bool quantized = problem.cache != Cache::kFloat32;
+  const bool quantized = problem.cache == Cache::kInt8 || problem.cache == Cache::kInt4;
+  const bool half = problem.cache == Cache::kFloat16;  // the whole op in float16
+  const size_t float_bytes = half ? 2 : 4;
+  const Fill float_fill = half ? Fill::kFloat16 : Fill::kFloat32;
+  const attnrt_dtype float_dtype = half ? kF16 : kF32;
   if (quantized) {
     // PER_CHANNEL: one scale per (KV head, channel); int8 values span about [-1.3, 1.3], int4 [-1,
     // 1].
@@ -211,26 +240,30 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
     ws->k_scale_tensor = std::make_unique<Tensor>(ws->k_scale.data(), kF32, scale_shape);
     ws->v_scale_tensor = std::make_unique<Tensor>(ws->v_scale.data(), kF32, scale_shape);
   }
-  const size_t q_bytes = static_cast<size_t>(s * kNumHeads * kHeadSize * 4);
-  const size_t kv_new_bytes = static_cast<size_t>(s * kKvNumHeads * kHeadSize * 4);
+  const size_t q_bytes = static_cast<size_t>(s * kNumHeads * kHeadSize) * float_bytes;
+  const size_t kv_new_bytes = static_cast<size_t>(s * kKvNumHeads * kHeadSize) * float_bytes;
   const size_t cache_bytes = static_cast<size_t>(kKvNumHeads * rows * RowBytes(problem.cache));
   ws->copy_bytes =
       problem.decode ? 2 * cache_bytes : 2 * q_bytes + 2 * kv_new_bytes + 2 * cache_bytes;
   const size_t copies = CopiesFor(ws->copy_bytes);
   const attnrt_dtype cache_dtype =
-      problem.cache == Cache::kFloat32 ? kF32 : (problem.cache == Cache::kInt8 ? kI8 : kU8);
+      !quantized ? float_dtype : (problem.cache == Cache::kInt8 ? kI8 : kU8);
   const int64_t cache_cols = problem.cache == Cache::kInt4 ? kHeadSize / 2 : kHeadSize;
   for (size_t c = 0; c < copies; ++c) {
     auto copy = std::make_unique<Copy>();
     const uint64_t seed = 1000 * (c + 1);
-    Tensor* q = copy->Add(q_bytes, true, kF32, {1, s, kNumHeads * kHeadSize}, seed + 1);
-    Tensor* k = copy->Add(kv_new_bytes, true, kF32, {1, s, kKvNumHeads * kHeadSize}, seed + 2);
-    Tensor* v = copy->Add(kv_new_bytes, true, kF32, {1, s, kKvNumHeads * kHeadSize}, seed + 3);
-    Tensor* out = copy->Add(q_bytes, true, kF32, {1, s, kNumHeads * kHeadSize}, seed + 4);
-    const bool float_cache = problem.cache == Cache::kFloat32;
+    Tensor* q =
+        copy->Add(q_bytes, float_fill, float_dtype, {1, s, kNumHeads * kHeadSize}, seed + 1);
+    Tensor* k =
+        copy->Add(kv_new_bytes, float_fill, float_dtype, {1, s, kKvNumHeads * kHeadSize}, seed + 2);
+    Tensor* v =
+        copy->Add(kv_new_bytes, float_fill, float_dtype, {1, s, kKvNumHeads * kHeadSize}, seed + 3);
+    Tensor* out =
+        copy->Add(q_bytes, float_fill, float_dtype, {1, s, kNumHeads * kHeadSize}, seed + 4);
+    const Fill cache_fill = quantized ? Fill::kBytes : float_fill;
     const std::vector<int64_t> cache_shape{1, kKvNumHeads, rows, cache_cols};
-    Tensor* cache_k = copy->Add(cache_bytes, float_cache, cache_dtype, cache_shape, seed + 5);
-    Tensor* cache_v = copy->Add(cache_bytes, float_cache, cache_dtype, cache_shape, seed + 6);
+    Tensor* cache_k = copy->Add(cache_bytes, cache_fill, cache_dtype, cache_shape, seed + 5);
+    Tensor* cache_v = copy->Add(cache_bytes, cache_fill, cache_dtype, cache_shape, seed + 6);
     copy->inputs[ATTNRT_GQA_INPUT_QUERY] = &q->desc;
     copy->inputs[ATTNRT_GQA_INPUT_KEY] = &k->desc;
     copy->inputs[ATTNRT_GQA_INPUT_VALUE] = &v->desc;
@@ -290,7 +323,7 @@ void RunGqa(benchmark::State& state, const std::string& kernel, const Problem& p
   attnrt_gqa_attributes_init(&attributes);
   attributes.num_heads = kNumHeads;
   attributes.kv_num_heads = kKvNumHeads;
-  if (problem.cache != Cache::kFloat32) {
+  if (problem.cache == Cache::kInt8 || problem.cache == Cache::kInt4) {
     attributes.k_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     attributes.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     attributes.kv_cache_bit_width = problem.cache == Cache::kInt8 ? 8 : 4;
@@ -477,7 +510,7 @@ void RegisterAll(const std::vector<std::string>& kernels) {
     b->Unit(benchmark::kMillisecond)->UseRealTime();
   }
   for (int threads : {0, kSplitKvThreads}) {
-    for (Cache cache : {Cache::kFloat32, Cache::kInt8, Cache::kInt4}) {
+    for (Cache cache : {Cache::kFloat32, Cache::kFloat16, Cache::kInt8, Cache::kInt4}) {
       for (const auto& kernel : kernels) {
         const std::string prefix =
             threads == 0 ? std::string("BM_GqaDecode/")

@@ -305,6 +305,15 @@ void BM_PagedOverhead(benchmark::State& state, const Shape& m, int64_t block_siz
   state.counters["contiguous_us"] = 1e6 * Median(contiguous_s);
   state.counters["paged_us"] = 1e6 * Median(paged_s);
   state.counters["overhead_pct"] = 100.0 * (Median(ratios) - 1);
+  // Fastest step of each: what a step costs when no other process took memory bandwidth from it
+  // (on a shared machine the medians move with the neighbours' load; the minima move least).
+  if (!contiguous_s.empty()) {
+    const double c = *std::min_element(contiguous_s.begin(), contiguous_s.end());
+    const double p = *std::min_element(paged_s.begin(), paged_s.end());
+    state.counters["contiguous_min_us"] = 1e6 * c;
+    state.counters["paged_min_us"] = 1e6 * p;
+    state.counters["overhead_min_pct"] = 100.0 * (p / c - 1);
+  }
 }
 
 // ---- memory table -------------------------------------------------------------------------------

@@ -68,13 +68,18 @@ int64_t L2Bytes(const PluginContext& context) {
 
 // Empty when the flash path computes `p` as the reference's default CPU path does; else why not.
 // The conditions are ONNX Runtime's for its two flash paths (reference §5), so attnrt takes the
-// same path as ONNX Runtime in every case, which decides the padded rows with a local window
-// (§3.3):
+// same path as ONNX Runtime wherever the choice can change a result: the padded rows of a prompt
+// with a local window (§3.3). One extension, where it cannot:
 //   float32 query, float32 cache                 flash (MlasFlashAttentionGQA), needs present
 //   float32/float16 query, int8/int4 cache       flash (MlasFlashAttentionQuantizedKV)
 //   float8_e4m3fn cache (no CPU reference)       flash, as the other quantized caches
 //   bfloat16 query, quantized cache (no CPU ref) flash, as a float16 query
-//   float16/bfloat16 query, float16/bf16 cache   naive (ONNX Runtime never runs flash for it)
+//   float16/bfloat16 query, float16/bf16 cache   ONNX Runtime: naive, in float32 (§3.7: Q and K
+//                                                widened, scores, softmax and PV in float32, the
+//                                                output rounded to T), which is what flash
+//                                                computes; attnrt: flash (needs present) except
+//                                                for a prompt with a local window, where padded
+//                                                rows would take the other window rule
 // and softcap, smooth_softmax=1, head_sink and qk_output send both flash paths to the naive one.
 // sliding_window_cache=1 takes the same paths (ONNX Runtime runs its flash paths on the compacted
 // or staged cache with cache-relative lengths).
@@ -89,11 +94,14 @@ std::string GqaFlashDeclineReason(const attnrt_gqa_problem& p) {
   GqaFloatType type;
   GqaCacheType cache_type;
   GqaElementTypes(p, &type, &cache_type);
-  if (a.k_quant_type == ATTNRT_GQA_QUANT_NONE && type != GqaFloatType::kFloat32) {
-    return type == GqaFloatType::kFloat16
-               ? "float16 query with a float16 cache uses the naive path (as in ONNX Runtime)"
-               : "bfloat16 query with a bfloat16 cache uses the naive path (as ONNX Runtime does "
-                 "for float16)";
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_NONE && type != GqaFloatType::kFloat32 &&
+      a.local_window_size >= 0 && p.sequence_length > 1) {
+    return std::string(type == GqaFloatType::kFloat16 ? "float16" : "bfloat16") +
+           " query with a cache of its dtype and local_window_size=" +
+           std::to_string(a.local_window_size) + " in a prompt of " +
+           std::to_string(p.sequence_length) +
+           " tokens uses the naive path (as in ONNX Runtime, whose padded rows follow its window "
+           "rule)";
   }
   if (a.softcap > 0.0f) return "softcap requires the naive path (as in ONNX Runtime)";
   if (a.smooth_softmax == 1) return "smooth_softmax=1 requires the naive path (as in ONNX Runtime)";
@@ -102,7 +110,7 @@ std::string GqaFlashDeclineReason(const attnrt_gqa_problem& p) {
     return "qk_output=" + std::to_string(a.qk_output) +
            " requires the naive path (as in ONNX Runtime)";
   }
-  // A quantized cache always has them (validation); a float32 cache may not.
+  // A quantized cache always has them (validation); a float cache may not.
   if (!p.has_present) {
     return "needs the present_key and present_value outputs (as ONNX Runtime's fp32 flash path)";
   }

@@ -4,8 +4,8 @@
 // (int8, int4, fp8 e4m3fn) are dequantized 8 elements at a time in registers, right where they are
 // used (the naive AVX2 kernel's loaders, gqa_avx2_cache.h): each K or V vector is decoded once and
 // serves every row of the register block. The only flash file built with -mavx2 -mfma; reached only
-// after gqa.flash.avx2's supports() saw both usable. It has no float16 cache path (flash declines
-// float16 caches, as the reference does), hence no F16C.
+// after gqa.flash.avx2's supports() saw both usable, and F16C as well for float16 problems (the
+// float16 cache loader is the file's only F16C code).
 //
 // Calls only intrinsics and its own internal functions, never std:: inline or template code: such
 // functions would be emitted by the baseline and the AVX2 translation units alike, and the linker
@@ -334,14 +334,15 @@ void AccumulateOf(const float* p, int64_t rows, int64_t ld, const Kv& v, int64_t
   for (; i < rows; ++i) AccumulateRows<Kv, 1>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
 }
 
-// Calls f(rows) with the KvRows of `kv`'s cache type and scale kind. Float16 caches never reach
-// flash (supports() declines them, as the reference's flash paths do); f is not called for them.
+// Calls f(rows) with the KvRows of `kv`'s cache type and scale kind.
 template <class F>
 void WithKvRows(const GqaFlashKv& kv, F&& f) {
   const auto* data = static_cast<const unsigned char*>(kv.data);
   switch (kv.type) {
     case GqaCacheType::kFloat32:
       return f(KvRows<GqaCacheType::kFloat32, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kFloat16:
+      return f(KvRows<GqaCacheType::kFloat16, false>{data, kv.row_bytes, kv.scale});
     case GqaCacheType::kBFloat16:
       return f(KvRows<GqaCacheType::kBFloat16, false>{data, kv.row_bytes, kv.scale});
     case GqaCacheType::kInt8:
@@ -355,8 +356,6 @@ void WithKvRows(const GqaFlashKv& kv, F&& f) {
         return f(KvRows<GqaCacheType::kFloat8E4M3Fn, true>{data, kv.row_bytes, kv.scale});
       }
       return f(KvRows<GqaCacheType::kFloat8E4M3Fn, false>{data, kv.row_bytes, kv.scale});
-    case GqaCacheType::kFloat16:
-      break;
   }
 }
 

@@ -19,8 +19,7 @@
 // sums do not depend on how a block was split either.
 //
 // Quantized K/V rows (int8, int4, fp8 e4m3fn) are dequantized 16 elements at a time in registers
-// (gqa_avx512_cache.h) right where they are used. Flash has no float16 cache path (flash declines
-// float16 caches, as the reference's flash paths do).
+// (gqa_avx512_cache.h) right where they are used; float16 rows are widened with VCVTPH2PS.
 //
 // Calls only intrinsics and its own internal functions, never std:: inline or template code: such
 // functions would be emitted by the baseline and the AVX-512 translation units alike, and the
@@ -683,14 +682,15 @@ void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, 
   }
 }
 
-// Calls f(rows) with the KvRows of `kv`'s cache type and scale kind. Float16 caches never reach
-// flash (supports() declines them, as the reference's flash paths do); f is not called for them.
+// Calls f(rows) with the KvRows of `kv`'s cache type and scale kind.
 template <class F>
 void WithKvRows(const GqaFlashKv& kv, F&& f) {
   const auto* data = static_cast<const unsigned char*>(kv.data);
   switch (kv.type) {
     case GqaCacheType::kFloat32:
       return f(KvRows<GqaCacheType::kFloat32, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kFloat16:
+      return f(KvRows<GqaCacheType::kFloat16, false>{data, kv.row_bytes, kv.scale});
     case GqaCacheType::kBFloat16:
       return f(KvRows<GqaCacheType::kBFloat16, false>{data, kv.row_bytes, kv.scale});
     case GqaCacheType::kInt8:
@@ -704,8 +704,6 @@ void WithKvRows(const GqaFlashKv& kv, F&& f) {
         return f(KvRows<GqaCacheType::kFloat8E4M3Fn, true>{data, kv.row_bytes, kv.scale});
       }
       return f(KvRows<GqaCacheType::kFloat8E4M3Fn, false>{data, kv.row_bytes, kv.scale});
-    case GqaCacheType::kFloat16:
-      break;
   }
 }
 

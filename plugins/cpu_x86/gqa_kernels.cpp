@@ -60,8 +60,8 @@ std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& 
          cpu.isa;
 }
 
-// A naive kernel (kFlash false: GqaNaiveDeclineReason, F16C for float16 with AVX2) or a flash one
-// (GqaFlashDeclineReason; flash widens float16 with baseline code, so it needs no F16C).
+// A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason); the
+// AVX2 ones need F16C for float16 problems.
 template <Isa kIsa, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
@@ -71,7 +71,7 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
     std::string why = IsaDeclineReason(kIsa, context.cpu);
     if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
     // After DeclineReason: it checked struct_size before any other field is read.
-    if (why.empty() && kIsa == Isa::kAvx2 && !kFlash) why = F16cDeclineReason(context.cpu, p);
+    if (why.empty() && kIsa == Isa::kAvx2) why = F16cDeclineReason(context.cpu, p);
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {

@@ -27,7 +27,8 @@ using FlashSupportsFn = int32_t (*)(void*, const void*, char*, size_t) noexcept;
 
 // The paged flash kernels compute what gqa.flash computes: its acceptance, on the equivalent
 // contiguous problem. What gqa.flash leaves to the naive path (softcap, smooth_softmax, head_sink,
-// qk_output, float16/bfloat16 caches) goes to the paged naive kernels (gqa_paged_naive.cpp).
+// qk_output, float16/bfloat16 prompts with a local window) goes to the paged naive kernels
+// (gqa_paged_naive.cpp).
 template <FlashSupportsFn kFlashSupports>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {

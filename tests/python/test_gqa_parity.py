@@ -111,6 +111,31 @@ def test_padded_rows_with_window(cache, dtype, rng, error_table):
     check_case(case, f"padded-rows-window-{cache.replace('/PER_', '-')}-{dtype}", error_table)
 
 
+FLOAT16_CACHE = [(dtype, phase, local, rotary) for dtype in ("float16",)
+                 for phase in ("decode", "subsequent", "prompt") for local in (False, True)
+                 for rotary in ("none", "half")]
+
+
+@pytest.mark.parametrize("dtype,phase,local,rotary", FLOAT16_CACHE,
+                         ids=[f"{d}-{p}{'-local' if w else ''}-rot-{r}"
+                              for d, p, w, r in FLOAT16_CACHE])
+def test_float16_cache(dtype, phase, local, rotary, rng, error_table):
+    """A float16 query with a float16 cache: ONNX Runtime computes it on its naive path in float32
+    (§3.7); attnrt runs a flash kernel wherever the two paths cannot differ (decodes, and prompts
+    without a local window) and a naive one for prompts with a window, whose padded rows follow
+    the path's window rule (§3.3). Every row is compared either way."""
+    B, S = {"decode": (3, 1), "subsequent": (1, 33), "prompt": (3, 33)}[phase]
+    row = {"phase": phase, "B": B, "S": S, "heads": (8, 2), "H": 64, "local": local,
+           "rotary": rotary, "packed": False, "softcap": 0.0, "softmax": "plain",
+           "pos_bias": (False, False), "qk_output": 0, "cache": "float", "dtype": dtype}
+    case = build_cycling_case(row, rng)
+    config = f"{dtype}-cache-{phase}{'-local' if local else ''}-rot-{rotary}"
+    check_case(case, config, error_table)
+    _, kernel = run_attnrt(case.attrs, case.feeds)
+    expected = "naive" if local and S > 1 else "flash"
+    assert f".{expected}." in kernel, f"{config}: kernel {kernel}, expected a {expected} kernel"
+
+
 MODEL_RUNS = [(m, phase, B) for m in MODELS for phase in ("prompt512", "decode4096")
               for B in (1, 4)]
 

@@ -482,15 +482,63 @@ std::vector<Case> Cases() {
   return v;
 }
 
-class PagedNaiveEqualsContiguous : public ::testing::TestWithParam<std::tuple<std::string, Case>> {
-};
+// Float16/bfloat16 caches that the flash kernels take (no softcap, sinks, qk_output; decodes and
+// prompts without a local window), at one thread, where paged_gqa.flash and gqa.flash hand the
+// same key blocks to the same block operations in the same order.
+std::vector<Case> FlashCases() {
+  std::vector<Case> v;
+  Case decode;
+  decode.B = 3;
+  decode.seqlens = {700, 37, 260};
+  decode.threads = 1;
+  for (int32_t block_size : {1, 16, 64}) {
+    for (Type type : {Type::kF16, Type::kBF16}) {
+      for (int32_t layout : {ATTNRT_PAGED_KV_LAYOUT_BSNH, ATTNRT_PAGED_KV_LAYOUT_BNSH}) {
+        Case c = decode;
+        c.type = type;
+        c.block_size = block_size;
+        c.layout = layout;
+        c.rotary = block_size == 16;
+        c.window = block_size == 64 ? 100 : -1;
+        c.name = std::string("decode_") + (type == Type::kF16 ? "f16" : "bf16") + "_cache_" +
+                 (layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? "bsnh" : "bnsh") + "_bs" +
+                 std::to_string(block_size);
+        v.push_back(c);
+      }
+    }
+  }
+  {
+    Case c;
+    c.name = "chunked_prompt_f16_cache_bias_bs16";
+    c.type = Type::kF16;
+    c.S = 40;
+    c.seqlens = {300};
+    c.bias = true;
+    c.threads = 1;
+    v.push_back(c);
+  }
+  {
+    Case c;  // right padding without a window: both window rules agree
+    c.name = "ragged_first_prompt_bf16_cache_bs16";
+    c.type = Type::kBF16;
+    c.B = 2;
+    c.S = 50;
+    c.seqlens = {49, 12};
+    c.threads = 1;
+    v.push_back(c);
+  }
+  return v;
+}
 
-TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
-  const auto& [isa, c] = GetParam();
+// Plans `c` on gqa.<algorithm>.<isa> and paged_gqa.<algorithm>.<isa> and checks that the outputs
+// (and output_qk) are the same bits and that the pools hold the present rows.
+void ExpectPagedEqualsContiguous(const std::string& algorithm, const std::string& isa,
+                                 const Case& c) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(TestSeed());
-  RuntimePtr runtime =
-      PinnedRuntime("cpu_x86.gqa.naive." + isa + ",cpu_x86.paged_gqa.naive." + isa, c.threads);
+  const std::string contiguous_kernel = "cpu_x86.gqa." + algorithm + "." + isa;
+  const std::string paged_kernel = "cpu_x86.paged_gqa." + algorithm + "." + isa;
+  RuntimePtr runtime = PinnedRuntime(contiguous_kernel + "," + paged_kernel, c.threads);
   ASSERT_TRUE(runtime);
   PagedCall s = MakePagedCall(c, rng);
 
@@ -503,7 +551,7 @@ TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
   }
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
   PlanPtr plan(raw);
-  ASSERT_EQ(PlanKernel(plan.get()), "cpu_x86.gqa.naive." + isa);
+  ASSERT_EQ(PlanKernel(plan.get()), contiguous_kernel);
   status = attnrt_plan_run(plan.get(), s.gqa.Inputs(), ATTNRT_GQA_NUM_INPUTS, s.gqa.Outputs(),
                            ATTNRT_GQA_NUM_OUTPUTS, nullptr, 0, nullptr);
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
@@ -512,7 +560,7 @@ TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
   PlanPtr paged_plan;
   status = PlanPaged(paged.get(), s, &paged_plan);
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
-  EXPECT_EQ(PlanKernel(paged_plan.get()), "cpu_x86.paged_gqa.naive." + isa);
+  EXPECT_EQ(PlanKernel(paged_plan.get()), paged_kernel);
   status = RunPaged(paged_plan.get(), s);
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
 
@@ -558,9 +606,33 @@ TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
   EXPECT_EQ(rows_different, 0);
 }
 
+class PagedNaiveEqualsContiguous : public ::testing::TestWithParam<std::tuple<std::string, Case>> {
+};
+
+TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
+  const auto& [isa, c] = GetParam();
+  ExpectPagedEqualsContiguous("naive", isa, c);
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuX86, PagedNaiveEqualsContiguous,
                          ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
                                             ::testing::ValuesIn(Cases())),
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_" +
+                                  std::get<1>(param_info.param).name;
+                         });
+
+class PagedFlashEqualsContiguousNarrowCache
+    : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
+
+TEST_P(PagedFlashEqualsContiguousNarrowCache, Bitwise) {
+  const auto& [isa, c] = GetParam();
+  ExpectPagedEqualsContiguous("flash", isa, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuX86, PagedFlashEqualsContiguousNarrowCache,
+                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
+                                            ::testing::ValuesIn(FlashCases())),
                          [](const auto& param_info) {
                            return std::get<0>(param_info.param) + "_" +
                                   std::get<1>(param_info.param).name;
@@ -669,8 +741,17 @@ TEST(PagedGqaNaive, RuntimeChoosesPagedFlashWhereItAcceptsAndPagedNaiveOtherwise
       {"head_sink", [](Case& c) { c.head_sink = true; }, "cpu_x86.paged_gqa.naive.", "head_sink"},
       {"qk_output", [](Case& c) { c.qk_output = ATTNRT_GQA_QK_OUTPUT_BEFORE_SOFTMAX; },
        "cpu_x86.paged_gqa.naive.", "qk_output"},
-      {"float16 cache", [](Case& c) { c.type = Type::kF16; }, "cpu_x86.paged_gqa.naive.",
-       "float16"},
+      {"float16 cache", [](Case& c) { c.type = Type::kF16; }, "cpu_x86.paged_gqa.flash.", ""},
+      {"bfloat16 cache", [](Case& c) { c.type = Type::kBF16; }, "cpu_x86.paged_gqa.flash.", ""},
+      // A right-padded first prompt with a local window: ONNX Runtime's naive window rule for the
+      // padded rows, hence its naive path.
+      {"float16 prompt with a local window",
+       [](Case& c) {
+         c.type = Type::kF16;
+         c.S = 51;
+         c.window = 8;
+       },
+       "cpu_x86.paged_gqa.naive.", "local_window_size=8 in a prompt of 51 tokens"},
   };
   for (const Choice& choice : choices) {
     SCOPED_TRACE(choice.name);
