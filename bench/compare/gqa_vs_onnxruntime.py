@@ -22,6 +22,9 @@ shared past/present buffer (the natural decode loop).
 Shapes (num_heads/kv_num_heads/head_size): Llama-3-8B 32/8/128 decode with a past of 1k, 4k, 16k,
 32k rows and float32, int8 and int4 (PER_CHANNEL) caches; Llama-3-8B first prompt of 512 and 2048
 tokens (float32); Qwen2.5-7B 28/4/128 decode with 4k past (float32); each at batch 1 and 8.
+--float16 adds Llama-3-8B decode with a 4k and a 16k past with the whole op in float16 (query,
+K/V, cache and output; onnxruntime's naive path, attnrt's flash kernels), batch 1 and 8, checked to
+2e-3 (about two float16 ulps at the outputs' scale) instead of 1e-4.
 Caches are warm for shapes whose KV fits in the last-level cache (both libraries alike).
 
     PYTHONPATH=build-bench/python python3 bench/compare/gqa_vs_onnxruntime.py --quick
@@ -44,8 +47,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-4
+TOLERANCE_FLOAT16 = 2e-3
 MODELS = {"llama3-8b": (32, 8, 128), "qwen2.5-7b": (28, 4, 128)}
-ELEM_BYTES = {"f32": 4.0, "int8": 1.0, "int4": 0.5}
+ELEM_BYTES = {"f32": 4.0, "f16": 2.0, "int8": 1.0, "int4": 0.5}
 
 
 def import_attnrt(build: str | None):
@@ -72,7 +76,7 @@ class Shape:
     phase: str  # "decode" or "prefill"
     batch: int
     length: int  # decode: past rows P; prefill: S = T
-    cache: str = "f32"  # f32, int8, int4
+    cache: str = "f32"  # f32, f16 (the whole op in float16), int8, int4
 
     @property
     def heads(self) -> tuple[int, int, int]:
@@ -108,7 +112,12 @@ class Result:
     attnrt_samples_us: list = field(default_factory=list)
 
 
-def shapes(quick: bool) -> list[Shape]:
+def shapes(quick: bool, float16: bool = False) -> list[Shape]:
+    extra = [Shape("llama3-8b", "decode", b, past, "f16") for b in (1, 8) for past in (4096, 16384)]
+    return shapes_float(quick) + (extra if float16 else [])
+
+
+def shapes_float(quick: bool) -> list[Shape]:
     if quick:
         return [Shape("llama3-8b", "decode", 1, 4096, "f32"),
                 Shape("llama3-8b", "decode", 1, 4096, "int8"),
@@ -136,9 +145,9 @@ def build_model(attrs: dict, input_types: dict[str, int]):
              "head_sink", "k_scale", "v_scale"]
     last = max(names.index(n) for n in input_types)
     inputs = [n if n in input_types else "" for n in names[: last + 1]]
-    cache_type = input_types.get("past_key", TensorProto.FLOAT)
+    cache_type = input_types.get("past_key", input_types["query"])
     outputs = ["output", "present_key", "present_value"]
-    out_types = [TensorProto.FLOAT, cache_type, cache_type]
+    out_types = [input_types["query"], cache_type, cache_type]
     node = helper.make_node("GroupQueryAttention", inputs, outputs, domain="com.microsoft", **attrs)
     graph = helper.make_graph(
         [node], "gqa",
@@ -157,13 +166,14 @@ def make_problem(shape: Shape, rng: np.random.Generator):
     s = 1 if shape.phase == "decode" else shape.length
     total = shape.length + 1 if shape.phase == "decode" else shape.length
     attrs = {"num_heads": n, "kv_num_heads": nkv}
-    inputs = {"query": rng.standard_normal((b, s, n * h), dtype=np.float32),
-              "key": rng.standard_normal((b, s, nkv * h), dtype=np.float32),
-              "value": rng.standard_normal((b, s, nkv * h), dtype=np.float32)}
+    dtype = np.float16 if shape.cache == "f16" else np.float32
+    inputs = {"query": rng.standard_normal((b, s, n * h), dtype=np.float32).astype(dtype),
+              "key": rng.standard_normal((b, s, nkv * h), dtype=np.float32).astype(dtype),
+              "value": rng.standard_normal((b, s, nkv * h), dtype=np.float32).astype(dtype)}
     if shape.phase == "decode":
-        if shape.cache == "f32":
+        if shape.cache in ("f32", "f16"):
             for name in ("past_key", "past_value"):
-                inputs[name] = rng.standard_normal((b, nkv, total, h), dtype=np.float32)
+                inputs[name] = rng.standard_normal((b, nkv, total, h), dtype=np.float32).astype(dtype)
         else:
             bits = 8 if shape.cache == "int8" else 4
             qmax = 127.0 if bits == 8 else 7.0
@@ -187,7 +197,8 @@ class OrtRunner:
     def __init__(self, ort, attrs: dict, inputs: dict, shape: Shape, threads: int,
                  spinning: bool):
         from onnx import TensorProto
-        types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int8): TensorProto.INT8,
+        types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+                 np.dtype(np.int8): TensorProto.INT8,
                  np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32}
         model = build_model(attrs, {k: types[v.dtype] for k, v in inputs.items()})
         options = ort.SessionOptions()
@@ -201,7 +212,7 @@ class OrtRunner:
                                             providers=["CPUExecutionProvider"])
         self.ort = ort
         self.inputs = {k: np.ascontiguousarray(v.copy()) for k, v in inputs.items()}
-        self.output = np.full(inputs["query"].shape, np.nan, np.float32)
+        self.output = np.full(inputs["query"].shape, np.nan, inputs["query"].dtype)
         self.values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in self.inputs.items()}
         self.decode = shape.phase == "decode"
         self.heads = shape.heads
@@ -247,7 +258,7 @@ class OrtRunner:
         else:  # first prompt: present of S rows, preallocated
             b, s = self.inputs["query"].shape[:2]
             _, nkv, h = self.heads
-            present = {n: np.empty((b, nkv, s, h), np.float32)
+            present = {n: np.empty((b, nkv, s, h), self.inputs["query"].dtype)
                        for n in ("present_key", "present_value")}
             self.presents = present
             for name, array in present.items():
@@ -262,7 +273,7 @@ class OrtRunner:
 class AttnrtRunner:
     def __init__(self, attnrt, runtime, attrs: dict, inputs: dict, shape: Shape):
         self.inputs = {k: np.ascontiguousarray(v.copy()) for k, v in inputs.items()}
-        self.output = np.full(inputs["query"].shape, np.nan, np.float32)
+        self.output = np.full(inputs["query"].shape, np.nan, inputs["query"].dtype)
         self.op = attnrt.GqaOp(runtime, **attrs)
         if shape.phase == "decode":  # shared buffer: present is past
             present_k, present_v = self.inputs["past_key"], self.inputs["past_value"]
@@ -306,8 +317,10 @@ def measure(shape: Shape, args, ort, attnrt, runtime, rng) -> Result:
     t0 = time.perf_counter()
     at_runner.run()
     t_at = time.perf_counter() - t0
-    diff = float(np.max(np.abs(ort_runner.output - at_runner.output)))
-    ok = bool(np.isfinite(diff) and diff <= TOLERANCE)
+    diff = float(np.max(np.abs(ort_runner.output.astype(np.float64) -
+                               at_runner.output.astype(np.float64))))
+    tolerance = TOLERANCE_FLOAT16 if shape.cache == "f16" else TOLERANCE
+    ok = bool(np.isfinite(diff) and diff <= tolerance)
     result = Result(shape.label, shape.model, shape.phase, shape.batch, shape.length, shape.cache,
                     ort_runner.mode, at_runner.kernel, diff, ok)
     print(f"  check {shape.label}: max abs diff {diff:.3g} ({'ok' if ok else 'FAILED'}); "
@@ -350,6 +363,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=30.0,
                         help="seconds of timed calls per shape that cap the repetitions")
     parser.add_argument("--quick", action="store_true", help="a reduced set (< 2 minutes)")
+    parser.add_argument("--float16", action="store_true",
+                        help="add Llama-3-8B float16 decode shapes (the whole op in float16)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--build", help="attnrt build folder (with python/attnrt)")
     parser.add_argument("--filter", help="only shapes whose label contains this text")
@@ -383,7 +398,8 @@ def main() -> int:
 
     print(f"load average at start: {load_average()}", flush=True)
     rng = np.random.default_rng(args.seed)
-    selected = [s for s in shapes(args.quick) if not args.filter or args.filter in s.label]
+    selected = [s for s in shapes(args.quick, args.float16)
+                if not args.filter or args.filter in s.label]
     results = []
     started = time.perf_counter()
     for shape in selected:
