@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/ops/tensor_checks.h"
+
 namespace attnrt::core {
 namespace {
 
@@ -20,7 +22,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 
 std::string TensorText(const TensorSignature& t) {
   if (!t.present) return "absent";
-  std::string text = std::string(attnrt_dtype_name(t.dtype)) + ShapeText(t.shape);
+  std::string text = DtypeString(t.dtype) + ShapeText(t.shape);
   if (t.device.device_type != ATTNRT_DEVICE_CPU) {
     text += "@" + std::to_string(t.device.device_type) + ":" + std::to_string(t.device.device_id);
   }
@@ -98,7 +100,7 @@ Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tenso
     if (address % alignment != 0) {
       return InvalidArgument(who + ": data + byte_offset must be aligned to " +
                              std::to_string(alignment) + " bytes for " +
-                             attnrt_dtype_name(tensor->dtype) + ", got an address " +
+                             DtypeString(tensor->dtype) + ", got an address " +
                              std::to_string(address % alignment) + " bytes past a boundary" +
                              " (byte_offset " + std::to_string(tensor->byte_offset) + ")");
     }

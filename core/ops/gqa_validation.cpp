@@ -174,7 +174,7 @@ Status CheckCacheDtype(const attnrt_tensor& t, const char* name, const attnrt_gq
     if (DtypeEquals(t.dtype, kInt8) || DtypeEquals(t.dtype, kFloat8E4M3FN)) return Status::Ok();
     return InvalidArgument(
         StrCat(name, ": expected dtype int8 or float8_e4m3fn for an 8-bit quantized KV cache, got ",
-               attnrt_dtype_name(t.dtype)));
+               DtypeString(t.dtype)));
   }
   return CheckDtype(t, name, kUInt8,
                     "int4 values packed two per byte for a 4-bit quantized KV cache");
@@ -210,7 +210,7 @@ Status CheckTensorDtype(const Tensors& t, bool is_input, int index,
         return Status::Ok();
       }
       return InvalidArgument(
-          StrCat("query: expected dtype float32, float16 or bfloat16, got ", attnrt_dtype_name(T)));
+          StrCat("query: expected dtype float32, float16 or bfloat16, got ", DtypeString(T)));
     case ATTNRT_GQA_INPUT_PAST_KEY:
       return CheckCacheDtype(x, name, a, T);
     case ATTNRT_GQA_INPUT_PAST_VALUE:

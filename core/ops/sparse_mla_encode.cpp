@@ -98,7 +98,7 @@ Status ReadRow(const void* kv, attnrt_dtype dtype, size_t token, float* row) {
     }
   } else {
     return InvalidArgument(
-        StrCat("kv_dtype: expected float32 or bfloat16, got ", attnrt_dtype_name(dtype)));
+        StrCat("kv_dtype: expected float32 or bfloat16, got ", DtypeString(dtype)));
   }
   for (int d = 0; d < kD; ++d) {
     if (!std::isfinite(row[d])) {
@@ -234,7 +234,7 @@ Status CheckTokenCount(size_t num_tokens, attnrt_dtype dtype, size_t token_bytes
 Status CheckDtype(attnrt_dtype dtype) {
   if (DtypeEquals(dtype, kFloat32) || DtypeEquals(dtype, kBFloat16)) return Status::Ok();
   return InvalidArgument(
-      StrCat("kv_dtype: expected float32 or bfloat16, got ", attnrt_dtype_name(dtype)));
+      StrCat("kv_dtype: expected float32 or bfloat16, got ", DtypeString(dtype)));
 }
 
 // Validates every token of the call (finite values that the format can hold) before the first

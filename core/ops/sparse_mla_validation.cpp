@@ -200,7 +200,7 @@ Status CheckKvDtype(const attnrt_tensor& t, const char* name, int32_t quant_mode
   if (ByteView(t.dtype)) return Status::Ok();
   return InvalidArgument(StrCat(name,
                                 ": expected dtype uint8 or float8_e4m3fn (byte view of quant_mode ",
-                                quant_mode, " tokens), got ", attnrt_dtype_name(t.dtype)));
+                                quant_mode, " tokens), got ", DtypeString(t.dtype)));
 }
 
 // ori_kv / cmp_kv shape by layout_kv; fills rows (BSND S, TND T, PA num_blocks) and block size.
@@ -265,7 +265,7 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
   if (a.quant_mode == 3) {
     if (!DtypeEquals(q->dtype, kBFloat16) && !DtypeEquals(q->dtype, kFloat16)) {
       return InvalidArgument(StrCat("q: expected dtype bfloat16 or float16 for quant_mode 3, got ",
-                                    attnrt_dtype_name(q->dtype)));
+                                    DtypeString(q->dtype)));
     }
   } else {
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*q, "q", kBFloat16, "quant_mode 1 and 2 take bfloat16 q"));

@@ -30,6 +30,36 @@ std::string DeviceString(attnrt_device device) {
   }
 }
 
+std::string DtypeString(attnrt_dtype dtype) {
+  const std::string_view known = attnrt_dtype_name(dtype);
+  if (known != "unknown") return std::string(known);
+  std::string_view family;
+  switch (dtype.code) {
+    case ATTNRT_DTYPE_CODE_INT:
+      family = "int";
+      break;
+    case ATTNRT_DTYPE_CODE_UINT:
+      family = "uint";
+      break;
+    case ATTNRT_DTYPE_CODE_FLOAT:
+      family = "float";
+      break;
+    case ATTNRT_DTYPE_CODE_BFLOAT:
+      family = "bfloat";
+      break;
+    default:
+      break;
+  }
+  if (family.empty()) {
+    return StrCat("dtype(code=", static_cast<int>(dtype.code),
+                  ", bits=", static_cast<int>(dtype.bits),
+                  ", lanes=", static_cast<int>(dtype.lanes), ")");
+  }
+  std::string text = StrCat(family, static_cast<int>(dtype.bits));
+  if (dtype.lanes != 1) text += StrCat("x", static_cast<int>(dtype.lanes));
+  return text;
+}
+
 Status CheckWellFormed(const attnrt_tensor& t, std::string_view name) {
   if (t.ndim < 0 || t.ndim > kMaxRank) {
     return InvalidArgument(StrCat(name, ": ndim must be in [0, ", kMaxRank, "], got ", t.ndim));
@@ -99,9 +129,9 @@ Status CheckRank(const attnrt_tensor& t, std::string_view name, int32_t rank) {
 Status CheckDtype(const attnrt_tensor& t, std::string_view name, attnrt_dtype expected,
                   std::string_view why) {
   if (DtypeEquals(t.dtype, expected)) return Status::Ok();
-  std::string message = StrCat(name, ": expected dtype ", attnrt_dtype_name(expected));
+  std::string message = StrCat(name, ": expected dtype ", DtypeString(expected));
   if (!why.empty()) message += StrCat(" (", why, ")");
-  return InvalidArgument(StrCat(message, ", got ", attnrt_dtype_name(t.dtype)));
+  return InvalidArgument(StrCat(message, ", got ", DtypeString(t.dtype)));
 }
 
 bool SameDevice(attnrt_device a, attnrt_device b) {

@@ -87,6 +87,11 @@ std::string ShapeString(const attnrt_tensor& t);
 // "cpu:0", "cuda:1", or "device_type 7:0".
 std::string DeviceString(attnrt_device device);
 
+// attnrt_dtype_name for a dtype the library knows; any other is named from its fields, so a
+// message says what it got: "int16", "float64", "uint32", "float32x4" (lanes), or
+// "dtype(code=9, bits=8, lanes=1)" for a code outside attnrt_dtype_code.
+std::string DtypeString(attnrt_dtype dtype);
+
 // ndim in [0, kMaxRank], shape non-NULL when ndim > 0, every extent in [0, kMaxDimExtent], element
 // count at most kMaxElements (computed without overflow).
 Status CheckWellFormed(const attnrt_tensor& t, std::string_view name);

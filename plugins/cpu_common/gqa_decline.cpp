@@ -10,7 +10,8 @@
 namespace attnrt::cpu {
 namespace {
 
-// The names attnrt_dtype_name gives (the plugin cannot link the core).
+// The names attnrt_dtype_name gives (the plugin cannot link the core); any other dtype named from
+// its fields ("int16", "float64", "dtype(code=9, bits=8, lanes=1)"), as the core's messages do.
 std::string DtypeName(attnrt_dtype d) {
   if (d.lanes == 1) {
     switch (d.code) {
@@ -40,7 +41,16 @@ std::string DtypeName(attnrt_dtype d) {
         break;
     }
   }
-  return "unknown";
+  const char* family = d.code == ATTNRT_DTYPE_CODE_INT      ? "int"
+                       : d.code == ATTNRT_DTYPE_CODE_UINT   ? "uint"
+                       : d.code == ATTNRT_DTYPE_CODE_FLOAT  ? "float"
+                       : d.code == ATTNRT_DTYPE_CODE_BFLOAT ? "bfloat"
+                                                            : nullptr;
+  if (family == nullptr) {
+    return "dtype(code=" + std::to_string(d.code) + ", bits=" + std::to_string(d.bits) +
+           ", lanes=" + std::to_string(d.lanes) + ")";
+  }
+  return family + std::to_string(d.bits) + (d.lanes != 1 ? "x" + std::to_string(d.lanes) : "");
 }
 
 std::string QuantTypeName(int32_t type) {

@@ -675,7 +675,23 @@ TEST(GqaShapes, RejectsDtypes) {
        true,
        ATTNRT_GQA_INPUT_V_SCALE,
        attnrt_dtype{ATTNRT_DTYPE_CODE_FLOAT, 64, 1},
-       {"v_scale: expected dtype float32, got unknown"}},
+       {"v_scale: expected dtype float32, got float64"}},
+      // Dtypes outside the library's names are named from their fields.
+      {false,
+       true,
+       ATTNRT_GQA_INPUT_QUERY,
+       attnrt_dtype{ATTNRT_DTYPE_CODE_INT, 16, 1},
+       {"query: expected dtype float32, float16 or bfloat16, got int16"}},
+      {false,
+       true,
+       ATTNRT_GQA_INPUT_QUERY,
+       attnrt_dtype{ATTNRT_DTYPE_CODE_FLOAT, 32, 4},
+       {"query: expected dtype float32, float16 or bfloat16, got float32x4"}},
+      {false,
+       true,
+       ATTNRT_GQA_INPUT_SEQLENS_K,
+       attnrt_dtype{99, 8, 1},
+       {"seqlens_k: expected dtype int32, got dtype(code=99, bits=8, lanes=1)"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(i);
