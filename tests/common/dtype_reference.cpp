@@ -186,8 +186,10 @@ void RotateRowFloat(float* row, const float* cos_row, const float* sin_row, int6
     const float s = sin_row[i];
     const int64_t i0 = interleaved ? 2 * i : i;
     const int64_t i1 = interleaved ? 2 * i + 1 : i + half;
-    row[i0] = src[i0] * c - src[i1] * s;
-    row[i1] = src[i1] * c + src[i0] * s;
+    // ONNX Runtime's float32 RoPE on x86-64 (MLAS, AVX2): each output is one fused multiply-add
+    // over the other product rounded to float32. fmaf is the C library's, correctly rounded.
+    row[i0] = std::fmaf(src[i0], c, -(src[i1] * s));
+    row[i1] = std::fmaf(src[i0], s, src[i1] * c);
   }
 }
 

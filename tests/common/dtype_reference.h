@@ -64,8 +64,12 @@ inline uint8_t PackInt4(uint8_t even_nibble, uint8_t odd_nibble) {
 
 // ---- RoPE in float (§3.6) -----------------------------------------------------------------------
 // Rotates one head row in place at the cos/sin row given (half = R/2 entries each); dimensions
-// [R, H) are left as they are. Every product and sum is a separate float32 operation (this file is
-// compiled with -ffp-contract=off).
+// [R, H) are left as they are. The arithmetic is ONNX Runtime's float32 RoPE on x86-64 (MLAS's
+// AVX2 kernel, for float32 and float16 queries alike): y0 = fma(x0, c, -(x1*s)),
+// y1 = fma(x0, s, x1*c), each product outside the fma rounded to float32 (this file is compiled
+// with -ffp-contract=off, so no other operation is fused). Quantize-on-write of a rotated key is
+// byte-exact only with that arithmetic: separate roundings move about a quarter of the rotated
+// values by one float32 ulp, and the few that sit at a code boundary change code.
 void RotateRowFloat(float* row, const float* cos_row, const float* sin_row, int64_t half,
                     bool interleaved);
 
