@@ -106,6 +106,35 @@ struct KvRows {
   }
 };
 
+// The int4 kernels below hold 16 consecutive elements as two vectors: the 8 even elements (low
+// nibbles) and the 8 odd ones (high nibbles).
+// Elements [0, 16) held as a = [0, 8) and b = [8, 16) -> even and odd.
+__attribute__((always_inline)) inline void SplitEvenOdd(__m256 a, __m256 b, __m256* even,
+                                                        __m256* odd) {
+  const __m256i to_halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256 pa = _mm256_permutevar8x32_ps(a, to_halves);  // a's evens | a's odds
+  const __m256 pb = _mm256_permutevar8x32_ps(b, to_halves);
+  *even = _mm256_permute2f128_ps(pa, pb, 0x20);
+  *odd = _mm256_permute2f128_ps(pa, pb, 0x31);
+}
+
+// The inverse of SplitEvenOdd.
+__attribute__((always_inline)) inline void JoinEvenOdd(__m256 even, __m256 odd, __m256* a,
+                                                       __m256* b) {
+  const __m256i from_halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  *a = _mm256_permutevar8x32_ps(_mm256_permute2f128_ps(even, odd, 0x20), from_halves);
+  *b = _mm256_permutevar8x32_ps(_mm256_permute2f128_ps(even, odd, 0x31), from_halves);
+}
+
+// The 16 int4 elements of the 8 bytes at `bytes`, even and odd, as float32 codes - 8.
+__attribute__((always_inline)) inline void LoadInt4EvenOdd(const unsigned char* bytes, __m256* even,
+                                                           __m256* odd) {
+  const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+  const __m256i eight = _mm256_set1_epi32(8);
+  *even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0xF)), eight));
+  *odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight));
+}
+
 // out[r*ld + c] = scale * <q_r, k_c> for R rows (stride h) and C keys.
 template <class Kv, int R, int C>
 void ScoreBlock(const float* q, const Kv& k, int64_t h, float scale, float* out, int64_t ld) {
@@ -115,15 +144,11 @@ void ScoreBlock(const float* q, const Kv& k, int64_t h, float scale, float* out,
   if constexpr (Kv::kSplitNibbles) {
     // 16 elements per key and step: one 8-byte load, the low nibbles (even elements) and the high
     // ones (odd elements) as two vectors; the query rows hold the matching even/odd order.
-    const __m256i low4 = _mm256_set1_epi32(0xF);
-    const __m256i eight = _mm256_set1_epi32(8);
     for (int64_t d = 0; d < h; d += 16) {
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-            k.data + static_cast<size_t>(c) * k.row_bytes + d / 2)));
-        const __m256 even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(x, low4), eight));
-        const __m256 odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight));
+        __m256 even, odd;
+        LoadInt4EvenOdd(k.data + static_cast<size_t>(c) * k.row_bytes + d / 2, &even, &odd);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           acc[r * C + c] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + d), even, acc[r * C + c]);
@@ -204,16 +229,15 @@ void ScoresOf(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h
       constexpr bool kSplit = Kv::kCacheType == GqaCacheType::kInt4;
       if (!kSplit || h % 16 == 0) {
         // int4: reordered per 16 elements, the 8 even ones then the 8 odd ones.
-        const __m256i to_halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t d = 0; d < h; d += kSplit ? 16 : 8) {
             const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q + r * h + d), k.Scale(d));
             if constexpr (kSplit) {
               const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(q + r * h + d + 8), k.Scale(d + 8));
-              const __m256 pa = _mm256_permutevar8x32_ps(a, to_halves);
-              const __m256 pb = _mm256_permutevar8x32_ps(b, to_halves);
-              _mm256_store_ps(folded + r * h + d, _mm256_permute2f128_ps(pa, pb, 0x20));
-              _mm256_store_ps(folded + r * h + d + 8, _mm256_permute2f128_ps(pa, pb, 0x31));
+              __m256 even, odd;
+              SplitEvenOdd(a, b, &even, &odd);
+              _mm256_store_ps(folded + r * h + d, even);
+              _mm256_store_ps(folded + r * h + d + 8, odd);
             } else {
               _mm256_store_ps(folded + r * h + d, a);
             }
@@ -235,33 +259,20 @@ void ScoresOf(const float* q, int64_t rows, const Kv& k, int64_t keys, int64_t h
 template <class Kv, int R>
 void AccumulateBlockInt4(const float* p, int64_t ld, const Kv& v, int64_t d0, int64_t keys,
                          int64_t h, float* acc, Prefetcher& ahead) {
-  const __m256i to_halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m256i from_halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   __m256 even[R], odd[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + r * h), to_halves);
-    const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + r * h + 8), to_halves);
-    even[r] = _mm256_permute2f128_ps(a, b, 0x20);
-    odd[r] = _mm256_permute2f128_ps(a, b, 0x31);
+    SplitEvenOdd(_mm256_loadu_ps(acc + r * h), _mm256_loadu_ps(acc + r * h + 8), &even[r], &odd[r]);
   }
   __m256 even_scale = v.Scale(d0), odd_scale = even_scale;
-  if constexpr (Kv::kPerChannelScales) {
-    const __m256 a = _mm256_permutevar8x32_ps(v.Scale(d0), to_halves);
-    const __m256 b = _mm256_permutevar8x32_ps(v.Scale(d0 + 8), to_halves);
-    even_scale = _mm256_permute2f128_ps(a, b, 0x20);
-    odd_scale = _mm256_permute2f128_ps(a, b, 0x31);
-  }
-  const __m256i low4 = _mm256_set1_epi32(0xF);
-  const __m256i eight = _mm256_set1_epi32(8);
+  if constexpr (Kv::kPerChannelScales)
+    SplitEvenOdd(v.Scale(d0), v.Scale(d0 + 8), &even_scale, &odd_scale);
   for (int64_t j = 0; j < keys; ++j) {
     ahead.Step();
-    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-        reinterpret_cast<const __m128i*>(v.data + static_cast<size_t>(j) * v.row_bytes + d0 / 2)));
-    const __m256 ve = _mm256_mul_ps(
-        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(x, low4), eight)), even_scale);
-    const __m256 vo = _mm256_mul_ps(
-        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight)), odd_scale);
+    __m256 ve, vo;
+    LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + d0 / 2, &ve, &vo);
+    ve = _mm256_mul_ps(ve, even_scale);
+    vo = _mm256_mul_ps(vo, odd_scale);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
@@ -271,11 +282,10 @@ void AccumulateBlockInt4(const float* p, int64_t ld, const Kv& v, int64_t d0, in
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(acc + r * h, _mm256_permutevar8x32_ps(
-                                      _mm256_permute2f128_ps(even[r], odd[r], 0x20), from_halves));
-    _mm256_storeu_ps(
-        acc + r * h + 8,
-        _mm256_permutevar8x32_ps(_mm256_permute2f128_ps(even[r], odd[r], 0x31), from_halves));
+    __m256 a, b;
+    JoinEvenOdd(even[r], odd[r], &a, &b);
+    _mm256_storeu_ps(acc + r * h, a);
+    _mm256_storeu_ps(acc + r * h + 8, b);
   }
 }
 

@@ -137,6 +137,35 @@ inline __m512 Int4Table() {
                         3.0f, 4.0f, 5.0f, 6.0f, 7.0f);
 }
 
+// The int4 kernels below hold 32 consecutive elements as two vectors: the 16 even elements (low
+// nibbles) and the 16 odd ones (high nibbles).
+// Elements [0, 32) held as lo = [0, 16) and hi = [16, 32) -> even and odd.
+__attribute__((always_inline)) inline void SplitEvenOdd(__m512 lo, __m512 hi, __m512* even,
+                                                        __m512* odd) {
+  const __m512i even_index =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  *even = _mm512_permutex2var_ps(lo, even_index, hi);
+  *odd = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even_index, _mm512_set1_epi32(1)), hi);
+}
+
+// The inverse of SplitEvenOdd.
+__attribute__((always_inline)) inline void JoinEvenOdd(__m512 even, __m512 odd, __m512* lo,
+                                                       __m512* hi) {
+  const __m512i low_index =
+      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  *lo = _mm512_permutex2var_ps(even, low_index, odd);
+  *hi = _mm512_permutex2var_ps(even, _mm512_add_epi32(low_index, _mm512_set1_epi32(8)), odd);
+}
+
+// The 32 int4 elements of the 16 bytes at `bytes`, even and odd, as table[code] (Int4Table(), or
+// it times a per-tensor scale).
+__attribute__((always_inline)) inline void LoadInt4EvenOdd(const unsigned char* bytes, __m512 table,
+                                                           __m512* even, __m512* odd) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+  *even = _mm512_permutexvar_ps(x, table);
+  *odd = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table);
+}
+
 // Brings rows [j, j + n) of a K/V block towards the core ahead of their use: `used` bytes of each
 // (a row's elements; row_bytes is the stride, which over a paged BSNH block spans every kv head).
 template <class Kv>
@@ -186,10 +215,8 @@ __attribute__((always_inline)) inline void ScoreBlock(const float* q, Kv k, int6
       __m512 even[C], odd[C];
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-            k.data + static_cast<size_t>(c) * k.row_bytes + d / 2)));
-        even[c] = _mm512_permutexvar_ps(x, table);
-        odd[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table);
+        LoadInt4EvenOdd(k.data + static_cast<size_t>(c) * k.row_bytes + d / 2, table, &even[c],
+                        &odd[c]);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
@@ -283,16 +310,15 @@ void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, fl
       if (rows * h <= kFoldedQueryFloats && h % 32 == 0) {
         // Folded and reordered per 32 elements: the 16 even ones, then the 16 odd ones.
         alignas(64) float folded[kFoldedQueryFloats];
-        const __m512i even_index =
-            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t d = 0; d < h; d += 32) {
             const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(q + r * h + d), k.Scale(d, kAllLanes));
             const __m512 hi =
                 _mm512_mul_ps(_mm512_loadu_ps(q + r * h + d + 16), k.Scale(d + 16, kAllLanes));
-            _mm512_store_ps(folded + r * h + d, _mm512_permutex2var_ps(lo, even_index, hi));
-            _mm512_store_ps(folded + r * h + d + 16, _mm512_permutex2var_ps(lo, odd_index, hi));
+            __m512 even, odd;
+            SplitEvenOdd(lo, hi, &even, &odd);
+            _mm512_store_ps(folded + r * h + d, even);
+            _mm512_store_ps(folded + r * h + d + 16, odd);
           }
         }
         using Split = KvRows<Kv::kCacheType, Kv::kPerChannelScales, true, true>;
@@ -526,19 +552,11 @@ void ScoresOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float
 template <class Kv, int R, int P>
 void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t keys, int64_t h,
                          float* acc, Prefetcher& ahead) {
-  const __m512i even_index =
-      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
-  const __m512i low_index =
-      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i high_index = _mm512_add_epi32(low_index, _mm512_set1_epi32(8));
   __m512 even[R * P], odd[R * P];
 #pragma GCC unroll 16
   for (int i = 0; i < R * P; ++i) {
     const float* a = acc + (i / P) * h + d0 + (i % P) * 32;
-    const __m512 lo = _mm512_loadu_ps(a), hi = _mm512_loadu_ps(a + 16);
-    even[i] = _mm512_permutex2var_ps(lo, even_index, hi);
-    odd[i] = _mm512_permutex2var_ps(lo, odd_index, hi);
+    SplitEvenOdd(_mm512_loadu_ps(a), _mm512_loadu_ps(a + 16), &even[i], &odd[i]);
   }
   const __m512 table =
       Kv::kPerChannelScales ? Int4Table() : _mm512_mul_ps(Int4Table(), v.Scale(0, kAllLanes));
@@ -546,9 +564,8 @@ void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t k
   if constexpr (Kv::kPerChannelScales) {
 #pragma GCC unroll 4
     for (int c = 0; c < P; ++c) {
-      const __m512 lo = v.Scale(d0 + c * 32, kAllLanes), hi = v.Scale(d0 + c * 32 + 16, kAllLanes);
-      even_scale[c] = _mm512_permutex2var_ps(lo, even_index, hi);
-      odd_scale[c] = _mm512_permutex2var_ps(lo, odd_index, hi);
+      SplitEvenOdd(v.Scale(d0 + c * 32, kAllLanes), v.Scale(d0 + c * 32 + 16, kAllLanes),
+                   &even_scale[c], &odd_scale[c]);
     }
   }
   for (int64_t j = 0; j < keys; ++j) {
@@ -556,10 +573,8 @@ void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t k
     __m512 ve[P], vo[P];
 #pragma GCC unroll 4
     for (int c = 0; c < P; ++c) {
-      const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-          v.data + static_cast<size_t>(j) * v.row_bytes + (d0 + c * 32) / 2)));
-      ve[c] = _mm512_permutexvar_ps(x, table);
-      vo[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table);
+      LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + (d0 + c * 32) / 2, table,
+                      &ve[c], &vo[c]);
       if constexpr (Kv::kPerChannelScales) {
         ve[c] = _mm512_mul_ps(ve[c], even_scale[c]);
         vo[c] = _mm512_mul_ps(vo[c], odd_scale[c]);
@@ -578,8 +593,10 @@ void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t k
 #pragma GCC unroll 16
   for (int i = 0; i < R * P; ++i) {
     float* a = acc + (i / P) * h + d0 + (i % P) * 32;
-    _mm512_storeu_ps(a, _mm512_permutex2var_ps(even[i], low_index, odd[i]));
-    _mm512_storeu_ps(a + 16, _mm512_permutex2var_ps(even[i], high_index, odd[i]));
+    __m512 lo, hi;
+    JoinEvenOdd(even[i], odd[i], &lo, &hi);
+    _mm512_storeu_ps(a, lo);
+    _mm512_storeu_ps(a + 16, hi);
   }
 }
 

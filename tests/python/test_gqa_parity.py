@@ -61,8 +61,9 @@ def compare(case: Case, name: str, actual, expected, mask) -> tuple[float, str |
                               f" worst at {index}: attnrt {a[worst]!r}, onnxruntime {e[worst]!r}")
 
 
-def check_case(case: Case, config: str, error_table) -> dict:
-    """Runs `case` in both; compares output, present_key/value and output_qk (columns < T_b)."""
+def check_case(case: Case, config: str, error_table) -> tuple[dict, str]:
+    """Runs `case` in both; compares output, present_key/value and output_qk (columns < T_b).
+    Returns onnxruntime's outputs and the attnrt kernel that ran."""
     ort_out = run_ort(case.attrs, case.feeds)
     ours, kernel = run_attnrt(case.attrs, case.feeds)
     where = (f"[ATTNRT_TEST_SEED={suite_seed()}] {config}, kernel {kernel}, attributes "
@@ -82,7 +83,7 @@ def check_case(case: Case, config: str, error_table) -> dict:
     error_table.add(config, {n: e for n, (e, _) in results.items()}, kernel)
     problems = [p for _, p in results.values() if p]
     assert not problems, f"{where}:\n  " + "\n  ".join(problems)
-    return ort_out
+    return ort_out, kernel
 
 
 @pytest.mark.parametrize("row", [r for _, r in CYCLING], ids=[i for i, _ in CYCLING])
@@ -130,8 +131,7 @@ def test_float16_cache(dtype, phase, local, rotary, rng, error_table):
            "pos_bias": (False, False), "qk_output": 0, "cache": "float", "dtype": dtype}
     case = build_cycling_case(row, rng)
     config = f"{dtype}-cache-{phase}{'-local' if local else ''}-rot-{rotary}"
-    check_case(case, config, error_table)
-    _, kernel = run_attnrt(case.attrs, case.feeds)
+    _, kernel = check_case(case, config, error_table)
     expected = "naive" if local and S > 1 else "flash"
     assert f".{expected}." in kernel, f"{config}: kernel {kernel}, expected a {expected} kernel"
 
@@ -156,7 +156,7 @@ def test_model(model, phase, B, rng, error_table):
     valid = np.array([4096] + list(rng.integers(1, 4097, B - 1)))
     for step in (1, 2):
         case = model_decode_feeds(model, valid, past_k, past_v, rng)
-        ort_out = check_case(case, f"{config} step{step}", error_table)
+        ort_out, _ = check_case(case, f"{config} step{step}", error_table)
         past_k, past_v, valid = ort_out["present_key"], ort_out["present_value"], valid + 1
 
 

@@ -606,6 +606,11 @@ void ExpectPagedEqualsContiguous(const std::string& algorithm, const std::string
   EXPECT_EQ(rows_different, 0);
 }
 
+// "<isa>_<case>" test names for the (isa, case) suites below.
+std::string IsaCaseName(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+}
+
 class PagedNaiveEqualsContiguous : public ::testing::TestWithParam<std::tuple<std::string, Case>> {
 };
 
@@ -617,10 +622,7 @@ TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
 INSTANTIATE_TEST_SUITE_P(CpuX86, PagedNaiveEqualsContiguous,
                          ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
                                             ::testing::ValuesIn(Cases())),
-                         [](const auto& param_info) {
-                           return std::get<0>(param_info.param) + "_" +
-                                  std::get<1>(param_info.param).name;
-                         });
+                         IsaCaseName);
 
 class PagedFlashEqualsContiguousNarrowCache
     : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
@@ -633,10 +635,7 @@ TEST_P(PagedFlashEqualsContiguousNarrowCache, Bitwise) {
 INSTANTIATE_TEST_SUITE_P(CpuX86, PagedFlashEqualsContiguousNarrowCache,
                          ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
                                             ::testing::ValuesIn(FlashCases())),
-                         [](const auto& param_info) {
-                           return std::get<0>(param_info.param) + "_" +
-                                  std::get<1>(param_info.param).name;
-                         });
+                         IsaCaseName);
 
 // ---- against the float64 reference --------------------------------------------------------------
 
