@@ -34,12 +34,17 @@ constexpr int64_t kMinChunkKeys = 256;
 // Linux aarch64 before onnxruntime PR #29621).
 constexpr int64_t kFallbackL2Bytes = int64_t{1} << 20;
 constexpr int64_t kMinKvBlock = 16;
-// Grouped paged decode (RunHeadGroup): most kv heads one task holds; most keys per block-operation
-// call; and how many segments ahead the rows are requested (with every kv head of a Llama-3-8B
-// layer, 64 float32 keys are 256 KiB of a cache block; on the 2-core AVX2 machine the paged
-// benchmark measured 64 keys one segment ahead best among 16-128 keys and 1-8 segments).
+// Grouped paged decode (RunHeadGroup): most kv heads one task holds; the bytes of one kv head's
+// rows per block-operation call (a segment: kGroupSegmentBytes / row bytes keys, within
+// [kMinGroupKeys, kMaxGroupKeys]); and how many segments ahead the rows are requested. Measured
+// with the paged benchmark (Llama-3-8B, every kv head in the task, blocks of 64 and 256, same-
+// process A/B) on a 2-core AVX-512 machine: float32 (512-byte rows) 16 keys 1.1-3.1% faster than
+// 32 and 3.4-5.0% faster than 64 with two threads (8 keys: 5-7% slower over BNSH blocks); float16
+// 32 keys 0.2-3.3% faster than 64 and 3.7-8.4% faster than 16. One segment ahead: two were slower.
 constexpr int64_t kMaxGroupHeads = 16;
-constexpr int64_t kGroupKeys = 64;
+constexpr size_t kGroupSegmentBytes = 8 << 10;
+constexpr int64_t kMinGroupKeys = 8;
+constexpr int64_t kMaxGroupKeys = 64;
 constexpr int64_t kReadAhead = 1;
 // BNSH blocks whose runs of one kv head's rows are shorter than this are read for all kv heads at
 // once (measured with the paged benchmark, float32 H=128: blocks of 16 and 64 rows, 8 and 32 KiB
@@ -712,21 +717,26 @@ class GroupPrefetch {
 };
 
 // The order in which a grouped task reads its cache rows: key block by key block, the block's K
-// rows then its V rows, each in segments of at most kGroupKeys keys within one cache block. A
-// second cursor running a fixed number of segments ahead of the one being computed says what to
-// prefetch, so the rows arrive from memory at a steady distance whatever the block size (one
-// segment ahead is too close: the hardware prefetchers do not follow the block table).
+// rows then its V rows, each in segments of about kGroupSegmentBytes per kv head within one cache
+// block. A second cursor running kReadAhead segments ahead of the one being computed says what to
+// prefetch, so the rows arrive from memory at a steady distance whatever the block size (the
+// hardware prefetchers do not follow the block table).
 class ReadOrder {
  public:
   ReadOrder(const GqaRun& r, const TaskSpan& span, int64_t ld, const KvSource& keys)
-      : r_(r), span_(span), ld_(ld), keys_(keys) {
+      : r_(r),
+        span_(span),
+        ld_(ld),
+        keys_(keys),
+        segment_keys_(std::clamp(static_cast<int64_t>(kGroupSegmentBytes / r.cache_row_bytes),
+                                 kMinGroupKeys, kMaxGroupKeys)) {
     EnterBlock(span.key_begin);
   }
 
   bool done() const { return j0_ >= span_.key_end; }
   bool values() const { return values_; }
   int64_t j() const { return j_; }
-  int64_t n() const { return std::min(keys_.Segment(j_, rows_.je), kGroupKeys); }
+  int64_t n() const { return std::min(keys_.Segment(j_, rows_.je), segment_keys_); }
   const BlockRows& rows() const { return rows_; }
   int64_t block_end() const { return std::min(j0_ + ld_, span_.key_end); }
 
@@ -755,6 +765,7 @@ class ReadOrder {
   const TaskSpan& span_;
   int64_t ld_;
   const KvSource& keys_;  // cache block boundaries (the same for K and V)
+  int64_t segment_keys_;
   int64_t j0_ = 0;
   bool values_ = false;
   int64_t j_ = 0;
