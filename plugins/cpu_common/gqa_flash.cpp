@@ -774,11 +774,11 @@ class ReadOrder {
 
 // Rows [0, min(n, kNextCallRows)) from `row` on, `stride` apart, requested into L1. A block
 // operation requests its rows into L1 some way ahead of the ones it reads (8 KiB ahead in the
-// AVX-512 score kernel), which starts too late for its first rows, and the short calls of small
-// cache blocks are mostly first rows; so the driver requests the next head's first rows while the
-// call before it computes (measured with the paged benchmark, float32, blocks of 16: 3.5-6.6%
-// faster with one thread, 1.0-1.7% with two; blocks of 64 and 256 unchanged; 2 and 8 rows no
-// better, 16 worse over BSNH blocks).
+// AVX-512 score kernel), which starts too late for its first rows, and the short calls of a
+// grouped decode are mostly first rows; so the driver requests the next head's first rows while
+// the call before it computes. Measured with the paged benchmark (float32, 16-key segments,
+// same-process A/B, two threads): without it 2.4-3.4% slower over blocks of 16, 64 and 256; 2
+// rows 1.4-4.6% and 8 rows 1.0-2.9% slower than 4.
 constexpr int64_t kNextCallRows = 4;
 
 void PrefetchFirstRows(const GqaRun& r, const unsigned char* row, size_t stride, int64_t n) {
