@@ -40,7 +40,8 @@ constexpr int64_t kMinKvBlock = 16;
 // with the paged benchmark (Llama-3-8B, every kv head in the task, blocks of 64 and 256, same-
 // process A/B) on a 2-core AVX-512 machine: float32 (512-byte rows) 16 keys 1.1-3.1% faster than
 // 32 and 3.4-5.0% faster than 64 with two threads (8 keys: 5-7% slower over BNSH blocks); float16
-// 32 keys 0.2-3.3% faster than 64 and 3.7-8.4% faster than 16. One segment ahead: two were slower.
+// 32 keys 0.2-3.3% faster than 64 and 3.7-8.4% faster than 16; the AVX2 kernels, float32, 16 keys
+// 3.4-10.6% faster than 64. One segment ahead: two were slower.
 constexpr int64_t kMaxGroupHeads = 16;
 constexpr size_t kGroupSegmentBytes = 8 << 10;
 constexpr int64_t kMinGroupKeys = 8;
