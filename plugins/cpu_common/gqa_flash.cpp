@@ -835,12 +835,12 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
       const HeadTile& head = group[i];
       const Prefetch share = next.Share(i);
       float* block_scores = head.t.scores + row_begin * ld + (j - ja);
+      const GqaFlashKv rows{row, source.stride, r.cache_type, v ? head.v_scale : head.k_scale,
+                            r.scale_per_channel};
       if (v) {
-        const GqaFlashKv rows{row, source.stride, r.cache_type, head.v_scale, r.scale_per_channel};
         ops.accumulate(block_scores, row_count, ld, rows, n, h, head.t.acc + row_begin * h,
                        share.begin, share.bytes);
       } else {
-        const GqaFlashKv rows{row, source.stride, r.cache_type, head.k_scale, r.scale_per_channel};
         ops.scores(head.t.q + row_begin * h, row_count, rows, n, h, r.scale, block_scores, ld,
                    share.begin, share.bytes);
       }

@@ -265,8 +265,9 @@ void AccumulateBlockInt4(const float* p, int64_t ld, const Kv& v, int64_t d0, in
     SplitEvenOdd(_mm256_loadu_ps(acc + r * h), _mm256_loadu_ps(acc + r * h + 8), &even[r], &odd[r]);
   }
   __m256 even_scale = v.Scale(d0), odd_scale = even_scale;
-  if constexpr (Kv::kPerChannelScales)
+  if constexpr (Kv::kPerChannelScales) {
     SplitEvenOdd(v.Scale(d0), v.Scale(d0 + 8), &even_scale, &odd_scale);
+  }
   for (int64_t j = 0; j < keys; ++j) {
     ahead.Step();
     __m256 ve, vo;
