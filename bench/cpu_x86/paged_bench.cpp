@@ -10,6 +10,10 @@
 //                                   order in the pools, block layout L = bsnh or bnsh; counters
 //                                   contiguous_us, paged_us (medians), overhead_pct (median
 //                                   of the per-iteration ratios). P in {4096, 16384}
+//   BM_PagedOverhead/<L>_bs:16_in_order/past:<P>  the same over blocks of 16 whose pool order is
+//                                   the logical order (block table 0, 1, 2, ...): the step reads
+//                                   the same rows through the same table, so the difference from
+//                                   bs:16 is the cost of the blocks' scatter in memory
 //   BM_PagedOverhead/gemma_softcap_<L>_bs:<BS>/past:4096  the same with Gemma-2-9B local-layer
 //                                   shapes (num_heads 16, kv_num_heads 8, head_size 256, softcap
 //                                   50): gqa.flash declines softcap, so both sides run the naive
@@ -117,7 +121,7 @@ struct Step {
 };
 
 std::unique_ptr<Step> MakeStep(const Shape& m, int64_t past, int64_t block_size, bool bnsh,
-                               std::mt19937& rng) {
+                               bool in_order, std::mt19937& rng) {
   auto step = std::make_unique<Step>();
   const int64_t T = past + 1;
   const int64_t heads = m.num_heads, kv_heads = m.kv_num_heads, head_size = m.head_size;
@@ -158,7 +162,9 @@ std::unique_ptr<Step> MakeStep(const Shape& m, int64_t past, int64_t block_size,
   Tensor* table = step->Add(std::make_unique<Tensor>(kI32, std::vector<int64_t>{1, blocks}, rng));
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);  // blocks scattered, as a busy pool leaves them
+  // Blocks scattered, as a busy pool leaves them; in_order: logical block i is pool block i (the
+  // pool reads like one contiguous BSNH/BNSH-per-block buffer).
+  if (!in_order) std::shuffle(ids.begin(), ids.end(), rng);
   std::copy(ids.begin(), ids.end(), table->i32());
   step->inputs.assign(ATTNRT_PAGED_GQA_NUM_INPUTS, nullptr);
   step->inputs[ATTNRT_PAGED_GQA_INPUT_QUERY] = &q->desc;
@@ -184,9 +190,12 @@ struct Runner {
   std::string error;
   size_t next = 0;
 
-  Runner(const Shape& m, int64_t block_size, bool bnsh, int64_t past, size_t copies) {
+  Runner(const Shape& m, int64_t block_size, bool bnsh, int64_t past, size_t copies,
+         bool in_order = false) {
     std::mt19937 rng(static_cast<unsigned>(past * 1009 + block_size * 7 + (bnsh ? 1 : 0)));
-    for (size_t c = 0; c < copies; ++c) steps.push_back(MakeStep(m, past, block_size, bnsh, rng));
+    for (size_t c = 0; c < copies; ++c) {
+      steps.push_back(MakeStep(m, past, block_size, bnsh, in_order, rng));
+    }
     attnrt_status status = attnrt_runtime_create(nullptr, &runtime);
     if (status == ATTNRT_OK && block_size == 0) {
       attnrt_gqa_attributes a;
@@ -273,10 +282,10 @@ double Median(std::vector<double> x) {
 // overhead_pct from the median of the per-iteration ratios, which a step slowed by another process
 // moves little.
 void BM_PagedOverhead(benchmark::State& state, const Shape& m, int64_t block_size, bool bnsh,
-                      int64_t past) {
+                      int64_t past, bool in_order) {
   const size_t copies = (Copies(past, m) + 1) / 2;  // two working sets are live
   Runner contiguous(m, 0, false, past, std::max<size_t>(2, copies));
-  Runner paged(m, block_size, bnsh, past, std::max<size_t>(2, copies));
+  Runner paged(m, block_size, bnsh, past, std::max<size_t>(2, copies), in_order);
   if (!contiguous.error.empty() || !paged.error.empty()) {
     state.SkipWithError((contiguous.error + paged.error).c_str());
     return;
@@ -393,10 +402,18 @@ int main(int argc, char** argv) {
       for (int64_t bs : {16, 64, 256}) {
         const std::string name = std::string("BM_PagedOverhead/") + (bnsh ? "bnsh" : "bsnh") +
                                  "_bs:" + std::to_string(bs) + "/past:" + std::to_string(past);
-        benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kLlama3_8B, bs, bnsh, past)
+        benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kLlama3_8B, bs, bnsh, past,
+                                     false)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
+      // The same blocks of 16 in pool order: what of the overhead is the scatter in memory.
+      const std::string name = std::string("BM_PagedOverhead/") + (bnsh ? "bnsh" : "bsnh") +
+                               "_bs:16_in_order/past:" + std::to_string(past);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kLlama3_8B, int64_t{16}, bnsh,
+                                   past, true)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
   }
   for (bool bnsh : {false, true}) {
@@ -405,7 +422,7 @@ int main(int argc, char** argv) {
                                (bnsh ? "bnsh" : "bsnh") + "_bs:" + std::to_string(bs) +
                                "/past:4096";
       benchmark::RegisterBenchmark(name.c_str(), BM_PagedOverhead, kGemma2_9BLocal, bs, bnsh,
-                                   int64_t{4096})
+                                   int64_t{4096}, false)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
