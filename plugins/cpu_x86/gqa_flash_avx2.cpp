@@ -18,6 +18,7 @@
 #include "gqa_avx2_math.h"
 #include "gqa_flash.h"
 #include "gqa_kernels.h"
+#include "gqa_key_loop.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
@@ -268,19 +269,20 @@ void AccumulateBlockInt4(const float* p, int64_t ld, const Kv& v, int64_t d0, in
   if constexpr (Kv::kPerChannelScales) {
     SplitEvenOdd(v.Scale(d0), v.Scale(d0 + 8), &even_scale, &odd_scale);
   }
-  for (int64_t j = 0; j < keys; ++j) {
-    ahead.Step();
-    __m256 ve, vo;
-    LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + d0 / 2, &ve, &vo);
-    ve = _mm256_mul_ps(ve, even_scale);
-    vo = _mm256_mul_ps(vo, odd_scale);
+  ForEachKey(
+      keys, [&](int64_t j) __attribute__((always_inline)) {
+        ahead.Step();
+        __m256 ve, vo;
+        LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + d0 / 2, &ve, &vo);
+        ve = _mm256_mul_ps(ve, even_scale);
+        vo = _mm256_mul_ps(vo, odd_scale);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
-      even[r] = _mm256_fmadd_ps(pr, ve, even[r]);
-      odd[r] = _mm256_fmadd_ps(pr, vo, odd[r]);
-    }
-  }
+        for (int r = 0; r < R; ++r) {
+          const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
+          even[r] = _mm256_fmadd_ps(pr, ve, even[r]);
+          odd[r] = _mm256_fmadd_ps(pr, vo, odd[r]);
+        }
+      });
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     __m256 a, b;
@@ -301,18 +303,19 @@ void AccumulateBlock(const float* p, int64_t ld, const Kv& v, int64_t d0, int64_
   __m256 scales[V];
 #pragma GCC unroll 4
   for (int c = 0; c < V; ++c) scales[c] = v.Scale(d0 + c * 8);
-  for (int64_t j = 0; j < keys; ++j) {
-    ahead.Step();
-    __m256 vv[V];
+  ForEachKey(
+      keys, [&](int64_t j) __attribute__((always_inline)) {
+        ahead.Step();
+        __m256 vv[V];
 #pragma GCC unroll 4
-    for (int c = 0; c < V; ++c) vv[c] = v.Load(j, d0 + c * 8, scales[c]);
+        for (int c = 0; c < V; ++c) vv[c] = v.Load(j, d0 + c * 8, scales[c]);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
+        for (int r = 0; r < R; ++r) {
+          const __m256 pr = _mm256_broadcast_ss(p + r * ld + j);
 #pragma GCC unroll 4
-      for (int c = 0; c < V; ++c) sum[r * V + c] = _mm256_fmadd_ps(pr, vv[c], sum[r * V + c]);
-    }
-  }
+          for (int c = 0; c < V; ++c) sum[r * V + c] = _mm256_fmadd_ps(pr, vv[c], sum[r * V + c]);
+        }
+      });
 #pragma GCC unroll 12
   for (int i = 0; i < R * V; ++i) _mm256_storeu_ps(acc + (i / V) * h + (i % V) * 8, sum[i]);
 }

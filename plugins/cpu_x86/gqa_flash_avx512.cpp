@@ -41,6 +41,7 @@
 #include "gqa_avx512_math.h"
 #include "gqa_flash.h"
 #include "gqa_kernels.h"
+#include "gqa_key_loop.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
@@ -568,28 +569,29 @@ void AccumulateBlockInt4(const float* p, int64_t ld, Kv v, int64_t d0, int64_t k
                    &even_scale[c], &odd_scale[c]);
     }
   }
-  for (int64_t j = 0; j < keys; ++j) {
-    ahead.Step();
-    __m512 ve[P], vo[P];
+  ForEachKey(
+      keys, [&](int64_t j) __attribute__((always_inline)) {
+        ahead.Step();
+        __m512 ve[P], vo[P];
 #pragma GCC unroll 4
-    for (int c = 0; c < P; ++c) {
-      LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + (d0 + c * 32) / 2, table,
-                      &ve[c], &vo[c]);
-      if constexpr (Kv::kPerChannelScales) {
-        ve[c] = _mm512_mul_ps(ve[c], even_scale[c]);
-        vo[c] = _mm512_mul_ps(vo[c], odd_scale[c]);
-      }
-    }
+        for (int c = 0; c < P; ++c) {
+          LoadInt4EvenOdd(v.data + static_cast<size_t>(j) * v.row_bytes + (d0 + c * 32) / 2, table,
+                          &ve[c], &vo[c]);
+          if constexpr (Kv::kPerChannelScales) {
+            ve[c] = _mm512_mul_ps(ve[c], even_scale[c]);
+            vo[c] = _mm512_mul_ps(vo[c], odd_scale[c]);
+          }
+        }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
+        for (int r = 0; r < R; ++r) {
+          const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
 #pragma GCC unroll 4
-      for (int c = 0; c < P; ++c) {
-        even[r * P + c] = _mm512_fmadd_ps(pr, ve[c], even[r * P + c]);
-        odd[r * P + c] = _mm512_fmadd_ps(pr, vo[c], odd[r * P + c]);
-      }
-    }
-  }
+          for (int c = 0; c < P; ++c) {
+            even[r * P + c] = _mm512_fmadd_ps(pr, ve[c], even[r * P + c]);
+            odd[r * P + c] = _mm512_fmadd_ps(pr, vo[c], odd[r * P + c]);
+          }
+        }
+      });
 #pragma GCC unroll 16
   for (int i = 0; i < R * P; ++i) {
     float* a = acc + (i / P) * h + d0 + (i % P) * 32;
@@ -621,18 +623,19 @@ void AccumulateBlock(const float* p, int64_t ld, Kv v, int64_t d0, int64_t keys,
   __m512 scales[V];
 #pragma GCC unroll 4
   for (int c = 0; c < V; ++c) scales[c] = v.Scale(d0 + c * 16, masks[c]);
-  for (int64_t j = 0; j < keys; ++j) {
-    ahead.Step();
-    __m512 vv[V];
+  ForEachKey(
+      keys, [&](int64_t j) __attribute__((always_inline)) {
+        ahead.Step();
+        __m512 vv[V];
 #pragma GCC unroll 4
-    for (int c = 0; c < V; ++c) vv[c] = v.Load(j, d0 + c * 16, scales[c], masks[c]);
+        for (int c = 0; c < V; ++c) vv[c] = v.Load(j, d0 + c * 16, scales[c], masks[c]);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
+        for (int r = 0; r < R; ++r) {
+          const __m512 pr = _mm512_set1_ps(p[r * ld + j]);
 #pragma GCC unroll 4
-      for (int c = 0; c < V; ++c) sum[r * V + c] = _mm512_fmadd_ps(pr, vv[c], sum[r * V + c]);
-    }
-  }
+          for (int c = 0; c < V; ++c) sum[r * V + c] = _mm512_fmadd_ps(pr, vv[c], sum[r * V + c]);
+        }
+      });
 #pragma GCC unroll 24
   for (int i = 0; i < R * V; ++i) {
     _mm512_mask_storeu_ps(acc + (i / V) * h + d0 + (i % V) * 16, masks[i % V], sum[i]);
