@@ -8,9 +8,10 @@
 // in memory, and the requests cost memory bandwidth for nothing. So the last kStrideTailKeys keys
 // go through code of their own (other load instructions), and the trained loads stop before the
 // end. The keys are visited in the same order either way: the sums, and so the outputs, are bitwise
-// unchanged. Measured with the paged benchmark (Llama-3-8B decode, past 16384, same-process A/B,
-// AVX-512 kernels): BSNH blocks of 16 3.2-4.6% faster, blocks of 64 1.0-1.5%, BNSH blocks of 16
-// unchanged; a tail of 4 or 8 keys measured the same as 2.
+// unchanged. Measured with the paged benchmark (Llama-3-8B decode, past 4096 and 16384,
+// same-process A/B): AVX-512 kernels, BSNH blocks of 16 4.1-4.3% faster with two threads
+// and 2.4-2.7% with one, blocks of 64 0.9-1.6%, BNSH blocks and the contiguous decode within 1%;
+// AVX2 kernels, BSNH blocks of 16 3.3-3.4% faster. A tail of 4 or 8 keys measured the same as 2.
 //
 // Internal linkage throughout, for the reason gqa_avx2_math.h gives.
 #pragma once
