@@ -191,7 +191,7 @@ struct Runner {
   size_t next = 0;
 
   Runner(const Shape& m, int64_t block_size, bool bnsh, int64_t past, size_t copies,
-         bool in_order = false) {
+         bool in_order) {
     std::mt19937 rng(static_cast<unsigned>(past * 1009 + block_size * 7 + (bnsh ? 1 : 0)));
     for (size_t c = 0; c < copies; ++c) {
       steps.push_back(MakeStep(m, past, block_size, bnsh, in_order, rng));
@@ -253,7 +253,7 @@ size_t Copies(int64_t past, const Shape& m = kLlama3_8B) {
 }
 
 void BM_Decode(benchmark::State& state, int64_t past) {
-  Runner runner(kLlama3_8B, 0, false, past, Copies(past));
+  Runner runner(kLlama3_8B, 0, false, past, Copies(past), false);
   if (!runner.error.empty()) {
     state.SkipWithError(runner.error.c_str());
     return;
@@ -284,7 +284,7 @@ double Median(std::vector<double> x) {
 void BM_PagedOverhead(benchmark::State& state, const Shape& m, int64_t block_size, bool bnsh,
                       int64_t past, bool in_order) {
   const size_t copies = (Copies(past, m) + 1) / 2;  // two working sets are live
-  Runner contiguous(m, 0, false, past, std::max<size_t>(2, copies));
+  Runner contiguous(m, 0, false, past, std::max<size_t>(2, copies), false);
   Runner paged(m, block_size, bnsh, past, std::max<size_t>(2, copies), in_order);
   if (!contiguous.error.empty() || !paged.error.empty()) {
     state.SkipWithError((contiguous.error + paged.error).c_str());

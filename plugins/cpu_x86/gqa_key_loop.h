@@ -10,7 +10,7 @@
 // end. The keys are visited in the same order either way: the sums, and so the outputs, are bitwise
 // unchanged. Measured with the paged benchmark (Llama-3-8B decode, past 4096 and 16384,
 // same-process A/B): AVX-512 kernels, BSNH blocks of 16 4.1-4.3% faster with two threads
-// and 2.4-2.7% with one, blocks of 64 0.9-1.6%, BNSH blocks and the contiguous decode within 1%;
+// and 2.4-2.7% with one, blocks of 64 0.9-1.6%, BNSH blocks and the contiguous decode within 1.2%;
 // AVX2 kernels, BSNH blocks of 16 3.3-3.4% faster. A tail of 4 or 8 keys measured the same as 2.
 //
 // Internal linkage throughout, for the reason gqa_avx2_math.h gives.
