@@ -485,8 +485,13 @@ bool RowsOfBlock(const GqaRun& r, const TaskSpan& span, int64_t j0, int64_t j1, 
   return out->je > out->ja;
 }
 
+// The block-operation view of cache rows from `row` on, `stride` bytes apart.
+GqaFlashKv RowsAt(const GqaRun& r, const void* row, size_t stride, const float* scale) {
+  return GqaFlashKv{row, stride, r.cache_type, scale, r.scale_per_channel};
+}
+
 GqaFlashKv BlockOf(const GqaRun& r, const KvSource& src, int64_t j, const float* scale) {
-  return GqaFlashKv{src.Row(j), src.stride, r.cache_type, scale, r.scale_per_channel};
+  return RowsAt(r, src.Row(j), src.stride, scale);
 }
 
 // The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
@@ -835,8 +840,7 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
       const HeadTile& head = group[i];
       const Prefetch share = next.Share(i);
       float* block_scores = head.t.scores + row_begin * ld + (j - ja);
-      const GqaFlashKv rows{row, source.stride, r.cache_type, v ? head.v_scale : head.k_scale,
-                            r.scale_per_channel};
+      const GqaFlashKv rows = RowsAt(r, row, source.stride, v ? head.v_scale : head.k_scale);
       if (v) {
         ops.accumulate(block_scores, row_count, ld, rows, n, h, head.t.acc + row_begin * h,
                        share.begin, share.bytes);
