@@ -1,6 +1,6 @@
 /*
  * attnrt.i — the one SWIG interface of attnrt's language bindings, over the C ABI only
- * (abi/attnrt/attnrt.h, abi/attnrt/ops/gqa.h).
+ * (abi/attnrt/attnrt.h, abi/attnrt/block_pool.h, abi/attnrt/ops/*.h).
  *
  *   Python: module attnrt.attnrt_c (SWIG's proxy of the extension attnrt._attnrt_c), low level; the
  *           package attnrt (bindings/python/attnrt/) is the API users import.
@@ -270,6 +270,11 @@ class TensorList {
     return true;
   }
 
+  // The tensor at `index`, or nullptr when the position is empty or out of range.
+  const attnrt_tensor* at(size_t index) const {
+    return index < slots_.size() ? pointers_[index] : nullptr;
+  }
+
   bool check_index(size_t index, const char* name) const {
     if (index < slots_.size()) return true;
     fail(ATTNRT_ERROR_INVALID_ARGUMENT, std::string(name ? name : "tensor") + ": position " +
@@ -332,6 +337,10 @@ class TensorList {
   void clear_all();
 };
 }
+
+// Every op beyond GroupQueryAttention, the block pool, the encoders and workspaces. Included here,
+// before the handles' %extend blocks, so that its support code precedes all extension code.
+%include "ops.i"
 
 /* ---- handles --------------------------------------------------------------------------------------- */
 

@@ -101,7 +101,37 @@ static std::string take_python_error() {
 
 // Calls object.__dlpack__(max_version=(1, 0)), falling back to object.__dlpack__() for producers
 // older than the 2023 array API. Returns a new reference or nullptr with a Python error set.
+static PyObject* call_dlpack_once(PyObject* object);
+
+// A torch tensor that requires grad refuses __dlpack__; its detach() is the same memory without the
+// autograd record (what a kernel call reads anyway), so it is exported instead.
 static PyObject* call_dlpack(PyObject* object) {
+  PyObject* capsule = call_dlpack_once(object);
+  if (capsule != nullptr) return capsule;
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* requires_grad = PyObject_GetAttrString(object, "requires_grad");
+  const bool retry = requires_grad == Py_True;
+  Py_XDECREF(requires_grad);
+  PyErr_Clear();
+  if (!retry) {
+    PyErr_Restore(type, value, traceback);
+    return nullptr;
+  }
+  PyObject* detached = PyObject_CallMethod(object, "detach", nullptr);
+  if (detached != nullptr) capsule = call_dlpack_once(detached);
+  Py_XDECREF(detached);
+  if (capsule == nullptr) {
+    PyErr_Restore(type, value, traceback);  // the original error says more
+    return nullptr;
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return capsule;
+}
+
+static PyObject* call_dlpack_once(PyObject* object) {
   PyObject* method = PyObject_GetAttrString(object, "__dlpack__");
   if (method == nullptr) return nullptr;
   PyObject* args = PyTuple_New(0);
@@ -115,6 +145,34 @@ static PyObject* call_dlpack(PyObject* object) {
   Py_XDECREF(args);
   Py_DECREF(method);
   return capsule;
+}
+
+// `object`.view(uintN) when object.dtype is one of ml_dtypes' types with a DLPack code (bfloat16,
+// float8_e4m3fn, float8_e8m0fnu), with that code in *dtype; nullptr (no Python error set) otherwise.
+static PyObject* view_extension_dtype(PyObject* object, attnrt_dtype* dtype) {
+  static const struct {
+    const char* name;
+    const char* view_as;
+    uint8_t code;
+    uint8_t bits;
+  } kTypes[] = {{"bfloat16", "uint16", ATTNRT_DTYPE_CODE_BFLOAT, 16},
+                {"float8_e4m3fn", "uint8", ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8},
+                {"float8_e8m0fnu", "uint8", ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8}};
+  PyObject* np_dtype = PyObject_GetAttrString(object, "dtype");
+  PyObject* np_name = np_dtype ? PyObject_GetAttrString(np_dtype, "name") : nullptr;
+  const char* name = np_name ? PyUnicode_AsUTF8(np_name) : nullptr;
+  PyObject* viewed = nullptr;
+  for (const auto& t : kTypes) {
+    if (name != nullptr && std::strcmp(name, t.name) == 0) {
+      viewed = PyObject_CallMethod(object, "view", "s", t.view_as);
+      *dtype = attnrt_dtype{t.code, t.bits, 1};
+      break;
+    }
+  }
+  Py_XDECREF(np_name);
+  Py_XDECREF(np_dtype);
+  if (viewed == nullptr) PyErr_Clear();
+  return viewed;
 }
 
 bool TensorList::set_object(size_t index, const char* name, PyObject* object, bool writable,
@@ -132,8 +190,18 @@ bool TensorList::set_object(size_t index, const char* name, PyObject* object, bo
     Slot& slot = slots_[index];
     int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(object, &slot.view, flags) != 0) {
+      // numpy arrays of ml_dtypes' bfloat16 / float8 types have no buffer format: borrow their
+      // bytes as unsigned integers of the same width and describe them with the DLPack code.
+      std::string error = take_python_error();
+      attnrt_dtype viewed_dtype{};
+      PyObject* viewed = has_override ? nullptr : view_extension_dtype(object, &viewed_dtype);
+      if (viewed != nullptr) {
+        bool ok = set_object(index, name, viewed, writable, viewed_dtype.code, viewed_dtype.bits);
+        Py_DECREF(viewed);  // the Py_buffer keeps its own reference
+        return ok;
+      }
       fail(ATTNRT_ERROR_INVALID_ARGUMENT,
-           label + ": " + (writable ? "a writable buffer is needed: " : "") + take_python_error());
+           label + ": " + (writable ? "a writable buffer is needed: " : "") + error);
       return false;
     }
     slot.has_view = true;
@@ -237,6 +305,37 @@ bool TensorList::set_object(size_t index, const char* name, PyObject* object, bo
 %}
 
 %extend attnrt_bind::TensorList {
+  /**
+   * Fills every position from `values`, a list or tuple by position (None: absent; positions past
+   * its end are emptied), as set() does for each; `op_kind` and `outputs` name the positions in
+   * errors (attnrt_op_input_name / attnrt_op_output_name). On an error every position is emptied.
+   * The one-call path of Plan.run: no Python-level work per tensor.
+   */
+  void assign(PyObject* values, bool writable, int32_t op_kind, bool outputs) {
+    $self->clear_all();
+    if (!PyList_Check(values) && !PyTuple_Check(values)) {
+      attnrt_bind::fail(ATTNRT_ERROR_INVALID_ARGUMENT, std::string(outputs ? "outputs" : "inputs") +
+                        ": expected a list or tuple by position, got " + Py_TYPE(values)->tp_name);
+      return;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+    if (static_cast<size_t>(n) > $self->size()) {
+      attnrt_bind::fail(ATTNRT_ERROR_INVALID_ARGUMENT, std::to_string(n) + (outputs ? " outputs" : " inputs") +
+                        " given, the op has " + std::to_string($self->size()));
+      return;
+    }
+    PyObject** items = PySequence_Fast_ITEMS(values);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (items[i] == Py_None) continue;
+      const char* name = outputs ? attnrt_op_output_name(op_kind, static_cast<size_t>(i))
+                                 : attnrt_op_input_name(op_kind, static_cast<size_t>(i));
+      if (!$self->set_object(static_cast<size_t>(i), name, items[i], writable, -1, 0)) {
+        $self->clear_all();
+        return;
+      }
+    }
+  }
+
   /**
    * Borrows `object` at position `index` without copying: an object with the buffer protocol (tried
    * first) or a DLPack producer; None empties the position. `writable` demands writable memory

@@ -1,14 +1,13 @@
 """attnrt: attention kernels behind one stable C ABI, for Python.
 
-GroupQueryAttention with ONNX Runtime's semantics (com.microsoft.GroupQueryAttention), run by the
-fastest plugin kernel that accepts the problem, on numpy arrays (or any buffer-protocol or DLPack
-object) without copying them::
+Every op of the library, run by the fastest plugin kernel that accepts the problem, on numpy arrays,
+torch tensors (CPU) or any buffer-protocol or DLPack object, without copying them; outputs come back
+in the inputs' framework (torch in, torch out)::
 
     import numpy as np
     import attnrt
 
     with attnrt.Runtime() as rt:
-        print(rt.list()["plugins"][0]["kernels"])
         q = np.random.rand(1, 8, 32 * 128).astype(np.float32)      # (B, S, N*H)
         k = np.random.rand(1, 8, 8 * 128).astype(np.float32)       # (B, L, Nkv*H)
         v = np.random.rand(1, 8, 8 * 128).astype(np.float32)
@@ -16,19 +15,33 @@ object) without copying them::
             rt, query=q, key=k, value=v, seqlens_k=[7], total_sequence_length=8,
             num_heads=32, kv_num_heads=8)
 
-Lower level: Runtime.gqa_op(...) -> GqaOp; GqaOp.plan(inputs, outputs) -> Plan; Plan.run(...).
-Every failure raises an attnrt.Error subclass per status code, carrying the library's message.
+Ops: gqa (ONNX Runtime's com.microsoft.GroupQueryAttention), paged_gqa (the same over a paged KV
+cache, with BlockPool), sparse_mla and sparse_mla_metadata (CANN's MixedQuantSparseFlashMla and its
+metadata op), sparse_mla_encode (the KV token formats). Lower level: Runtime.gqa_op(...),
+paged_gqa_op, sparse_mla_op, sparse_mla_metadata_op -> op; op.plan(inputs, outputs) -> Plan;
+Plan.run(...), Plan.bind(...) -> a callable that only runs; op.explain(...). PyTorch custom ops:
+``import attnrt.torch`` (torch.ops.attnrt.*). Every failure raises an attnrt.Error subclass per
+status code, carrying the library's message.
 """
 from ._errors import (AbiMismatchError, Error, InternalError, InvalidArgumentError, NotFoundError,
                       OutOfMemoryError, PlanMismatchError, UnavailableError, UnsupportedError)
-from ._api import (GQA_ATTRIBUTES, GQA_INPUTS, GQA_OUTPUTS, GqaOp, Plan, Runtime, abi_version, gqa,
-                   version)
+from ._runtime import Runtime, abi_version, version
+from ._op import BoundCall, Op, Plan
+from ._gqa import GQA_ATTRIBUTES, GQA_INPUTS, GQA_OUTPUTS, GqaOp, gqa
+from ._paged_gqa import PAGED_GQA_INPUTS, PAGED_GQA_OUTPUTS, PagedGqaOp, paged_gqa
+from ._block_pool import BlockCopy, BlockPool
+from ._sparse_mla import (SPARSE_MLA_ATTRIBUTES, SPARSE_MLA_INPUTS, SPARSE_MLA_OUTPUTS,
+                          TQ4_CODEBOOK, SparseMlaMetadataOp, SparseMlaOp, sparse_mla,
+                          sparse_mla_encode, sparse_mla_metadata)
 
 __version__ = version()
 
 __all__ = [
-    "AbiMismatchError", "Error", "GQA_ATTRIBUTES", "GQA_INPUTS", "GQA_OUTPUTS", "GqaOp",
-    "InternalError", "InvalidArgumentError", "NotFoundError", "OutOfMemoryError", "Plan",
-    "PlanMismatchError", "Runtime", "UnavailableError", "UnsupportedError", "abi_version", "gqa",
-    "version",
+    "AbiMismatchError", "BlockCopy", "BlockPool", "BoundCall", "Error", "GQA_ATTRIBUTES",
+    "GQA_INPUTS", "GQA_OUTPUTS", "GqaOp", "InternalError", "InvalidArgumentError", "NotFoundError",
+    "Op", "OutOfMemoryError", "PAGED_GQA_INPUTS", "PAGED_GQA_OUTPUTS", "PagedGqaOp", "Plan",
+    "PlanMismatchError", "Runtime", "SPARSE_MLA_ATTRIBUTES", "SPARSE_MLA_INPUTS",
+    "SPARSE_MLA_OUTPUTS", "SparseMlaMetadataOp", "SparseMlaOp", "TQ4_CODEBOOK",
+    "UnavailableError", "UnsupportedError", "abi_version", "gqa", "paged_gqa", "sparse_mla",
+    "sparse_mla_encode", "sparse_mla_metadata", "version",
 ]
