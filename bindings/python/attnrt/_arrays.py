@@ -55,26 +55,30 @@ def host_int_array(value: Any, dtype) -> Any:
     return value
 
 
-def empty(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
-    """An uninitialized array of `shape` in `like`'s framework: of `like`'s dtype when `dtype` is
-    None, else of `dtype` (a numpy dtype name such as "float32" or "int32", or another array whose
-    dtype is taken)."""
+def dtype_of(like: Any, dtype: Any = None) -> Any:
+    """The dtype in `like`'s framework (torch.dtype for a torch tensor, numpy dtype otherwise) of
+    `dtype`: None = `like`'s own, a str = that numpy dtype name, an array = that array's dtype."""
     if is_torch(like):
         import torch
         if dtype is None:
-            torch_dtype = like.dtype
-        elif isinstance(dtype, str):
-            torch_dtype = getattr(torch, dtype)
-        else:
-            torch_dtype = dtype.dtype if is_torch(dtype) else _torch_dtype_of_numpy(dtype.dtype)
-        return torch.empty(shape, dtype=torch_dtype, device=like.device)
+            return like.dtype
+        if isinstance(dtype, str):
+            return getattr(torch, dtype)
+        return dtype.dtype if is_torch(dtype) else getattr(torch, _numpy_dtype(dtype).name)
     if dtype is None:
-        np_dtype = _numpy_dtype(like)
-    elif isinstance(dtype, str):
-        np_dtype = np.dtype(dtype)
-    else:
-        np_dtype = _numpy_dtype(dtype)
-    return np.empty(shape, np_dtype)
+        return _numpy_dtype(like)
+    if isinstance(dtype, str):
+        return np.dtype(dtype)
+    return _numpy_dtype(dtype)
+
+
+def empty(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
+    """An uninitialized array of `shape` in `like`'s framework, of dtype_of(like, dtype)."""
+    resolved = dtype_of(like, dtype)
+    if is_torch(like):
+        import torch
+        return torch.empty(shape, dtype=resolved, device=like.device)
+    return np.empty(shape, resolved)
 
 
 def _numpy_dtype(value: Any) -> np.dtype:
@@ -95,8 +99,3 @@ def _numpy_dtype_named(name: str) -> np.dtype:
     except TypeError:
         import ml_dtypes  # bfloat16, float8_e4m3fn, ...
         return np.dtype(getattr(ml_dtypes, name))
-
-
-def _torch_dtype_of_numpy(np_dtype: np.dtype):
-    import torch
-    return getattr(torch, np_dtype.name)

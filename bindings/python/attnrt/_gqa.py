@@ -87,7 +87,7 @@ class GqaOp(Op):
         self.attributes: dict[str, Any] = {n: getattr(native, n) for n in GQA_ATTRIBUTES}
         super().__init__(runtime, native)
 
-    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
         """The documented output shapes and dtypes for these inputs (a dict by name):
         output (B,S,N*H) of query's dtype; present_key/value (B,Nkv,max(T,P),H) (P rows with
         sliding_window_cache=1) of past_key's dtype (without a past: query's, or int8 / uint8

@@ -157,10 +157,20 @@ class Op:
 
     # ---- outputs ------------------------------------------------------------------------------------
 
-    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
         """{output name: (shape, dtype)}: dtype None = the first input's, a str = that numpy dtype
         name, an array = that array's dtype. Implemented per op."""
         raise NotImplementedError
+
+    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """The documented output shapes and dtypes for these inputs: {name: (shape, dtype)}, the
+        dtype a numpy dtype (a torch dtype when the first input is a torch tensor). Only the outputs
+        the attributes ask for are listed (output_qk with qk_output, softmax_lse with
+        return_softmax_lse)."""
+        by_name = self._by_name(inputs)
+        like = by_name.get(self.INPUTS[0])
+        return {name: (shape, _arrays.dtype_of(like, dtype))
+                for name, (shape, dtype) in self._output_specs(by_name).items()}
 
     def _by_name(self, inputs) -> dict[str, Any]:
         if isinstance(inputs, Mapping):
@@ -173,7 +183,7 @@ class Op:
         by_name = self._by_name(inputs)
         like = by_name.get(self.INPUTS[0])
         outputs = {}
-        for name, (shape, dtype) in self.output_shapes(by_name).items():
+        for name, (shape, dtype) in self._output_specs(by_name).items():
             value = given.get(name) if given else None
             outputs[name] = value if value is not None else _arrays.empty(like, shape, dtype)
         return outputs

@@ -56,7 +56,7 @@ class PagedGqaOp(Op):
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout)
         super().__init__(runtime, native)
 
-    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
         """output (B,S,N*H) of query's dtype; output_qk (B,N,S,T) with qk_output != 0."""
         inputs = self._by_name(inputs)
         a = self.attributes

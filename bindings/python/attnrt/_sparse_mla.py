@@ -80,7 +80,7 @@ class SparseMlaOp(Op):
         self.attributes: dict[str, Any] = {n: getattr(native, n) for n in SPARSE_MLA_ATTRIBUTES}
         super().__init__(runtime, native, self.KIND == _c.ATTNRT_OP_SPARSE_MLA_METADATA)
 
-    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
         """attn_out of q's shape and dtype; softmax_lse float32 (B,1,S1,N) for BSND q, (1,T1,N)
         for TND q, with return_softmax_lse."""
         q = _arrays.shape_of(self._by_name(inputs).get("q"), "q")
@@ -114,7 +114,7 @@ class SparseMlaMetadataOp(SparseMlaOp):
     TITLE = "sparse MLA metadata"
     OUTPUTS = SPARSE_MLA_METADATA_OUTPUTS
 
-    def output_shapes(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
         """metadata int32 (2048)."""
         return {self.OUTPUTS[0]: ((METADATA_SIZE,), "int32")}
 
