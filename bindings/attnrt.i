@@ -4,8 +4,9 @@
  *
  *   Python: module attnrt.attnrt_c (SWIG's proxy of the extension attnrt._attnrt_c), low level; the
  *           package attnrt (bindings/python/attnrt/) is the API users import.
- *   Java:   package org.attnrt; these proxies (Runtime, Op, Plan, Tensors, GqaAttributes) are the API,
- *           with hand-written companions in bindings/java/org/attnrt/.
+ *   Java:   package org.attnrt; these proxies (AttnrtRuntime, Op, Plan, Tensors, the attribute
+ *           classes, BlockPool, Workspace) are the API, with hand-written companions in
+ *           bindings/java/org/attnrt/ (GqaOp, PagedGqaOp, SparseMlaOp, SparseMlaEncoder, ...).
  *
  * What is shared: the handles as classes whose destructors call the ABI's destroy/release functions,
  * a tensor list (Tensors) that describes caller memory as attnrt_tensor descriptors without copying,
@@ -191,7 +192,12 @@ inline std::vector<std::string> split_paths(const char* paths) {
 %rename(RawCandidate) attnrt_candidate;
 %rename(RawPlanInfo) attnrt_plan_info;
 %rename(GqaAttributes) attnrt_gqa_attributes;
+#ifdef SWIGJAVA
+// Java: not `Runtime`, which `import org.attnrt.*;` would make ambiguous with java.lang.Runtime.
+%rename(AttnrtRuntime) attnrt_runtime;
+#else
 %rename(Runtime) attnrt_runtime;
+#endif
 %rename(Op) attnrt_op;
 %rename(Plan) attnrt_plan;
 %rename(Explanation) attnrt_explanation;
@@ -211,7 +217,7 @@ inline std::vector<std::string> split_paths(const char* paths) {
 %rename(GqaQuantType) attnrt_gqa_quant_type;
 %rename(GqaQkOutput) attnrt_gqa_qk_output;
 // Java enum constants live inside their enum: Status.ERROR_INVALID_ARGUMENT, GqaInput.QUERY,
-// GqaQkOutput.QK_OUTPUT_NONE, CandidateStatus.DECLINED, ...
+// GqaQkOutput.QK_OUTPUT_NONE, CandidateStatus.DECLINED, ... (the op headers' enums: ops.i).
 %rename("%(regex:/^ATTNRT_(GQA_INPUT_|GQA_OUTPUT_|GQA_QUANT_|CANDIDATE_|DEVICE_|DTYPE_CODE_|OP_|GQA_)?(.*)$/\\2/)s", %$isenumitem) "";
 // Fields as Java bean properties: setNumHeads, getKvNumHeads, ...
 %rename("%(lowercamelcase)s", %$isvariable) "";

@@ -142,7 +142,12 @@ inline const attnrt_tensor* encoder_rows(const TensorList& list, int64_t* num_to
 %ignore attnrt_block_pool_stats;
 %rename(PagedGqaAttributes) attnrt_paged_gqa_attributes;
 %rename(SparseMlaAttributes) attnrt_sparse_mla_attributes;
+#ifdef SWIGJAVA
+// Java: the copy is returned as the value class org.attnrt.BlockCopy (bindings/java/org/attnrt/).
+%rename(RawBlockCopy) attnrt_block_copy;
+#else
 %rename(BlockCopy) attnrt_block_copy;
+#endif
 %rename(BlockPool) attnrt_block_pool;
 %rename(Workspace) attnrt_bind::Workspace;
 %immutable attnrt_block_copy::src_block;
@@ -150,15 +155,25 @@ inline const attnrt_tensor* encoder_rows(const TensorList& list, int64_t* num_to
 %immutable attnrt_block_copy::num_tokens;
 
 #ifdef SWIGJAVA
-%rename(PagedGqaInput) attnrt_paged_gqa_input;
-%rename(PagedGqaOutput) attnrt_paged_gqa_output;
 %rename(PagedKvLayout) attnrt_paged_kv_layout;
-%rename(SparseMlaInput) attnrt_sparse_mla_input;
-%rename(SparseMlaOutput) attnrt_sparse_mla_output;
 %rename(SparseMlaLayout) attnrt_sparse_mla_layout;
-%rename(SparseMlaMaskMode) attnrt_sparse_mla_mask_mode;
 %rename(SparseMlaScenario) attnrt_sparse_mla_scenario;
-// Enum constants keep their op prefix: PagedGqaInput.PAGED_GQA_INPUT_KEY_CACHE, ...
+// The position enums and the mask modes are hand-written Java enums (bindings/java/org/attnrt/):
+// SWIG's enum items share one C scope, so PagedGqaInput.QUERY would collide with GqaInput.QUERY
+// (and SparseMlaMaskMode.NONE with GqaQuantType.NONE). The others lose their prefix here.
+%ignore attnrt_paged_gqa_input;
+%ignore attnrt_paged_gqa_output;
+%ignore attnrt_sparse_mla_input;
+%ignore attnrt_sparse_mla_output;
+%ignore attnrt_sparse_mla_mask_mode;
+%rename(BSNH) ATTNRT_PAGED_KV_LAYOUT_BSNH;
+%rename(BNSH) ATTNRT_PAGED_KV_LAYOUT_BNSH;
+%rename(BSND) ATTNRT_SPARSE_MLA_LAYOUT_BSND;
+%rename(TND) ATTNRT_SPARSE_MLA_LAYOUT_TND;
+%rename(PA_BBND) ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
+%rename(SWA) ATTNRT_SPARSE_MLA_SWA;
+%rename(CSA) ATTNRT_SPARSE_MLA_CSA;
+%rename(HCA) ATTNRT_SPARSE_MLA_HCA;
 #endif
 
 %include "attnrt/ops/paged_gqa.h"

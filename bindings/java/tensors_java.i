@@ -124,7 +124,52 @@ void TensorList::release(size_t index) {
         dtype, shape);
   }
 
-  private Tensors setNamed(long index, String name, java.nio.Buffer buffer, DType dtype,
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a paged GroupQueryAttention input. */
+  public Tensors set(PagedGqaInput input, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return setNamed(input.swigValue(), input.name().toLowerCase(java.util.Locale.ROOT), buffer, dtype,
+        shape);
+  }
+
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a paged GroupQueryAttention output. */
+  public Tensors set(PagedGqaOutput output, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return setNamed(output.swigValue(), output.name().toLowerCase(java.util.Locale.ROOT), buffer,
+        dtype, shape);
+  }
+
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a sparse MLA (or metadata op) input. */
+  public Tensors set(SparseMlaInput input, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return setNamed(input.swigValue(), input.name().toLowerCase(java.util.Locale.ROOT), buffer, dtype,
+        shape);
+  }
+
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a sparse MLA output. */
+  public Tensors set(SparseMlaOutput output, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return setNamed(output.swigValue(), output.name().toLowerCase(java.util.Locale.ROOT), buffer,
+        dtype, shape);
+  }
+
+  /** An empty list of the 17 paged GroupQueryAttention input positions ({@link PagedGqaInput}). */
+  public static Tensors pagedGqaInputs() {
+    return new Tensors(PagedGqaInput.NUM_INPUTS.swigValue());
+  }
+
+  /** An empty list of the 2 paged GroupQueryAttention output positions ({@link PagedGqaOutput}). */
+  public static Tensors pagedGqaOutputs() {
+    return new Tensors(PagedGqaOutput.NUM_OUTPUTS.swigValue());
+  }
+
+  /** An empty list of the 18 sparse MLA input positions ({@link SparseMlaInput}), also the
+   *  metadata op's. */
+  public static Tensors sparseMlaInputs() {
+    return new Tensors(SparseMlaInput.NUM_INPUTS.swigValue());
+  }
+
+  /** An empty list of the 2 sparse MLA output positions ({@link SparseMlaOutput}). */
+  public static Tensors sparseMlaOutputs() {
+    return new Tensors(SparseMlaOutput.NUM_OUTPUTS.swigValue());
+  }
+
+  Tensors setNamed(long index, String name, java.nio.Buffer buffer, DType dtype,
       long... shape) {
     if (buffer == null) {
       clear(index);

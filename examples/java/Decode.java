@@ -4,13 +4,13 @@ import java.nio.FloatBuffer;
 import java.nio.IntBuffer;
 import java.util.Random;
 import org.attnrt.Attnrt;
+import org.attnrt.AttnrtRuntime;
 import org.attnrt.DType;
 import org.attnrt.GqaAttributes;
 import org.attnrt.GqaInput;
 import org.attnrt.GqaOutput;
-import org.attnrt.Op;
+import org.attnrt.GqaOp;
 import org.attnrt.Plan;
-import org.attnrt.Runtime;
 import org.attnrt.Tensors;
 
 /**
@@ -67,9 +67,9 @@ public final class Decode {
     // The shared KV buffer (B, Nkv, capacity, H): past and present are the same memory.
     FloatBuffer cacheK = floats((long) KV_NUM_HEADS * capacity * HEAD_SIZE);
     FloatBuffer cacheV = floats((long) KV_NUM_HEADS * capacity * HEAD_SIZE);
-    try (Runtime rt = new Runtime(null, 1, null, null, -1, threads);
+    try (AttnrtRuntime rt = AttnrtRuntime.builder().numThreads(threads).build();
         GqaAttributes attributes = GqaAttributes.of(NUM_HEADS, KV_NUM_HEADS);
-        Op op = new Op(rt, attributes);
+        GqaOp op = new GqaOp(rt, attributes);
         Tensors in = Tensors.gqaInputs();
         Tensors out = Tensors.gqaOutputs()) {
       System.out.printf("attnrt %s, %d threads; Llama-3-8B layer: N=%d Nkv=%d H=%d, KV buffer %d rows%n",

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import attnrt_c as _c
+from ._errors import NotFoundError
 from ._op import closed
 
 
@@ -116,7 +117,13 @@ class BlockPool:
             with more blocks than max_blocks_per_seq; an empty sequence with with_seqlens_k."""
         ids = np.asarray(list(sequences), dtype=np.int64).reshape(-1)
         if max_blocks_per_seq is None:
-            max_blocks_per_seq = max([self.num_blocks_of(s) for s in ids] + [1])
+            widths = [1]
+            for i, s in enumerate(ids):
+                try:
+                    widths.append(self.num_blocks_of(s))
+                except NotFoundError as e:
+                    raise NotFoundError(f"sequences[{i}]: {e.message.removeprefix('sequence: ')}") from None
+            max_blocks_per_seq = max(widths)
         table = np.empty((ids.shape[0], int(max_blocks_per_seq)), np.int32)
         seqlens = np.empty(ids.shape[0], np.int32) if with_seqlens_k else None
         arrays = _c.Tensors(3)

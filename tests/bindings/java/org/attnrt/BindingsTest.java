@@ -75,7 +75,7 @@ public class BindingsTest {
   public void versionAndPlugins() {
     assertEquals(1, Attnrt.abiVersionMajor());
     assertFalse(Attnrt.version().isEmpty());
-    try (Runtime rt = new Runtime()) {
+    try (AttnrtRuntime rt = new AttnrtRuntime()) {
       assertTrue(rt.numThreads() >= 1);
       List<PluginInfo> plugins = rt.plugins();
       PluginInfo cpu = plugins.stream().filter(p -> p.name.equals("cpu_x86")).findFirst().get();
@@ -96,7 +96,7 @@ public class BindingsTest {
     int capacity = 16;
     FloatBuffer kCache = floats(NKV * capacity * H);
     FloatBuffer vCache = floats(NKV * capacity * H);
-    try (Runtime rt = new Runtime();
+    try (AttnrtRuntime rt = new AttnrtRuntime();
         GqaAttributes attributes = GqaAttributes.of(N, NKV);
         Op op = new Op(rt, attributes);
         Tensors in = Tensors.gqaInputs();
@@ -143,7 +143,7 @@ public class BindingsTest {
     Random rng = new Random(3);
     FloatBuffer big = random(rng, 8 + N * H);
     FloatBuffer k = random(rng, NKV * H);
-    try (Runtime rt = new Runtime();
+    try (AttnrtRuntime rt = new AttnrtRuntime();
         GqaAttributes a = GqaAttributes.of(N, NKV);
         Op op = new Op(rt, a);
         Tensors in = Tensors.gqaInputs();
@@ -175,7 +175,7 @@ public class BindingsTest {
 
   @Test
   public void explainListsEveryKernel() {
-    try (Runtime rt = new Runtime(null, 1, null, "*avx2*");
+    try (AttnrtRuntime rt = AttnrtRuntime.builder().disable("*avx2*").build();
         GqaAttributes a = GqaAttributes.of(N, NKV);
         Op op = new Op(rt, a);
         Tensors in = Tensors.gqaInputs();
@@ -211,14 +211,14 @@ public class BindingsTest {
 
   @Test
   public void failuresThrowWithStatusAndMessage() {
-    try (Runtime rt = new Runtime(); GqaAttributes bad = GqaAttributes.of(6, 4)) {
+    try (AttnrtRuntime rt = new AttnrtRuntime(); GqaAttributes bad = GqaAttributes.of(6, 4)) {
       AttnrtException e = expectFailure(() -> new Op(rt, bad).close());
       assertEquals(Status.ERROR_INVALID_ARGUMENT, e.getStatus());
       assertEquals("ATTNRT_ERROR_INVALID_ARGUMENT", e.getStatusName());
       assertTrue(e.getDetail(), e.getDetail().contains("kv_num_heads"));
       assertTrue(e.getMessage().startsWith("ATTNRT_ERROR_INVALID_ARGUMENT: "));
     }
-    try (Runtime rt = new Runtime(null, 1, "no-such-kernel*");
+    try (AttnrtRuntime rt = AttnrtRuntime.builder().kernel("no-such-kernel*").build();
         GqaAttributes a = GqaAttributes.of(N, NKV);
         Op op = new Op(rt, a);
         Tensors in = Tensors.gqaInputs();
@@ -262,7 +262,7 @@ public class BindingsTest {
 
   @Test
   public void closedHandlesThrow() {
-    Runtime rt = new Runtime();
+    AttnrtRuntime rt = new AttnrtRuntime();
     rt.close();
     rt.close();
     AttnrtException e = expectFailure(() -> rt.numThreads());

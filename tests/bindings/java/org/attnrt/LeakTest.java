@@ -46,7 +46,7 @@ public class LeakTest {
   final IntBuffer total = ints(S);
 
   void cycle() {
-    try (Runtime rt = new Runtime(null, 1, null, null, -1, 1);
+    try (AttnrtRuntime rt = AttnrtRuntime.builder().numThreads(1).build();
         GqaAttributes a = GqaAttributes.of(N, NKV);
         Op op = new Op(rt, a);
         Tensors in = Tensors.gqaInputs();
