@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
 # onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder),
-# then the aarch64 cross build and its GoogleTest suite under qemu (scripts/test-arm.sh).
+# then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite
+# under qemu (scripts/test-arm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -35,5 +36,8 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
 fi
 
 if [ "$sanitize" = 0 ]; then
+  # pip install . into fresh venvs, auditwheel repair, then the package and docs/python.md's
+  # examples from outside the source tree.
+  "$root/scripts/test-wheel.sh" "$build_dir"
   "$root/scripts/test-arm.sh"
 fi

@@ -308,10 +308,13 @@ bool TensorList::set_object(size_t index, const char* name, PyObject* object, bo
   /**
    * Fills every position from `values`, a list or tuple by position (None: absent; positions past
    * its end are emptied), as set() does for each; `op_kind` and `outputs` name the positions in
-   * errors (attnrt_op_input_name / attnrt_op_output_name). On an error every position is emptied.
+   * errors (attnrt_op_input_name / attnrt_op_output_name); bit i of `written_inputs` demands
+   * writable memory at input i (inputs the op writes, such as paged KV pools). On an error every
+   * position is emptied.
    * The one-call path of Plan.run: no Python-level work per tensor.
    */
-  void assign(PyObject* values, bool writable, int32_t op_kind, bool outputs) {
+  void assign(PyObject* values, bool writable, int32_t op_kind, bool outputs,
+              unsigned long long written_inputs = 0) {
     $self->clear_all();
     if (!PyList_Check(values) && !PyTuple_Check(values)) {
       attnrt_bind::fail(ATTNRT_ERROR_INVALID_ARGUMENT, std::string(outputs ? "outputs" : "inputs") +
@@ -329,7 +332,8 @@ bool TensorList::set_object(size_t index, const char* name, PyObject* object, bo
       if (items[i] == Py_None) continue;
       const char* name = outputs ? attnrt_op_output_name(op_kind, static_cast<size_t>(i))
                                  : attnrt_op_input_name(op_kind, static_cast<size_t>(i));
-      if (!$self->set_object(static_cast<size_t>(i), name, items[i], writable, -1, 0)) {
+      const bool written = writable || (i < 64 && ((written_inputs >> i) & 1) != 0);
+      if (!$self->set_object(static_cast<size_t>(i), name, items[i], written, -1, 0)) {
         $self->clear_all();
         return;
       }

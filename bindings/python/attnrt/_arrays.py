@@ -2,6 +2,7 @@
 allocated in the framework of the caller's inputs (torch in, torch out; numpy otherwise)."""
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Any
 
@@ -99,3 +100,24 @@ def _numpy_dtype_named(name: str) -> np.dtype:
     except TypeError:
         import ml_dtypes  # bfloat16, float8_e4m3fn, ...
         return np.dtype(getattr(ml_dtypes, name))
+
+
+def integer(value: Any, name: str, bits: int = 64) -> int:
+    """`value` as an int of a signed `bits`-bit range, or InvalidArgumentError naming `name`
+    (floats, strings and None are rejected rather than truncated)."""
+    if not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{name}: expected an integer, got {value!r}")
+    value = int(value)
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise InvalidArgumentError(f"{name}: expected a {bits}-bit signed integer, got {value}")
+    return value
+
+
+def attribute(value: Any, kind: type, name: str) -> Any:
+    """An attribute value converted to `kind` (int: 32-bit; float: any real), or
+    InvalidArgumentError naming the attribute."""
+    if kind is int:
+        return integer(value, name, 32)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name}: expected a number, got {value!r}")
+    return float(value)

@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import attnrt_c as _c
-from ._errors import NotFoundError
+from . import _arrays
+from ._errors import InvalidArgumentError, NotFoundError
 from ._op import closed
 
 
@@ -44,7 +45,8 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int):
-        self._handle = _c.BlockPool(int(num_blocks), int(block_size))
+        self._handle = _c.BlockPool(_arrays.integer(num_blocks, "num_blocks"),
+                                    _arrays.integer(block_size, "block_size", 32))
         self.num_blocks = int(num_blocks)
         self.block_size = int(block_size)
 
@@ -73,7 +75,7 @@ class BlockPool:
 
         Raises:
             NotFoundError: unknown parent."""
-        return self._h().fork(int(parent))
+        return self._h().fork(_arrays.integer(parent, "parent"))
 
     def append(self, sequence: int, num_tokens: int = 1) -> BlockCopy | None:
         """Grows `sequence` by `num_tokens` >= 0 tokens, allocating the blocks they need. Returns the
@@ -84,26 +86,28 @@ class BlockPool:
             NotFoundError: unknown sequence. InvalidArgumentError: num_tokens < 0.
             OutOfMemoryError: fewer free blocks than needed (the pool is unchanged)."""
         copy = _c.BlockCopy()
-        self._h().append(int(sequence), int(num_tokens), copy)
+        self._h().append(_arrays.integer(sequence, "sequence"),
+                        _arrays.integer(num_tokens, "num_tokens"), copy)
         if copy.num_tokens == 0:
             return None
         return BlockCopy(copy.src_block, copy.dst_block, copy.num_tokens)
 
     def truncate(self, sequence: int, new_length: int) -> None:
         """Shortens `sequence` to `new_length` tokens, releasing the blocks it no longer needs."""
-        self._h().truncate(int(sequence), int(new_length))
+        self._h().truncate(_arrays.integer(sequence, "sequence"),
+                          _arrays.integer(new_length, "new_length"))
 
     def remove(self, sequence: int) -> None:
         """Removes `sequence`, releasing its blocks (a block is free once no sequence uses it)."""
-        self._h().remove(int(sequence))
+        self._h().remove(_arrays.integer(sequence, "sequence"))
 
     def length(self, sequence: int) -> int:
         """Length of `sequence` in tokens."""
-        return self._h().sequence_length(int(sequence))
+        return self._h().sequence_length(_arrays.integer(sequence, "sequence"))
 
     def num_blocks_of(self, sequence: int) -> int:
         """Number of blocks `sequence` holds."""
-        return self._h().sequence_num_blocks(int(sequence))
+        return self._h().sequence_num_blocks(_arrays.integer(sequence, "sequence"))
 
     def block_table(self, sequences: Iterable[int], max_blocks_per_seq: int | None = None, *,
                     with_seqlens_k: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
@@ -115,7 +119,11 @@ class BlockPool:
         Raises:
             NotFoundError: an unknown sequence (named by index). InvalidArgumentError: a sequence
             with more blocks than max_blocks_per_seq; an empty sequence with with_seqlens_k."""
-        ids = np.asarray(list(sequences), dtype=np.int64).reshape(-1)
+        if not isinstance(sequences, Iterable):
+            raise InvalidArgumentError(
+                f"sequences: expected an iterable of sequence ids, got {type(sequences).__name__}")
+        ids = np.array([_arrays.integer(s, f"sequences[{i}]") for i, s in enumerate(sequences)],
+                       dtype=np.int64)
         if max_blocks_per_seq is None:
             widths = [1]
             for i, s in enumerate(ids):
@@ -124,7 +132,13 @@ class BlockPool:
                 except NotFoundError as e:
                     raise NotFoundError(f"sequences[{i}]: {e.message.removeprefix('sequence: ')}") from None
             max_blocks_per_seq = max(widths)
-        table = np.empty((ids.shape[0], int(max_blocks_per_seq)), np.int32)
+        max_blocks_per_seq = _arrays.integer(max_blocks_per_seq, "max_blocks_per_seq")
+        # A table far wider than the pool could fill is a mistake, not a request for memory.
+        limit = max(self.num_blocks, 1 << 16)
+        if not 0 <= max_blocks_per_seq <= limit:
+            raise InvalidArgumentError(
+                f"max_blocks_per_seq: expected 0 to {limit}, got {max_blocks_per_seq}")
+        table = np.empty((ids.shape[0], max_blocks_per_seq), np.int32)
         seqlens = np.empty(ids.shape[0], np.int32) if with_seqlens_k else None
         arrays = _c.Tensors(3)
         arrays.assign([ids, table, seqlens], True, 0, False)

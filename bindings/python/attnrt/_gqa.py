@@ -39,7 +39,7 @@ def set_gqa_attributes(native: "_c.GqaAttributes", attributes: dict[str, Any], t
                 raise InvalidArgumentError(
                     f"{name}: expected one of {', '.join(_QUANT_TYPES)}, got '{value}'")
             value = _QUANT_TYPES[value.upper()]
-        setattr(native, name, kind(value))
+        setattr(native, name, _arrays.attribute(value, kind, name))
 
 
 def head_size(attributes: dict[str, Any], query_shape: tuple[int, ...], packed: bool) -> int:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from . import attnrt_c as _c
 from . import _arrays
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, PlanMismatchError
 
 _CANDIDATE_STATUS = {code: _c.candidate_status_name(code) for code in range(7)}
 
@@ -34,18 +34,21 @@ class Op:
 
     Subclasses set KIND (attnrt_op_kind), TITLE (for messages), INPUTS and OUTPUTS (the reference
     op's names by position), HOST_INTS ({input name: numpy dtype} for inputs that may be given as
-    Python ints or lists), and implement output_shapes()."""
+    Python ints or lists), WRITTEN_INPUTS (inputs the op writes in place, borrowed writable), and
+    implement _output_specs()."""
 
     KIND: int = 0
     TITLE: str = ""
     INPUTS: tuple[str, ...] = ()
     OUTPUTS: tuple[str, ...] = ()
     HOST_INTS: dict[str, Any] = {}
+    WRITTEN_INPUTS: tuple[str, ...] = ()
 
     def __init__(self, runtime, native_attributes, *extra):
         self._handle = _c.Op(runtime._h(), native_attributes, *extra)
         self._input_index = {n: i for i, n in enumerate(self.INPUTS)}
         self._output_index = {n: i for i, n in enumerate(self.OUTPUTS)}
+        self._written = sum(1 << self._input_index[n] for n in self.WRITTEN_INPUTS)
 
     def _h(self) -> "_c.Op":
         if self._handle is None:
@@ -89,13 +92,16 @@ class Op:
             for name, dtype in self.HOST_INTS.items():
                 i = self._input_index[name]
                 if i < len(out) and isinstance(out[i], (int, list, tuple)):
-                    out[i] = _arrays.host_int_array(out[i], dtype)
+                    try:
+                        out[i] = _arrays.host_int_array(out[i], dtype)
+                    except (TypeError, ValueError, OverflowError) as e:
+                        raise InvalidArgumentError(f"{name}: {e}") from None
         return out
 
     def _lists(self, inputs, outputs) -> tuple["_c.Tensors", "_c.Tensors"]:
         ti = _c.Tensors(len(self.INPUTS))
         to = _c.Tensors(len(self.OUTPUTS))
-        ti.assign(self._positional(inputs, False), False, self.KIND, False)
+        ti.assign(self._positional(inputs, False), False, self.KIND, False, self._written)
         to.assign(self._positional(outputs, True), True, self.KIND, True)
         return ti, to
 
@@ -170,7 +176,14 @@ class Op:
         by_name = self._by_name(inputs)
         like = by_name.get(self.INPUTS[0])
         return {name: (shape, _arrays.dtype_of(like, dtype))
-                for name, (shape, dtype) in self._output_specs(by_name).items()}
+                for name, (shape, dtype) in self._specs(by_name).items()}
+
+    def _specs(self, by_name: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], Any]]:
+        try:
+            return self._output_specs(by_name)
+        except (TypeError, ValueError, IndexError, OverflowError) as e:
+            raise InvalidArgumentError(
+                f"cannot size the {self.TITLE} outputs from these inputs: {e}") from None
 
     def _by_name(self, inputs) -> dict[str, Any]:
         if isinstance(inputs, Mapping):
@@ -183,7 +196,7 @@ class Op:
         by_name = self._by_name(inputs)
         like = by_name.get(self.INPUTS[0])
         outputs = {}
-        for name, (shape, dtype) in self._output_specs(by_name).items():
+        for name, (shape, dtype) in self._specs(by_name).items():
             value = given.get(name) if given else None
             outputs[name] = value if value is not None else _arrays.empty(like, shape, dtype)
         return outputs
@@ -247,7 +260,7 @@ class Plan:
             _c.Tensors(len(op.INPUTS)), _c.Tensors(len(op.OUTPUTS)))
         ti, to = lists
         try:
-            ti.assign(op._positional(inputs, False), False, op.KIND, False)
+            ti.assign(op._positional(inputs, False), False, op.KIND, False, op._written)
             to.assign(outputs if type(outputs) is list else op._positional(outputs, True), True,
                       op.KIND, True)
             self._h().run(ti, to)
@@ -275,6 +288,12 @@ class BoundCall:
         op = plan._op
         ti, to = op._lists(inputs, outputs)
         info = plan.info
+        # Checked now rather than on every call: the op's plan for these tensors must be this one.
+        signature = Plan(op._h().plan(ti, to), op).info["signature"] if op._handle else None
+        if signature is not None and signature != info["signature"]:
+            raise PlanMismatchError(
+                f"bind: the tensors have the signature {signature}, the plan was made for "
+                f"{info['signature']}")
         workspace = _c.Workspace(info["workspace_size"], max(1, info["workspace_alignment"]))
         self.plan = plan
         # The tensors stay borrowed by `ti`/`to` until this object goes; `_keep` holds the proxies.

@@ -38,6 +38,7 @@ class PagedGqaOp(Op):
     INPUTS = PAGED_GQA_INPUTS
     OUTPUTS = PAGED_GQA_OUTPUTS
     HOST_INTS = _HOST_INTS
+    WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
                  kv_layout: str | int = "BSNH", **attributes):
@@ -50,8 +51,8 @@ class PagedGqaOp(Op):
                 raise InvalidArgumentError(
                     f"kv_layout: expected one of {', '.join(KV_LAYOUTS)}, got '{kv_layout}'")
             kv_layout = KV_LAYOUTS[kv_layout.upper()]
-        native.block_size = int(block_size)
-        native.kv_layout = int(kv_layout)
+        native.block_size = _arrays.integer(block_size, "block_size", 32)
+        native.kv_layout = _arrays.integer(kv_layout, "kv_layout", 32)
         self.attributes: dict[str, Any] = {n: getattr(gqa, n) for n in GQA_ATTRIBUTES}
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout)
         super().__init__(runtime, native)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import attnrt_c as _c
+from ._errors import InvalidArgumentError
 from ._op import closed as _closed
 
 
@@ -138,7 +139,13 @@ class Runtime:
         sets; the oldest is closed first). The one-call functions (attnrt.gqa, ...) use it, so a
         decode loop creates its op and plan once."""
         key = (cls, tuple(sorted(attributes.items())))
-        op = self._ops.get(key)
+        try:
+            op = self._ops.get(key)
+        except TypeError:
+            bad = [n for n, v in attributes.items() if not isinstance(v, (int, float, str))]
+            raise InvalidArgumentError(
+                f"{', '.join(bad)}: attributes are numbers or names, got "
+                f"{', '.join(type(attributes[n]).__name__ for n in bad)}") from None
         if op is None:
             if len(self._ops) >= 64:
                 self._ops.pop(next(iter(self._ops))).close()

@@ -40,7 +40,7 @@ def _native_attributes(attributes: dict[str, Any]) -> "_c.SparseMlaAttributes":
                 raise InvalidArgumentError(
                     f"{name}: expected one of {', '.join(LAYOUTS)}, got '{value}'")
             value = LAYOUTS[value.upper()]
-        setattr(native, name, kind(value))
+        setattr(native, name, _arrays.attribute(value, kind, name))
     return native
 
 
@@ -194,7 +194,7 @@ def sparse_mla_encode(quant_mode: int, kv, *, out=None, block=None, slot: int = 
     """
     shape = _arrays.shape_of(kv, "kv")
     lists = _c.Tensors(2)
-    if quant_mode == 2:
+    if quant_mode == 2 and not isinstance(quant_mode, bool):
         if block is None:
             raise InvalidArgumentError("block is required with quant_mode 2 (one PA_BBND block)")
         nbytes = int(np.prod(_arrays.shape_of(block, "block")))
@@ -205,12 +205,14 @@ def sparse_mla_encode(quant_mode: int, kv, *, out=None, block=None, slot: int = 
         lists.set(0, "kv", kv, False)
         lists.set(1, "block", block, True)
         try:
-            _c.sparse_mla_encode(2, lists, nbytes // TOKEN_BYTES[2], int(slot))
+            _c.sparse_mla_encode(2, lists, nbytes // TOKEN_BYTES[2], _arrays.integer(slot, "slot"))
         finally:
             lists.clear_all()
         return block
-    if quant_mode not in (1, 3):
-        raise InvalidArgumentError(f"quant_mode: expected 1, 2 or 3, got {quant_mode}")
+    if quant_mode not in (1, 3) or isinstance(quant_mode, bool):
+        raise InvalidArgumentError(f"quant_mode: expected 1, 2 or 3, got {quant_mode!r}")
+    if block is not None or slot != 0:
+        raise InvalidArgumentError("block and slot are for quant_mode 2 only")
     if out is None:
         out = _arrays.empty(kv, shape[:-1] + (TOKEN_BYTES[quant_mode],), "uint8")
     lists.set(0, "kv", kv, False)

@@ -71,6 +71,15 @@ def gqa(query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.
     return output
 
 
+def _same_device(query, *tensors):
+    """The fake implementations also run for real meta tensors: mixed with CPU tensors that is an
+    error, not an empty CPU result."""
+    for t in tensors:
+        if t is not None and t.device != query.device:
+            raise RuntimeError(f"attnrt: every tensor must be on {query.device}, got one on "
+                               f"{t.device}")
+
+
 def _gqa_output_shape(query, key, num_heads, kv_num_heads):
     b, s, hidden = query.shape
     h = hidden // (num_heads + 2 * kv_num_heads) if key is None else hidden // num_heads
@@ -82,6 +91,8 @@ def _(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
       kv_num_heads, cos_cache=None, sin_cache=None, attention_bias=None, head_sink=None,
       scale=0.0, softcap=0.0, local_window_size=-1, do_rotary=0, rotary_interleaved=0,
       smooth_softmax=-1):
+    _same_device(query, key, value, past_key, past_value, seqlens_k, cos_cache, sin_cache,
+                 attention_bias, head_sink)
     return query.new_empty(_gqa_output_shape(query, key, num_heads, kv_num_heads))
 
 
@@ -126,6 +137,8 @@ def _(query, key, value, key_cache, value_cache, seqlens_k, total_sequence_lengt
       attention_bias=None, head_sink=None, k_scale=None, v_scale=None, scale=0.0, softcap=0.0,
       local_window_size=-1, do_rotary=0, rotary_interleaved=0, smooth_softmax=-1,
       k_quant_type=0, v_quant_type=0, kv_cache_bit_width=0):
+    _same_device(query, key, value, key_cache, value_cache, seqlens_k, block_table, cos_cache,
+                 sin_cache, attention_bias, head_sink, k_scale, v_scale)
     return query.new_empty(_gqa_output_shape(query, key, num_heads, kv_num_heads))
 
 
@@ -170,6 +183,9 @@ def _(q, ori_kv, quant_mode, cmp_kv=None, cmp_sparse_indices=None, ori_block_tab
       seqused_q=None, seqused_ori_kv=None, seqused_cmp_kv=None, cmp_residual_kv=None, sinks=None,
       softmax_scale=0.04419417382415922, cmp_ratio=1, ori_mask_mode=0, cmp_mask_mode=0,
       ori_win_left=-1, ori_win_right=-1, layout_q="BSND", layout_kv="BSND", topk_value_mode=1):
+    _same_device(q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table,
+                 cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
+                 seqused_cmp_kv, cmp_residual_kv, sinks)
     if q.dim() == 4:
         lse_shape = (q.shape[0], 1, q.shape[1], q.shape[2])
     else:

@@ -1,0 +1,89 @@
+"""Hostile inputs to the Python API: every one raises an attnrt.Error naming the offending argument
+(never a bare TypeError / OverflowError from inside the package), and nothing is written into
+memory the caller marked read-only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attnrt
+
+N, NKV, H = 4, 2, 16
+
+
+@pytest.fixture(scope="module")
+def rt():
+    with attnrt.Runtime() as runtime:
+        yield runtime
+
+
+def decode_inputs():
+    return (np.zeros((1, 1, N * H), np.float32), np.zeros((1, 1, NKV * H), np.float32),
+            np.zeros((1, 1, NKV * H), np.float32))
+
+
+@pytest.mark.parametrize("attributes, name", [
+    ({"scale": None}, "scale"), ({"scale": [1.0]}, "scale"), ({"causal": "yes"}, "causal"),
+    ({"local_window_size": 2**40}, "local_window_size"), ({"softcap": "1"}, "softcap"),
+    ({"do_rotary": 1.5}, "do_rotary")])
+def test_bad_attribute_values_name_the_attribute(rt, attributes, name):
+    q, k, v = decode_inputs()
+    with pytest.raises(attnrt.InvalidArgumentError, match=name):
+        attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
+                   kv_num_heads=NKV, **attributes)
+
+
+def test_bad_host_integers_and_arrays_name_the_input(rt):
+    q, k, v = decode_inputs()
+    with pytest.raises(attnrt.InvalidArgumentError, match="seqlens_k"):
+        attnrt.gqa(rt, q, k, v, seqlens_k=[2**40], total_sequence_length=1, num_heads=N,
+                   kv_num_heads=NKV)
+    with pytest.raises(attnrt.InvalidArgumentError, match="GroupQueryAttention outputs"):
+        attnrt.gqa(rt, bytearray(256), k, v, seqlens_k=[0], total_sequence_length=1,
+                   num_heads=N, kv_num_heads=NKV)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: attnrt.BlockPool(None, 16), "num_blocks"),
+    (lambda: attnrt.BlockPool(2**64, 16), "num_blocks"),
+    (lambda: attnrt.BlockPool(4.5, 16), "num_blocks"),
+    (lambda: attnrt.BlockPool(4, 16).block_table(0), "sequences"),
+    (lambda: attnrt.BlockPool(4, 16).block_table([0], -1), "max_blocks_per_seq"),
+    (lambda: attnrt.BlockPool(4, 16).append(0, 1.5), "num_tokens"),
+    (lambda: attnrt.sparse_mla_encode(1, np.zeros((1, 512), np.float32), slot=3), "slot"),
+    (lambda: attnrt.sparse_mla_encode(True, np.zeros((1, 512), np.float32)), "quant_mode")])
+def test_bad_pool_and_encoder_arguments_raise_attnrt_errors(call, name):
+    with pytest.raises(attnrt.Error, match=name):
+        call()
+
+
+def test_paged_pools_must_be_writable(rt):
+    q, k, v = decode_inputs()
+    pools = [np.zeros((8, 4, NKV, H), np.float32) for _ in range(2)]
+    for pool in pools:
+        pool.flags.writeable = False
+    with pytest.raises(attnrt.InvalidArgumentError, match="key_cache: a writable buffer"):
+        attnrt.paged_gqa(rt, q, k, v, *pools, np.array([5], np.int32), 6,
+                         np.array([[0, 1]], np.int32), num_heads=N, kv_num_heads=NKV)
+    assert not pools[0].any() and not pools[1].any()
+
+
+def test_bind_rejects_tensors_of_another_signature(rt):
+    q, k, v = decode_inputs()
+    op = rt.gqa_op(N, NKV)
+    inputs = [q, k, v, None, None, np.array([0], np.int32), np.array([1], np.int32)]
+    outputs = op.allocate_outputs(inputs)
+    plan = op.plan(inputs, outputs)
+    other = [q.astype(np.float16), k.astype(np.float16), v.astype(np.float16)] + inputs[3:]
+    with pytest.raises(attnrt.PlanMismatchError, match="bind"):
+        plan.bind(other, op.allocate_outputs(other))
+
+
+def test_meta_tensors_mixed_with_cpu_tensors_are_an_error():
+    torch = pytest.importorskip("torch")
+    import attnrt.torch  # noqa: F401
+    with pytest.raises(RuntimeError, match="meta"):
+        torch.ops.attnrt.gqa(torch.zeros(1, 1, N * H), torch.zeros(1, 1, NKV * H),
+                             torch.zeros(1, 1, NKV * H), torch.empty(1, NKV, 8, H, device="meta"),
+                             torch.zeros(1, NKV, 8, H), torch.tensor([3], dtype=torch.int32), 4,
+                             N, NKV)
