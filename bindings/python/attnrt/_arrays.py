@@ -121,3 +121,22 @@ def attribute(value: Any, kind: type, name: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{name}: expected a number, got {value!r}")
     return float(value)
+
+
+def set_attributes(native: Any, values: dict[str, Any], types: dict[str, type],
+                   names: dict[str, dict[str, int]], title: str) -> None:
+    """Sets attributes by name on a native attribute struct: `types` gives each attribute's Python
+    type, `names` the attributes that also take names ({attribute: {NAME: code}}); unknown
+    attributes, unknown names and bad values raise InvalidArgumentError naming the attribute."""
+    for name, value in values.items():
+        kind = types.get(name)
+        if kind is None:
+            raise InvalidArgumentError(
+                f"unknown {title} attribute '{name}'; the attributes are {', '.join(types)}")
+        codes = names.get(name)
+        if codes is not None and isinstance(value, str):
+            if value.upper() not in codes:
+                raise InvalidArgumentError(
+                    f"{name}: expected one of {', '.join(codes)}, got '{value}'")
+            value = codes[value.upper()]
+        setattr(native, name, attribute(value, kind, name))

@@ -28,18 +28,8 @@ _HOST_INTS = {"seqlens_k": np.int32, "total_sequence_length": np.int32, "positio
 
 def set_gqa_attributes(native: "_c.GqaAttributes", attributes: dict[str, Any], title: str) -> None:
     """Sets GroupQueryAttention attributes by name on a native struct, with clear errors."""
-    for name, value in attributes.items():
-        kind = GQA_ATTRIBUTES.get(name)
-        if kind is None:
-            raise InvalidArgumentError(
-                f"unknown {title} attribute '{name}'; the attributes are "
-                f"{', '.join(GQA_ATTRIBUTES)}")
-        if name in ("k_quant_type", "v_quant_type") and isinstance(value, str):
-            if value.upper() not in _QUANT_TYPES:
-                raise InvalidArgumentError(
-                    f"{name}: expected one of {', '.join(_QUANT_TYPES)}, got '{value}'")
-            value = _QUANT_TYPES[value.upper()]
-        setattr(native, name, _arrays.attribute(value, kind, name))
+    _arrays.set_attributes(native, attributes, GQA_ATTRIBUTES,
+                           {"k_quant_type": _QUANT_TYPES, "v_quant_type": _QUANT_TYPES}, title)
 
 
 def head_size(attributes: dict[str, Any], query_shape: tuple[int, ...], packed: bool) -> int:

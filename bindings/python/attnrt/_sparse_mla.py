@@ -29,18 +29,8 @@ TQ4_CODEBOOK: tuple[float, ...] = tuple(_c.sparse_mla_tq4_codebook(i) for i in r
 
 def _native_attributes(attributes: dict[str, Any]) -> "_c.SparseMlaAttributes":
     native = _c.SparseMlaAttributes()
-    for name, value in attributes.items():
-        kind = SPARSE_MLA_ATTRIBUTES.get(name)
-        if kind is None:
-            raise InvalidArgumentError(
-                f"unknown sparse MLA attribute '{name}'; the attributes are "
-                f"{', '.join(SPARSE_MLA_ATTRIBUTES)}")
-        if name in ("layout_q", "layout_kv") and isinstance(value, str):
-            if value.upper() not in LAYOUTS:
-                raise InvalidArgumentError(
-                    f"{name}: expected one of {', '.join(LAYOUTS)}, got '{value}'")
-            value = LAYOUTS[value.upper()]
-        setattr(native, name, _arrays.attribute(value, kind, name))
+    _arrays.set_attributes(native, attributes, SPARSE_MLA_ATTRIBUTES,
+                           {"layout_q": LAYOUTS, "layout_kv": LAYOUTS}, "sparse MLA")
     return native
 
 
