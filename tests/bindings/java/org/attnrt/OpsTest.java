@@ -1,5 +1,6 @@
 package org.attnrt;
 
+import static org.attnrt.BindingsTest.expectFailure;
 import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertNotNull;
@@ -38,16 +39,6 @@ public class OpsTest {
     IntBuffer b = bytes(values.length * 4).asIntBuffer();
     b.put(values).rewind();
     return b;
-  }
-
-  static AttnrtException expectFailure(Runnable call) {
-    try {
-      call.run();
-    } catch (AttnrtException e) {
-      return e;
-    }
-    fail("expected an AttnrtException");
-    return null;
   }
 
   @Test
