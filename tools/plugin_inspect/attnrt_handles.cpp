@@ -27,4 +27,43 @@ int runtime_threads(const attnrt_runtime* runtime) {
   return threads;
 }
 
+bool runtime_has_kernel(const attnrt_runtime* runtime, const std::string& name) {
+  size_t plugin_count = 0;
+  check(attnrt_runtime_plugin_count(runtime, &plugin_count));
+  for (size_t p = 0; p < plugin_count; ++p) {
+    attnrt_plugin_info info{};
+    info.struct_size = sizeof(info);
+    check(attnrt_runtime_plugin_info(runtime, p, &info));
+    if (info.available == 0) continue;
+    for (size_t k = 0; k < info.num_kernels; ++k) {
+      attnrt_kernel_info kernel{};
+      kernel.struct_size = sizeof(kernel);
+      check(attnrt_runtime_plugin_kernel(runtime, p, k, &kernel));
+      if (kernel.name != nullptr && name == kernel.name) return true;
+    }
+  }
+  return false;
+}
+
+std::string device_name(int32_t device_type) {
+  switch (device_type) {
+    case ATTNRT_DEVICE_CPU:
+      return "cpu";
+    case ATTNRT_DEVICE_CUDA:
+      return "cuda";
+    default:
+      return "device(" + std::to_string(device_type) + ")";
+  }
+}
+
+nlohmann::ordered_json runtime_json(const attnrt_runtime* runtime) {
+  uint32_t major = 0, minor = 0;
+  attnrt_abi_version(&major, &minor);
+  nlohmann::ordered_json json;
+  json["version"] = attnrt_version_string();
+  json["abi_version"] = std::to_string(major) + "." + std::to_string(minor);
+  json["threads"] = runtime_threads(runtime);
+  return json;
+}
+
 }  // namespace plugin_inspect

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "attnrt/attnrt.h"
 
 namespace plugin_inspect {
@@ -46,5 +48,30 @@ RuntimePtr make_runtime(const RuntimeSettings& settings);
 
 // Threads of the runtime's CPU pool.
 int runtime_threads(const attnrt_runtime* runtime);
+
+// Whether a kernel of this exact name is registered by a plugin the runtime found available.
+bool runtime_has_kernel(const attnrt_runtime* runtime, const std::string& name);
+
+// What every --json document starts with: {"version": library version, "abi_version":
+// "MAJOR.MINOR" of the C ABI the library was built with, "threads": the runtime's CPU threads}.
+nlohmann::ordered_json runtime_json(const attnrt_runtime* runtime);
+
+// "cpu", "cuda" or "device(N)".
+std::string device_name(int32_t device_type);
+
+// Appends {"name", "shape", "dtype", "device"} for each non-NULL tensors[i] to `list`, named by
+// name(i).
+template <class Name>
+void append_tensors_json(nlohmann::ordered_json& list, const attnrt_tensor* const* tensors,
+                         size_t count, Name name) {
+  for (size_t i = 0; i < count; ++i) {
+    const attnrt_tensor* t = tensors[i];
+    if (t == nullptr) continue;
+    list.push_back({{"name", std::string(name(i))},
+                    {"shape", std::vector<int64_t>(t->shape, t->shape + t->ndim)},
+                    {"dtype", attnrt_dtype_name(t->dtype)},
+                    {"device", device_name(t->device.device_type)}});
+  }
+}
 
 }  // namespace plugin_inspect

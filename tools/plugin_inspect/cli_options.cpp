@@ -1,9 +1,11 @@
 #include "cli_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <utility>
 
+#include "attnrt/ops/paged_gqa.h"
 #include "errors.h"
 
 namespace plugin_inspect {
@@ -17,11 +19,14 @@ std::optional<T> optional_value(const po::variables_map& vm, const char* name) {
 
 }  // namespace
 
-po::options_description common_options() {
-  po::options_description desc("Runtime options");
-  desc.add_options()                           //
-      ("help", "show this help and exit")      //
-      ("json", "print machine-readable JSON")  //
+po::options_description common_options(bool op_default) {
+  po::options_description desc("Every op");
+  desc.add_options()  //
+      ("op", po::value<std::string>(),
+       op_default ? "op family: gqa (default), paged_gqa or sparse_mla"
+                  : "op family: gqa, paged_gqa or sparse_mla (default: every op)")  //
+      ("help", "show this help and exit")                                           //
+      ("json", "print machine-readable JSON")                                       //
       ("plugin-path", po::value<std::vector<std::string>>()->composing(),
        "folder searched first for libattnrt_*.so (repeatable, in order)")  //
       ("kernel", po::value<std::string>(),
@@ -54,13 +59,85 @@ CommonFlags read_common_flags(const po::variables_map& vm) {
   return flags;
 }
 
-bool parse_command_line(const std::vector<std::string>& args, const po::options_description& desc,
-                        std::string_view usage, po::variables_map& vm) {
+const char* op_name(OpFamily op) {
+  switch (op) {
+    case OpFamily::kGqa:
+      return "gqa";
+    case OpFamily::kPagedGqa:
+      return "paged_gqa";
+    case OpFamily::kSparseMla:
+      return "sparse_mla";
+  }
+  return "?";
+}
+
+OpFamily op_from_name(std::string_view name) {
+  for (OpFamily op : {OpFamily::kGqa, OpFamily::kPagedGqa, OpFamily::kSparseMla}) {
+    if (name == op_name(op)) return op;
+  }
+  throw UsageError("unknown --op '" + std::string(name) + "' (known: gqa, paged_gqa, sparse_mla)");
+}
+
+OpFamily requested_op(const std::vector<std::string>& args) {
+  std::optional<OpFamily> op;
+  bool paged = false, block_size = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view word = args[i];
+    if (word == "--op" && i + 1 < args.size()) op = op_from_name(args[i + 1]);
+    if (word.starts_with("--op=")) op = op_from_name(word.substr(5));
+    paged = paged || word == "--paged" || word.starts_with("--paged=");
+    block_size = block_size || word == "--block-size" || word.starts_with("--block-size=");
+  }
+  if (!paged) return op.value_or(OpFamily::kGqa);
+  if (op && *op != OpFamily::kPagedGqa) {
+    throw UsageError(std::string("--paged BLOCK_SIZE (short for --op paged_gqa --block-size ") +
+                     "BLOCK_SIZE) does not apply to --op " + op_name(*op));
+  }
+  if (block_size) {
+    throw UsageError("--paged BLOCK_SIZE and --block-size both give the block size: use one");
+  }
+  return OpFamily::kPagedGqa;
+}
+
+bool OptionGroup::applies_to(OpFamily op) const {
+  return ops.empty() || std::find(ops.begin(), ops.end(), op) != ops.end();
+}
+
+bool parse_command_line(const std::vector<std::string>& args,
+                        const std::vector<OptionGroup>& groups, OpFamily op, std::string_view usage,
+                        po::variables_map& vm) {
+  po::options_description desc;
+  for (const OptionGroup& group : groups) {
+    if (group.applies_to(op)) desc.add(group.options);
+  }
   // Long options only, so that negative values ("--local-window -1") are read as values.
   const int style = po::command_line_style::unix_style ^ po::command_line_style::allow_short;
   try {
     const po::parsed_options parsed =
-        po::command_line_parser(args).options(desc).style(style).run();
+        po::command_line_parser(args).options(desc).style(style).allow_unregistered().run();
+    // An option this op lacks: name the ops it belongs to, or say it is unknown.
+    for (const po::option& option : parsed.options) {
+      if (!option.unregistered) continue;
+      std::vector<OpFamily> owners;
+      for (const OptionGroup& group : groups) {
+        if (group.applies_to(op) || !group.options.find_nothrow(option.string_key, false)) {
+          continue;
+        }
+        for (OpFamily owner : group.ops) {
+          if (std::find(owners.begin(), owners.end(), owner) == owners.end()) {
+            owners.push_back(owner);
+          }
+        }
+      }
+      const std::string word = option.original_tokens.empty() ? "--" + option.string_key
+                                                              : option.original_tokens.front();
+      if (owners.empty()) throw UsageError("unrecognised option '" + word + "'");
+      std::string names;
+      for (OpFamily owner : owners)
+        names += std::string(names.empty() ? "" : ", ") + op_name(owner);
+      throw UsageError("--" + option.string_key + " does not apply to --op " + op_name(op) +
+                       " (an option of --op " + names + ")");
+    }
     // Without a positional description Boost would silently drop stray words; reject them.
     for (const po::option& option : parsed.options) {
       if (option.position_key != -1) {
@@ -70,18 +147,56 @@ bool parse_command_line(const std::vector<std::string>& args, const po::options_
     }
     po::store(parsed, vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n" << desc << "\n";
+      std::cout << usage << "\n";
+      for (const OptionGroup& group : groups) std::cout << "\n" << group.options;
       return false;
     }
     po::notify(vm);
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
+  if (vm.count("op") && op_from_name(vm["op"].as<std::string>()) != op) {
+    throw UsageError("--op " + vm["op"].as<std::string>() + ": write the option in full");
+  }
   return true;
 }
 
+po::options_description paged_cache_options(bool shorthand) {
+  po::options_description desc("Paged KV cache (--op paged_gqa)");
+  if (shorthand) {
+    desc.add_options()("paged", po::value<int32_t>(),
+                       "short for --op paged_gqa --block-size BLOCK_SIZE");
+  }
+  desc.add_options()                                                                  //
+      ("block-size", po::value<int32_t>(), "tokens per block, 1..1024 (default 16)")  //
+      ("paged-layout", po::value<std::string>()->default_value("bsnh"),
+       "block layout of the pools: bsnh or bnsh");
+  return desc;
+}
+
+PagedFlags read_paged_flags(const po::variables_map& vm) {
+  PagedFlags flags;
+  const char* flag = vm.count("paged") ? "paged" : "block-size";
+  if (vm.count(flag)) {
+    flags.block_size = vm[flag].as<int32_t>();
+    if (flags.block_size < ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE ||
+        flags.block_size > ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) {
+      throw UsageError(std::string("--") + flag + " must be a block size in [" +
+                       std::to_string(ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE) + ", " +
+                       std::to_string(ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) + "], got " +
+                       std::to_string(flags.block_size));
+    }
+  }
+  const std::string layout = vm["paged-layout"].as<std::string>();
+  if (layout != "bsnh" && layout != "bnsh") {
+    throw UsageError("--paged-layout must be bsnh or bnsh, got '" + layout + "'");
+  }
+  flags.kv_layout = layout == "bnsh" ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  return flags;
+}
+
 po::options_description gqa_flag_options() {
-  po::options_description desc("GroupQueryAttention attributes and inputs");
+  po::options_description desc("GroupQueryAttention attributes and inputs (--op gqa, paged_gqa)");
   desc.add_options()                                                         //
       ("num-heads", po::value<int>(), "num_heads N (query heads)")           //
       ("kv-num-heads", po::value<int>(), "kv_num_heads Nkv (N % Nkv == 0)")  //
@@ -103,10 +218,11 @@ po::options_description gqa_flag_options() {
       ("bits", po::value<int>(), "kv_cache_bit_width 0|4|8 (default 8 with --quant)")    //
       ("dtype", po::value<std::string>(), "query dtype float32|float16|bfloat16")        //
       ("cache-dtype", po::value<std::string>(),
-       "KV cache dtype (default: int8 for 8-bit, uint8 for 4-bit quant, else --dtype)")  //
-      ("head-sink", "add the head_sink input (N)")                                       //
-      ("attention-bias", "add the attention_bias input (B,N,S,T)")                       //
-      ("packed-qkv", "packed QKV query (B,S,(N+2Nkv)H), no key/value inputs")            //
+       "KV cache dtype float32|float16|bfloat16|int8|uint8 (default: int8 for 8-bit, uint8 "
+       "for 4-bit quant, else --dtype)")                                       //
+      ("head-sink", "add the head_sink input (N)")                             //
+      ("attention-bias", "add the attention_bias input (B,N,S,T)")             //
+      ("packed-qkv", "packed QKV query (B,S,(N+2Nkv)H), no key/value inputs")  //
       ("shared-buffer", "present_key/value are past_key/value's memory (capacity P)");
   return desc;
 }

@@ -17,8 +17,8 @@ namespace plugin_inspect {
 namespace po = boost::program_options;
 
 // --plugin-path DIR (repeatable), --kernel GLOBS, --disable GLOBS, --threads N,
-// --no-default-paths, --json, --help.
-po::options_description common_options();
+// --no-default-paths, --json, --help, and --op (default gqa, or none when `op_default` is false).
+po::options_description common_options(bool op_default = true);
 
 struct CommonFlags {
   RuntimeSettings runtime;
@@ -26,11 +26,32 @@ struct CommonFlags {
 };
 CommonFlags read_common_flags(const po::variables_map& vm);
 
-// Parses `args` (the words after the subcommand) against `desc`. Returns false after printing
-// `usage` and the option list when --help is given. Throws UsageError on unknown options,
-// positional words, missing or malformed values.
-bool parse_command_line(const std::vector<std::string>& args, const po::options_description& desc,
-                        std::string_view usage, po::variables_map& vm);
+// The op families every subcommand names with --op.
+enum class OpFamily { kGqa, kPagedGqa, kSparseMla };
+inline constexpr const char* kOpNames = "gqa|paged_gqa|sparse_mla";
+const char* op_name(OpFamily op);
+// Throws UsageError naming --op and the known ops.
+OpFamily op_from_name(std::string_view name);
+
+// The op the words after the subcommand ask for, read before parsing since the op decides which
+// options exist: --op NAME or --op=NAME, else gqa; --paged BLOCK_SIZE is short for --op paged_gqa
+// --block-size BLOCK_SIZE (UsageError with --op gqa or sparse_mla, or with --block-size).
+OpFamily requested_op(const std::vector<std::string>& args);
+
+// Options of a subcommand and the ops they apply to (empty: every op). The caption names them.
+struct OptionGroup {
+  po::options_description options;
+  std::vector<OpFamily> ops;
+  bool applies_to(OpFamily op) const;
+};
+
+// Parses `args` (the words after the subcommand) against the groups that apply to `op`. An option
+// of another op's group is an error naming the option, `op` and the ops it belongs to. Returns
+// false after printing `usage` and every group (whatever the op) when --help is given. Throws
+// UsageError on unknown options, positional words, missing or malformed values.
+bool parse_command_line(const std::vector<std::string>& args,
+                        const std::vector<OptionGroup>& groups, OpFamily op, std::string_view usage,
+                        po::variables_map& vm);
 
 // GQA attribute and input-selection flags shared by explain and run. Unset means "keep the base
 // value" (reference default, model preset or attributes.json).
@@ -49,6 +70,15 @@ struct GqaFlags {
 // --cache-dtype --head-sink --attention-bias --packed-qkv --shared-buffer
 po::options_description gqa_flag_options();
 GqaFlags read_gqa_flags(const po::variables_map& vm);
+
+// --paged BLOCK_SIZE (when `shorthand`), --block-size BS (default 16), --paged-layout bsnh|bnsh.
+po::options_description paged_cache_options(bool shorthand);
+struct PagedFlags {
+  int32_t block_size = 16;
+  int32_t kv_layout = 0;  // attnrt_paged_kv_layout
+};
+// Throws UsageError naming the flag for a block size outside [1, 1024] or an unknown layout.
+PagedFlags read_paged_flags(const po::variables_map& vm);
 
 // Overrides the attribute fields the flags set (num_heads, kv_num_heads, causal, scale, softcap,
 // local_window_size, do_rotary, rotary_interleaved, smooth_softmax, qk_output, quant types, bits).

@@ -1,5 +1,6 @@
 // plugin-inspect list: what the runtime loaded and why, from the runtime's own records.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,27 +15,20 @@ namespace plugin_inspect {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: plugin-inspect list [options]\n"
+    "usage: plugin-inspect list [--op gqa|paged_gqa|sparse_mla] [options]\n"
     "\n"
-    "Lists the plugins the runtime loaded (name, path, version, ABI version, availability or\n"
-    "the reason, probe facts), their kernels in rank order, and a\n"
-    "diagnostic for every file it skipped.";
-
-std::string device_name(int32_t device_type) {
-  switch (device_type) {
-    case ATTNRT_DEVICE_CPU:
-      return "cpu";
-    case ATTNRT_DEVICE_CUDA:
-      return "cuda";
-    default:
-      return "device(" + std::to_string(device_type) + ")";
-  }
-}
+    "Lists the library's version, ABI version and thread count, the plugins the runtime loaded\n"
+    "(name, path, version, ABI version, availability or the reason, probe facts), their kernels\n"
+    "in rank order (with --op, only the kernels of that op), and a diagnostic for every file it\n"
+    "skipped.";
 
 std::string str(const char* s) { return s ? s : ""; }
 
-nlohmann::ordered_json describe_runtime(const attnrt_runtime* runtime) {
-  nlohmann::ordered_json result;
+// Everything the runtime found; with `op`, only that op's kernels.
+nlohmann::ordered_json describe_runtime(const attnrt_runtime* runtime,
+                                        const std::optional<std::string>& op) {
+  nlohmann::ordered_json result = runtime_json(runtime);
+  if (op) result["op"] = *op;
   result["plugins"] = nlohmann::ordered_json::array();
   size_t plugin_count = 0;
   check(attnrt_runtime_plugin_count(runtime, &plugin_count));
@@ -61,6 +55,7 @@ nlohmann::ordered_json describe_runtime(const attnrt_runtime* runtime) {
       attnrt_kernel_info kernel{};
       kernel.struct_size = sizeof(kernel);
       check(attnrt_runtime_plugin_kernel(runtime, p, k, &kernel));
+      if (op && *op != attnrt_op_kind_name(kernel.op_kind)) continue;
       plugin["kernels"].push_back({{"name", str(kernel.name)},
                                    {"op", attnrt_op_kind_name(kernel.op_kind)},
                                    {"device", device_name(kernel.device_type)},
@@ -82,6 +77,10 @@ nlohmann::ordered_json describe_runtime(const attnrt_runtime* runtime) {
 }
 
 void print_text(const nlohmann::ordered_json& result, std::ostream& os) {
+  os << "attnrt " << result["version"].get<std::string>() << " (ABI "
+     << result["abi_version"].get<std::string>() << "), " << result["threads"].get<int>()
+     << " threads\n";
+  if (result.contains("op")) os << "kernels of op " << result["op"].get<std::string>() << "\n";
   const auto& plugins = result["plugins"];
   os << plugins.size() << (plugins.size() == 1 ? " plugin" : " plugins") << "\n";
   for (const auto& plugin : plugins) {
@@ -103,8 +102,12 @@ void print_text(const nlohmann::ordered_json& result, std::ostream& os) {
                        kernel["device"].get<std::string>(),
                        std::to_string(kernel["priority"].get<int>())});
     }
-    os << "  kernels:\n";
-    kernels.print(os, "    ");
+    if (plugin["kernels"].empty()) {
+      os << "  kernels: none" << (result.contains("op") ? " of this op" : "") << "\n";
+    } else {
+      os << "  kernels:\n";
+      kernels.print(os, "    ");
+    }
   }
   const auto& diagnostics = result["diagnostics"];
   os << "\n" << diagnostics.size() << (diagnostics.size() == 1 ? " diagnostic" : " diagnostics");
@@ -118,11 +121,16 @@ void print_text(const nlohmann::ordered_json& result, std::ostream& os) {
 }  // namespace
 
 int cmd_list(const Args& args) {
+  const OpFamily op = requested_op(args);
   po::variables_map vm;
-  if (!parse_command_line(args, common_options(), kUsage, vm)) return 0;
+  if (!parse_command_line(args, {{common_options(/*op_default=*/false), {}}}, op, kUsage, vm)) {
+    return 0;
+  }
   const CommonFlags flags = read_common_flags(vm);
   const RuntimePtr runtime = make_runtime(flags.runtime);
-  const nlohmann::ordered_json result = describe_runtime(runtime.get());
+  const std::optional<std::string> op_filter =
+      vm.count("op") ? std::optional<std::string>(op_name(op)) : std::nullopt;
+  const nlohmann::ordered_json result = describe_runtime(runtime.get(), op_filter);
   if (flags.json) {
     std::cout << result.dump(2) << "\n";
   } else {

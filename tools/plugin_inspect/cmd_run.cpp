@@ -6,7 +6,6 @@
 #include <random>
 #include <string>
 
-#include "attnrt/ops/paged_gqa.h"
 #include "cli_options.h"
 #include "commands.h"
 #include "errors.h"
@@ -17,40 +16,53 @@ namespace plugin_inspect {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: plugin-inspect run [--model NAME] [--context N] [--steps N] [--batch N] [--seed N]\n"
-    "                          [--check|--no-check] [--check-prompt] [--tolerance X]\n"
-    "                          [--paged BLOCK_SIZE] [flags]\n"
-    "       plugin-inspect run --inputs DIR --outputs DIR --num-heads N --kv-num-heads K [flags]\n"
+    "usage: plugin-inspect run [--op gqa|paged_gqa|sparse_mla] [options]\n"
+    "       plugin-inspect run [--op gqa] [--model NAME] [--context N] [--steps N] [--batch N]\n"
+    "                          [--seed N] [--check|--no-check] [--check-prompt] [--tolerance X]\n"
+    "                          [attribute flags]\n"
+    "       plugin-inspect run --op paged_gqa [--block-size BS] [--paged-layout bsnh|bnsh]\n"
+    "                          [the model options] (--paged BS: short for --op paged_gqa\n"
+    "                          --block-size BS)\n"
+    "       plugin-inspect run [--op gqa] --inputs DIR --outputs DIR [--num-heads N\n"
+    "                          --kv-num-heads K] [attribute flags]\n"
+    "       plugin-inspect run --op sparse_mla [--scenario csa|hca|swa] [the sparse MLA options]\n"
     "\n"
-    "Model mode: a first prompt of --context tokens fills a KV cache of capacity context+steps\n"
-    "(past and present share one buffer, RoPE from the preset's theta), then --steps decode\n"
-    "steps of one token each reuse one plan. Per phase it prints the kernel, ms per step (decode:\n"
-    "median), tokens/s and the max abs error of output, present_key and present_value against\n"
-    "the scalar reference (a second runtime pinned to '*.scalar' on identical inputs and a copy\n"
-    "of the cache). The prompt is checked only up to --context 1024 unless --check-prompt.\n"
-    "--paged BLOCK_SIZE (1..1024) runs the prompt and the steps with the paged op instead\n"
-    "(blocks in --paged-layout bsnh|bnsh): the sequences live in a block pool, K/V in block\n"
-    "pools read through the block table; present rows are read back through the table and\n"
-    "checked as in a contiguous run.\n"
+    "Model mode (gqa, paged_gqa): a first prompt of --context tokens fills a KV cache of capacity\n"
+    "context+steps (past and present share one buffer, RoPE from the preset's theta), then\n"
+    "--steps decode steps of one token each reuse one plan. Per phase it prints the kernel, ms\n"
+    "per step (decode: median), tokens/s and the max abs error of output, present_key and\n"
+    "present_value against the reference: the scalar kernel of the kernel's own algorithm (a\n"
+    "second runtime pinned to it, e.g. cpu_x86.gqa.naive.scalar for cpu_x86.gqa.naive.avx2, on\n"
+    "identical inputs and a copy of the cache; '*.scalar' when the algorithm has no scalar\n"
+    "kernel). The prompt is checked only up to --context 1024 unless --check-prompt.\n"
+    "--op paged_gqa runs the prompt and the steps with the paged op instead (blocks of\n"
+    "--block-size tokens, default 16, in --paged-layout bsnh|bnsh): the sequences live in a block\n"
+    "pool, K/V in block pools read through the block table; present rows are read back through\n"
+    "the table and checked against the contiguous op's scalar kernel of the same algorithm.\n"
     "Exit code 1 when an error exceeds --tolerance.\n"
     "\n"
-    "File mode: reads ONNX Runtime-named inputs (query.npy, key.npy, value.npy, past_key.npy,\n"
-    "past_value.npy, seqlens_k.npy, total_sequence_length.npy, cos_cache.npy, sin_cache.npy,\n"
-    "position_ids.npy, attention_bias.npy, head_sink.npy, k_scale.npy, v_scale.npy) and the\n"
-    "optional DIR/attributes.json (ONNX attribute names; flags override it), writes output.npy,\n"
-    "present_key.npy, present_value.npy (and output_qk.npy) to the --outputs folder. Every input\n"
-    "must be a regular file (not a FIFO or device); any other *.npy name in DIR is an error, but\n"
-    "the output names are ignored. attributes.json values are checked: integer attributes take\n"
-    "JSON integers within int32 (not 4.0, not true/false: write 1 or 0), float attributes finite\n"
-    "numbers, k_quant_type/v_quant_type strings; a key may appear once.\n"
+    "File mode (gqa): reads ONNX Runtime-named inputs (query.npy, key.npy, value.npy,\n"
+    "past_key.npy, past_value.npy, seqlens_k.npy, total_sequence_length.npy, cos_cache.npy,\n"
+    "sin_cache.npy, position_ids.npy, attention_bias.npy, head_sink.npy, k_scale.npy,\n"
+    "v_scale.npy) and the optional DIR/attributes.json (ONNX attribute names; flags override it),\n"
+    "writes output.npy, present_key.npy, present_value.npy (and output_qk.npy) to the --outputs\n"
+    "folder, and checks them as model mode does. Every input must be a regular file (not a FIFO\n"
+    "or device); any other *.npy name in DIR is an error, but the output names are ignored.\n"
+    "attributes.json is one flat JSON object (nesting is refused beyond 64 levels): integer\n"
+    "attributes take JSON integers within int32 (not 4.0, not true/false: write 1 or 0), float\n"
+    "attributes finite numbers, k_quant_type/v_quant_type strings; a key may appear once.\n"
     "\n"
-    "Sizes are checked before anything is allocated: a run that needs more than this machine's\n"
-    "physical memory is refused with the size it needs. With --json, errors are printed to\n"
-    "stdout as {\"error\": {\"status\": ..., \"message\": ...}} (exit code unchanged).";
+    "Sparse MLA (sparse_mla): the metadata op and --steps timed runs on random data, checked\n"
+    "against the scalar kernel.\n"
+    "\n"
+    "An option of another op is an error. Sizes are checked before anything is allocated: a run\n"
+    "that needs more than this machine's physical memory is refused with the size it needs. With\n"
+    "--json, errors are printed to stdout as {\"error\": {\"status\": ..., \"message\": ...}}\n"
+    "(exit code unchanged).";
 
-po::options_description run_options() {
-  po::options_description desc("Run");
-  desc.add_options()  //
+std::vector<OptionGroup> run_groups() {
+  po::options_description workload("Workload (--op gqa, paged_gqa)");
+  workload.add_options()  //
       ("model", po::value<std::string>(),
        ("model preset (default " + std::string(kDefaultModel) + "; see plugin-inspect --help)")
            .c_str())                                                                      //
@@ -58,19 +70,25 @@ po::options_description run_options() {
       ("steps", po::value<int64_t>()->default_value(8), "decode steps after the prompt")  //
       ("batch", po::value<int64_t>()->default_value(1), "batch size")                     //
       ("seed", po::value<std::string>(),
-       "random seed 0..18446744073709551615 (default: from std::random_device)")  //
-      ("check", "compare with the scalar reference kernel (default)")             //
-      ("no-check", "skip the reference comparison")                               //
-      ("check-prompt", "also check the prompt when --context > 1024 (slow)")      //
+       "random seed 0..18446744073709551615 (default: from std::random_device)");
+  po::options_description check("Check (--op gqa, paged_gqa)");
+  check.add_options()                                                         //
+      ("check", "compare with the reference kernel (default)")                //
+      ("no-check", "skip the reference comparison")                           //
+      ("check-prompt", "also check the prompt when --context > 1024 (slow)")  //
       ("tolerance", po::value<double>(),
-       "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)")   //
-      ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")         //
-      ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)")  //
-      ("paged", po::value<int32_t>(),
-       "run over a paged KV cache of this block size (model mode)")  //
-      ("paged-layout", po::value<std::string>()->default_value("bsnh"),
-       "block layout of the paged cache: bsnh (default) or bnsh");
-  return desc;
+       "max abs error allowed (default 1e-4 float32, 2e-3 float16, 1.6e-2 bfloat16)");
+  po::options_description files("Files (--op gqa)");
+  files.add_options()                                                            //
+      ("inputs", po::value<std::string>(), "folder of .npy inputs (file mode)")  //
+      ("outputs", po::value<std::string>(), "folder for the .npy outputs (file mode)");
+  return {{workload, {OpFamily::kGqa, OpFamily::kPagedGqa}},
+          {check, {OpFamily::kGqa, OpFamily::kPagedGqa}},
+          {files, {OpFamily::kGqa}},
+          {paged_cache_options(/*shorthand=*/true), {OpFamily::kPagedGqa}},
+          {gqa_flag_options(), {OpFamily::kGqa, OpFamily::kPagedGqa}},
+          {sparse_mla_options(/*run=*/true), {OpFamily::kSparseMla}},
+          {common_options(), {}}};
 }
 
 // --seed: decimal digits only, within uint64 (Boost would read "-1" as 2^64 - 1).
@@ -91,11 +109,10 @@ uint64_t parse_seed(const std::string& text) {
 }  // namespace
 
 int cmd_run(const Args& args) {
-  if (sparse_mla_requested(args)) return cmd_run_sparse_mla(args);
-  po::options_description desc;
-  desc.add(run_options()).add(gqa_flag_options()).add(common_options());
+  const OpFamily op = requested_op(args);
   po::variables_map vm;
-  if (!parse_command_line(args, desc, kUsage, vm)) return 0;
+  if (!parse_command_line(args, run_groups(), op, kUsage, vm)) return 0;
+  if (op == OpFamily::kSparseMla) return run_sparse_mla(vm);
 
   RunOptions options;
   options.common = read_common_flags(vm);
@@ -118,28 +135,17 @@ int cmd_run(const Args& args) {
   }
   if (vm.count("inputs")) options.inputs_dir = vm["inputs"].as<std::string>();
   if (vm.count("outputs")) options.outputs_dir = vm["outputs"].as<std::string>();
-  if (vm.count("paged")) {
-    const int32_t block_size = vm["paged"].as<int32_t>();
-    if (block_size < ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE ||
-        block_size > ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) {
-      throw UsageError("--paged must be a block size in [1, 1024], got " +
-                       std::to_string(block_size));
-    }
-    options.paged_block_size = block_size;
+  if (op == OpFamily::kPagedGqa) {
+    const PagedFlags paged = read_paged_flags(vm);
+    options.paged_block_size = paged.block_size;
+    options.paged_layout = paged.kv_layout;
   }
-  const std::string layout = vm["paged-layout"].as<std::string>();
-  if (layout != "bsnh" && layout != "bnsh") {
-    throw UsageError("--paged-layout must be bsnh or bnsh, got '" + layout + "'");
-  }
-  options.paged_layout =
-      layout == "bnsh" ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
 
   if (options.inputs_dir || options.outputs_dir) {
     if (!options.inputs_dir || !options.outputs_dir) {
       throw UsageError("--inputs and --outputs go together");
     }
     if (options.model) throw UsageError("--model and --inputs exclude each other");
-    if (options.paged_block_size) throw UsageError("--paged applies to model mode, not --inputs");
     for (const char* name : {"context", "steps", "batch", "seed", "check-prompt"}) {
       if (vm.count(name) && !vm[name].defaulted()) {
         throw UsageError(std::string("--") + name + " does not apply with --inputs");

@@ -72,16 +72,22 @@ T saturate(double value) {
 
 }  // namespace
 
-attnrt_dtype dtype_from_name(std::string_view name) {
+attnrt_dtype query_dtype_from_name(std::string_view name) {
+  if (name == "float32") return kFloat32;
+  if (name == "float16") return kFloat16;
+  if (name == "bfloat16") return kBFloat16;
+  throw UsageError("--dtype: unknown query dtype '" + std::string(name) +
+                   "' (expected float32, float16 or bfloat16)");
+}
+
+attnrt_dtype cache_dtype_from_name(std::string_view name) {
   if (name == "float32") return kFloat32;
   if (name == "float16") return kFloat16;
   if (name == "bfloat16") return kBFloat16;
   if (name == "int8") return kInt8;
   if (name == "uint8") return kUInt8;
-  if (name == "int32") return kInt32;
-  if (name == "int64") return kInt64;
-  throw UsageError("unknown dtype '" + std::string(name) +
-                   "' (expected float32, float16, bfloat16, int8, uint8, int32 or int64)");
+  throw UsageError("--cache-dtype: unknown KV cache dtype '" + std::string(name) +
+                   "' (expected float32, float16, bfloat16, int8 or uint8)");
 }
 
 std::string dtype_name(attnrt_dtype dtype) {

@@ -23,8 +23,10 @@ inline bool same_dtype(attnrt_dtype a, attnrt_dtype b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
-// "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64"; throws UsageError otherwise.
-attnrt_dtype dtype_from_name(std::string_view name);
+// --dtype (the query's): "float32", "float16" or "bfloat16"; --cache-dtype: those, "int8" (8-bit
+// quantized cache) or "uint8" (4-bit). Throw UsageError naming the flag and only its dtypes.
+attnrt_dtype query_dtype_from_name(std::string_view name);
+attnrt_dtype cache_dtype_from_name(std::string_view name);
 
 // attnrt_dtype_name, or "dtype(code=C,bits=B)" for a dtype the library does not know.
 std::string dtype_name(attnrt_dtype dtype);

@@ -24,9 +24,9 @@ GqaConfig config_from_flags(const GqaFlags& flags, const ModelPreset* preset) {
     throw UsageError("--num-heads and --kv-num-heads are required (or --model NAME)");
   }
   if (config.head_size == 0) throw UsageError("--head-size is required (or --model NAME)");
-  if (flags.dtype) config.dtype = dtype_from_name(*flags.dtype);
+  if (flags.dtype) config.dtype = query_dtype_from_name(*flags.dtype);
   if (flags.cache_dtype) {
-    config.cache_dtype = dtype_from_name(*flags.cache_dtype);
+    config.cache_dtype = cache_dtype_from_name(*flags.cache_dtype);
   } else if (config.attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
     config.cache_dtype = config.attributes.kv_cache_bit_width == 4 ? kUInt8 : kInt8;
   } else {

@@ -60,9 +60,16 @@ StepResult GqaSession::step(const GqaTensors& tensors) {
   return result;
 }
 
-ExplanationPtr GqaSession::explain(const GqaTensors& tensors, attnrt_device device) {
+ExplanationPtr GqaSession::explain(const GqaTensors& tensors, attnrt_device device,
+                                   nlohmann::ordered_json* tensors_json) {
   GqaBinding binding(tensors);
   binding.place_on(device);
+  if (tensors_json) {
+    append_tensors_json(*tensors_json, binding.inputs(), binding.num_inputs(),
+                        [](size_t i) { return gqa_input_name(static_cast<int>(i)); });
+    append_tensors_json(*tensors_json, binding.outputs(), binding.num_outputs(),
+                        [](size_t i) { return gqa_output_name(static_cast<int>(i)); });
+  }
   attnrt_explanation* explanation = nullptr;
   check(attnrt_op_explain(op_.get(), binding.inputs(), binding.num_inputs(), binding.outputs(),
                           binding.num_outputs(), &explanation));

@@ -30,7 +30,9 @@ class GqaSession {
 
   // Every kernel of the op in rank order for these tensors (data is not read).
   // With a non-CPU `device`, the tensors are described as living there (data stays NULL).
-  ExplanationPtr explain(const GqaTensors& tensors, attnrt_device device = {ATTNRT_DEVICE_CPU, 0});
+  // `tensors_json`, when given, receives each tensor's name, shape, dtype and device.
+  ExplanationPtr explain(const GqaTensors& tensors, attnrt_device device = {ATTNRT_DEVICE_CPU, 0},
+                         nlohmann::ordered_json* tensors_json = nullptr);
 
   PlanCacheStats plan_cache_stats() const;
 

@@ -1,5 +1,6 @@
-// plugin-inspect: lists attnrt plugins and kernels, explains kernel choice for a GQA problem, and
-// runs GQA workloads (model presets or .npy inputs) checked against the scalar reference kernel.
+// plugin-inspect: lists attnrt plugins and kernels, explains kernel choice for a problem of an op
+// (gqa, paged_gqa, sparse_mla), and runs workloads of the op (model presets, .npy inputs, sparse
+// MLA shapes) checked against the scalar kernel of the same algorithm.
 #include <exception>
 #include <iostream>
 #include <new>
@@ -21,15 +22,21 @@ void print_help(std::ostream& os) {
   os << "usage: plugin-inspect <command> [options]\n"
         "\n"
         "commands:\n"
-        "  list      plugins, their probe facts and kernels, and every skipped file\n"
-        "  explain   every kernel for a GQA problem in rank order: selected, eligible or why not\n"
-        "  run       run GQA through the runtime (a model's prompt + decode steps, or .npy\n"
-        "            inputs) and check it against the scalar reference kernel\n"
+        "  list      library and ABI version, threads, plugins, their probe facts and kernels\n"
+        "            (of one op with --op), and every skipped file\n"
+        "  explain   every kernel for a problem of the op in rank order: selected, eligible or\n"
+        "            why not\n"
+        "  run       run the op (a model's prompt + decode steps, .npy inputs, or a sparse MLA\n"
+        "            workload) and check it against the scalar kernel of the same algorithm\n"
         "\n"
-        "Every command takes --json, --help and the runtime options --plugin-path DIR\n"
+        "ops (--op, on every command): gqa (default), paged_gqa (paged KV cache; --paged\n"
+        "BLOCK_SIZE is short for --op paged_gqa --block-size BLOCK_SIZE), sparse_mla\n"
+        "(MixedQuantSparseFlashMla). An option that does not apply to the op is an error.\n"
+        "\n"
+        "Every command takes --op, --json, --help and the runtime options --plugin-path DIR\n"
         "(repeatable), --kernel GLOBS, --disable GLOBS, --threads N, --no-default-paths.\n"
         "\n"
-        "model presets (--model):\n";
+        "model presets (--model; gqa and paged_gqa):\n";
   for (const auto& preset : plugin_inspect::model_presets()) {
     std::string name(preset.name);
     if (preset.name == plugin_inspect::kDefaultModel) name += " (default)";

@@ -161,8 +161,27 @@ StepResult PagedSession::step(const GqaTensors& tensors) {
   return result;
 }
 
-ExplanationPtr PagedSession::explain(const GqaTensors& tensors) {
-  const Binding binding = bind(tensors);
+ExplanationPtr PagedSession::explain(const GqaTensors& tensors, attnrt_device device,
+                                     nlohmann::ordered_json* tensors_json) {
+  Binding binding = bind(tensors);
+  for (size_t i = 0; i < binding.views.size(); ++i) {
+    if (i == ATTNRT_PAGED_GQA_INPUT_SEQLENS_K ||
+        i == ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH ||
+        i == ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE) {
+      continue;
+    }
+    binding.views[i].device = device;
+  }
+  if (tensors_json) {
+    append_tensors_json(*tensors_json, binding.inputs.data(), binding.inputs.size(), [](size_t i) {
+      if (i == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE) return "key_cache";
+      if (i == ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE) return "value_cache";
+      if (i == ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE) return "block_table";
+      return gqa_input_name(static_cast<int>(i));
+    });
+    append_tensors_json(*tensors_json, binding.outputs.data(), binding.outputs.size(),
+                        [](size_t o) { return o == 0 ? "output" : "output_qk"; });
+  }
   attnrt_explanation* explanation = nullptr;
   check(attnrt_op_explain(op_.get(), binding.inputs.data(), binding.inputs.size(),
                           binding.outputs.data(), binding.outputs.size(), &explanation));

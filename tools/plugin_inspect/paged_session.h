@@ -31,8 +31,12 @@ class PagedSession {
   // the pools in place of past_key/past_value, then writes rows [0, T_b) of every sequence back
   // into the tensors' present_key/present_value, so they compare with a contiguous run.
   StepResult step(const GqaTensors& tensors);
-  // Every paged kernel in rank order for these tensors' shapes (data is not read).
-  ExplanationPtr explain(const GqaTensors& tensors);
+  // Every paged kernel in rank order for these tensors' shapes (data is not read). With a non-CPU
+  // `device`, every tensor but the host-read seqlens_k, total_sequence_length and block_table is
+  // described as living there. `tensors_json`, when given, receives each tensor's name, shape,
+  // dtype and device.
+  ExplanationPtr explain(const GqaTensors& tensors, attnrt_device device = {ATTNRT_DEVICE_CPU, 0},
+                         nlohmann::ordered_json* tensors_json = nullptr);
   PlanCacheStats plan_cache_stats() const;
   // Blocks in use, of how many, and the pool's internal fragmentation (0..1).
   attnrt_block_pool_stats pool_stats() const;

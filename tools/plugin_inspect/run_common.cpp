@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "dtypes.h"
 #include "tensor_compare.h"
@@ -9,11 +10,50 @@
 
 namespace plugin_inspect {
 
-RuntimeSettings reference_settings(const RuntimeSettings& settings) {
+std::string same_algorithm_scalar(const std::string& kernel) {
+  const std::size_t dot = kernel.rfind('.');
+  std::string family = dot == std::string::npos ? kernel : kernel.substr(0, dot);
+  if (const std::size_t at = family.find(".paged_gqa."); at != std::string::npos) {
+    family.replace(at, std::string(".paged_gqa.").size(), ".gqa.");
+  }
+  return family + ".scalar";
+}
+
+std::string reference_glob(const attnrt_runtime* runtime, const std::string& kernel) {
+  const std::string scalar = same_algorithm_scalar(kernel);
+  return runtime_has_kernel(runtime, scalar) ? scalar : kReferenceKernelGlob;
+}
+
+RuntimeSettings reference_settings(const RuntimeSettings& settings, const std::string& glob) {
   RuntimeSettings reference = settings;
-  reference.kernel = kReferenceKernelGlob;
+  reference.kernel = glob;
   reference.disable = "";
   return reference;
+}
+
+ReferenceSessions::ReferenceSessions(const attnrt_runtime* runtime, RuntimeSettings settings,
+                                     const attnrt_gqa_attributes& attributes)
+    : runtime_(runtime), settings_(std::move(settings)), attributes_(attributes) {}
+
+GqaSession& ReferenceSessions::for_kernel(const std::string& kernel) {
+  const std::string glob = reference_glob(runtime_, kernel);
+  for (Entry& entry : entries_) {
+    if (entry.glob == glob) return *entry.session;
+  }
+  Entry entry{glob, make_runtime(reference_settings(settings_, glob)), nullptr};
+  entry.session = std::make_unique<GqaSession>(entry.runtime.get(), attributes_);
+  entries_.push_back(std::move(entry));
+  return *entries_.back().session;
+}
+
+std::string describe_reference(const std::string& kernel, const std::string& reference) {
+  if (reference.empty()) return "(not run)";
+  if (reference == same_algorithm_scalar(kernel)) {
+    return reference + (reference == kernel ? " (the kernel under test is itself the scalar kernel)"
+                                            : " (the scalar kernel of the same algorithm)");
+  }
+  return reference + " (the highest-ranked kernel matching '" + kReferenceKernelGlob +
+         "': " + kernel + "'s algorithm has no scalar kernel here, so padded rows may differ)";
 }
 
 double tolerance_for(const RunOptions& options, attnrt_dtype dtype) {

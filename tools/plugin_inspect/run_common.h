@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "attnrt_handles.h"
 #include "cli_options.h"
+#include "gqa_session.h"
 #include "gqa_workload.h"
 
 namespace plugin_inspect {
@@ -33,15 +37,44 @@ struct RunOptions {
 int run_model(const RunOptions& options);  // --model (prompt + decode steps)
 int run_files(const RunOptions& options);  // --inputs DIR --outputs DIR
 
-// Kernel globs the reference runtime pins.
+// What the reference runtime pins when the kernel's algorithm has no scalar kernel.
 inline constexpr const char* kReferenceKernelGlob = "*.scalar";
 
-// The user's runtime settings with kernel pinned to kReferenceKernelGlob and nothing disabled
-// (so neither --disable nor ATTNRT_DISABLE can exclude the reference).
-RuntimeSettings reference_settings(const RuntimeSettings& settings);
+// The scalar kernel of `kernel`'s algorithm: "<plugin>.<op>.<algorithm>.scalar", with paged_gqa
+// read as gqa (the reference runs the contiguous op on the same inputs).
+std::string same_algorithm_scalar(const std::string& kernel);
+
+// The reference's pin for `kernel`: same_algorithm_scalar(kernel) when `runtime` has that kernel
+// (padded rows with a local window legitimately differ between algorithms, docs/gqa-semantics.md),
+// else kReferenceKernelGlob.
+std::string reference_glob(const attnrt_runtime* runtime, const std::string& kernel);
+
+// The user's runtime settings with kernel pinned to `glob` and nothing disabled (so neither
+// --disable nor ATTNRT_DISABLE can exclude the reference).
+RuntimeSettings reference_settings(const RuntimeSettings& settings, const std::string& glob);
+
+// Reference sessions of one GQA op: a runtime pinned to reference_glob(kernel) per kernel under
+// test, made on first use (a prompt and its decode steps may run kernels of two algorithms).
+class ReferenceSessions {
+ public:
+  ReferenceSessions(const attnrt_runtime* runtime, RuntimeSettings settings,
+                    const attnrt_gqa_attributes& attributes);
+  GqaSession& for_kernel(const std::string& kernel);
+
+ private:
+  struct Entry {
+    std::string glob;
+    RuntimePtr runtime;
+    std::unique_ptr<GqaSession> session;
+  };
+  const attnrt_runtime* runtime_;
+  RuntimeSettings settings_;
+  attnrt_gqa_attributes attributes_;
+  std::vector<Entry> entries_;
+};
 
 // "cpu_x86.gqa.flash.scalar (the scalar kernel of the same algorithm)": which reference kernel
-// ran for `kernel` and why the '*.scalar' pin chose it ("(not run)" when `reference` is empty).
+// ran for `kernel` and why ("(not run)" when `reference` is empty).
 std::string describe_reference(const std::string& kernel, const std::string& reference);
 
 // --tolerance, else 1e-4 for float32, 2e-3 for float16 (one ulp near 1 is 9.8e-4 after rounding

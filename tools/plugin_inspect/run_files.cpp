@@ -32,6 +32,9 @@ namespace fs = std::filesystem;
 constexpr int kRequiredInputs[] = {ATTNRT_GQA_INPUT_QUERY, ATTNRT_GQA_INPUT_SEQLENS_K,
                                    ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH};
 
+// Nesting levels of attributes.json beyond which it is refused (a valid file has one).
+constexpr int kMaxAttributesDepth = 64;
+
 // A JSON value for messages: its type and text ("boolean true", "float 4.7", "string \"x\"").
 std::string describe_json(const nlohmann::json& value) {
   std::string type = value.type_name();
@@ -106,10 +109,19 @@ attnrt_gqa_attributes read_attributes_json(const fs::path& path) {
   const std::pair<const char*, int32_t*> quant_attributes[] = {{"k_quant_type", &a.k_quant_type},
                                                                {"v_quant_type", &a.v_quant_type}};
   try {
-    // nlohmann keeps the last of repeated keys silently; the parser callback sees each one.
+    // nlohmann keeps the last of repeated keys silently; the parser callback sees each one. It
+    // also sees every object and array open: deep nesting is refused there, before the nested
+    // values (whose destruction and printing recurse) can exhaust the stack.
     std::vector<std::vector<std::string>> keys(1);
     const auto callback = [&](int depth, nlohmann::json::parse_event_t event,
                               nlohmann::json& parsed) {
+      if ((event == nlohmann::json::parse_event_t::object_start ||
+           event == nlohmann::json::parse_event_t::array_start) &&
+          depth >= kMaxAttributesDepth) {
+        throw ToolError(path.string() + ": JSON nested deeper than " +
+                        std::to_string(kMaxAttributesDepth) +
+                        " levels (expected one flat object of attribute values)");
+      }
       if (event == nlohmann::json::parse_event_t::key && depth == 1) {
         const std::string key = parsed.get<std::string>();
         if (std::find(keys[0].begin(), keys[0].end(), key) != keys[0].end()) {
@@ -365,9 +377,10 @@ int run_files(const RunOptions& options) {
   OutputErrors errors;
   std::string reference_kernel;
   if (options.check) {
-    const RuntimePtr reference_runtime = make_runtime(reference_settings(options.common.runtime));
-    GqaSession reference(reference_runtime.get(), attributes);
-    reference_kernel = reference.step(*reference_tensors).kernel;
+    // The scalar kernel of the algorithm that ran: naive and flash legitimately differ on padded
+    // rows with a local window (docs/gqa-semantics.md).
+    ReferenceSessions reference(runtime.get(), options.common.runtime, attributes);
+    reference_kernel = reference.for_kernel(result.kernel).step(*reference_tensors).kernel;
     errors.accumulate(tensors, *reference_tensors);
   }
 
@@ -385,13 +398,13 @@ int run_files(const RunOptions& options) {
   const bool failed = options.check && exceeds(errors.worst(), tolerance);
 
   if (options.common.json) {
-    nlohmann::ordered_json json;
+    nlohmann::ordered_json json = runtime_json(runtime.get());
+    json["op"] = "gqa";
     json["inputs"] = inputs_dir.string();
     json["read"] = read;
     json["ignored"] = ignored;
     json["kernel"] = result.kernel;
     json["ms"] = result.ms;
-    json["threads"] = runtime_threads(runtime.get());
     json["max_abs_error"] = options.check ? errors.to_json() : nlohmann::ordered_json(nullptr);
     json["checked"] = options.check;
     json["reference_kernel"] = reference_kernel;

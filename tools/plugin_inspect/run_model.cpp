@@ -45,15 +45,16 @@ double median(std::vector<double> values) {
 }
 
 // Runs `tensors` on the main session and, when `reference` is given, the same inputs (and a copy
-// of the cache as it was before the step) on the reference session; returns the main result.
+// of the cache as it was before the step) on the reference session for the kernel that ran;
+// returns the main result.
 template <class Session>
-StepResult checked_step(Session& session, GqaSession* reference, GqaTensors& tensors,
+StepResult checked_step(Session& session, ReferenceSessions* reference, GqaTensors& tensors,
                         OutputErrors& errors, std::string& reference_kernel) {
   std::optional<GqaTensors> reference_tensors;
   if (reference) reference_tensors = reference_copy(tensors);
   const StepResult result = session.step(tensors);
   if (reference) {
-    reference_kernel = reference->step(*reference_tensors).kernel;
+    reference_kernel = reference->for_kernel(result.kernel).step(*reference_tensors).kernel;
     errors.accumulate(tensors, *reference_tensors);
   }
   return result;
@@ -115,31 +116,7 @@ void check_run_size(const RunOptions& options, const GqaConfig& prompt, bool che
   }
 }
 
-// "(the scalar kernel of the same algorithm)" when the reference is the scalar kernel of the
-// kernel under test's family (cpu_x86.gqa.flash.avx2 → cpu_x86.gqa.flash.scalar), else says why
-// the pin chose another kernel.
-std::string reference_reason(const std::string& kernel, const std::string& reference) {
-  const std::size_t dot = kernel.rfind('.');
-  std::string family = dot == std::string::npos ? kernel : kernel.substr(0, dot);
-  // The paged kernels run the contiguous algorithm (cpu_x86.paged_gqa.flash = cpu_x86.gqa.flash
-  // over a block table); the reference runs the contiguous op.
-  if (const std::size_t at = family.find(".paged_gqa."); at != std::string::npos) {
-    family.replace(at, std::string(".paged_gqa.").size(), ".gqa.");
-  }
-  if (reference == family + ".scalar") {
-    return reference == kernel ? "(the kernel under test is itself the scalar kernel)"
-                               : "(the scalar kernel of the same algorithm)";
-  }
-  return std::string("(the highest-ranked kernel matching '") + kReferenceKernelGlob +
-         "', NOT the scalar kernel of " + kernel + "'s algorithm: padded rows may differ)";
-}
-
 }  // namespace
-
-std::string describe_reference(const std::string& kernel, const std::string& reference) {
-  if (reference.empty()) return "(not run)";
-  return reference + " " + reference_reason(kernel, reference);
-}
 
 int run_model(const RunOptions& options) {
   const ModelPreset& preset = find_model_preset(options.model.value_or(std::string(kDefaultModel)));
@@ -167,12 +144,8 @@ int run_model(const RunOptions& options) {
     paged.emplace(runtime.get(), prompt.attributes, *options.paged_block_size, options.paged_layout,
                   prompt, /*allocate=*/true);
   }
-  RuntimePtr reference_runtime;
-  std::optional<GqaSession> reference;
-  if (options.check) {
-    reference_runtime = make_runtime(reference_settings(options.common.runtime));
-    reference.emplace(reference_runtime.get(), prompt.attributes);
-  }
+  std::optional<ReferenceSessions> reference;
+  if (options.check) reference.emplace(runtime.get(), options.common.runtime, prompt.attributes);
   std::mt19937_64 rng(options.seed);
 
   // Prompt: S = T = context, seqlens_k = context - 1, cache rows [0, context) written.
@@ -192,7 +165,7 @@ int run_model(const RunOptions& options) {
     prompt_phase.note = "prompt check skipped (context > " +
                         std::to_string(kMaxCheckedPromptContext) + "; use --check-prompt)";
   }
-  GqaSession* prompt_reference = prompt_phase.checked ? &*reference : nullptr;
+  ReferenceSessions* prompt_reference = prompt_phase.checked ? &*reference : nullptr;
   const StepResult prompt_result =
       paged ? checked_step(*paged, prompt_reference, prompt_tensors, prompt_phase.errors,
                            prompt_phase.reference_kernel)
@@ -217,7 +190,7 @@ int run_model(const RunOptions& options) {
     set_lengths(tensors, static_cast<int32_t>(context + step),
                 static_cast<int32_t>(context + step + 1));
     poison_outputs(tensors);
-    GqaSession* step_reference = decode_phase.checked ? &*reference : nullptr;
+    ReferenceSessions* step_reference = decode_phase.checked ? &*reference : nullptr;
     const StepResult result =
         paged ? checked_step(*paged, step_reference, tensors, decode_phase.errors,
                              decode_phase.reference_kernel)
@@ -253,13 +226,13 @@ int run_model(const RunOptions& options) {
                                        [](const PhaseResult& phase) { return phase.checked; });
 
   if (options.common.json) {
-    nlohmann::ordered_json json;
+    nlohmann::ordered_json json = runtime_json(runtime.get());
+    json["op"] = paged ? "paged_gqa" : "gqa";
     json["model"] = std::string(preset.name);
     json["seed"] = options.seed;
     json["batch"] = options.batch;
     json["context"] = context;
     json["steps"] = options.steps;
-    json["threads"] = threads;
     json["phases"] = nlohmann::ordered_json::array();
     for (const PhaseResult& phase : phases) json["phases"].push_back(phase_json(phase));
     json["plan_cache"] = {{"hits", plan_cache.hits}, {"misses", plan_cache.misses}};
@@ -308,8 +281,7 @@ int run_model(const RunOptions& options) {
     });
     for (const PhaseResult* phase : checked) {
       std::cout << "reference" << (same ? "" : " (" + phase->phase + ")") << ": "
-                << describe_reference(phase->kernel, phase->reference_kernel)
-                << "; runtime pinned to '" << kReferenceKernelGlob << "'\n";
+                << describe_reference(phase->kernel, phase->reference_kernel) << "\n";
       if (same) break;
     }
     if (options.steps > 0) {

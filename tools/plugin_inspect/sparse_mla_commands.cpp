@@ -20,40 +20,25 @@
 namespace plugin_inspect {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: plugin-inspect explain|run --op sparse_mla [--scenario csa|hca|swa] [--quant-mode "
-    "1|2|3]\n"
-    "           [--layout-q tnd|bsnd] [--layout-kv pa_bbnd|tnd|bsnd] [--batch B] [--q-len S1]\n"
-    "           [--kv-len S2] [--num-heads N] [--topk K] [--cmp-ratio R] [--window W]\n"
-    "           [--block-size BS] [--dtype bf16|f16] [--lse] [--steps N] [--seed S]\n"
-    "\n"
-    "MixedQuantSparseFlashMla on random data: every batch has S1 query rows at context S2; the\n"
-    "window W (0 = causal, no window) is ori_win_left = W - 1, ori_win_right = 0; CSA rows select\n"
-    "K distinct visible compressed tokens. Defaults: a DeepSeek-like CSA decode step (64 heads,\n"
-    "top-k 2048, cmp_ratio 4, window 128, PA_BBND blocks of 64, S2 = 8192).";
-
-po::options_description sparse_mla_options() {
-  po::options_description desc("Sparse MLA problem");
-  desc.add_options()                                                                           //
-      ("op", po::value<std::string>()->default_value("sparse_mla"), "op family")               //
-      ("scenario", po::value<std::string>()->default_value("csa"), "swa, csa or hca")          //
-      ("quant-mode", po::value<int>()->default_value(1), "1, 2 or 3")                          //
-      ("layout-q", po::value<std::string>()->default_value("tnd"), "bsnd or tnd")              //
-      ("layout-kv", po::value<std::string>()->default_value("pa_bbnd"), "bsnd, tnd, pa_bbnd")  //
-      ("batch", po::value<int64_t>()->default_value(1), "batch size B")                        //
-      ("q-len", po::value<int64_t>()->default_value(1), "query rows per batch S1")             //
-      ("kv-len", po::value<int64_t>()->default_value(8192), "ori KV rows per batch S2")        //
-      ("num-heads", po::value<int64_t>()->default_value(64), "query heads N")                  //
-      ("topk", po::value<int64_t>()->default_value(2048), "CSA top-k width K")                 //
-      ("cmp-ratio", po::value<int>()->default_value(4), "cmp_ratio (CSA/HCA)")                 //
-      ("window", po::value<int>()->default_value(128), "ori window W (0: causal)")             //
-      ("block-size", po::value<int64_t>()->default_value(64), "PA_BBND block size")            //
-      ("dtype", po::value<std::string>()->default_value("bf16"), "q dtype: bf16 or f16")       //
-      ("lse", po::bool_switch(), "also return softmax_lse")                                    //
-      ("steps", po::value<int>()->default_value(3), "timed runs (run only)")                   //
-      ("seed", po::value<uint64_t>()->default_value(1), "random seed");
-  return desc;
-}
+constexpr const char* kInputNames[ATTNRT_SPARSE_MLA_NUM_INPUTS] = {"q",
+                                                                   "ori_kv",
+                                                                   "cmp_kv",
+                                                                   "ori_sparse_indices",
+                                                                   "cmp_sparse_indices",
+                                                                   "ori_block_table",
+                                                                   "cmp_block_table",
+                                                                   "cu_seqlens_q",
+                                                                   "cu_seqlens_ori_kv",
+                                                                   "cu_seqlens_cmp_kv",
+                                                                   "seqused_q",
+                                                                   "seqused_ori_kv",
+                                                                   "seqused_cmp_kv",
+                                                                   "cmp_residual_kv",
+                                                                   "ori_topk_length",
+                                                                   "cmp_topk_length",
+                                                                   "sinks",
+                                                                   "metadata"};
+constexpr const char* kOutputNames[ATTNRT_SPARSE_MLA_NUM_OUTPUTS] = {"attn_out", "softmax_lse"};
 
 int32_t layout_from(const std::string& name, const char* flag) {
   if (name == "bsnd" || name == "BSND") return ATTNRT_SPARSE_MLA_LAYOUT_BSND;
@@ -88,8 +73,12 @@ SparseMlaConfig config_from(const po::variables_map& vm) {
   a.cmp_mask_mode = 3;
   a.return_softmax_lse = vm["lse"].as<bool>() ? 1 : 0;
   const std::string dtype = vm["dtype"].as<std::string>();
-  if (dtype != "bf16" && dtype != "f16") throw UsageError("--dtype: expected bf16 or f16");
-  c.fp16 = dtype == "f16";
+  if (dtype != "bf16" && dtype != "bfloat16" && dtype != "f16" && dtype != "float16") {
+    throw UsageError(
+        "--dtype: unknown q dtype '" + dtype +
+        "' for --op sparse_mla (expected bfloat16 or float16, also spelled bf16, f16)");
+  }
+  c.fp16 = dtype == "f16" || dtype == "float16";
   c.batch = vm["batch"].as<int64_t>();
   c.q_len = vm["q-len"].as<int64_t>();
   c.kv_len = vm["kv-len"].as<int64_t>();
@@ -99,10 +88,39 @@ SparseMlaConfig config_from(const po::variables_map& vm) {
   return c;
 }
 
-bool parse(const Args& args, po::variables_map& vm) {
-  po::options_description desc;
-  desc.add(sparse_mla_options()).add(common_options());
-  return parse_command_line(args, desc, kUsage, vm);
+// The problem as JSON: the settings and every tensor's name, shape, dtype and device.
+nlohmann::ordered_json problem_json(const SparseMlaConfig& c, const SparseMlaWorkload& w) {
+  const attnrt_sparse_mla_attributes& a = c.attributes;
+  nlohmann::ordered_json problem;
+  problem["description"] = describe_sparse_mla(c);
+  problem["scenario"] = c.scenario == ATTNRT_SPARSE_MLA_SWA   ? "swa"
+                        : c.scenario == ATTNRT_SPARSE_MLA_CSA ? "csa"
+                                                              : "hca";
+  problem["quant_mode"] = a.quant_mode;
+  const auto layout = [](int32_t l) {
+    return l == ATTNRT_SPARSE_MLA_LAYOUT_BSND  ? "bsnd"
+           : l == ATTNRT_SPARSE_MLA_LAYOUT_TND ? "tnd"
+                                               : "pa_bbnd";
+  };
+  problem["layout_q"] = layout(a.layout_q);
+  problem["layout_kv"] = layout(a.layout_kv);
+  problem["batch"] = c.batch;
+  problem["q_len"] = c.q_len;
+  problem["kv_len"] = c.kv_len;
+  problem["num_heads"] = c.num_heads;
+  problem["topk"] = c.topk;
+  problem["cmp_ratio"] = a.cmp_ratio;
+  problem["window"] = a.ori_mask_mode == 4 ? a.ori_win_left + 1 : 0;
+  problem["block_size"] = c.block_size;
+  problem["dtype"] = c.fp16 ? "float16" : "bfloat16";
+  problem["tensors"] = nlohmann::ordered_json::array();
+  const auto in = w.inputs(true);
+  const auto out = w.outputs();
+  append_tensors_json(problem["tensors"], in.data(), in.size(),
+                      [](size_t i) { return kInputNames[i]; });
+  append_tensors_json(problem["tensors"], out.data(), out.size(),
+                      [&](size_t o) { return kOutputNames[o]; });
+  return problem;
 }
 
 struct Ops {
@@ -160,21 +178,38 @@ float half_to_float(uint16_t h, bool fp16) {
 
 }  // namespace
 
-bool sparse_mla_requested(const Args& args) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--op=sparse_mla") return true;
-    if (args[i] == "--op" && i + 1 < args.size() && args[i + 1] == "sparse_mla") return true;
-  }
-  return false;
+po::options_description sparse_mla_options(bool run) {
+  po::options_description desc("Sparse MLA problem (--op sparse_mla)");
+  desc.add_options()                                                                           //
+      ("scenario", po::value<std::string>()->default_value("csa"), "swa, csa or hca")          //
+      ("quant-mode", po::value<int>()->default_value(1), "1, 2 or 3")                          //
+      ("layout-q", po::value<std::string>()->default_value("tnd"), "bsnd or tnd")              //
+      ("layout-kv", po::value<std::string>()->default_value("pa_bbnd"), "bsnd, tnd, pa_bbnd")  //
+      ("batch", po::value<int64_t>()->default_value(1), "batch size B")                        //
+      ("q-len", po::value<int64_t>()->default_value(1), "query rows per batch S1")             //
+      ("kv-len", po::value<int64_t>()->default_value(8192), "ori KV rows per batch S2")        //
+      ("num-heads", po::value<int64_t>()->default_value(64), "query heads N")                  //
+      ("topk", po::value<int64_t>()->default_value(2048), "CSA top-k width K")                 //
+      ("cmp-ratio", po::value<int>()->default_value(4), "cmp_ratio (CSA/HCA)")                 //
+      ("window", po::value<int>()->default_value(128), "ori window W (0: causal)")             //
+      ("block-size", po::value<int64_t>()->default_value(64), "PA_BBND block size")            //
+      ("dtype", po::value<std::string>()->default_value("bfloat16"),
+       "q dtype: bfloat16 (bf16) or float16 (f16, quant mode 3)")  //
+      ("lse", po::bool_switch(), "also return softmax_lse");
+  if (run) desc.add_options()("steps", po::value<int>()->default_value(3), "timed runs");
+  desc.add_options()("seed", po::value<uint64_t>()->default_value(1), "random seed");
+  return desc;
 }
 
-int cmd_explain_sparse_mla(const Args& args) {
-  po::variables_map vm;
-  if (!parse(args, vm)) return 0;
+int explain_sparse_mla(const po::variables_map& vm) {
   const CommonFlags common = read_common_flags(vm);
+  const attnrt_device device = device_from_flags(vm);
   const SparseMlaConfig c = config_from(vm);
   SparseMlaWorkload w;
   make_sparse_mla_workload(c, /*allocate=*/false, vm["seed"].as<uint64_t>(), &w);
+  // --device: every tensor is described as living there (the op wants them all on q's device).
+  for (SparseMlaBuffer& buffer : w.in) buffer.tensor.device = device;
+  for (SparseMlaBuffer& buffer : w.out) buffer.tensor.device = device;
   const RuntimePtr runtime = make_runtime(common.runtime);
   Ops ops = make_ops(runtime.get(), c.attributes);
   const auto in = w.inputs(true);
@@ -182,40 +217,21 @@ int cmd_explain_sparse_mla(const Args& args) {
   attnrt_explanation* raw = nullptr;
   check(attnrt_op_explain(ops.main.get(), in.data(), in.size(), out.data(), out.size(), &raw));
   const ExplanationPtr explanation(raw);
-  nlohmann::ordered_json result;
+  nlohmann::ordered_json result = runtime_json(runtime.get());
   result["op"] = "sparse_mla";
-  result["problem"] = describe_sparse_mla(c);
-  result["candidates"] = nlohmann::ordered_json::array();
-  size_t count = 0;
-  check(attnrt_explanation_count(explanation.get(), &count));
-  for (size_t i = 0; i < count; ++i) {
-    attnrt_candidate candidate{};
-    candidate.struct_size = sizeof(candidate);
-    check(attnrt_explanation_candidate(explanation.get(), i, &candidate));
-    result["candidates"].push_back({{"kernel", candidate.kernel ? candidate.kernel : ""},
-                                    {"priority", candidate.priority},
-                                    {"status", attnrt_candidate_status_name(candidate.status)},
-                                    {"reason", candidate.reason ? candidate.reason : ""}});
-  }
+  result["device"] = device_name(device.device_type);
+  result["problem"] = problem_json(c, w);
+  result["candidates"] = explanation_json(explanation.get());
   if (common.json) {
     std::cout << result.dump(2) << "\n";
     return 0;
   }
-  std::cout << "sparse_mla: " << describe_sparse_mla(c) << "\n\n";
-  TextTable table({"rank", "kernel", "priority", "status", "reason"});
-  int rank = 0;
-  for (const auto& candidate : result["candidates"]) {
-    table.add_row({std::to_string(++rank), candidate["kernel"].get<std::string>(),
-                   std::to_string(candidate["priority"].get<int>()),
-                   candidate["status"].get<std::string>(), candidate["reason"].get<std::string>()});
-  }
-  table.print(std::cout);
+  print_explanation(result, "sparse_mla: " + describe_sparse_mla(c) + ", device " +
+                                device_name(device.device_type));
   return 0;
 }
 
-int cmd_run_sparse_mla(const Args& args) {
-  po::variables_map vm;
-  if (!parse(args, vm)) return 0;
+int run_sparse_mla(const po::variables_map& vm) {
   const CommonFlags common = read_common_flags(vm);
   const SparseMlaConfig c = config_from(vm);
   const int steps = vm["steps"].as<int>();
@@ -252,11 +268,10 @@ int cmd_run_sparse_mla(const Args& args) {
   }
   const double fraction = n > 0 ? static_cast<double>(close) / n : 1.0;
   const bool pass = fraction >= 0.995;
-  nlohmann::ordered_json result;
+  nlohmann::ordered_json result = runtime_json(runtime.get());
   result["op"] = "sparse_mla";
-  result["problem"] = describe_sparse_mla(c);
+  result["problem"] = problem_json(c, w);
   result["kernel"] = kernel;
-  result["threads"] = runtime_threads(runtime.get());
   result["ms_per_step"] = seconds * 1e3;
   result["query_tokens_per_s"] = static_cast<double>(w.query_tokens) / seconds;
   result["kv_gb_per_s"] = static_cast<double>(w.kv_bytes_per_run) * 1e-9 / seconds;
