@@ -33,16 +33,14 @@ std::string usage() {
          "Ranks every kernel of the op for these shapes without running anything.\n"
          "gqa, paged_gqa: --model (default " +
          std::string(kDefaultModel) +
-         ", as for run) gives the head counts, head size, window,\n"
-         "softcap and rotary; explicit flags override. Default T: P + S; with --shared-buffer (P "
-         "is\n"
-         "the buffer capacity) S for a prompt, P for decode. Rotary caches have max(T, P) rows.\n"
-         "paged_gqa ranks the paged kernels for the same call over block pools of --block-size "
-         "tokens\n"
-         "(--paged BS is short for --op paged_gqa --block-size BS) holding max(T, P) tokens per\n"
-         "sequence. sparse_mla: MixedQuantSparseFlashMla shapes (see its options).\n"
-         "--device describes the tensors (not the host-read lengths and tables) as living on that\n"
-         "device, for every op. An option of another op is an error.";
+         ", as for run) gives the head counts, head size,\n"
+         "window, softcap and rotary; explicit flags override. Default T: P + S; with\n"
+         "--shared-buffer (P is the buffer capacity) S for a prompt, P for decode. Rotary caches\n"
+         "have max(T, P) rows. paged_gqa ranks the paged kernels for the same call over block\n"
+         "pools of --block-size tokens (--paged BS is short for --op paged_gqa --block-size BS)\n"
+         "holding max(T, P) tokens per sequence. sparse_mla: MixedQuantSparseFlashMla shapes\n"
+         "(see its options). --device describes the tensors (not the host-read lengths and\n"
+         "tables) as living on that device, for every op. An option of another op is an error.";
 }
 
 po::options_description device_options() {
