@@ -204,7 +204,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
   }
 
   const auto candidates = runtime_->registry().Evaluate(
-      runtime_->config(), family_->kind(), plan->problem->device_type(), plan->problem->abi());
+      runtime_->config(), family_->kind(), plan->problem->device_type(), plan->problem->abi(),
+      plan->problem->abi_need());
   for (const auto& candidate : candidates) {
     if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
   }
@@ -237,7 +238,7 @@ Status OpImpl::Explain(const TensorList& inputs, const TensorList& outputs,
   std::unique_ptr<Problem> problem;
   ATTNRT_RETURN_IF_ERROR(Prepare(inputs, outputs, &signature, &problem));
   *out = runtime_->registry().Evaluate(runtime_->config(), family_->kind(), problem->device_type(),
-                                       problem->abi());
+                                       problem->abi(), problem->abi_need());
   return Status::Ok();
 }
 

@@ -23,6 +23,13 @@ struct KernelRecord {
   int32_t priority = 0;
 };
 
+// The newest ABI minor version whose fields a problem uses (0: any plugin of this major version
+// reads it whole) and what needs it, for the reason given to older plugins' kernels.
+struct AbiNeed {
+  uint32_t minor = 0;
+  const char* feature = "";
+};
+
 struct PluginRecord {
   // Declared first so it is destroyed last: the library outlives shutdown().
   boost::dll::shared_library library;

@@ -42,7 +42,8 @@ std::vector<const KernelRecord*> Registry::KernelsFor(int32_t op_kind) const {
 }
 
 std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t op_kind,
-                                          int32_t device_type, const void* problem) const {
+                                          int32_t device_type, const void* problem,
+                                          const AbiNeed& need) const {
   std::vector<Candidate> candidates;
   bool selected = false;
   for (const auto* kernel : KernelsFor(op_kind)) {
@@ -61,6 +62,10 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
     } else if (!config.pins.empty() && config.pins.Match(kernel->name) == nullptr) {
       candidate.status = ATTNRT_CANDIDATE_NOT_PINNED;
       candidate.reason = "not among the kernels pinned by " + config.pins.source;
+    } else if (kernel->plugin->abi_minor < need.minor) {
+      candidate.reason = "plugin '" + kernel->plugin->name + "' was built for ABI 1." +
+                         std::to_string(kernel->plugin->abi_minor) + ", and " + need.feature +
+                         " needs ABI 1." + std::to_string(need.minor);
     } else {
       char reason[kReasonCapacity] = {0};
       int32_t accepted = 0;

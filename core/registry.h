@@ -26,9 +26,11 @@ class Registry {
   std::vector<const KernelRecord*> KernelsFor(int32_t op_kind) const;
 
   // Evaluates every kernel of the op against a validated problem: the first acceptable one is
-  // SELECTED, later acceptable ones ELIGIBLE, the others carry their status and reason.
+  // SELECTED, later acceptable ones ELIGIBLE, the others carry their status and reason. A problem
+  // that uses a feature of ABI 1.`need.minor` is not offered to kernels of plugins built for an
+  // older minor version (they would not read the fields that describe it).
   std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind, int32_t device_type,
-                                  const void* problem) const;
+                                  const void* problem, const AbiNeed& need = {}) const;
 
  private:
   std::vector<const KernelRecord*> ranked_;

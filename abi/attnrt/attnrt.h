@@ -45,7 +45,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 1
+#define ATTNRT_ABI_VERSION_MINOR 2
 
 /* ------------------------------------------------------------------------------------------------
  */
@@ -133,7 +133,9 @@ typedef struct attnrt_dtype {
  * shape: ndim extents (int64). strides: ndim strides in elements, or NULL for compact row-major.
  * The address of element 0 is (char*)data + byte_offset and must be aligned to the element size
  * (checked at run: INVALID_ARGUMENT). attnrt never takes ownership.
- * Kernels of ABI 1.0 accept compact row-major tensors only; others are rejected by name.
+ * Tensors must be compact row-major (strides NULL or the compact ones; others are rejected by
+ * name), except the paged op's block pools, which may be strided views (ABI 1.2,
+ * attnrt/ops/paged_gqa.h).
  */
 typedef struct attnrt_tensor {
   void* data;

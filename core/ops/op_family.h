@@ -27,6 +27,8 @@ class Problem {
   // Pointer to the op's ABI problem struct (e.g. attnrt_gqa_problem).
   virtual const void* abi() const = 0;
   virtual int32_t device_type() const = 0;
+  // Kernels of plugins built for an older ABI minor version than this are not offered the problem.
+  virtual AbiNeed abi_need() const { return {}; }
   // Checks run-time values and calls the kernel. Nothing is written on a validation error.
   virtual Status Run(const KernelRecord& kernel, const TensorList& inputs,
                      const TensorList& outputs, void* workspace, size_t workspace_size,

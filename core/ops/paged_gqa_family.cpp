@@ -14,10 +14,15 @@ constexpr size_t kErrorCapacity = 1024;
 
 class PagedGqaProblem final : public Problem {
  public:
-  explicit PagedGqaProblem(const attnrt_paged_gqa_problem& problem) : problem_(problem) {}
+  PagedGqaProblem(const attnrt_paged_gqa_problem& problem, bool compact_pools)
+      : problem_(problem), compact_pools_(compact_pools) {}
 
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.gqa.device_type; }
+  AbiNeed abi_need() const override {
+    if (compact_pools_) return {};
+    return {2, "a strided key_cache/value_cache"};
+  }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
@@ -44,6 +49,7 @@ class PagedGqaProblem final : public Problem {
 
  private:
   attnrt_paged_gqa_problem problem_;
+  bool compact_pools_;
 };
 
 class PagedGqaFamily final : public OpFamily {
@@ -62,7 +68,7 @@ class PagedGqaFamily final : public OpFamily {
     attnrt_paged_gqa_problem problem{};
     ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateShapes(attributes_, inputs.tensors, inputs.count,
                                                      outputs.tensors, outputs.count, &problem));
-    *out = std::make_unique<PagedGqaProblem>(problem);
+    *out = std::make_unique<PagedGqaProblem>(problem, paged_gqa::PoolsCompact(inputs.tensors));
     return Status::Ok();
   }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/ops/gqa_validation.h"
+#include "core/ops/memory_overlap.h"
 #include "core/ops/tensor_checks.h"
 
 namespace attnrt::core::paged_gqa {
@@ -113,6 +114,38 @@ void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const*
   c->num_outputs = c->out[ATTNRT_GQA_OUTPUT_OUTPUT_QK] != nullptr ? 4 : 3;
 }
 
+// A pool may be a strided view: its head_size dimension contiguous, no negative stride.
+Status CheckPoolStrides(const attnrt_tensor& pool, const char* name) {
+  if (pool.strides == nullptr || NumElements(pool) == 0) return Status::Ok();
+  for (int d = 0; d < 4; ++d) {
+    if (pool.shape[d] > 1 && pool.strides[d] < 0) {
+      return InvalidArgument(StrCat(name, ": dimension ", d, " has stride ", pool.strides[d],
+                                    ", expected strides of at least 0"));
+    }
+  }
+  if (pool.shape[3] > 1 && pool.strides[3] != 1) {
+    return InvalidArgument(StrCat(name, ": dimension 3 (head_size) must be contiguous (stride 1), ",
+                                  "got stride ", pool.strides[3], " for shape ",
+                                  ShapeString(pool)));
+  }
+  return Status::Ok();
+}
+
+// Element strides of a pool: as given, or the compact ones.
+void PoolStrides(const attnrt_tensor& pool, int64_t* strides) {
+  int64_t compact = 1;
+  for (int d = 3; d >= 0; --d) {
+    strides[d] = pool.strides != nullptr ? pool.strides[d] : compact;
+    compact *= pool.shape[d];
+  }
+  // An extent of 1 may carry any stride; the compact one keeps the problem canonical.
+  int64_t expected = 1;
+  for (int d = 3; d >= 0; --d) {
+    if (pool.shape[d] == 1) strides[d] = expected;
+    expected *= pool.shape[d];
+  }
+}
+
 Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* const* in) {
   for (int i : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE,
                 ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE}) {
@@ -120,8 +153,8 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
       return InvalidArgument(StrCat("Input '", kInputNames[i], "' is required but absent"));
     }
     ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*in[i], kInputNames[i]));
-    ATTNRT_RETURN_IF_ERROR(CheckCompact(*in[i], kInputNames[i]));
   }
+  ATTNRT_RETURN_IF_ERROR(CheckCompact(*in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE], "block_table"));
   const attnrt_tensor& key = *in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE];
   const attnrt_tensor& value = *in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE];
   ATTNRT_RETURN_IF_ERROR(CheckRank(key, "key_cache", 4));
@@ -153,6 +186,8 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
     }
   }
   ATTNRT_RETURN_IF_ERROR(CheckDtype(value, "value_cache", key.dtype, "the dtype of key_cache"));
+  ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(key, "key_cache"));
+  ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(value, "value_cache"));
   if (!SameDevice(value.device, key.device)) {
     return InvalidArgument(StrCat("value_cache: expected device ", DeviceString(key.device),
                                   " (the device of key_cache), got ", DeviceString(value.device)));
@@ -207,6 +242,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.block_size = a.block_size;
   p.max_blocks_per_seq = table.shape[1];
   p.kv_layout = a.kv_layout;
+  PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], p.key_cache_strides);
+  PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], p.value_cache_strides);
   *out = p;
   return Status::Ok();
 }
@@ -216,21 +253,42 @@ const void* DataOf(const attnrt_tensor* t) {
                                             : nullptr;
 }
 
-// The pools are written: no output may overlap them, and they overlap nothing else.
+// Names the overlap of `what` with a pool, or that it could not be decided.
+Status OverlapError(Overlap overlap, const std::string& what, const char* pool) {
+  if (overlap == Overlap::kDisjoint) return Status::Ok();
+  if (overlap == Overlap::kUndecided) {
+    return InvalidArgument(StrCat(what, " and ", pool, " could not be proven disjoint (more than ",
+                                  kMaxOverlapRuns, " contiguous runs to compare); the run writes ",
+                                  pool, ", expected disjoint memory"));
+  }
+  return InvalidArgument(StrCat(what, " shares memory with ", pool, "; the run writes ", pool,
+                                ", expected disjoint memory"));
+}
+
+// The pools are written: no element of one is an element of the other, of itself twice, of an
+// output or of another input. Checked element by element (memory_overlap.h), so two views of one
+// allocation that interleave without sharing an element pass.
 Status CheckPoolAliasing(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
                          size_t num_outputs) {
-  ByteRange pools[2];
+  StridedBytes pools[2];
   const int pool_inputs[2] = {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE};
   for (int k = 0; k < 2; ++k) {
-    ATTNRT_RETURN_IF_ERROR(
-        ResolveRange(*inputs[pool_inputs[k]], kInputNames[pool_inputs[k]], &pools[k]));
+    const char* name = kInputNames[pool_inputs[k]];
+    ATTNRT_RETURN_IF_ERROR(DescribeStrided(*inputs[pool_inputs[k]], name, &pools[k]));
+    const Overlap self = SelfOverlap(pools[k]);
+    if (self == Overlap::kOverlap) {
+      return InvalidArgument(StrCat(name, ": two elements share memory (strides ",
+                                    StridesString(*inputs[pool_inputs[k]]), " for shape ",
+                                    ShapeString(*inputs[pool_inputs[k]]),
+                                    "); the run writes the pool, expected distinct elements"));
+    }
+    ATTNRT_RETURN_IF_ERROR(OverlapError(self, StrCat(name, "'s elements"), name));
   }
-  if (Overlaps(pools[0], pools[1])) {
-    return InvalidArgument(
-        "value_cache overlaps key_cache in memory, expected disjoint block pools");
-  }
+  ATTNRT_RETURN_IF_ERROR(
+      OverlapError(ViewsOverlap(pools[0], pools[1]), "value_cache", "key_cache"));
   for (int k = 0; k < 2; ++k) {
     const attnrt_tensor& pool = *inputs[pool_inputs[k]];
+    const char* pool_name = kInputNames[pool_inputs[k]];
     for (int i = 0; i < ATTNRT_PAGED_GQA_NUM_INPUTS; ++i) {
       const attnrt_tensor* x = inputs[i];
       if (x == nullptr || i == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE ||
@@ -238,25 +296,18 @@ Status CheckPoolAliasing(const attnrt_tensor* const* inputs, const attnrt_tensor
           x->device.device_type != pool.device.device_type) {
         continue;
       }
-      ByteRange r;
-      ATTNRT_RETURN_IF_ERROR(ResolveRange(*x, kInputNames[i], &r));
-      if (Overlaps(pools[k], r)) {
-        return InvalidArgument(StrCat("Input '", kInputNames[i], "' overlaps ",
-                                      kInputNames[pool_inputs[k]],
-                                      " in memory; the run writes the pool, expected disjoint "
-                                      "buffers"));
-      }
+      StridedBytes view;
+      ATTNRT_RETURN_IF_ERROR(DescribeStrided(*x, kInputNames[i], &view));
+      ATTNRT_RETURN_IF_ERROR(OverlapError(ViewsOverlap(pools[k], view),
+                                          StrCat("Input '", kInputNames[i], "'"), pool_name));
     }
     for (size_t o = 0; o < num_outputs; ++o) {
       const attnrt_tensor* x = outputs[o];
       if (x == nullptr || x->device.device_type != pool.device.device_type) continue;
-      ByteRange r;
-      ATTNRT_RETURN_IF_ERROR(ResolveRange(*x, kOutputNames[o], &r));
-      if (Overlaps(pools[k], r)) {
-        return InvalidArgument(StrCat("Output '", kOutputNames[o], "' overlaps ",
-                                      kInputNames[pool_inputs[k]],
-                                      " in memory, expected disjoint buffers"));
-      }
+      StridedBytes view;
+      ATTNRT_RETURN_IF_ERROR(DescribeStrided(*x, kOutputNames[o], &view));
+      ATTNRT_RETURN_IF_ERROR(OverlapError(ViewsOverlap(pools[k], view),
+                                          StrCat("Output '", kOutputNames[o], "'"), pool_name));
     }
   }
   return Status::Ok();
@@ -436,6 +487,13 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
   return GuardValidation("PagedGroupQueryAttention", "ValidateRun", [&] {
     return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out);
   });
+}
+
+bool PoolsCompact(const attnrt_tensor* const* inputs) {
+  for (int i : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE}) {
+    if (!CheckCompact(*inputs[i], kInputNames[i]).ok()) return false;
+  }
+  return true;
 }
 
 const char* InputName(size_t index) {

@@ -16,7 +16,7 @@ namespace attnrt::core::paged_gqa {
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out);
 
 // Shapes only: input/output counts; key_cache and value_cache [num_blocks, block_size, Nkv, H]
-// (H/2 for int4) of one dtype; block_table int32 [B, max_blocks_per_seq] on the host; then every
+// (H/2 for int4) of one dtype, compact or strided with a contiguous last dimension; block_table int32 [B, max_blocks_per_seq] on the host; then every
 // GQA shape check. Fills *out.
 Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
                       const attnrt_tensor* const* inputs, size_t num_inputs,
@@ -26,12 +26,16 @@ Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
 // Values, before any memory is written: total_sequence_length and every seqlens_k[b] within the
 // table's capacity, the GQA run checks, every block id batch b needs (slots [0, ceil(T_b /
 // block_size))) in [0, num_blocks), no block this step writes rows into named by another of those
-// needed slots (of any batch; slots past a batch's needed ones are ignored), no output
-// overlapping a pool, the pools disjoint from each other and from every other input. Fills *out
+// needed slots (of any batch; slots past a batch's needed ones are ignored), no element of a pool
+// shared with the other pool, itself, an output or another input (element by element). Fills *out
 // (out->problem = &problem, out->gqa.problem = &problem.gqa).
 Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor* const* inputs,
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_paged_gqa_args* out);
+
+// Whether key_cache and value_cache of a call that passed ValidateShapes are compact row-major (a
+// strided pool is an ABI 1.2 feature: only newer plugins' kernels are offered it).
+bool PoolsCompact(const attnrt_tensor* const* inputs);
 
 // Names of inputs and outputs by position ("query", ..., "block_table"; "output", "output_qk");
 // "?" out of range.

@@ -1,5 +1,8 @@
 #include "core/ops/tensor_checks.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace attnrt::core {
 
 bool DtypeEquals(attnrt_dtype a, attnrt_dtype b) {
@@ -110,15 +113,24 @@ Status CheckCompact(const attnrt_tensor& t, std::string_view name) {
     expected *= t.shape[i];
   }
   if (compact) return Status::Ok();
-  std::string strides = "[";
-  for (int32_t i = 0; i < t.ndim; ++i) {
-    if (i > 0) strides += ", ";
-    strides += std::to_string(t.strides[i]);
-  }
-  strides += "]";
   return InvalidArgument(StrCat(name,
                                 ": only compact row-major tensors are supported, got strides ",
-                                strides, " for shape ", ShapeString(t)));
+                                StridesString(t), " for shape ", ShapeString(t)));
+}
+
+std::string StridesString(const attnrt_tensor& t) {
+  std::vector<int64_t> strides(static_cast<size_t>(std::max(t.ndim, 0)));
+  int64_t compact = 1;
+  for (int32_t i = t.ndim - 1; i >= 0; --i) {
+    strides[static_cast<size_t>(i)] = t.strides != nullptr ? t.strides[i] : compact;
+    compact *= t.shape[i];
+  }
+  std::string text = "[";
+  for (size_t i = 0; i < strides.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(strides[i]);
+  }
+  return text + "]";
 }
 
 Status CheckRank(const attnrt_tensor& t, std::string_view name, int32_t rank) {

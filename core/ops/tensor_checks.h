@@ -107,6 +107,9 @@ uint64_t NumBytes(const attnrt_tensor& t);
 // supported, got strides [..] for shape [..]".
 Status CheckCompact(const attnrt_tensor& t, std::string_view name);
 
+// "[8192, 1024, 64, 1]": the strides as given, or the compact ones when NULL.
+std::string StridesString(const attnrt_tensor& t);
+
 // "<name>: expected rank R, got r".
 Status CheckRank(const attnrt_tensor& t, std::string_view name, int32_t rank);
 

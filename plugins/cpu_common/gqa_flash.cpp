@@ -170,12 +170,13 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
 bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
                  const FlashBlocks& blocks) {
   if (p.sequence_length != 1 || blocks.dequant_tiles) return false;
-  if (!paging.head_major) return true;
   GqaFloatType type;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
-  return paging.block_size * static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size)) <
-         kGroupRunBytes;
+  const size_t row_bytes = GqaCacheRowBytes(cache_type, p.head_size);
+  // Rows of a kv head not consecutive in a block (BSNH, or a strided view): read grouped.
+  if (paging.key.token != row_bytes || paging.value.token != row_bytes) return true;
+  return paging.block_size * static_cast<int64_t>(row_bytes) < kGroupRunBytes;
 }
 
 // Tasks are handed out from a shared counter: (b, kv head group, chunk) by (b, kv head group,

@@ -60,9 +60,9 @@ struct GqaFlashOps {
 extern const GqaFlashOps kGqaFlashOpsScalar;
 
 // A paged K/V cache (attnrt/ops/paged_gqa.h) for the same flash algorithm: token j of batch b,
-// kv head h, with x = block_table[b * max_blocks_per_seq + j / block_size], is row
-// (x * block_size + j % block_size) * Nkv + h of key_cache / value_cache (BSNH), or
-// (x * Nkv + h) * block_size + j % block_size (head_major, BNSH). The tiles, key blocks, split-KV
+// kv head h, with x = block_table[b * max_blocks_per_seq + j / block_size], starts at byte
+// x * block + (j % block_size) * token + h * head of its pool (`key`, `value`: compact BSNH or
+// BNSH pools, or strided views). The tiles, key blocks, split-KV
 // chunks and block operations are those of the contiguous cache; a key block that spans cache
 // blocks is handed to the block operations one cache block at a time, which computes every score
 // and accumulates every key in the same order, so outputs are bitwise those of the contiguous
@@ -73,7 +73,8 @@ struct GqaFlashPaging {
   const int32_t* block_table;
   int64_t max_blocks_per_seq;
   int64_t block_size;
-  bool head_major;  // BNSH blocks: a kv head's rows of a block are contiguous
+  GqaPoolStrides key;
+  GqaPoolStrides value;
   GqaRun (*stage)(const attnrt_host_services& host, const void* user);
   const void* user;
 };

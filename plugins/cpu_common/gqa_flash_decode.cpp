@@ -28,9 +28,10 @@ struct GroupRows {
 
   GroupRows(const GqaRun& r, const KvSource& first, int64_t heads)
       : bnsh(first.stride == r.cache_row_bytes),
-        shared(!bnsh && heads == r.kv_heads),
-        head_step(bnsh ? static_cast<size_t>(first.block_size) * r.cache_row_bytes
-                       : r.cache_row_bytes) {}
+        // Every kv head's row of a token adjacent, and the tokens adjacent (a compact BSNH pool).
+        shared(!bnsh && heads == r.kv_heads && first.head_step == r.cache_row_bytes &&
+               first.stride == static_cast<size_t>(r.kv_heads) * r.cache_row_bytes),
+        head_step(first.head_step) {}
 };
 
 // The prefetch shares of rows [j, j + n) of one cache block (none when n == 0): Share(i) for the
@@ -157,7 +158,8 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
   const KvSource& keys = group[0].keys;
   const KvSource& values = group[0].values;
 
-  const GroupRows layout(r, keys, heads);
+  const GroupRows key_layout(r, keys, heads);
+  const GroupRows value_layout(r, values, heads);
   ReadOrder at(r, span, ld, keys);
   ReadOrder ahead(r, span, ld, keys);
   for (int64_t k = 0; k < kReadAhead && !ahead.done(); ++k) ahead.Advance();
@@ -173,8 +175,10 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
       for (int64_t i = 0; i < heads; ++i) SoftmaxBlock(job, span, group[i], br);
     }
     const KvSource& source = v ? values : keys;
+    const GroupRows& layout = v ? value_layout : key_layout;
     const unsigned char* row = source.Row(j);  // kv head kvh0's row j
-    const GroupPrefetch next(r, layout, heads, ahead.values() ? values : keys, ahead.j(),
+    const GroupPrefetch next(r, ahead.values() ? value_layout : key_layout, heads,
+                             ahead.values() ? values : keys, ahead.j(),
                              ahead.done() ? 0 : ahead.n());
     for (int64_t i = 0; i < heads; ++i, row += layout.head_step) {
       // The next head's first rows (for the next segment's first head it made no difference).

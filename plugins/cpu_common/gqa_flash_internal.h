@@ -98,6 +98,7 @@ struct KvSource {
   const int32_t* blocks;  // paged: the batch's block table row; NULL: contiguous
   int64_t block_size;
   size_t block_bytes;
+  size_t head_step;  // paged: bytes from kv head h's row to kv head h+1's
 
   const unsigned char* Row(int64_t j) const {
     if (blocks == nullptr) return base + static_cast<size_t>(j) * stride;

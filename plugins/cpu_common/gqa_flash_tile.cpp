@@ -96,24 +96,29 @@ TaskSpan MakeSpan(const FlashJob& job, int64_t b, int64_t s0, int64_t count, int
 
 namespace {
 
-KvSource SourceOf(const FlashJob& job, const void* cache, int64_t cache_rows, int64_t b,
-                  int64_t kvh) {
+// The K (values false) or V rows of (b, kv head kvh): `cache` of `cache_rows` rows per head, or
+// the paged pool through the block table and the pool's strides.
+KvSource SourceOf(const FlashJob& job, bool values, int64_t b, int64_t kvh) {
   const GqaRun& r = *job.run;
   const size_t row_bytes = r.cache_row_bytes;
-  const auto* bytes = static_cast<const unsigned char*>(cache);
+  const auto* bytes = static_cast<const unsigned char*>(values ? r.value_cache : r.key_cache);
   if (job.paging == nullptr) {
+    const int64_t cache_rows = values ? r.value_cache_rows : r.key_cache_rows;
     return KvSource{bytes + static_cast<size_t>((b * r.kv_heads + kvh) * cache_rows) * row_bytes,
-                    row_bytes, nullptr, 0, 0};
+                    row_bytes,
+                    nullptr,
+                    0,
+                    0,
+                    0};
   }
   const GqaFlashPaging& pg = *job.paging;
-  const size_t block_bytes = static_cast<size_t>(pg.block_size * r.kv_heads) * row_bytes;
-  const int32_t* blocks = pg.block_table + b * pg.max_blocks_per_seq;
-  if (pg.head_major) {  // BNSH: rows of a head consecutive within a block
-    return KvSource{bytes + static_cast<size_t>(kvh * pg.block_size) * row_bytes, row_bytes, blocks,
-                    pg.block_size, block_bytes};
-  }
-  return KvSource{bytes + static_cast<size_t>(kvh) * row_bytes,
-                  static_cast<size_t>(r.kv_heads) * row_bytes, blocks, pg.block_size, block_bytes};
+  const GqaPoolStrides& pool = values ? pg.value : pg.key;
+  return KvSource{bytes + static_cast<size_t>(kvh) * pool.head,
+                  pool.token,
+                  pg.block_table + b * pg.max_blocks_per_seq,
+                  pg.block_size,
+                  pool.block,
+                  pool.head};
 }
 
 }  // namespace
@@ -148,8 +153,8 @@ HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int
   }
   HeadTile head{t,
                 kvh,
-                SourceOf(job, r.key_cache, r.key_cache_rows, span.b, kvh),
-                SourceOf(job, r.value_cache, r.value_cache_rows, span.b, kvh),
+                SourceOf(job, /*values=*/false, span.b, kvh),
+                SourceOf(job, /*values=*/true, span.b, kvh),
                 r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale,
                 r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale};
   return head;

@@ -61,8 +61,8 @@ class CacheRows {
   // in L1/L2 until the row is read.
   static constexpr int64_t kPrefetchRows = 16;
 
-  CacheRows(const GqaRun& r, const void* cache, int64_t rows, const float* scale, int64_t b,
-            int64_t kvh, int64_t begin, int64_t end) {
+  CacheRows(const GqaRun& r, const void* cache, int64_t rows, const GqaPoolStrides& pool,
+            const float* scale, int64_t b, int64_t kvh, int64_t begin, int64_t end) {
     row_.data = nullptr;
     row_.type = r.cache_type;
     row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
@@ -72,12 +72,11 @@ class CacheRows {
       (void)rows;
       blocks_ = r.block_table + b * r.max_blocks_per_seq;
       block_size_ = r.block_size;
-      block_bytes_ = static_cast<size_t>(r.block_size * r.kv_heads) * row_bytes;
-      // This head's row 0 of block 0; rows of a head are row_bytes apart in a BNSH block and Nkv
-      // rows apart in a BSNH one.
-      head_ = static_cast<const unsigned char*>(cache) +
-              static_cast<size_t>(r.block_head_major ? kvh * r.block_size : kvh) * row_bytes;
-      stride_ = r.block_head_major ? row_bytes : static_cast<size_t>(r.kv_heads) * row_bytes;
+      block_bytes_ = pool.block;
+      // This head's row 0 of block 0; rows of a head are pool.token apart (row_bytes in a compact
+      // BNSH block, Nkv rows in a compact BSNH one).
+      head_ = static_cast<const unsigned char*>(cache) + static_cast<size_t>(kvh) * pool.head;
+      stride_ = pool.token;
       block_ = begin / block_size_;
       offset_ = begin % block_size_;
       last_block_ = end > begin ? (end - 1) / block_size_ : block_;
@@ -85,6 +84,7 @@ class CacheRows {
       distance_ = block_size_ < kPrefetchRows ? block_size_ : kPrefetchRows;
     } else {
       (void)end;
+      (void)pool;
       next_ = static_cast<const unsigned char*>(cache) +
               static_cast<size_t>((b * r.kv_heads + kvh) * rows + begin) * row_bytes;
       stride_ = row_bytes;
@@ -173,7 +173,8 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     Ops::Widen(q_in, r.type, q_row, h);
   }
 
-  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.k_scale, b, kvh, begin, end);
+  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.key_strides, r.k_scale, b, kvh, begin,
+                         end);
   for (int64_t j = begin; j < end; ++j) scores[j] = r.scale * Ops::Dot(q, keys.Next(), h);
   if (r.softcap > 0.0f) {
     for (int64_t j = begin; j < end; ++j) scores[j] = r.softcap * tanhf(scores[j] / r.softcap);
@@ -215,7 +216,8 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   void* out = ElementAddress(r.output, r.element_bytes, ((b * r.seq + s) * r.heads + n) * h);
   float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
   memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
-  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.v_scale, b, kvh, begin, end);
+  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.value_strides, r.v_scale, b, kvh,
+                           begin, end);
   for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), sum, h);
   if (sum == acc) Ops::Narrow(acc, r.type, out, h);
 }

@@ -43,6 +43,14 @@ struct GqaWindowStep {
   int64_t write_rows;
 };
 
+// Byte strides of a paged block pool (attnrt/ops/paged_gqa.h, strided pools): row o of kv head kvh
+// in block x starts at pool + x * block + o * token + kvh * head.
+struct GqaPoolStrides {
+  size_t block;
+  size_t token;
+  size_t head;
+};
+
 // One run with every pointer resolved and every flag decoded. All tensors are compact; element
 // types as GqaRun::type and GqaRun::cache_type say.
 struct GqaRun {
@@ -133,13 +141,14 @@ struct GqaRun {
 
   // Paged K/V (attnrt/ops/paged_gqa.h), read by the paged row pipelines (AttendRows<Ops, true>)
   // only: key_cache/value_cache are then the block pools, and token j of (b, kv head kvh), with
-  // x = block_table[b * max_blocks_per_seq + j / block_size] and o = j % block_size, is row
-  // (x * block_size + o) * Nkv + kvh (BSNH) or, with block_head_major, (x * Nkv + kvh) *
-  // block_size + o (BNSH). NULL for a contiguous cache.
+  // x = block_table[b * max_blocks_per_seq + j / block_size] and o = j % block_size, starts at
+  // byte x * block + o * token + kvh * head of its pool (key_strides, value_strides). NULL for a
+  // contiguous cache.
   const int32_t* block_table;
   int64_t max_blocks_per_seq;
   int64_t block_size;
-  bool block_head_major;
+  GqaPoolStrides key_strides;
+  GqaPoolStrides value_strides;
 };
 
 // Processes attention units [unit_begin, unit_end), unit = (b*N + n)*S + s, with a private scratch

@@ -54,8 +54,13 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
 size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
-  const GqaFlashPaging layout{
-      nullptr, 0, p.block_size, p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH, nullptr, nullptr};
+  const GqaFlashPaging layout{nullptr,
+                              0,
+                              p.block_size,
+                              PagedGqaPoolStrides(p, p.key_cache_strides),
+                              PagedGqaPoolStrides(p, p.value_cache_strides),
+                              nullptr,
+                              nullptr};
   return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout);
 }
 
@@ -65,10 +70,14 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
-    const GqaFlashPaging paging{
-        a.block_table,         a.problem->max_blocks_per_seq,
-        a.problem->block_size, a.problem->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH,
-        &PagedGqaStage,        &a};
+    const attnrt_paged_gqa_problem& p = *a.problem;
+    const GqaFlashPaging paging{a.block_table,
+                                p.max_blocks_per_seq,
+                                p.block_size,
+                                PagedGqaPoolStrides(p, p.key_cache_strides),
+                                PagedGqaPoolStrides(p, p.value_cache_strides),
+                                &PagedGqaStage,
+                                &a};
     return GqaFlashRunPaged(plugin_context, a.gqa, paging, kOps, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");

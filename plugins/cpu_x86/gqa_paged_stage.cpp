@@ -11,14 +11,13 @@ namespace attnrt::cpu {
 namespace {
 
 // Pool row of token j of batch b, kv head kvh.
-void* PoolRow(void* pool, const attnrt_paged_gqa_args& a, size_t row_bytes, int64_t kv_heads,
-              int64_t b, int64_t kvh, int64_t j) {
+void* PoolRow(void* pool, const GqaPoolStrides& strides, const attnrt_paged_gqa_args& a, int64_t b,
+              int64_t kvh, int64_t j) {
   const attnrt_paged_gqa_problem& p = *a.problem;
   const int64_t block = a.block_table[b * p.max_blocks_per_seq + j / p.block_size];
-  const int64_t row = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
-                          ? (block * kv_heads + kvh) * p.block_size + j % p.block_size
-                          : (block * p.block_size + j % p.block_size) * kv_heads + kvh;
-  return static_cast<unsigned char*>(pool) + static_cast<size_t>(row) * row_bytes;
+  return static_cast<unsigned char*>(pool) + static_cast<size_t>(block) * strides.block +
+         static_cast<size_t>(j % p.block_size) * strides.token +
+         static_cast<size_t>(kvh) * strides.head;
 }
 
 struct AppendJob {
@@ -43,12 +42,11 @@ void AppendUnits(void* user, size_t begin, size_t end) {
         r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
     for (int64_t l = 0; l < r.kv_seq && past + l < total; ++l) {
       const int64_t offset = (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h;
-      GqaWriteCacheRow(
-          r, ElementAddress(r.new_key, r.element_bytes, offset), r.rotary, b, l, k_scale,
-          PoolRow(r.key_cache, *job.args, r.cache_row_bytes, r.kv_heads, b, kvh, past + l));
-      GqaWriteCacheRow(
-          r, ElementAddress(r.new_value, r.element_bytes, offset), false, b, l, v_scale,
-          PoolRow(r.value_cache, *job.args, r.cache_row_bytes, r.kv_heads, b, kvh, past + l));
+      GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, offset), r.rotary, b, l,
+                       k_scale, PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l));
+      GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, offset), false, b, l,
+                       v_scale,
+                       PoolRow(r.value_cache, r.value_strides, *job.args, b, kvh, past + l));
     }
   }
 }
@@ -74,6 +72,21 @@ int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& a, char* error, size_t erro
   return ATTNRT_ERROR_ABI_MISMATCH;
 }
 
+GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides) {
+  GqaFloatType type = GqaFloatType::kFloat32;
+  GqaCacheType cache_type = GqaCacheType::kFloat32;
+  GqaElementTypes(p.gqa, &type, &cache_type);
+  // Bytes per element of the pool tensor: a 4-bit pool is uint8 (two values per byte).
+  const size_t element_bytes =
+      cache_type == GqaCacheType::kInt4
+          ? 1
+          : GqaCacheRowBytes(cache_type, p.gqa.head_size) / static_cast<size_t>(p.gqa.head_size);
+  const bool bnsh = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  return GqaPoolStrides{static_cast<size_t>(strides[0]) * element_bytes,
+                        static_cast<size_t>(strides[bnsh ? 2 : 1]) * element_bytes,
+                        static_cast<size_t>(strides[bnsh ? 1 : 2]) * element_bytes};
+}
+
 GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   const auto& a = *static_cast<const attnrt_paged_gqa_args*>(user);
   const attnrt_paged_gqa_problem& p = *a.problem;
@@ -88,7 +101,8 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.block_table = a.block_table;
   r.max_blocks_per_seq = p.max_blocks_per_seq;
   r.block_size = p.block_size;
-  r.block_head_major = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  r.key_strides = PagedGqaPoolStrides(p, p.key_cache_strides);
+  r.value_strides = PagedGqaPoolStrides(p, p.value_cache_strides);
   if (r.kv_seq > 0) {
     AppendJob job{&a, &r};
     host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendUnits,

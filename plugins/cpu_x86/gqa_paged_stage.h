@@ -21,6 +21,10 @@ bool PagedGqaProblemFits(const void* problem, char* reason, size_t reason_capaci
 // with; else ATTNRT_ERROR_ABI_MISMATCH with the message.
 int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& args, char* error, size_t error_capacity);
 
+// Byte strides of a pool of `p` whose element strides (kv_layout's dimension order) are `strides`
+// (p.key_cache_strides or p.value_cache_strides).
+GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides);
+
 // GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is the
 // attnrt_paged_gqa_args. Resolves the run, points it at the pools (key_cache/value_cache, their
 // capacity of max_blocks_per_seq * block_size rows per sequence, and the block table fields of

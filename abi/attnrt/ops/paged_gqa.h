@@ -11,6 +11,19 @@
  *                           or T_CACHE [num_blocks, Nkv, block_size, H] (kv_layout BNSH)
  *   (uint8 with H/2 in the last dimension for a 4-bit cache, two int4 values per byte)
  *
+ * Either pool may be a strided view (element strides per dimension, as DLPack gives them; ABI 1.2):
+ * the head_size dimension must be contiguous (stride 1) and every other stride at least 0, and the
+ * two pools may be views of one allocation provided no element of one is an element of the other,
+ * nor of an output or another input. That is checked element by element, not by address range, so
+ * the K and V halves of one cache tensor are accepted without a copy, for example
+ *   vLLM's CPU cache kv [num_blocks, Nkv, block_size, 2 * H]:
+ *       key_cache = kv[..., :H], value_cache = kv[..., H:]             (kv_layout BNSH)
+ *   vLLM's / FlashAttention's kv [2, num_blocks, block_size, Nkv, H]:
+ *       key_cache = kv[0], value_cache = kv[1]                         (kv_layout BSNH)
+ *   FlashInfer's pages [num_blocks, 2, block_size, Nkv, H] (NHD) or [num_blocks, 2, Nkv,
+ *   block_size, H] (HND): key_cache = pages[:, 0], value_cache = pages[:, 1] (BSNH, BNSH).
+ * A view that overlaps itself (two elements sharing memory) is rejected: the run writes the pools.
+ *
  * and `block_table` int32 [B, max_blocks_per_seq] maps logical block i of batch b (its tokens
  * [i*block_size, (i+1)*block_size)) to a physical block; -1 marks an unallocated slot. The row of
  * a token in a pool is given with attnrt_paged_kv_layout below.
@@ -137,6 +150,12 @@ typedef struct attnrt_paged_gqa_problem {
   int64_t block_size;         /* key_cache.shape[1] */
   int64_t max_blocks_per_seq; /* block_table.shape[1] */
   int32_t kv_layout;          /* attnrt_paged_kv_layout */
+  /* ABI 1.2: element strides of key_cache and value_cache, one per dimension of the shape as given
+   * (kv_layout's order); the compact row-major strides when the tensor has none. The last is 1.
+   * A kernel of an older plugin does not see these fields: the runtime offers it only problems
+   * whose pools are compact. */
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
 } attnrt_paged_gqa_problem;
 
 /**
