@@ -708,7 +708,7 @@ TEST(PagedGqa, BadInputsAreRejectedBeforeAnythingIsWritten) {
          Tensor alias = pool.View({s.c.B, s.c.S, s.c.N * s.c.H});
          s.paged_out[0] = alias;
        },
-       ATTNRT_ERROR_INVALID_ARGUMENT, "Output 'output' overlaps key_cache in memory"},
+       ATTNRT_ERROR_INVALID_ARGUMENT, "Output 'output' shares memory with key_cache"},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.name);
