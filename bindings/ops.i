@@ -214,6 +214,18 @@ inline const attnrt_tensor* encoder_rows(const TensorList& list, int64_t* num_to
     return op;
   }
   /**
+   * Creates paged GroupQueryAttention over packed variable-length batches (varlen true,
+   * attnrt/ops/paged_gqa_varlen.h) or the padded paged op (varlen false) from validated attributes.
+   */
+  attnrt_op(attnrt_runtime* runtime, const attnrt_paged_gqa_attributes* attributes, bool varlen) {
+    attnrt_op* op = nullptr;
+    if (attnrt_bind::check_open(runtime, "runtime") && attnrt_bind::check_open(attributes, "attributes")) {
+      attnrt_bind::check(attnrt_op_create(
+          runtime, varlen ? ATTNRT_OP_PAGED_GQA_VARLEN : ATTNRT_OP_PAGED_GQA, attributes, &op));
+    }
+    return op;
+  }
+  /**
    * Creates a sparse MLA op (metadata false) or its metadata op (metadata true) from validated
    * attributes. Errors: INVALID_ARGUMENT naming the attribute with the expected and actual values.
    */

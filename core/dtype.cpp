@@ -44,6 +44,8 @@ ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind) {
       return "sparse_mla";
     case ATTNRT_OP_SPARSE_MLA_METADATA:
       return "sparse_mla_metadata";
+    case ATTNRT_OP_PAGED_GQA_VARLEN:
+      return "paged_gqa_varlen";
     default:
       return "unknown";
   }

@@ -289,10 +289,15 @@ typedef enum attnrt_op_kind {
   ATTNRT_OP_SPARSE_MLA = 3,
   /** CANN MixedQuantSparseFlashMlaMetadata: the main op's int32 [2048] work partition, computed by
    *  the core (no plugin kernel); same attributes and inputs as ATTNRT_OP_SPARSE_MLA. */
-  ATTNRT_OP_SPARSE_MLA_METADATA = 4
+  ATTNRT_OP_SPARSE_MLA_METADATA = 4,
+  /** Paged GroupQueryAttention over packed variable-length batches (ABI 1.2; vLLM's and
+   *  FlashAttention's varlen convention); attributes: attnrt_paged_gqa_attributes
+   *  (attnrt/ops/paged_gqa_varlen.h). */
+  ATTNRT_OP_PAGED_GQA_VARLEN = 5
 } attnrt_op_kind;
 
-/** Short op name ("gqa", "paged_gqa", "sparse_mla", "sparse_mla_metadata"), or "unknown".
+/** Short op name ("gqa", "paged_gqa", "sparse_mla", "sparse_mla_metadata", "paged_gqa_varlen"),
+ *  or "unknown".
  *  Never NULL. */
 ATTNRT_API const char* attnrt_op_kind_name(int32_t op_kind);
 

@@ -5,10 +5,12 @@
 
 #include "attnrt/ops/gqa.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "attnrt/ops/paged_gqa_varlen.h"
 #include "core/ops/gqa_validation.h"
 #include "core/ops/op_family.h"
 #include "core/ops/paged_gqa_family.h"
 #include "core/ops/paged_gqa_validation.h"
+#include "core/ops/paged_gqa_varlen_validation.h"
 #include "core/ops/sparse_mla_family.h"
 
 namespace attnrt::core {
@@ -86,13 +88,15 @@ Status CreateOpFamily(int32_t kind, const void* attributes, std::unique_ptr<OpFa
     }
     case ATTNRT_OP_PAGED_GQA:
       return CreatePagedGqaFamily(attributes, out);
+    case ATTNRT_OP_PAGED_GQA_VARLEN:
+      return CreatePagedGqaVarlenFamily(attributes, out);
     case ATTNRT_OP_SPARSE_MLA:
     case ATTNRT_OP_SPARSE_MLA_METADATA:
       return CreateSparseMlaFamily(kind, attributes, out);
     default:
       return InvalidArgument("kind: unknown op kind " + std::to_string(kind) +
                              " (known: 1 = gqa, 2 = paged_gqa, 3 = sparse_mla, 4 = "
-                             "sparse_mla_metadata)");
+                             "sparse_mla_metadata, 5 = paged_gqa_varlen)");
   }
 }
 
@@ -108,6 +112,11 @@ ATTNRT_API const char* attnrt_op_input_name(int32_t op_kind, size_t index) {
     return index < ATTNRT_PAGED_GQA_NUM_INPUTS ? attnrt::core::paged_gqa::InputName(index)
                                                : nullptr;
   }
+  if (op_kind == ATTNRT_OP_PAGED_GQA_VARLEN) {
+    return index < ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS
+               ? attnrt::core::paged_gqa_varlen::InputName(index)
+               : nullptr;
+  }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_INPUTS) return nullptr;
   return attnrt::core::gqa::InputName(index);
 }
@@ -119,6 +128,11 @@ ATTNRT_API const char* attnrt_op_output_name(int32_t op_kind, size_t index) {
   if (op_kind == ATTNRT_OP_PAGED_GQA) {
     return index < ATTNRT_PAGED_GQA_NUM_OUTPUTS ? attnrt::core::paged_gqa::OutputName(index)
                                                 : nullptr;
+  }
+  if (op_kind == ATTNRT_OP_PAGED_GQA_VARLEN) {
+    return index < ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS
+               ? attnrt::core::paged_gqa_varlen::OutputName(index)
+               : nullptr;
   }
   if (op_kind != ATTNRT_OP_GQA || index >= ATTNRT_GQA_NUM_OUTPUTS) return nullptr;
   return attnrt::core::gqa::OutputName(index);

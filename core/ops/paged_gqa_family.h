@@ -11,4 +11,7 @@ namespace attnrt::core {
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out);
 
+// The same for the varlen op (attnrt/ops/paged_gqa_varlen.h, paged_gqa_varlen_family.cpp).
+Status CreatePagedGqaVarlenFamily(const void* attributes, std::unique_ptr<OpFamily>* out);
+
 }  // namespace attnrt::core

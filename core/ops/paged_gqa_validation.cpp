@@ -36,6 +36,11 @@ constexpr const char* kInputNames[ATTNRT_PAGED_GQA_NUM_INPUTS] = {"query",
                                                                   "block_table"};
 constexpr const char* kOutputNames[ATTNRT_PAGED_GQA_NUM_OUTPUTS] = {"output", "output_qk"};
 
+// The value of lengths input `name` for a sequence of T_b tokens: seqlens_k holds T_b - 1.
+int64_t ResolvedLength(const char* name, int64_t t_b) {
+  return std::string_view(name) == "seqlens_k" ? t_b - 1 : t_b;
+}
+
 // GQA messages about the stand-in past/present buffers are about the pools.
 Status Rename(Status status) {
   if (status.ok()) return status;
@@ -265,52 +270,23 @@ Status OverlapError(Overlap overlap, const std::string& what, const char* pool) 
                                 ", expected disjoint memory"));
 }
 
-// The pools are written: no element of one is an element of the other, of itself twice, of an
-// output or of another input. Checked element by element (memory_overlap.h), so two views of one
-// allocation that interleave without sharing an element pass.
-Status CheckPoolAliasing(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
-                         size_t num_outputs) {
-  StridedBytes pools[2];
-  const int pool_inputs[2] = {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE};
-  for (int k = 0; k < 2; ++k) {
-    const char* name = kInputNames[pool_inputs[k]];
-    ATTNRT_RETURN_IF_ERROR(DescribeStrided(*inputs[pool_inputs[k]], name, &pools[k]));
-    const Overlap self = SelfOverlap(pools[k]);
-    if (self == Overlap::kOverlap) {
-      return InvalidArgument(StrCat(name, ": two elements share memory (strides ",
-                                    StridesString(*inputs[pool_inputs[k]]), " for shape ",
-                                    ShapeString(*inputs[pool_inputs[k]]),
-                                    "); the run writes the pool, expected distinct elements"));
+// The pools' inputs and outputs of a paged call, labelled for messages.
+std::vector<LabelledTensor> OtherTensors(const attnrt_tensor* const* inputs,
+                                         const attnrt_tensor* const* outputs, size_t num_outputs) {
+  std::vector<LabelledTensor> others;
+  for (int i = 0; i < ATTNRT_PAGED_GQA_NUM_INPUTS; ++i) {
+    if (inputs[i] == nullptr || i == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE ||
+        i == ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE) {
+      continue;
     }
-    ATTNRT_RETURN_IF_ERROR(OverlapError(self, StrCat(name, "'s elements"), name));
+    others.push_back({inputs[i], StrCat("Input '", kInputNames[i], "'")});
   }
-  ATTNRT_RETURN_IF_ERROR(
-      OverlapError(ViewsOverlap(pools[0], pools[1]), "value_cache", "key_cache"));
-  for (int k = 0; k < 2; ++k) {
-    const attnrt_tensor& pool = *inputs[pool_inputs[k]];
-    const char* pool_name = kInputNames[pool_inputs[k]];
-    for (int i = 0; i < ATTNRT_PAGED_GQA_NUM_INPUTS; ++i) {
-      const attnrt_tensor* x = inputs[i];
-      if (x == nullptr || i == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE ||
-          i == ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE ||
-          x->device.device_type != pool.device.device_type) {
-        continue;
-      }
-      StridedBytes view;
-      ATTNRT_RETURN_IF_ERROR(DescribeStrided(*x, kInputNames[i], &view));
-      ATTNRT_RETURN_IF_ERROR(OverlapError(ViewsOverlap(pools[k], view),
-                                          StrCat("Input '", kInputNames[i], "'"), pool_name));
-    }
-    for (size_t o = 0; o < num_outputs; ++o) {
-      const attnrt_tensor* x = outputs[o];
-      if (x == nullptr || x->device.device_type != pool.device.device_type) continue;
-      StridedBytes view;
-      ATTNRT_RETURN_IF_ERROR(DescribeStrided(*x, kOutputNames[o], &view));
-      ATTNRT_RETURN_IF_ERROR(OverlapError(ViewsOverlap(pools[k], view),
-                                          StrCat("Output '", kOutputNames[o], "'"), pool_name));
+  for (size_t o = 0; o < num_outputs; ++o) {
+    if (outputs[o] != nullptr) {
+      others.push_back({outputs[o], StrCat("Output '", kOutputNames[o], "'")});
     }
   }
-  return Status::Ok();
+  return others;
 }
 
 Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* const* inputs,
@@ -364,56 +340,20 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
       gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
 
   // Block ids: every slot a batch reads must name a block of the pools. Rows [first_write, T_b) of
-  // batch b are written by this step (none with a shared KV, L == 0). Slots from
-  // ceil(T_b / block_size) on are never read nor written, so they are not looked at.
+  // batch b are written by this step (none with a shared KV, L == 0).
   const bool first_prompt = gqa.phase == ATTNRT_GQA_PHASE_FIRST_PROMPT;
   const int64_t S = p.gqa.sequence_length;
   const int64_t L = p.gqa.kv_sequence_length;
-  // Every needed slot as (block, batch, slot, this step writes rows of it).
-  struct Use {
-    int32_t block;
-    int64_t batch;
-    int64_t slot;
-    bool written;
-  };
-  std::vector<Use> uses;
+  std::vector<SequenceRows> rows(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t t_b = ReadInt32(seqlens, b) + 1;
-    const int64_t needed = (t_b + block_size - 1) / block_size;
-    const int64_t first_write = L == 0 ? t_b : (first_prompt ? 0 : t_b - S);
-    for (int64_t i = 0; i < needed; ++i) {
-      const int32_t id = table[b * slots + i];
-      if (id == -1) {
-        return InvalidArgument(
-            StrCat("block_table[", b, "][", i, "] is -1 (unallocated), but seqlens_k[", b,
-                   "] = ", t_b - 1, " needs blocks [0, ", needed, ") of block_size ", block_size));
-      }
-      if (id < 0 || id >= p.num_blocks) {
-        return InvalidArgument(StrCat("block_table[", b, "][", i, "] = ", id,
-                                      " is out of range [0, ", p.num_blocks,
-                                      ") (num_blocks of key_cache)"));
-      }
-      uses.push_back({id, b, i, first_write < t_b && (i + 1) * block_size > first_write});
-    }
+    rows[static_cast<size_t>(b)] = {t_b, L == 0 ? t_b : (first_prompt ? 0 : t_b - S)};
   }
-  // A block this step writes rows into must appear in one needed slot only: another needed slot
-  // naming it (of any batch, this one included) would read rows this step overwrites, or write
-  // them too (shared blocks are copied first: attnrt_block_pool_append). Blocks only read may be
-  // named by any number of slots (forked sequences sharing their blocks).
-  std::sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) {
-    return x.block != y.block ? x.block < y.block : x.written > y.written;
-  });
-  for (size_t k = 0; k + 1 < uses.size(); ++k) {
-    const Use& w = uses[k];
-    const Use& other = uses[k + 1];
-    if (w.block != other.block || !w.written) continue;
-    return InvalidArgument(StrCat(
-        "block_table[", w.batch, "][", w.slot, "] = ", w.block,
-        " is written by this step and also named by block_table[", other.batch, "][", other.slot,
-        "]; a block being written must belong to one sequence (copy a shared block first, as "
-        "attnrt_block_pool_append reports)"));
-  }
-  ATTNRT_RETURN_IF_ERROR(CheckPoolAliasing(inputs, outputs, num_outputs));
+  ATTNRT_RETURN_IF_ERROR(
+      CheckBlockTable(table, slots, block_size, p.num_blocks, rows, "seqlens_k"));
+  ATTNRT_RETURN_IF_ERROR(CheckPoolAliasing(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE],
+                                           *inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE],
+                                           OtherTensors(inputs, outputs, num_outputs)));
 
   gqa.present_shares_past = true;
   attnrt_paged_gqa_args args{};
@@ -494,6 +434,90 @@ bool PoolsCompact(const attnrt_tensor* const* inputs) {
     if (!CheckCompact(*inputs[i], kInputNames[i]).ok()) return false;
   }
   return true;
+}
+
+// The pools are written: no element of one is an element of the other, of itself twice, of an
+// output or of another input. Checked element by element (memory_overlap.h), so two views of one
+// allocation that interleave without sharing an element pass.
+Status CheckPoolAliasing(const attnrt_tensor& key_cache, const attnrt_tensor& value_cache,
+                         const std::vector<LabelledTensor>& others) {
+  StridedBytes pools[2];
+  const attnrt_tensor* tensors[2] = {&key_cache, &value_cache};
+  const char* names[2] = {"key_cache", "value_cache"};
+  for (int k = 0; k < 2; ++k) {
+    ATTNRT_RETURN_IF_ERROR(DescribeStrided(*tensors[k], names[k], &pools[k]));
+    const Overlap self = SelfOverlap(pools[k]);
+    if (self == Overlap::kOverlap) {
+      return InvalidArgument(StrCat(names[k], ": two elements share memory (strides ",
+                                    StridesString(*tensors[k]), " for shape ",
+                                    ShapeString(*tensors[k]),
+                                    "); the run writes the pool, expected distinct elements"));
+    }
+    ATTNRT_RETURN_IF_ERROR(OverlapError(self, StrCat(names[k], "'s elements"), names[k]));
+  }
+  ATTNRT_RETURN_IF_ERROR(
+      OverlapError(ViewsOverlap(pools[0], pools[1]), "value_cache", "key_cache"));
+  for (int k = 0; k < 2; ++k) {
+    for (const LabelledTensor& other : others) {
+      if (other.tensor->device.device_type != tensors[k]->device.device_type) continue;
+      StridedBytes view;
+      ATTNRT_RETURN_IF_ERROR(DescribeStrided(*other.tensor, other.label, &view));
+      ATTNRT_RETURN_IF_ERROR(OverlapError(ViewsOverlap(pools[k], view), other.label, names[k]));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBlockTable(const int32_t* table, int64_t slots, int64_t block_size, int64_t num_blocks,
+                       const std::vector<SequenceRows>& rows, const char* lengths_name) {
+  // Every needed slot as (block, batch, slot, this step writes rows of it). Slots from
+  // ceil(T_b / block_size) on are never read nor written, so they are not looked at.
+  struct Use {
+    int32_t block;
+    int64_t batch;
+    int64_t slot;
+    bool written;
+  };
+  std::vector<Use> uses;
+  for (size_t sb = 0; sb < rows.size(); ++sb) {
+    const auto b = static_cast<int64_t>(sb);
+    const int64_t t_b = rows[sb].length;
+    const int64_t first_write = rows[sb].first_write;
+    const int64_t needed = (t_b + block_size - 1) / block_size;
+    for (int64_t i = 0; i < needed; ++i) {
+      const int32_t id = table[b * slots + i];
+      if (id == -1) {
+        return InvalidArgument(
+            StrCat("block_table[", b, "][", i, "] is -1 (unallocated), but ", lengths_name, "[", b,
+                   "] = ", ResolvedLength(lengths_name, t_b), " needs blocks [0, ", needed,
+                   ") of block_size ", block_size));
+      }
+      if (id < 0 || id >= num_blocks) {
+        return InvalidArgument(StrCat("block_table[", b, "][", i, "] = ", id,
+                                      " is out of range [0, ", num_blocks,
+                                      ") (num_blocks of key_cache)"));
+      }
+      uses.push_back({id, b, i, first_write < t_b && (i + 1) * block_size > first_write});
+    }
+  }
+  // A block this step writes rows into must appear in one needed slot only: another needed slot
+  // naming it (of any batch, this one included) would read rows this step overwrites, or write
+  // them too (shared blocks are copied first: attnrt_block_pool_append). Blocks only read may be
+  // named by any number of slots (forked sequences sharing their blocks).
+  std::sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) {
+    return x.block != y.block ? x.block < y.block : x.written > y.written;
+  });
+  for (size_t k = 0; k + 1 < uses.size(); ++k) {
+    const Use& w = uses[k];
+    const Use& other = uses[k + 1];
+    if (w.block != other.block || !w.written) continue;
+    return InvalidArgument(StrCat(
+        "block_table[", w.batch, "][", w.slot, "] = ", w.block,
+        " is written by this step and also named by block_table[", other.batch, "][", other.slot,
+        "]; a block being written must belong to one sequence (copy a shared block first, as "
+        "attnrt_block_pool_append reports)"));
+  }
+  return Status::Ok();
 }
 
 const char* InputName(size_t index) {

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "attnrt/ops/paged_gqa.h"
 #include "core/status.h"
@@ -16,8 +19,8 @@ namespace attnrt::core::paged_gqa {
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out);
 
 // Shapes only: input/output counts; key_cache and value_cache [num_blocks, block_size, Nkv, H]
-// (H/2 for int4) of one dtype, compact or strided with a contiguous last dimension; block_table int32 [B, max_blocks_per_seq] on the host; then every
-// GQA shape check. Fills *out.
+// (H/2 for int4) of one dtype, compact or strided with a contiguous last dimension; block_table
+// int32 [B, max_blocks_per_seq] on the host; then every GQA shape check. Fills *out.
 Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
                       const attnrt_tensor* const* inputs, size_t num_inputs,
                       const attnrt_tensor* const* outputs, size_t num_outputs,
@@ -36,6 +39,31 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
 // Whether key_cache and value_cache of a call that passed ValidateShapes are compact row-major (a
 // strided pool is an ABI 1.2 feature: only newer plugins' kernels are offered it).
 bool PoolsCompact(const attnrt_tensor* const* inputs);
+
+// A tensor with the label messages give it ("Input 'query'", "Output 'output'").
+struct LabelledTensor {
+  const attnrt_tensor* tensor;
+  std::string label;
+};
+
+// The pools are written by a run: no element of key_cache is an element of value_cache, of itself
+// twice (a zero or folding stride) or of one of `others` (on the same device type). Element by
+// element (core/ops/memory_overlap.h): views of one allocation that interleave pass.
+Status CheckPoolAliasing(const attnrt_tensor& key_cache, const attnrt_tensor& value_cache,
+                         const std::vector<LabelledTensor>& others);
+
+// The rows of one sequence a run reads and writes: tokens [0, length) are read, tokens
+// [first_write, length) written by this step (first_write == length: none).
+struct SequenceRows {
+  int64_t length;
+  int64_t first_write;
+};
+
+// Every slot sequence b needs ([0, ceil(length / block_size)) of row b of `table`, `slots` wide)
+// names a block in [0, num_blocks) (-1: unallocated, an error naming lengths_name[b]); a block
+// this step writes rows into is named by no other needed slot of any sequence.
+Status CheckBlockTable(const int32_t* table, int64_t slots, int64_t block_size, int64_t num_blocks,
+                       const std::vector<SequenceRows>& rows, const char* lengths_name);
 
 // Names of inputs and outputs by position ("query", ..., "block_table"; "output", "output_qk");
 // "?" out of range.

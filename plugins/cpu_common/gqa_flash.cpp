@@ -213,7 +213,9 @@ void TileSlots(void* user, size_t begin, size_t end) {
       const int64_t b = rest / job.chunks / head_groups;
       const int64_t kvh0 = rest / job.chunks % head_groups * job.group_heads;
       const int64_t s0 = q_block * job.blocks.q_block;
-      const int64_t count = std::min(job.blocks.q_block, r.seq - s0);
+      // A packed sequence shorter than the longest has no rows in its last blocks.
+      const int64_t count = std::min(job.blocks.q_block, GqaQueryLength(r, b) - s0);
+      if (count <= 0) continue;
       if (job.group_heads == 1) {
         RunTile(job, tiles[0], b, kvh0, s0, count, chunk);
       } else {
@@ -291,7 +293,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   job.slot = slot;
   job.partials = chunks > 1 ? reinterpret_cast<float*>(area) : nullptr;
   job.slots = area + partial_bytes;
-  job.q_blocks = (p.sequence_length + blocks.q_block - 1) / blocks.q_block;
+  job.q_blocks = (run.seq + blocks.q_block - 1) / blocks.q_block;
   job.chunks = chunks;
   // A paged decode reads each cache block once for all kv heads of a task (RunHeadGroup): as few
   // tasks per sequence as keep every thread busy, each with the tiles of its heads in its slot.

@@ -208,8 +208,12 @@ void MergeRows(void* user, size_t begin, size_t end) {
   const int64_t h = r.head_size;
   for (size_t unit = begin; unit < end; ++unit) {
     float* partials = job.partials + static_cast<int64_t>(unit) * job.chunks * (2 + h);
-    // S == 1: the (b, n) row, at element unit * H of the output.
-    const int64_t offset = static_cast<int64_t>(unit) * h;
+    // S == 1: the (b, n) row, at element unit * H of the output (of a packed batch: sequence b's
+    // row, when it has one).
+    const int64_t b = static_cast<int64_t>(unit) / r.heads;
+    if (GqaQueryLength(r, b) == 0) continue;
+    const int64_t offset =
+        (GqaQueryRow(r, b, 0) * r.heads + static_cast<int64_t>(unit) % r.heads) * h;
     float m = kNegInf;
     for (int64_t c = 0; c < job.chunks; ++c) m = std::max(m, partials[c * (2 + h)]);
     if (m == kNegInf) {

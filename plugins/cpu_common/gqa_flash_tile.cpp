@@ -82,7 +82,7 @@ void WriteOutput(const GqaRun& r, float* sum, float inv, int64_t offset) {
 TaskSpan MakeSpan(const FlashJob& job, int64_t b, int64_t s0, int64_t count, int64_t chunk) {
   const GqaRun& r = *job.run;
   TaskSpan span{b, s0, count, chunk, r.seqlens_k[b] + 1, 0, 0, 0};
-  span.past = r.past_from_seqlens ? span.total - r.seq : 0;
+  span.past = r.past_from_seqlens ? span.total - GqaQueryLength(r, b) : 0;
   // Keys the tile needs (lo and hi are monotone in s), then this task's chunk of them.
   span.key_begin = RowKeys(r, span.total, span.past, s0).lo;
   span.key_end = RowKeys(r, span.total, span.past, s0 + count - 1).hi;
@@ -137,8 +137,8 @@ HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int
     // adjacent in the query, so rows of equal masks are adjacent too.
     for (int64_t i = 0; i < span.count; ++i) {
       const int64_t s = span.s0 + i;
-      const void* src = ElementAddress(r.query, r.element_bytes,
-                                       (span.b * r.seq + s) * r.q_token_stride + kvh * group * h);
+      const void* src = ElementAddress(
+          r.query, r.element_bytes, GqaQueryRow(r, span.b, s) * r.q_token_stride + kvh * group * h);
       float* dst = t.q + i * group * h;
       if (r.rotary) {
         const int64_t position = GqaRotaryPosition(r, span.b, s);
@@ -267,7 +267,7 @@ void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
       }
       // An empty window (W = 0, or a padded row whose window lies past T_b) leaves zeros.
       const float inv = t.l[row] > 0.0f ? 1.0f / t.l[row] : 0.0f;
-      WriteOutput(r, acc, inv, ((span.b * r.seq + s) * r.heads + n) * h);
+      WriteOutput(r, acc, inv, (GqaQueryRow(r, span.b, s) * r.heads + n) * h);
     }
   }
 }

@@ -152,7 +152,9 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   const int64_t h = r.head_size;
   const int64_t kvh = n / r.group;
   const int64_t total = r.seqlens_k[b] + 1;
-  const int64_t past = r.past_from_seqlens ? total - r.seq : 0;
+  const int64_t q_len = GqaQueryLength(r, b);
+  if (s >= q_len) return;  // a packed sequence shorter than the longest
+  const int64_t past = r.past_from_seqlens ? total - q_len : 0;
 
   // Keys [begin, end). A padded row of a right-padded first prompt (s >= T_b) gets end = T_b and,
   // with a local window, begin = T_b - W: the reference's naive-path rule (§3.3). Its flash path
@@ -163,7 +165,7 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   const int64_t count = end > begin ? end - begin : 0;
 
   const void* q_in =
-      ElementAddress(r.query, r.element_bytes, (b * r.seq + s) * r.q_token_stride + n * h);
+      ElementAddress(r.query, r.element_bytes, GqaQueryRow(r, b, s) * r.q_token_stride + n * h);
   const float* q = q_row;
   if (r.rotary) {
     GqaRotateRow(r, q_in, q_row, GqaRotaryPosition(r, b, s));
@@ -213,7 +215,7 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
 
   // float32 output accumulates in place; the narrow types accumulate in float32 and round once.
   // An empty window (W = 0) leaves an all-zero output row.
-  void* out = ElementAddress(r.output, r.element_bytes, ((b * r.seq + s) * r.heads + n) * h);
+  void* out = ElementAddress(r.output, r.element_bytes, (GqaQueryRow(r, b, s) * r.heads + n) * h);
   float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
   memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
   CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.value_strides, r.v_scale, b, kvh,

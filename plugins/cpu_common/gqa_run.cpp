@@ -344,4 +344,13 @@ int32_t RunGqaStaged(const attnrt_host_services& host, const attnrt_gqa_args& ar
   return ATTNRT_OK;
 }
 
+int64_t GqaQueryLength(const GqaRun& run, int64_t b) noexcept {
+  return run.query_start_loc != nullptr ? run.query_start_loc[b + 1] - run.query_start_loc[b]
+                                        : run.seq;
+}
+
+int64_t GqaQueryRow(const GqaRun& run, int64_t b, int64_t s) noexcept {
+  return run.query_start_loc != nullptr ? run.query_start_loc[b] + s : b * run.seq + s;
+}
+
 }  // namespace attnrt::cpu

@@ -149,7 +149,21 @@ struct GqaRun {
   int64_t block_size;
   GqaPoolStrides key_strides;
   GqaPoolStrides value_strides;
+
+  // Packed variable-length batches (attnrt/ops/paged_gqa_varlen.h): the query, key, value and
+  // output rows of sequence b are [query_start_loc[b], query_start_loc[b + 1]), and `seq` is the
+  // longest such run. NULL: a padded batch, S rows per sequence at b * S (GqaQueryRow).
+  const int32_t* query_start_loc;
+  // Varlen only: the pool slot of each new K/V row, -1 for a row not written; NULL: every row.
+  const int64_t* slot_mapping;
 };
+
+// Query rows of sequence b: query_start_loc[b + 1] - query_start_loc[b], or S.
+int64_t GqaQueryLength(const GqaRun& run, int64_t b) noexcept;
+
+// Row index of token s of sequence b in query, output and (when L == S) the new key/value
+// tensors: query_start_loc[b] + s, or b * S + s.
+int64_t GqaQueryRow(const GqaRun& run, int64_t b, int64_t s) noexcept;
 
 // Processes attention units [unit_begin, unit_end), unit = (b*N + n)*S + s, with a private scratch
 // laid out as GqaRun::scratch_query_offset and scratch_output_offset say.

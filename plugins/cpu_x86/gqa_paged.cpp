@@ -11,6 +11,7 @@
 #include "gqa_kernels.h"
 #include "gqa_paged_naive.h"
 #include "gqa_paged_stage.h"
+#include "gqa_paged_varlen.h"
 #include "gqa_run.h"
 #include "plugin_context.h"
 
@@ -71,13 +72,14 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
     const attnrt_paged_gqa_problem& p = *a.problem;
+    const PagedStageInput stage{&a, nullptr, nullptr, 0};
     const GqaFlashPaging paging{a.block_table,
                                 p.max_blocks_per_seq,
                                 p.block_size,
                                 PagedGqaPoolStrides(p, p.key_cache_strides),
                                 PagedGqaPoolStrides(p, p.value_cache_strides),
                                 &PagedGqaStage,
-                                &a};
+                                &stage};
     return GqaFlashRunPaged(plugin_context, a.gqa, paging, kOps, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");
@@ -114,11 +116,15 @@ constexpr attnrt_kernel_desc kKernels[] = {
 
 }  // namespace
 
-size_t PagedGqaKernelCount() noexcept { return std::size(kKernels) + PagedGqaNaiveKernelCount(); }
+size_t PagedGqaKernelCount() noexcept {
+  return std::size(kKernels) + PagedGqaNaiveKernelCount() + PagedGqaVarlenKernelCount();
+}
 
 const attnrt_kernel_desc* PagedGqaKernel(size_t index) noexcept {
-  return index < std::size(kKernels) ? &kKernels[index]
-                                     : PagedGqaNaiveKernel(index - std::size(kKernels));
+  if (index < std::size(kKernels)) return &kKernels[index];
+  index -= std::size(kKernels);
+  if (index < PagedGqaNaiveKernelCount()) return PagedGqaNaiveKernel(index);
+  return PagedGqaVarlenKernel(index - PagedGqaNaiveKernelCount());
 }
 
 }  // namespace attnrt::cpu

@@ -12,8 +12,8 @@
 
 namespace attnrt::cpu {
 
-// Kernels of the paged GQA op: cpu_x86.paged_gqa.flash.{scalar,avx2}, then the paged naive ones
-// (PagedGqaNaiveKernel).
+// Kernels of the paged GQA ops: cpu_x86.paged_gqa.flash.{scalar,avx2,avx512}, then the paged naive
+// ones (PagedGqaNaiveKernel), then the varlen op's (PagedGqaVarlenKernel).
 size_t PagedGqaKernelCount() noexcept;
 const attnrt_kernel_desc* PagedGqaKernel(size_t index) noexcept;
 

@@ -61,7 +61,8 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
-    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &a, kRows, error, error_capacity);
+    const PagedStageInput stage{&a, nullptr, nullptr, 0};
+    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &stage, kRows, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.naive run()");
     return ATTNRT_ERROR_INTERNAL;

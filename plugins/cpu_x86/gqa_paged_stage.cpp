@@ -25,8 +25,9 @@ struct AppendJob {
   const GqaRun* run;
 };
 
-// New rows of (b, kv head) units: token P_b + l for l < L, written only below T_b (a first
-// prompt's right padding is not stored: no query reads it, and its slots may be unallocated).
+// New rows of (b, kv head) units: token P_b + l for l < L (the sequence's query rows when packed),
+// written only below T_b (a first prompt's right padding is not stored: no query reads it, and its
+// slots may be unallocated) and not where slot_mapping says -1.
 void AppendUnits(void* user, size_t begin, size_t end) {
   const AppendJob& job = *static_cast<const AppendJob*>(user);
   const GqaRun& r = *job.run;
@@ -35,13 +36,17 @@ void AppendUnits(void* user, size_t begin, size_t end) {
     const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
     const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
     const int64_t total = r.seqlens_k[b] + 1;
-    const int64_t past = r.past_from_seqlens ? total - r.seq : 0;
+    // A packed sequence's new rows are its query rows; a padded batch has L per sequence.
+    const int64_t new_rows = r.query_start_loc != nullptr ? GqaQueryLength(r, b) : r.kv_seq;
+    const int64_t past = r.past_from_seqlens ? total - GqaQueryLength(r, b) : 0;
     const float* k_scale =
         r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
     const float* v_scale =
         r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
-    for (int64_t l = 0; l < r.kv_seq && past + l < total; ++l) {
-      const int64_t offset = (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h;
+    for (int64_t l = 0; l < new_rows && past + l < total; ++l) {
+      const int64_t row = r.query_start_loc != nullptr ? GqaQueryRow(r, b, l) : b * r.kv_seq + l;
+      if (r.slot_mapping != nullptr && r.slot_mapping[row] == -1) continue;
+      const int64_t offset = row * r.new_kv_token_stride + kvh * h;
       GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, offset), r.rotary, b, l,
                        k_scale, PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l));
       GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, offset), false, b, l,
@@ -88,9 +93,13 @@ GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int6
 }
 
 GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
-  const auto& a = *static_cast<const attnrt_paged_gqa_args*>(user);
+  const auto& input = *static_cast<const PagedStageInput*>(user);
+  const attnrt_paged_gqa_args& a = *input.paged;
   const attnrt_paged_gqa_problem& p = *a.problem;
   GqaRun r = GqaResolveRun(a.gqa);
+  r.query_start_loc = input.query_start_loc;
+  r.slot_mapping = input.slot_mapping;
+  if (input.query_start_loc != nullptr) r.seq = input.max_query_len;
   const int64_t capacity = p.max_blocks_per_seq * p.block_size;
   r.key_cache = a.key_cache;
   r.value_cache = a.value_cache;

@@ -25,13 +25,22 @@ int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& args, char* error, size_t e
 // (p.key_cache_strides or p.value_cache_strides).
 GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides);
 
-// GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is the
-// attnrt_paged_gqa_args. Resolves the run, points it at the pools (key_cache/value_cache, their
-// capacity of max_blocks_per_seq * block_size rows per sequence, and the block table fields of
-// GqaRun) and writes the new K/V rows into the blocks the table names (RoPE on K, quantized for a
-// quantized cache: GqaWriteCacheRow, as the contiguous kernels store them) on the host's pool.
-// Rows of a first prompt's right padding (token >= T_b) are not stored. Call it only once every
-// check of the run has passed: it is the first write of the run.
+// What the staging step reads: the paged call and, for a packed variable-length batch
+// (attnrt/ops/paged_gqa_varlen.h), its row layout.
+struct PagedStageInput {
+  const attnrt_paged_gqa_args* paged;
+  const int32_t* query_start_loc;  // NULL: a padded batch of S rows per sequence
+  const int64_t* slot_mapping;     // NULL: every new row is written
+  int64_t max_query_len;           // varlen: the longest sequence's query rows
+};
+
+// GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is a PagedStageInput. Resolves
+// the run, points it at the pools (key_cache/value_cache, their capacity of max_blocks_per_seq *
+// block_size rows per sequence, and the block table fields of GqaRun) and writes the new K/V rows
+// into the blocks the table names (RoPE on K, quantized for a quantized cache: GqaWriteCacheRow, as
+// the contiguous kernels store them) on the host's pool. Rows of a first prompt's right padding
+// (token >= T_b) are not stored. Call it only once every check of the run has passed: it is the
+// first write of the run.
 GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user);
 
 }  // namespace attnrt::cpu

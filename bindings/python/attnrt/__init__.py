@@ -16,7 +16,8 @@ in the inputs' framework (torch in, torch out)::
             num_heads=32, kv_num_heads=8)
 
 Ops: gqa (ONNX Runtime's com.microsoft.GroupQueryAttention), paged_gqa (the same over a paged KV
-cache, with BlockPool), sparse_mla and sparse_mla_metadata (CANN's MixedQuantSparseFlashMla and its
+cache, with BlockPool), paged_attention_varlen (packed variable-length batches over a paged cache,
+FlashAttention/vLLM style), sparse_mla and sparse_mla_metadata (CANN's MixedQuantSparseFlashMla and its
 metadata op), sparse_mla_encode (the KV token formats). Lower level: Runtime.gqa_op(...),
 paged_gqa_op, sparse_mla_op, sparse_mla_metadata_op -> op; op.plan(inputs, outputs) -> Plan;
 Plan.run(...), Plan.bind(...) -> a callable that only runs; op.explain(...). PyTorch custom ops:
@@ -29,6 +30,8 @@ from ._runtime import Runtime, abi_version, version
 from ._op import BoundCall, Op, Plan
 from ._gqa import GQA_ATTRIBUTES, GQA_INPUTS, GQA_OUTPUTS, GqaOp, gqa
 from ._paged_gqa import PAGED_GQA_INPUTS, PAGED_GQA_OUTPUTS, PagedGqaOp, paged_gqa
+from ._varlen import (PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS, PagedGqaVarlenOp,
+                      paged_attention_varlen)
 from ._block_pool import BlockCopy, BlockPool
 from ._sparse_mla import (SPARSE_MLA_ATTRIBUTES, SPARSE_MLA_INPUTS, SPARSE_MLA_OUTPUTS,
                           TQ4_CODEBOOK, SparseMlaMetadataOp, SparseMlaOp, sparse_mla,
@@ -39,9 +42,10 @@ __version__ = version()
 __all__ = [
     "AbiMismatchError", "BlockCopy", "BlockPool", "BoundCall", "Error", "GQA_ATTRIBUTES",
     "GQA_INPUTS", "GQA_OUTPUTS", "GqaOp", "InternalError", "InvalidArgumentError", "NotFoundError",
-    "Op", "OutOfMemoryError", "PAGED_GQA_INPUTS", "PAGED_GQA_OUTPUTS", "PagedGqaOp", "Plan",
+    "Op", "OutOfMemoryError", "PAGED_GQA_INPUTS", "PAGED_GQA_OUTPUTS",
+    "PAGED_GQA_VARLEN_INPUTS", "PAGED_GQA_VARLEN_OUTPUTS", "PagedGqaOp", "PagedGqaVarlenOp", "Plan",
     "PlanMismatchError", "Runtime", "SPARSE_MLA_ATTRIBUTES", "SPARSE_MLA_INPUTS",
     "SPARSE_MLA_OUTPUTS", "SparseMlaMetadataOp", "SparseMlaOp", "TQ4_CODEBOOK",
-    "UnavailableError", "UnsupportedError", "abi_version", "gqa", "paged_gqa", "sparse_mla",
+    "UnavailableError", "UnsupportedError", "abi_version", "gqa", "paged_attention_varlen", "paged_gqa", "sparse_mla",
     "sparse_mla_encode", "sparse_mla_metadata", "version",
 ]

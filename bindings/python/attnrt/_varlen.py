@@ -1,0 +1,131 @@
+"""Paged attention over packed variable-length batches: PagedGqaVarlenOp and
+paged_attention_varlen(), in FlashAttention's and vLLM's convention."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import attnrt_c as _c
+from . import _arrays
+from ._errors import InvalidArgumentError
+from ._gqa import GQA_ATTRIBUTES, set_gqa_attributes
+from ._op import Op, io_names
+from ._paged_gqa import KV_LAYOUTS
+
+PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS = io_names(_c.ATTNRT_OP_PAGED_GQA_VARLEN)
+
+
+class PagedGqaVarlenOp(Op):
+    """Paged GroupQueryAttention over packed variable-length batches
+    (attnrt/ops/paged_gqa_varlen.h): prefill chunks and decodes of any number of sequences in one
+    call, as a serving engine makes it per layer.
+
+    Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, scale, softcap,
+    local_window_size, smooth_softmax, quantization), without rotary or qk_output.
+
+    Inputs (PAGED_GQA_VARLEN_INPUTS): query [num_tokens, N*H] (or [num_tokens, N, H]); key, value
+    [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
+    or strided views of one cache tensor); query_start_loc int32 [B+1]; seq_lens int32 [B] (context
+    length including the new tokens); block_table int32 [B, max_blocks]; slot_mapping int64
+    [num_tokens] (optional, -1 = row not written); head_sink [N]; k_scale, v_scale. Output:
+    output [num_tokens, N*H] like query; rows past query_start_loc[B] are left as they are.
+    """
+
+    KIND = _c.ATTNRT_OP_PAGED_GQA_VARLEN
+    TITLE = "paged GroupQueryAttention (varlen)"
+    INPUTS = PAGED_GQA_VARLEN_INPUTS
+    OUTPUTS = PAGED_GQA_VARLEN_OUTPUTS
+    HOST_INTS = {"query_start_loc": np.int32, "seq_lens": np.int32, "block_table": np.int32,
+                 "slot_mapping": np.int64}
+    WRITTEN_INPUTS = ("key_cache", "value_cache")
+
+    def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
+                 kv_layout: str | int = "BSNH", **attributes):
+        native = _c.PagedGqaAttributes()
+        set_gqa_attributes(native.gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
+                                        **attributes}, self.TITLE)
+        if isinstance(kv_layout, str):
+            if kv_layout.upper() not in KV_LAYOUTS:
+                raise InvalidArgumentError(
+                    f"kv_layout: expected one of {', '.join(KV_LAYOUTS)}, got '{kv_layout}'")
+            kv_layout = KV_LAYOUTS[kv_layout.upper()]
+        native.block_size = _arrays.integer(block_size, "block_size", 32)
+        native.kv_layout = _arrays.integer(kv_layout, "kv_layout", 32)
+        self.attributes: dict[str, Any] = {n: getattr(native.gqa, n) for n in GQA_ATTRIBUTES}
+        self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout)
+        super().__init__(runtime, native, True)
+
+    def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """output: the query's shape and dtype."""
+        inputs = self._by_name(inputs)
+        return {"output": (tuple(_arrays.shape_of(inputs.get("query"), "query")), None)}
+
+    def __call__(self, output=None, **inputs):
+        """Runs on inputs given by name; returns output, allocated in the query's framework unless
+        given."""
+        outputs = self.allocate_outputs(inputs, {"output": output})
+        self.run(inputs, outputs)
+        return outputs["output"]
+
+
+def _window(window_size) -> int:
+    """FlashAttention's (left, right) window as local_window_size: a query at position p sees keys
+    [p - left, p] (right must be 0 or -1 under the causal mask); (-1, -1) is no window."""
+    if window_size is None:
+        return -1
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"window_size: expected (left, right) integers, got {window_size!r}") from None
+    if right not in (-1, 0):
+        raise InvalidArgumentError(
+            f"window_size: right must be 0 or -1 (causal attention sees no later key), got {right}")
+    if left < -1:
+        raise InvalidArgumentError(f"window_size: left must be -1 (off) or >= 0, got {left}")
+    return -1 if left < 0 else left + 1
+
+
+def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, *,
+                           k=None, v=None, softmax_scale: float | None = None,
+                           causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
+                           sinks=None, slot_mapping=None, out=None, kv_layout: str = "BSNH",
+                           block_size: int | None = None, k_scale=None, v_scale=None):
+    """Paged attention over a packed batch, FlashAttention/vLLM style, in one call; no copies.
+
+    q [num_tokens, N, H] (or [num_tokens, N*H]); k_cache, v_cache the block pools
+    ([num_blocks, block_size, Nkv, H] for kv_layout "BSNH", [num_blocks, Nkv, block_size, H] for
+    "BNSH"; views of one cache tensor are fine); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
+    (context lengths including the new tokens); block_table int32 [B, max_blocks]. With k and v
+    ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
+    says, -1 = not written; otherwise where the table and seq_lens say). Query row i of sequence b
+    is token seq_lens[b] - q_len_b + i, causal. window_size (left, right) as FlashAttention's;
+    softcap > 0 caps the scores; sinks [N] are per-head sink logits. Returns out (allocated like q
+    unless given).
+    """
+    if not causal:
+        raise InvalidArgumentError("causal: only causal attention is supported (got False)")
+    if block_size is None:
+        cache = _arrays.shape_of(k_cache, "k_cache")
+        if len(cache) != 4:
+            raise InvalidArgumentError(
+                f"k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
+                f"[num_blocks, Nkv, block_size, H] (BNSH), got {cache}")
+        block_size = cache[2] if str(kv_layout).upper() == "BNSH" else cache[1]
+    qshape = _arrays.shape_of(q, "q")
+    cache = _arrays.shape_of(k_cache, "k_cache")
+    num_heads = qshape[1] if len(qshape) == 3 else qshape[-1] // cache[-1]
+    kv_heads = cache[1] if str(kv_layout).upper() == "BNSH" else cache[2]
+    attributes = {"local_window_size": _window(window_size), "softcap": float(softcap)}
+    if softmax_scale is not None:
+        attributes["scale"] = float(softmax_scale)
+    if k_scale is not None:
+        raise InvalidArgumentError("k_scale: quantized caches go through PagedGqaVarlenOp")
+    op = runtime.cached_op(PagedGqaVarlenOp, num_heads=num_heads, kv_num_heads=kv_heads,
+                           block_size=block_size, kv_layout=kv_layout, **attributes)
+    inputs = {"query": q, "key": k, "value": v, "key_cache": k_cache, "value_cache": v_cache,
+              "query_start_loc": cu_seqlens_q, "seq_lens": seq_lens, "block_table": block_table,
+              "slot_mapping": slot_mapping, "head_sink": sinks, "k_scale": k_scale,
+              "v_scale": v_scale}
+    return op(output=out, **inputs)

@@ -1,0 +1,87 @@
+// Paged GroupQueryAttention over packed variable-length batches as an op family: shapes and
+// values are validated by paged_gqa_varlen_validation.cpp before any kernel runs.
+#include <cstdio>
+#include <vector>
+
+#include "attnrt/ops/paged_gqa_varlen.h"
+#include "core/ops/paged_gqa_family.h"
+#include "core/ops/paged_gqa_varlen_validation.h"
+
+namespace attnrt::core {
+namespace {
+
+constexpr size_t kErrorCapacity = 1024;
+
+class PagedGqaVarlenProblem final : public Problem {
+ public:
+  explicit PagedGqaVarlenProblem(const attnrt_paged_gqa_varlen_problem& problem)
+      : problem_(problem) {}
+
+  const void* abi() const override { return &problem_; }
+  int32_t device_type() const override { return problem_.paged.gqa.device_type; }
+
+  Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
+             void* workspace, size_t workspace_size, void* stream) const override {
+    attnrt_paged_gqa_varlen_args args{};
+    std::vector<int32_t> seqlens_k;
+    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateRun(
+        problem_, inputs.tensors, inputs.count, outputs.tensors, outputs.count, &args, &seqlens_k));
+    // No sequence has a query row: nothing to read or write.
+    if (args.max_query_len == 0) return Status::Ok();
+    args.paged.gqa.workspace = workspace;
+    args.paged.gqa.workspace_size = workspace_size;
+    args.paged.gqa.stream = stream;
+    char error[kErrorCapacity] = {0};
+    int32_t status = ATTNRT_ERROR_INTERNAL;
+    try {
+      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
+    } catch (...) {
+      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
+    }
+    error[sizeof(error) - 1] = '\0';
+    if (status == ATTNRT_OK) return Status::Ok();
+    return {static_cast<attnrt_status>(status),
+            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+  }
+
+ private:
+  attnrt_paged_gqa_varlen_problem problem_;
+};
+
+class PagedGqaVarlenFamily final : public OpFamily {
+ public:
+  explicit PagedGqaVarlenFamily(const attnrt_paged_gqa_attributes& attributes)
+      : attributes_(attributes) {}
+
+  int32_t kind() const override { return ATTNRT_OP_PAGED_GQA_VARLEN; }
+  size_t max_inputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS; }
+  size_t max_outputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS; }
+  const char* input_name(size_t index) const override { return paged_gqa_varlen::InputName(index); }
+  const char* output_name(size_t index) const override {
+    return paged_gqa_varlen::OutputName(index);
+  }
+
+  Status Prepare(const TensorList& inputs, const TensorList& outputs,
+                 std::unique_ptr<Problem>* out) const override {
+    attnrt_paged_gqa_varlen_problem problem{};
+    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateShapes(
+        attributes_, inputs.tensors, inputs.count, outputs.tensors, outputs.count, &problem));
+    // The op exists since ABI 1.2: only plugins built for it register kernels of this kind.
+    *out = std::make_unique<PagedGqaVarlenProblem>(problem);
+    return Status::Ok();
+  }
+
+ private:
+  attnrt_paged_gqa_attributes attributes_;
+};
+
+}  // namespace
+
+Status CreatePagedGqaVarlenFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {
+  attnrt_paged_gqa_attributes validated{};
+  ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateAttributes(attributes, &validated));
+  *out = std::make_unique<PagedGqaVarlenFamily>(validated);
+  return Status::Ok();
+}
+
+}  // namespace attnrt::core

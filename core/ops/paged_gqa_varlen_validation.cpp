@@ -1,0 +1,370 @@
+// Paged GroupQueryAttention over packed variable-length batches: the packed tensors and lengths,
+// then the paged op's checks on a padded stand-in call (see paged_gqa_varlen_validation.h).
+#include "core/ops/paged_gqa_varlen_validation.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "core/ops/paged_gqa_validation.h"
+#include "core/ops/tensor_checks.h"
+
+namespace attnrt::core::paged_gqa_varlen {
+namespace {
+
+constexpr const char* kInputNames[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS] = {
+    "query",    "key",         "value",        "key_cache", "value_cache", "query_start_loc",
+    "seq_lens", "block_table", "slot_mapping", "head_sink", "k_scale",     "v_scale"};
+constexpr const char* kOp = "PagedGroupQueryAttentionVarlen";
+
+const attnrt_tensor* In(const attnrt_tensor* const* inputs, attnrt_paged_gqa_varlen_input i) {
+  return inputs[i];
+}
+
+Status CheckCounts(size_t num_inputs, size_t num_outputs) {
+  if (num_inputs != ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS) {
+    return InvalidArgument(StrCat(kOp, " expects ",
+                                  static_cast<int>(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS),
+                                  " inputs (query ... v_scale), got ", num_inputs));
+  }
+  if (num_outputs != ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS) {
+    return InvalidArgument(StrCat(kOp, " expects 1 output (output), got ", num_outputs));
+  }
+  return Status::Ok();
+}
+
+// A packed token tensor: rank 2 [num_tokens, heads*H] or rank 3 [num_tokens, heads, H], compact.
+Status CheckPacked(const attnrt_tensor& t, const char* name, int64_t num_tokens, int64_t heads,
+                   int64_t head_size, const char* heads_name) {
+  ATTNRT_RETURN_IF_ERROR(CheckWellFormed(t, name));
+  ATTNRT_RETURN_IF_ERROR(CheckCompact(t, name));
+  const bool rank2 = t.ndim == 2 && t.shape[1] == heads * head_size;
+  const bool rank3 = t.ndim == 3 && t.shape[1] == heads && t.shape[2] == head_size;
+  if ((!rank2 && !rank3) || (num_tokens >= 0 && t.shape[0] != num_tokens)) {
+    return InvalidArgument(StrCat(name, ": expected [num_tokens", num_tokens >= 0 ? " " : "",
+                                  num_tokens >= 0 ? std::to_string(num_tokens) : std::string(),
+                                  ", ", heads_name, " * head_size = ", heads * head_size,
+                                  "] or [num_tokens, ", heads, ", ", head_size, "], got ",
+                                  ShapeString(t)));
+  }
+  return Status::Ok();
+}
+
+// A host integer vector of `length` elements.
+Status CheckHostVector(const attnrt_tensor* t, const char* name, attnrt_dtype dtype, int64_t length,
+                       const char* length_text) {
+  if (t == nullptr) return InvalidArgument(StrCat("Input '", name, "' is required but absent"));
+  ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*t, name));
+  ATTNRT_RETURN_IF_ERROR(CheckCompact(*t, name));
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(*t, name, dtype));
+  ATTNRT_RETURN_IF_ERROR(CheckRank(*t, name, 1));
+  if (t->device.device_type != ATTNRT_DEVICE_CPU) {
+    return InvalidArgument(
+        StrCat(name, ": must be in host memory (device cpu), got ", DeviceString(t->device)));
+  }
+  if (length >= 0 && t->shape[0] != length) {
+    return InvalidArgument(
+        StrCat(name, ": expected [", length_text, " = ", length, "], got ", ShapeString(*t)));
+  }
+  return Status::Ok();
+}
+
+// The padded stand-in of a varlen call: the paged op over B sequences of num_tokens rows each.
+struct StandIns {
+  std::array<int64_t, 3> q_shape, kv_shape;
+  std::array<int64_t, 1> b_shape, one_shape;
+  attnrt_tensor query{}, key{}, value{}, seqlens_k{}, total{}, output{};
+  const attnrt_tensor* in[ATTNRT_PAGED_GQA_NUM_INPUTS] = {};
+  const attnrt_tensor* out[1] = {};
+};
+
+attnrt_tensor ShapeOnly(const attnrt_tensor& like, attnrt_dtype dtype, const int64_t* shape,
+                        int32_t ndim) {
+  attnrt_tensor t{};
+  t.device = like.device;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.shape = shape;
+  return t;
+}
+
+void MakeStandIns(const attnrt_tensor* const* in, int64_t batch, int64_t num_tokens, int64_t heads,
+                  int64_t kv_heads, int64_t head_size, StandIns* s) {
+  const attnrt_tensor& q = *In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY);
+  s->q_shape = {batch, num_tokens, heads * head_size};
+  s->kv_shape = {batch, num_tokens, kv_heads * head_size};
+  s->b_shape = {batch};
+  s->one_shape = {1};
+  const attnrt_tensor& lens = *In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS);
+  s->query = ShapeOnly(q, q.dtype, s->q_shape.data(), 3);
+  s->output = s->query;
+  s->seqlens_k = ShapeOnly(lens, lens.dtype, s->b_shape.data(), 1);
+  s->total = ShapeOnly(lens, lens.dtype, s->one_shape.data(), 1);
+  s->in[ATTNRT_PAGED_GQA_INPUT_QUERY] = &s->query;
+  // Without key/value the cache holds every row: GroupQueryAttention's shared KV (L = 0).
+  const attnrt_tensor* key = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
+  if (key == nullptr) s->kv_shape[1] = 0;
+  s->key = ShapeOnly(q, key != nullptr ? key->dtype : q.dtype, s->kv_shape.data(), 3);
+  s->value = s->key;
+  s->in[ATTNRT_PAGED_GQA_INPUT_KEY] = &s->key;
+  s->in[ATTNRT_PAGED_GQA_INPUT_VALUE] = &s->value;
+  s->in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE);
+  s->in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE);
+  s->in[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K] = &s->seqlens_k;
+  s->in[ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = &s->total;
+  s->in[ATTNRT_PAGED_GQA_INPUT_HEAD_SINK] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK);
+  s->in[ATTNRT_PAGED_GQA_INPUT_K_SCALE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE);
+  s->in[ATTNRT_PAGED_GQA_INPUT_V_SCALE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE);
+  s->in[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE);
+  s->out[0] = &s->output;
+}
+
+Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* const* inputs,
+                          size_t num_inputs, const attnrt_tensor* const* outputs,
+                          size_t num_outputs, attnrt_paged_gqa_varlen_problem* out) {
+  if (out == nullptr) return InvalidArgument(StrCat(kOp, ": problem must not be NULL"));
+  ATTNRT_RETURN_IF_ERROR(CheckCounts(num_inputs, num_outputs));
+  if (inputs == nullptr || outputs == nullptr) {
+    return InvalidArgument(StrCat(kOp, ": inputs and outputs must not be NULL"));
+  }
+  const int64_t heads = a.gqa.num_heads;
+  const int64_t kv_heads = a.gqa.kv_num_heads;
+  const attnrt_tensor* query = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY);
+  if (query == nullptr) return InvalidArgument("Input 'query' is required but absent");
+  const attnrt_tensor* key_cache = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE);
+  if (key_cache == nullptr) return InvalidArgument("Input 'key_cache' is required but absent");
+  ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*key_cache, "key_cache"));
+  ATTNRT_RETURN_IF_ERROR(CheckRank(*key_cache, "key_cache", 4));
+  ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*query, "query"));
+  // head_size from the query: its last dimension (rank 3) or its row over num_heads (rank 2).
+  const int64_t row = query->ndim >= 2 ? query->shape[query->ndim - 1] : 0;
+  const int64_t head_size = query->ndim == 3 ? row : (heads > 0 ? row / heads : 0);
+  ATTNRT_RETURN_IF_ERROR(CheckPacked(*query, "query", -1, heads, head_size, "num_heads"));
+  const int64_t num_tokens = query->shape[0];
+  const attnrt_tensor* key = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
+  const attnrt_tensor* value = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE);
+  if ((key == nullptr) != (value == nullptr)) {
+    return InvalidArgument(
+        StrCat("Inputs 'key' and 'value' must be both given or both absent, got ",
+               key == nullptr ? "value only" : "key only"));
+  }
+  if (key != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(
+        CheckPacked(*key, "key", num_tokens, kv_heads, head_size, "kv_num_heads"));
+    ATTNRT_RETURN_IF_ERROR(
+        CheckPacked(*value, "value", num_tokens, kv_heads, head_size, "kv_num_heads"));
+    ATTNRT_RETURN_IF_ERROR(CheckDtype(*key, "key", query->dtype, "the dtype of query"));
+    ATTNRT_RETURN_IF_ERROR(CheckDtype(*value, "value", query->dtype, "the dtype of query"));
+  }
+  const attnrt_tensor* output = outputs[ATTNRT_PAGED_GQA_VARLEN_OUTPUT_OUTPUT];
+  if (output == nullptr) return InvalidArgument("Output 'output' is required but absent");
+  ATTNRT_RETURN_IF_ERROR(CheckPacked(*output, "output", num_tokens, heads, head_size, "num_heads"));
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(*output, "output", query->dtype, "the dtype of query"));
+
+  const attnrt_tensor* lens = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS);
+  ATTNRT_RETURN_IF_ERROR(CheckHostVector(lens, "seq_lens", kInt32, -1, ""));
+  const int64_t batch = lens->shape[0];
+  ATTNRT_RETURN_IF_ERROR(CheckHostVector(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC),
+                                         "query_start_loc", kInt32, batch + 1, "batch_size + 1"));
+  const attnrt_tensor* slots = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING);
+  if (slots != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(
+        CheckHostVector(slots, "slot_mapping", kInt64, num_tokens, "num_tokens"));
+    if (key == nullptr) {
+      return InvalidArgument(
+          "Input 'slot_mapping' is given without key and value: there are no rows to write");
+    }
+  }
+
+  StandIns s;
+  MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, &s);
+  attnrt_paged_gqa_varlen_problem p{};
+  p.struct_size = sizeof(p);
+  ATTNRT_RETURN_IF_ERROR(
+      paged_gqa::ValidateShapes(a, s.in, ATTNRT_PAGED_GQA_NUM_INPUTS, s.out, 1, &p.paged));
+  p.num_tokens = num_tokens;
+  p.has_slot_mapping = slots != nullptr;
+  *out = p;
+  return Status::Ok();
+}
+
+const void* DataOf(const attnrt_tensor* t) {
+  return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
+                                            : nullptr;
+}
+
+Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_tensor* const* inputs,
+                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
+                       attnrt_paged_gqa_varlen_args* out, std::vector<int32_t>* seqlens_k) {
+  if (out == nullptr || seqlens_k == nullptr) {
+    return InvalidArgument(StrCat(kOp, ": args must not be NULL"));
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckCounts(num_inputs, num_outputs));
+  const attnrt_paged_gqa_problem& paged = p.paged;
+  const int64_t B = paged.gqa.batch_size;
+  const int64_t block_size = paged.block_size;
+  const int64_t slots = paged.max_blocks_per_seq;
+  const int64_t capacity = slots * block_size;
+  const void* starts = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC));
+  const void* lens = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS));
+  const auto* table =
+      static_cast<const int32_t*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE)));
+  if (ReadInt32(starts, 0) != 0) {
+    return InvalidArgument(StrCat("query_start_loc[0] must be 0, got ", ReadInt32(starts, 0)));
+  }
+  seqlens_k->assign(static_cast<size_t>(B), 0);
+  int64_t max_total = 1;
+  int64_t max_query_len = 0;
+  std::vector<paged_gqa::SequenceRows> rows(static_cast<size_t>(B));
+  const bool writes = paged.gqa.kv_sequence_length > 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t begin = ReadInt32(starts, b);
+    const int64_t end = ReadInt32(starts, b + 1);
+    if (end < begin || end > p.num_tokens) {
+      return InvalidArgument(StrCat("query_start_loc[", b + 1, "] = ", end,
+                                    " must lie in [query_start_loc[", b, "] = ", begin,
+                                    ", num_tokens = ", p.num_tokens, "]"));
+    }
+    const int64_t q_len = end - begin;
+    const int64_t t_b = ReadInt32(lens, b);
+    if (t_b < std::max<int64_t>(1, q_len)) {
+      return InvalidArgument(
+          StrCat("seq_lens[", b, "] = ", t_b, " must be at least ", std::max<int64_t>(1, q_len),
+                 " (the context includes the sequence's ", q_len, " new tokens, query_start_loc[",
+                 b + 1, "] - query_start_loc[", b, "])"));
+    }
+    if (t_b > capacity) {
+      return InvalidArgument(StrCat("block_table: too short for seq_lens[", b, "] = ", t_b, ": ",
+                                    (t_b + block_size - 1) / block_size, " blocks of ", block_size,
+                                    " needed, a row has max_blocks_per_seq ", slots, " slots"));
+    }
+    (*seqlens_k)[static_cast<size_t>(b)] = static_cast<int32_t>(t_b - 1);
+    rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - q_len : t_b};
+    max_total = std::max(max_total, t_b);
+    max_query_len = std::max(max_query_len, q_len);
+  }
+  ATTNRT_RETURN_IF_ERROR(
+      paged_gqa::CheckBlockTable(table, slots, block_size, paged.num_blocks, rows, "seq_lens"));
+  const void* slot_mapping = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING));
+  if (slot_mapping != nullptr) {
+    // Each new row's slot is -1 or the slot the table gives its position.
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t begin = ReadInt32(starts, b);
+      const int64_t q_len = ReadInt32(starts, b + 1) - begin;
+      const int64_t past = rows[static_cast<size_t>(b)].length - q_len;
+      for (int64_t i = 0; i < q_len; ++i) {
+        const int64_t slot = ReadInt64(slot_mapping, begin + i);
+        if (slot == -1) continue;
+        const int64_t position = past + i;
+        const int64_t expected =
+            int64_t{table[b * slots + position / block_size]} * block_size + position % block_size;
+        if (slot != expected) {
+          return InvalidArgument(
+              StrCat("slot_mapping[", begin + i, "] = ", slot, " but that row is token ", position,
+                     " of sequence ", b, ", which block_table places in slot ", expected,
+                     " (block_table[", b, "][", position / block_size, "] * block_size + ",
+                     position % block_size, "); expected ", expected, " or -1"));
+        }
+      }
+    }
+  }
+  // Every tensor but the pools, for the pools' aliasing check; the output against the inputs.
+  std::vector<paged_gqa::LabelledTensor> others;
+  for (size_t i = 0; i < ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS; ++i) {
+    if (inputs[i] == nullptr || i == ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE ||
+        i == ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE) {
+      continue;
+    }
+    others.push_back({inputs[i], StrCat("Input '", kInputNames[i], "'")});
+  }
+  const attnrt_tensor& output = *outputs[ATTNRT_PAGED_GQA_VARLEN_OUTPUT_OUTPUT];
+  ByteRange output_range;
+  ATTNRT_RETURN_IF_ERROR(ResolveRange(output, "output", &output_range));
+  for (const auto& other : others) {
+    ByteRange r;
+    ATTNRT_RETURN_IF_ERROR(ResolveRange(*other.tensor, other.label, &r));
+    if (other.tensor->device.device_type == output.device.device_type &&
+        Overlaps(output_range, r)) {
+      return InvalidArgument(StrCat("Output 'output' overlaps ", other.label,
+                                    " in memory, expected disjoint buffers"));
+    }
+  }
+  others.push_back({&output, "Output 'output'"});
+  ATTNRT_RETURN_IF_ERROR(
+      paged_gqa::CheckPoolAliasing(*In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE),
+                                   *In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE), others));
+
+  attnrt_paged_gqa_varlen_args args{};
+  args.struct_size = sizeof(args);
+  args.problem = &p;
+  attnrt_paged_gqa_args& pa = args.paged;
+  pa.struct_size = sizeof(pa);
+  pa.problem = &p.paged;
+  pa.key_cache = const_cast<void*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE)));
+  pa.value_cache = const_cast<void*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE)));
+  pa.block_table = table;
+  attnrt_gqa_args& g = pa.gqa;
+  g.struct_size = sizeof(g);
+  g.problem = &p.paged.gqa;
+  g.total_sequence_length = static_cast<int32_t>(max_total);
+  g.phase = ATTNRT_GQA_PHASE_SUBSEQUENT_PROMPT;
+  g.present_shares_past = true;
+  g.query = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY));
+  g.key = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY));
+  g.value = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE));
+  g.seqlens_k = seqlens_k->data();
+  g.head_sink = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK));
+  g.k_scale = static_cast<const float*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE)));
+  g.v_scale = static_cast<const float*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE)));
+  g.output = const_cast<void*>(DataOf(&output));
+  args.query_start_loc = static_cast<const int32_t*>(starts);
+  args.seq_lens = static_cast<const int32_t*>(lens);
+  args.slot_mapping = static_cast<const int64_t*>(slot_mapping);
+  args.max_query_len = max_query_len;
+  *out = args;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
+  attnrt_paged_gqa_attributes a{};
+  ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateAttributes(attributes, &a));
+  if (a.gqa.do_rotary != 0) {
+    return InvalidArgument(StrCat("gqa.do_rotary must be 0 for ", kOp,
+                                  " (rotate query and key before the call), got ",
+                                  a.gqa.do_rotary));
+  }
+  if (a.gqa.qk_output != 0) {
+    return InvalidArgument(
+        StrCat("gqa.qk_output must be 0 for ", kOp, " (no output_qk), got ", a.gqa.qk_output));
+  }
+  *out = a;
+  return Status::Ok();
+}
+
+Status ValidateShapes(const attnrt_paged_gqa_attributes& attributes,
+                      const attnrt_tensor* const* inputs, size_t num_inputs,
+                      const attnrt_tensor* const* outputs, size_t num_outputs,
+                      attnrt_paged_gqa_varlen_problem* out) {
+  return GuardValidation(kOp, "ValidateShapes", [&] {
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, out);
+  });
+}
+
+Status ValidateRun(const attnrt_paged_gqa_varlen_problem& problem,
+                   const attnrt_tensor* const* inputs, size_t num_inputs,
+                   const attnrt_tensor* const* outputs, size_t num_outputs,
+                   attnrt_paged_gqa_varlen_args* out, std::vector<int32_t>* seqlens_k) {
+  return GuardValidation(kOp, "ValidateRun", [&] {
+    return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out, seqlens_k);
+  });
+}
+
+const char* InputName(size_t index) {
+  return index < ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS ? kInputNames[index] : "?";
+}
+
+const char* OutputName(size_t index) { return index == 0 ? "output" : "?"; }
+
+}  // namespace attnrt::core::paged_gqa_varlen
