@@ -4,6 +4,8 @@
   KV buffer: past_key / past_value (B, Nkv, P, H) are updated in place with this step's rows;
 - ``torch.ops.attnrt.paged_gqa`` — the same over a paged KV cache: key_cache / value_cache (the
   block pools) are updated in place;
+- ``torch.ops.attnrt.paged_attention_varlen`` — packed variable-length batches over a paged cache
+  (FlashAttention/vLLM convention) into a given ``out``; the caches are updated in place;
 - ``torch.ops.attnrt.sparse_mla`` — CANN's MixedQuantSparseFlashMla (its metadata computed inside),
   returning (attn_out, softmax_lse).
 
@@ -20,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import _gqa, _paged_gqa, _sparse_mla
+from . import _gqa, _paged_gqa, _sparse_mla, _varlen
 from ._runtime import Runtime
 
 __all__ = ["runtime", "set_runtime"]
@@ -140,6 +142,38 @@ def _(query, key, value, key_cache, value_cache, seqlens_k, total_sequence_lengt
     _same_device(query, key, value, key_cache, value_cache, seqlens_k, block_table, cos_cache,
                  sin_cache, attention_bias, head_sink, k_scale, v_scale)
     return query.new_empty(_gqa_output_shape(query, key, num_heads, kv_num_heads))
+
+
+# ---- paged attention over packed variable-length batches -----------------------------------------
+
+@torch.library.custom_op("attnrt::paged_attention_varlen",
+                         mutates_args=("k_cache", "v_cache", "out"), device_types="cpu")
+def paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                           block_table: torch.Tensor, out: torch.Tensor,
+                           k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                           slot_mapping: Optional[torch.Tensor] = None,
+                           sinks: Optional[torch.Tensor] = None, softmax_scale: float = 0.0,
+                           window_left: int = -1, softcap: float = 0.0,
+                           kv_layout: str = "BSNH") -> None:
+    """attnrt.paged_attention_varlen into `out` (FlashAttention/vLLM convention): q [num_tokens,
+    N, H]; k_cache/v_cache block pools (views of one cache tensor are fine), written in place where
+    slot_mapping says (k, v given); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]; block_table int32
+    [B, max_blocks]; window_left as FlashAttention's window_size[0] (-1: off); softmax_scale 0:
+    1/sqrt(H)."""
+    _varlen.paged_attention_varlen(
+        runtime(), q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
+        softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
+        window_size=(window_left, 0) if window_left >= 0 else (-1, -1), softcap=softcap,
+        sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout)
+
+
+@paged_attention_varlen.register_fake
+def _(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k=None, v=None,
+      slot_mapping=None, sinks=None, softmax_scale=0.0, window_left=-1, softcap=0.0,
+      kv_layout="BSNH"):
+    _same_device(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
+                 slot_mapping, sinks)
 
 
 # ---- sparse MLA -------------------------------------------------------------------------------------

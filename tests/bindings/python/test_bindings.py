@@ -50,7 +50,8 @@ def test_list_returns_plain_data(rt):
     priorities = [k["priority"] for k in plugin["kernels"]]
     assert priorities == sorted(priorities, reverse=True)
     assert "cpu_x86.paged_gqa.flash.scalar" in names
-    assert all(k["op"] in ("gqa", "paged_gqa") and k["device"] == "cpu" for k in plugin["kernels"])
+    assert all(k["op"] in ("gqa", "paged_gqa", "paged_gqa_varlen") and k["device"] == "cpu"
+               for k in plugin["kernels"])
 
 
 def test_diagnostics_name_skipped_files(tmp_path):

@@ -185,3 +185,37 @@ def test_bad_slot_mapping_is_refused_before_any_write():
                 rt, q, k_cache, v_cache, torch.tensor([0, 2], dtype=torch.int32),
                 torch.tensor([1], dtype=torch.int32), table, k=k, v=k, kv_layout="BNSH")
     assert torch.equal(kv, before)
+
+
+def test_torch_custom_op_matches_the_function_and_compiles():
+    """torch.ops.attnrt.paged_attention_varlen writes out and the cache in place, equal to the
+    function's result, also under torch.compile (fullgraph)."""
+    import attnrt.torch  # noqa: F401  (registers torch.ops.attnrt.*)
+    g = torch.Generator().manual_seed(SEED)
+    kv = torch.randn(12, NKV, 2, BS, H, generator=g)
+    k_cache, v_cache = kv[:, :, 0], kv[:, :, 1]
+    cu = torch.tensor([0, 1, 6], dtype=torch.int32)
+    lens = torch.tensor([30, 5], dtype=torch.int32)
+    table = torch.tensor([[3, 7], [9, 0]], dtype=torch.int32)
+    q = torch.randn(6, N, H, generator=g)
+    k = torch.randn(6, NKV, H, generator=g)
+    v = torch.randn(6, NKV, H, generator=g)
+    kv_ref = kv.clone()
+    with attnrt.Runtime(num_threads=1) as rt:
+        expected = attnrt.paged_attention_varlen(rt, q, kv_ref[:, :, 0], kv_ref[:, :, 1], cu, lens,
+                                                 table, k=k, v=v, kv_layout="BNSH")
+    out = torch.empty_like(q)
+    torch.ops.attnrt.paged_attention_varlen(q, k_cache, v_cache, cu, lens, table, out, k=k, v=v,
+                                            kv_layout="BNSH")
+    assert torch.equal(out, expected) and torch.equal(kv, kv_ref)
+
+    kv2 = kv_ref.clone()
+    out2 = torch.empty_like(q)
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def step(q, kc, vc, out):
+        torch.ops.attnrt.paged_attention_varlen(q, kc, vc, cu, lens, table, out, k=k, v=v,
+                                                kv_layout="BNSH")
+        return out * 1
+
+    assert torch.equal(step(q, kv2[:, :, 0], kv2[:, :, 1], out2), expected)
