@@ -68,6 +68,8 @@ def parse_args(argv):
         p.error(f"--heads ({a.heads}) must be a multiple of --kv-heads ({a.kv_heads})")
     if a.sliding_window is not None and a.sliding_window <= 0:
         p.error(f"--sliding-window must be positive, got {a.sliding_window}")
+    if a.arch == "gemma2" and a.lm_head_std is not None:
+        p.error("--lm-head-std: gemma2 ties the output layer to the embedding (use --std)")
     a.qk_std = a.std if a.qk_std is None else a.qk_std
     a.lm_head_std = a.std if a.lm_head_std is None else a.lm_head_std
     return a

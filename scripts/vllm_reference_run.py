@@ -4,8 +4,8 @@
 Seeded token-id prompts of mixed lengths (no tokenizer), float32, chunked prefill with a small
 token budget so long prompts are prefilled in several chunks that attend to cached keys. For
 each prompt: the log-probability of every prompt token (prompt_logprobs=0; position 0 has
-none) and N greedy tokens with their log-probabilities. With --perturb (default on), one more
-prompt is the longest one with a single early token changed: tokens only interact through
+none) and N greedy tokens with their log-probabilities. Unless --no-perturb, one more prompt
+is the longest one with a single early token changed: tokens only interact through
 attention, so how much the far positions move tells whether attention is close to uniform.
 
 The results go to --out as JSON; --compare OTHER.json prints the largest differences to a
@@ -14,7 +14,7 @@ peak resident memory of the process tree (the engine and worker processes includ
 
 Usage: vllm_reference_run.py MODEL_DIR [--out run.json] [--compare ref.json] [--seed 0]
          [--num-prompts 8] [--max-prompt-len 2048] [--gen-tokens 64] [--max-batched-tokens 512]
-         [--tp 1] [--compile]
+         [--tp 1] [--compile] [--in-process [--cpu-attention-class MODULE.CLASS]]
 Run it with the venv of scripts/setup-vllm.sh. VLLM_CPU_KVCACHE_SPACE (GiB) defaults to 1.
 """
 
@@ -41,11 +41,26 @@ def parse_args(argv):
     p.add_argument("--block-size", type=int, default=None, help="KV cache block size (vLLM's CPU default: 128)")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="engine and worker in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): starts faster; "
+        "tensor parallelism needs worker processes",
+    )
+    p.add_argument(
+        "--cpu-attention-class",
+        default=None,
+        metavar="MODULE.CLASS",
+        help="with --in-process: register this class in place of vLLM's CPU_ATTN backend "
+        "(worker processes get a backend only through a vllm.general_plugins entry point)",
+    )
     p.add_argument("--no-perturb", dest="perturb", action="store_false")
     p.add_argument("--tolerance", type=float, default=None, help="with --compare: fail above this")
     a = p.parse_args(argv)
     if not 1 <= a.min_prompt_len <= a.max_prompt_len:
         p.error(f"need 1 <= --min-prompt-len ({a.min_prompt_len}) <= --max-prompt-len ({a.max_prompt_len})")
+    if a.cpu_attention_class and not a.in_process:
+        p.error("--cpu-attention-class needs --in-process (other processes load backends through plugins)")
     if a.num_prompts < 1:
         p.error(f"--num-prompts must be at least 1, got {a.num_prompts}")
     return a
@@ -111,6 +126,10 @@ def summarize(values):
 
 def run(a):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if a.in_process:
+        if a.tp > 1:
+            raise SystemExit(f"--in-process runs one worker; --tp {a.tp} needs worker processes")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     with open(os.path.join(a.model, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     prompts = make_prompts(a.seed, a.num_prompts, a.min_prompt_len, a.max_prompt_len, vocab)
@@ -128,6 +147,10 @@ def run(a):
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    if a.cpu_attention_class:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+        register_backend(AttentionBackendEnum.CPU_ATTN, a.cpu_attention_class)
     t_import = time.perf_counter() - t0
     llm_kwargs = dict(
         model=a.model,
@@ -196,7 +219,7 @@ def print_report(r):
     print(f"prompts: {n}, lengths {[x['prompt_len'] for x in r['results']]}, {r['prompt_tokens']} prompt tokens")
     print(
         f"time: import {t['import']:.1f} s, engine init {t['init']:.1f} s, generate {t['generate']:.1f} s "
-        f"({r['prompt_tokens'] / t['generate']:.0f} prompt+{gen} generated tokens in that time)"
+        f"for {r['prompt_tokens']} prompt and {gen} generated tokens"
     )
     print(f"memory: {m['rss_after_init_gib']:.2f} GiB after init, peak {m['peak_rss_gib']:.2f} GiB (process tree RSS)")
     plp = [v for x in r["results"] for v in x["prompt_logprobs"] if v is not None]
