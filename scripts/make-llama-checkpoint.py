@@ -15,8 +15,9 @@ Architectures:
           layer, as Gemma 2 does), tied embeddings, norms stored as offsets from 1.
 
 With std 0.02 throughout, attention logits have a spread of about 512 * std^2 (0.2): attention
-is close to uniform. --qk-std (query and key projections) and --lm-head-std (output layer)
-make attention and the output distribution sharper; e.g. --qk-std 0.08 --lm-head-std 0.2.
+is close to uniform, and so is the output distribution (logit spread std * sqrt(hidden), 0.45).
+--qk-std (query and key projections) and --lm-head-std (output layer; gemma2: --embed-std) make
+them sharper: e.g. --qk-std 0.08 --lm-head-std 0.2 (gemma2: --qk-std 0.08 --embed-std 0.05).
 
 Usage: make-llama-checkpoint.py OUT_DIR [--seed N] [--layers 4] [--dtype float32|bfloat16] ...
 Needs only numpy (the safetensors file is written directly).
@@ -51,6 +52,7 @@ def parse_args(argv):
     p.add_argument("--std", type=float, default=0.02, help="std of linear/embedding weights")
     p.add_argument("--qk-std", type=float, default=None, help="std of q/k projections")
     p.add_argument("--lm-head-std", type=float, default=None, help="std of the output layer")
+    p.add_argument("--embed-std", type=float, default=None, help="std of the embedding (gemma2: also the output layer)")
     p.add_argument("--sliding-window", type=int, default=None, help="window in tokens")
     p.add_argument(
         "--sliding-layers",
@@ -69,9 +71,10 @@ def parse_args(argv):
     if a.sliding_window is not None and a.sliding_window <= 0:
         p.error(f"--sliding-window must be positive, got {a.sliding_window}")
     if a.arch == "gemma2" and a.lm_head_std is not None:
-        p.error("--lm-head-std: gemma2 ties the output layer to the embedding (use --std)")
+        p.error("--lm-head-std: gemma2 ties the output layer to the embedding (use --embed-std)")
     a.qk_std = a.std if a.qk_std is None else a.qk_std
     a.lm_head_std = a.std if a.lm_head_std is None else a.lm_head_std
+    a.embed_std = a.std if a.embed_std is None else a.embed_std
     return a
 
 
@@ -126,7 +129,7 @@ def make_tensors(a):
     q_out, kv_out = a.heads * D, a.kv_heads * D
     # Gemma's RMSNorm multiplies by (1 + weight): a stored 0 is a norm weight of 1.0.
     norm_value = 0.0 if a.arch == "gemma2" else 1.0
-    t = [("model.embed_tokens.weight", normal(a.seed, "model.embed_tokens.weight", (V, H), a.std))]
+    t = [("model.embed_tokens.weight", normal(a.seed, "model.embed_tokens.weight", (V, H), a.embed_std))]
     for i in range(a.layers):
         p = f"model.layers.{i}."
         shapes = [
