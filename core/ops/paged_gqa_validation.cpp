@@ -140,14 +140,9 @@ Status CheckPoolStrides(const attnrt_tensor& pool, const char* name) {
 void PoolStrides(const attnrt_tensor& pool, int64_t* strides) {
   int64_t compact = 1;
   for (int d = 3; d >= 0; --d) {
-    strides[d] = pool.strides != nullptr ? pool.strides[d] : compact;
+    // An extent of 1 may carry any stride; the compact one keeps the problem canonical.
+    strides[d] = pool.strides != nullptr && pool.shape[d] != 1 ? pool.strides[d] : compact;
     compact *= pool.shape[d];
-  }
-  // An extent of 1 may carry any stride; the compact one keeps the problem canonical.
-  int64_t expected = 1;
-  for (int d = 3; d >= 0; --d) {
-    if (pool.shape[d] == 1) strides[d] = expected;
-    expected *= pool.shape[d];
   }
 }
 
