@@ -3,13 +3,15 @@
  *
  * Pure C11, self-contained (only <stddef.h>, <stdint.h>, <stdbool.h>), usable from C++ unchanged.
  *
- * Lifecycle:  attnrt_runtime_create  → discovers and loads plugins, ranks their kernels
- *             attnrt_op_create       → an op (e.g. GroupQueryAttention) from validated attributes
- *             attnrt_op_plan         → full shape validation, kernel choice, workspace size; cached
- * by shape signature, so a decode loop with fixed shapes re-plans nothing attnrt_plan_run        →
- * value checks (seqlens_k, total_sequence_length, positions) and the kernel, on caller-provided
- * tensors and workspace attnrt_op_explain      → every registered kernel in rank order with
- * "selected", "eligible" or the reason it declines
+ * Lifecycle:
+ *   attnrt_runtime_create  discovers and loads plugins, ranks their kernels
+ *   attnrt_op_create       an op (e.g. GroupQueryAttention) from validated attributes
+ *   attnrt_op_plan         full shape validation, kernel choice, workspace size; cached by shape
+ *                          signature, so a decode loop with fixed shapes re-plans nothing
+ *   attnrt_plan_run        value checks (seqlens_k, total_sequence_length, positions) and the
+ *                          kernel, on caller-provided tensors and workspace
+ *   attnrt_op_explain      every registered kernel in rank order with "selected", "eligible" or
+ *                          the reason it declines
  *
  * Errors: every entry point returns an attnrt_status. On failure a message for the calling thread
  * names the offending input, the expected and the actual value: attnrt_last_error_message().
@@ -47,11 +49,7 @@ extern "C" {
 #define ATTNRT_ABI_VERSION_MAJOR 1
 #define ATTNRT_ABI_VERSION_MINOR 2
 
-/* ------------------------------------------------------------------------------------------------
- */
-/* Status */
-/* ------------------------------------------------------------------------------------------------
- */
+/* ---- Status ---------------------------------------------------------------------------------- */
 
 /** Result of every entry point. ATTNRT_OK is 0; everything else comes with a message. */
 typedef enum attnrt_status {
@@ -87,11 +85,7 @@ ATTNRT_API const char* attnrt_status_name(attnrt_status status);
 ATTNRT_API const char* attnrt_version_string(void);
 ATTNRT_API void attnrt_abi_version(uint32_t* major, uint32_t* minor);
 
-/* ------------------------------------------------------------------------------------------------
- */
-/* Tensors (DLPack-shaped) */
-/* ------------------------------------------------------------------------------------------------
- */
+/* ---- Tensors (DLPack-shaped) ----------------------------------------------------------------- */
 
 /** Device types; values are DLPack's DLDeviceType. */
 typedef enum attnrt_device_type {
@@ -151,11 +145,7 @@ typedef struct attnrt_tensor {
  *  "float8_e4m3fn", "float8_e8m0fnu", "int4", or "unknown"). Never NULL. */
 ATTNRT_API const char* attnrt_dtype_name(attnrt_dtype dtype);
 
-/* ------------------------------------------------------------------------------------------------
- */
-/* Runtime */
-/* ------------------------------------------------------------------------------------------------
- */
+/* ---- Runtime --------------------------------------------------------------------------------- */
 
 typedef struct attnrt_runtime attnrt_runtime;
 typedef struct attnrt_op attnrt_op;
@@ -271,11 +261,7 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* r
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime, size_t index,
                                                    attnrt_diagnostic* out_diagnostic);
 
-/* ------------------------------------------------------------------------------------------------
- */
-/* Ops, plans, runs */
-/* ------------------------------------------------------------------------------------------------
- */
+/* ---- Ops, plans, runs ------------------------------------------------------------------------ */
 
 /** Op families. The attribute struct for each is in attnrt/ops/<family>.h. */
 typedef enum attnrt_op_kind {
@@ -361,11 +347,7 @@ ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor*
 ATTNRT_API attnrt_status attnrt_op_plan_cache_stats(const attnrt_op* op, uint64_t* out_hits,
                                                     uint64_t* out_misses);
 
-/* ------------------------------------------------------------------------------------------------
- */
-/* Explain */
-/* ------------------------------------------------------------------------------------------------
- */
+/* ---- Explain --------------------------------------------------------------------------------- */
 
 /** Why a kernel is or is not the one that runs. */
 typedef enum attnrt_candidate_status {
