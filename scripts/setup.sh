@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Installs attnrt's build dependencies (Debian 12 packages) and builds the project into build/.
-# Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+# Usage: scripts/setup.sh [--runtime] [BUILD_DIR] [extra cmake args...]
+#   --runtime   only the runtime, the CPU plugins and plugin-inspect: the packages they need, and
+#               tests, benchmarks, bindings and CUDA plugins configured off (scripts/quickstart.sh)
 #   ATTNRT_SANITIZE=address,undefined scripts/setup.sh build-asan   builds with sanitizers.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+runtime_only=0
+if [ "${1:-}" = "--runtime" ]; then
+  runtime_only=1
+  shift
+fi
 build_dir="${1:-build}"
 shift || true
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
@@ -13,11 +20,16 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev
   libcpuinfo-dev
-  googletest libgtest-dev libgmock-dev libbenchmark-dev
   libxtensor-dev nlohmann-json3-dev
-  python3 python3-venv
-  swig python3-dev default-jdk-headless junit4
+  python3
 )
+if [ "$runtime_only" = 0 ]; then
+  packages+=(
+    googletest libgtest-dev libgmock-dev libbenchmark-dev
+    python3-venv
+    swig python3-dev default-jdk-headless junit4
+  )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +44,10 @@ if ((${#missing[@]})); then
 fi
 
 cmake_args=(-S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [ "$runtime_only" = 1 ]; then
+  cmake_args+=(-DATTNRT_BUILD_TESTS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_BINDINGS=OFF
+    -DATTNRT_BUILD_CUDA=OFF)
+fi
 if [ -n "${ATTNRT_SANITIZE:-}" ]; then
   cmake_args+=(-DATTNRT_SANITIZE="$ATTNRT_SANITIZE" -DCMAKE_BUILD_TYPE=RelWithDebInfo
     -DATTNRT_BUILD_BENCH=OFF)

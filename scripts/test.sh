@@ -19,7 +19,18 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 "$root/scripts/setup.sh" "$build_dir"
-ctest --test-dir "$root/$build_dir" --output-on-failure -j "$(nproc)"
+# Failures print in full; passes and skips (a kernel that declines a case) as counts, with each skip
+# reason once. The whole ctest output is kept in $build_dir/ctest.log; the exit status is ctest's.
+set +e
+ctest --test-dir "$root/$build_dir" --output-on-failure -j "$(nproc)" \
+  --test-output-size-passed 65536 --output-junit "$root/$build_dir/ctest-junit.xml" |
+  python3 "$root/scripts/ctest-summary.py" --junit "$root/$build_dir/ctest-junit.xml" \
+    --log "$root/$build_dir/ctest.log"
+ctest_status=("${PIPESTATUS[@]}")
+set -e
+if [ "${ctest_status[0]}" != 0 ]; then
+  exit "${ctest_status[0]}"
+fi
 
 if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
   venv="$root/$build_dir/venv"

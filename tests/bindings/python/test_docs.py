@@ -1,5 +1,5 @@
-"""The examples of docs/python.md run as written (each ```python block in a fresh interpreter, with
-the attnrt package the other binding tests use), so the page cannot go stale."""
+"""The examples of docs/python.md and README.md run as written (each ```python block in a fresh
+interpreter, with the attnrt package the other binding tests use), so the pages cannot go stale."""
 from __future__ import annotations
 
 import os
@@ -12,8 +12,11 @@ import pytest
 
 import attnrt
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "python.md"
+REPO = Path(__file__).resolve().parents[3]
+DOC = REPO / "docs" / "python.md"
+README = REPO / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+README_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 def test_the_page_has_an_example_per_op():
@@ -24,15 +27,22 @@ def test_the_page_has_an_example_per_op():
         assert call in text, f"docs/python.md has no example calling {call}"
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_example_runs(index):
-    code = BLOCKS[index]
+def test_the_readme_has_a_python_example():
+    assert any("attnrt.Runtime(" in block for block in README_BLOCKS), \
+        "README.md has no ```python example that makes a runtime"
+
+
+@pytest.mark.parametrize("page, index", [(DOC, i) for i in range(len(BLOCKS))] +
+                         [(README, i) for i in range(len(README_BLOCKS))],
+                         ids=lambda value: value.name if isinstance(value, Path) else str(value))
+def test_example_runs(page, index):
+    code = (BLOCKS if page == DOC else README_BLOCKS)[index]
     if re.search(r"^import torch|^import attnrt.torch", code, re.M):
         pytest.importorskip("torch")
     package_parent = str(Path(attnrt.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [package_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                            timeout=300, cwd=DOC.parent)
-    assert result.returncode == 0, f"example {index} failed:\n{code}\n{result.stderr}"
-    assert result.stdout.strip(), f"example {index} printed nothing"
+                            timeout=300, cwd=page.parent)
+    assert result.returncode == 0, f"{page.name} example {index} failed:\n{code}\n{result.stderr}"
+    assert result.stdout.strip(), f"{page.name} example {index} printed nothing"
