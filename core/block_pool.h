@@ -1,4 +1,4 @@
-// Block pool of paged KV caches (attnrt/block_pool.h; DESIGN §6, vLLM's block manager): block ids
+// Block pool of paged KV caches (attnrt/block_pool.h; vLLM's block manager): block ids
 // handed to sequences through a free list, reference counts for blocks shared after a fork, and
 // copy-on-write of a shared partly filled last block. Holds no K/V data. Single-threaded: the C
 // ABI documents that the caller serializes calls on one pool.

@@ -1,5 +1,5 @@
-// Plugin discovery (DESIGN §3): candidate files libattnrt_*.so in the configured folders, loaded
-// with Boost.DLL, ABI-checked, initialized and probed. A file that fails any step becomes a
+// Plugin discovery (docs/plugins.md): candidate files libattnrt_*.so in the configured folders,
+// loaded with Boost.DLL, ABI-checked, initialized and probed. A file that fails any step becomes a
 // Diagnostic naming the file and the reason; discovery itself never fails.
 #pragma once
 

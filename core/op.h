@@ -1,4 +1,4 @@
-// Ops and plans (DESIGN §2): an op is validated attributes bound to a runtime; a plan is a
+// Ops and plans: an op is validated attributes bound to a runtime; a plan is a
 // validated shape signature with its chosen kernel and workspace size. Plans are cached per op by
 // signature, so a decode loop over fixed-shape buffers plans once.
 #pragma once

@@ -1,6 +1,6 @@
 // A loaded plugin and its kernels as the runtime holds them. The record owns the shared library:
 // it is unloaded only after shutdown(), and records live as long as the RuntimeState that every op
-// and plan keeps alive (DESIGN §2: plugins stay loaded while anything made from them lives).
+// and plan keeps alive (plugins stay loaded while anything made from them lives).
 #pragma once
 
 #include <boost/dll/shared_library.hpp>

@@ -1,4 +1,4 @@
-// The ranked kernel registry and candidate evaluation (DESIGN §3, §7a): every kernel of an op in
+// The ranked kernel registry and candidate evaluation (docs/plugins.md): every kernel of an op in
 // rank order (priority descending, then name), kept whole so that a declining kernel falls through
 // to the next and explain can report every reason.
 #pragma once

@@ -1,4 +1,4 @@
-// Runtime configuration: runtime options first, then environment variables (DESIGN §3).
+// Runtime configuration: runtime options first, then environment variables (README.md).
 #pragma once
 
 #include <string>

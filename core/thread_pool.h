@@ -1,5 +1,5 @@
 // The runtime's CPU thread pool. Plugins reach it only through attnrt_host_services::parallel_for;
-// they never start threads of their own (DESIGN §4).
+// they never start threads of their own (docs/plugins.md).
 #pragma once
 
 #include <condition_variable>

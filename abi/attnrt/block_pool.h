@@ -1,6 +1,6 @@
 /*
- * attnrt/block_pool.h — host-side block allocator for paged KV caches (DESIGN §6; vLLM's block
- * manager, Kwon et al. 2023; seed 002).
+ * attnrt/block_pool.h — host-side block allocator for paged KV caches (the PagedAttention
+ * paper's block manager, Kwon et al. 2023, vLLM; llama.cpp PR 18747).
  *
  * A pool hands out the ids of `num_blocks` fixed-size blocks of `block_size` tokens to sequences
  * and builds the block tables the paged GroupQueryAttention op reads (attnrt/ops/paged_gqa.h). It

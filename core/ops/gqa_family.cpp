@@ -1,5 +1,5 @@
 // GroupQueryAttention as an op family: attributes and shapes are validated by gqa_validation.cpp,
-// in the order of ONNX Runtime's com.microsoft.GroupQueryAttention (reference gqa-semantics.md §2).
+// in the order of ONNX Runtime's com.microsoft.GroupQueryAttention (its CPU validation order).
 #include <cstdio>
 #include <exception>
 

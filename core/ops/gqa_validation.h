@@ -1,6 +1,6 @@
 // GroupQueryAttention validation: attributes at op creation, shapes at plan, values at run.
 // Semantics and message texts follow ONNX Runtime's com.microsoft.GroupQueryAttention (1.30, CPU
-// EP) as written down in the reference page gqa-semantics.md §2 (seed documents 000 and 004). Every
+// EP; its group_query_attention_helper.h checks, in their order; docs/gqa-semantics.md). Every
 // message names the input or attribute, the expected and the actual value.
 #pragma once
 
@@ -11,18 +11,19 @@
 
 namespace attnrt::core::gqa {
 
-// Checks struct_size and every attribute (reference §2 item 1 and the attribute-only parts of 2,
-// 5); writes a normalized copy (struct_size = sizeof(attnrt_gqa_attributes)) to *out.
+// Checks struct_size and every attribute (ONNX Runtime's attribute checks and the attribute-only
+// parts of its shape checks); writes a normalized copy (struct_size set to
+// sizeof(attnrt_gqa_attributes)) to *out.
 Status ValidateAttributes(const void* attributes, attnrt_gqa_attributes* out);
 
-// Shape-only checks (reference §2 items 2–15, 17, 20 where they depend on shapes, in that order):
+// Shape-only checks (ONNX Runtime's checks that depend on shapes only, in its order):
 // presence, rank, dims, dtypes, device, compact strides of every input and output. Never reads
 // data. Fills *out (struct_size set) on success.
 Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tensor* const* inputs,
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out);
 
-// Run-time checks on values (reference §2 items 8–9, 12, 13, 16, 18, 19): total_sequence_length,
+// Run-time checks on values (ONNX Runtime's checks that read data): total_sequence_length,
 // phase, every seqlens_k[b], rotary positions, present length == max(T, P), past/present aliasing
 // (identical or disjoint; a partial overlap is an error). Resolves data pointers (byte_offset
 // applied) into *out; out->problem = &problem. Nothing is written to any output.

@@ -1,6 +1,7 @@
-// Encoders of the sparse MLA KV token formats (reference sparse-mla-semantics.md §6): quant_mode 1
-// (608 bytes, bf16 group scales), quant_mode 2 (block-planar 576 + 8 bytes, e8m0 scales, FlashMLA's
-// quantizer) and TQ4 (258 bytes, 4-bit codebook indices + fp16 scale, vllm-ascend's quantizer).
+// Encoders of the sparse MLA KV token formats (CANN's MixedQuantSparseFlashMla README): quant_mode
+// 1 (608 bytes, bf16 group scales), quant_mode 2 (block-planar 576 + 8 bytes, e8m0 scales,
+// FlashMLA's quantizer) and TQ4 (258 bytes, 4-bit codebook indices + fp16 scale, vllm-ascend's
+// quantizer).
 #include <algorithm>
 #include <array>
 #include <cmath>

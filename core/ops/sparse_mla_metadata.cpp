@@ -41,7 +41,7 @@ int64_t HeadsPerGroup(int64_t rows, int64_t heads, int64_t workers) {
   return g;
 }
 
-// Keys a row sees, for balancing only (upper bound of reference §3.3/§3.4/§4.1).
+// Keys a row sees, for balancing only (an upper bound: ori window, cmp prefix, top-k width).
 int64_t RowCost(const attnrt_sparse_mla_problem& p, const attnrt_sparse_mla_batch& x, int64_t i) {
   const attnrt_sparse_mla_attributes& a = p.attributes;
   if (i >= x.s1) return 1;

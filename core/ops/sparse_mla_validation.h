@@ -1,7 +1,7 @@
 // Sparse MLA (CANN MixedQuantSparseFlashMla) validation: attributes at op creation, shapes at plan,
-// values at run. The constraints are seed 001's (operator documentation) and the reference page
-// sparse-mla-semantics.md §2–§4; every message names the input or attribute, the expected and the
-// actual value.
+// values at run. The constraints are those of CANN's MixedQuantSparseFlashMla README (inputs,
+// restrictions, masks, top-k rules; docs/sparse-mla.md); every message names the input or
+// attribute, the expected and the actual value.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +25,7 @@ Status ValidateShapes(const attnrt_sparse_mla_attributes& attributes,
                       attnrt_sparse_mla_problem* out);
 
 // Run-time values shared by both ops: cu_seqlens_* (start at 0, non-decreasing, within the
-// tensor), seqused_* and cmp_residual_kv ranges, the per-batch lengths of reference §3.1 against
+// tensor), seqused_* and cmp_residual_kv ranges, the per-batch effective lengths against
 // the tensors' capacities, and every block-table entry a batch uses. Fills one entry per batch.
 // Reads only the int32 length inputs and block tables.
 Status ResolveBatches(const attnrt_sparse_mla_problem& problem, const attnrt_tensor* const* inputs,

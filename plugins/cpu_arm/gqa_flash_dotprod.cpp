@@ -2,11 +2,11 @@
 // block each float32 query row is quantized to int8 (symmetric, per row: s_q = max|q| / 127,
 // rounded to nearest even) and multiplied with the cached codes by SDOT (FEAT_DotProd) in exact
 // int32 arithmetic; score = scale * s_q * k_scale * dot. This changes the numeric contract (the
-// float32 query is quantized), which is why the kernel ranks below every exact kernel and runs
-// only when pinned: the counterpart of ONNX Runtime's opt-in ORT_MLAS_QKGEMM_S8_APPROX_VNNI path
-// (seed 000), with the same scope (int8 PER_TENSOR K; V and P.V stay exact). Every other block
-// (float32 tiles, which the driver makes for tiles taller than its fused limit) takes the exact
-// NEON scores.
+// float32 query is quantized), which is why the kernel ranks below every exact kernel and runs only
+// when pinned: the counterpart of ONNX Runtime's opt-in ORT_MLAS_QKGEMM_S8_APPROX_VNNI path (its
+// GroupQueryAttention CPU implementation notes), with the same scope (int8 PER_TENSOR K; V and P.V
+// stay exact). Every other block (float32 tiles, which the driver makes for tiles taller than its
+// fused limit) takes the exact NEON scores.
 //
 // The only file built with +dotprod; reached only after the kernel's supports() saw FEAT_DotProd.
 // It calls only intrinsics and its own internal functions, never std:: inline or template code

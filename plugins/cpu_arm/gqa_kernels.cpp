@@ -2,10 +2,10 @@
 // its workspace, and the dispatch to the scalar or NEON pipeline.
 //
 // FEAT_FP16 arithmetic and FEAT_DotProd are probed and reported (plugin facts), but no default
-// kernel executes them, because none of their uses keeps the numeric contract (DESIGN §4, seed 000:
-// the float32 query and probabilities are never quantized, sums are float32): half-precision FMA
-// rounds every product and partial sum to 11 bits, and SDOT needs the query quantized to int8. The
-// exact conversions they could serve (float16 <-> float32, int8 -> float) are baseline Advanced
+// kernel executes them, because none of their uses keeps the numeric contract (ONNX Runtime's CPU
+// notes: the float32 query and probabilities are never quantized, sums are float32): half-precision
+// FMA rounds every product and partial sum to 11 bits, and SDOT needs the query quantized to int8.
+// The exact conversions they could serve (float16 <-> float32, int8 -> float) are baseline Advanced
 // SIMD (FCVTL, SXTL + SCVTF). SDOT runs in gqa.flash.dotprod_approx only, an opt-in kernel.
 #include "gqa_kernels.h"
 
@@ -22,7 +22,7 @@
 namespace attnrt::cpu {
 namespace {
 
-// Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then SIMD > scalar), the numbers of
+// Ranking scheme of the CPU kernels (docs/plugins.md: flash > naive, then SIMD > scalar), those of
 // cpu_x86: naive 100, flash 200; +0 scalar, +20 NEON (the place of AVX2: 128-bit vectors with FMA).
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;

@@ -1,5 +1,5 @@
-// 8-wide loaders of K/V cache elements as float32 (fused dequantization, reference
-// gqa-semantics.md §4) for the NEON GroupQueryAttention files (gqa_kernels_neon.cpp,
+// 8-wide loaders of K/V cache elements as float32 (fused dequantization of
+// ONNX Runtime's quantized KV cache) for the NEON GroupQueryAttention files (gqa_kernels_neon.cpp,
 // gqa_flash_neon.cpp): the NEON counterpart of cpu_x86's gqa_avx2_cache.h, element for element the
 // same values. Advanced SIMD is part of the AArch64 baseline, so these need no extra compile flag;
 // float16 rows use the baseline FCVTL conversion (no FEAT_FP16 arithmetic).

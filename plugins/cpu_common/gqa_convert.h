@@ -1,7 +1,7 @@
 // Scalar conversions between float32 and the narrow element types of GroupQueryAttention tensors
-// (reference gqa-semantics.md §3.7, §4): float16 and bfloat16 rounded to nearest even, as F16C's
-// VCVTPS2PH and ONNX Runtime's MLFloat16 round; float8 e4m3fn saturated to ±448, as the CUDA
-// reference stores an fp8 cache. Baseline-ISA code: bit operations and C library calls only,
+// (ONNX Runtime's data types and quantized caches): float16 and bfloat16 rounded to nearest even,
+// as F16C's VCVTPS2PH and ONNX Runtime's MLFloat16 round; float8 e4m3fn saturated to ±448, as the
+// CUDA reference stores an fp8 cache. Baseline-ISA code: bit operations and C library calls only,
 // and no arithmetic on float32 subnormals, so a caller's DAZ/FTZ setting cannot change a result.
 //
 // Everything has internal linkage: these functions are compiled into the AVX2 file too, and an

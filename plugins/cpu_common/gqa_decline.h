@@ -14,7 +14,7 @@ namespace attnrt::cpu {
 std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p);
 
 // Empty when the flash path (gqa_flash.cpp) computes `p` as the reference's default CPU path does
-// (ONNX Runtime's conditions for its flash paths, reference §5); else the reason it does not. ISA
+// (ONNX Runtime's conditions for its flash paths); else the reason it does not. ISA
 // requirements are checked by each plugin's supports(), not here.
 std::string GqaFlashDeclineReason(const attnrt_gqa_problem& p);
 

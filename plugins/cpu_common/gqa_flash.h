@@ -1,12 +1,12 @@
 // gqa.flash: tiled GroupQueryAttention with an online softmax (FlashAttention-2 on the CPU, as ONNX
 // Runtime's MlasFlashAttentionGQA and, for quantized caches, MlasFlashAttentionQuantizedKV;
-// reference/gqa-semantics.md §5, seed 000). The driver
+// ONNX Runtime's GroupQueryAttention CPU implementation notes). The driver
 // (gqa_flash.cpp, baseline ISA) tiles over (batch, kv head, query block) so one pass over a K/V
 // block serves all G = N/Nkv query heads of the group, and splits the key range across threads for
 // decode (flash decoding). The ISA files (gqa_flash_<isa>.cpp) provide the block operations.
 // Queries of every T are widened to float32 (a float16/bfloat16 query is never quantized), K/V
 // tiles of every accepted cache type are dequantized inside the block operations, and the output
-// is rounded to T once, to nearest even (reference §4, §5).
+// is rounded to T once, to nearest even (as ONNX Runtime's flash paths).
 //
 // Included by the ISA files, so it declares only plain structs and out-of-line functions (see
 // gqa_run.h for why).

@@ -1,8 +1,8 @@
-// Score pipeline of GroupQueryAttention for one query row (reference gqa-semantics.md §3.2–§3.4,
-// §3.7, §4), templated on an ISA "ops" struct; each gqa_kernels_<isa>.cpp instantiates it (MLAS
-// pattern). Every T tensor is widened to float32 per element; scores, softmax and P·V are float32;
-// the output and output_qk rows are rounded to T. Cached K/V rows are decoded (dequantized) inside
-// Dot and Axpy, never copied out; the float32 query is never quantized.
+// Score pipeline of GroupQueryAttention for one query row (ONNX Runtime's masks, score order, data
+// types and quantized caches), templated on an ISA "ops" struct; each gqa_kernels_<isa>.cpp
+// instantiates it (MLAS pattern). Every T tensor is widened to float32 per element; scores, softmax
+// and P·V are float32; the output and output_qk rows are rounded to T. Cached K/V rows are decoded
+// (dequantized) inside Dot and Axpy, never copied out; the float32 query is never quantized.
 //
 // Ops provides, over rows of n elements (any n >= 0 unless noted):
 //   static float Dot(const float* q, const GqaCacheRow& k, int64_t n);   // sum q[i]*k[i]
@@ -157,8 +157,8 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   const int64_t past = r.past_from_seqlens ? total - q_len : 0;
 
   // Keys [begin, end). A padded row of a right-padded first prompt (s >= T_b) gets end = T_b and,
-  // with a local window, begin = T_b - W: the reference's naive-path rule (§3.3). Its flash path
-  // measures that window from s instead; the two differ only on such padded rows.
+  // with a local window, begin = T_b - W: the reference's naive-path rule (docs/gqa-semantics.md).
+  // Its flash path measures that window from s instead; the two differ only on such padded rows.
   const int64_t causal_end = past + s + 1 < total ? past + s + 1 : total;
   const int64_t end = r.causal ? causal_end : total;
   const int64_t begin = (r.window >= 0 && end > r.window) ? end - r.window : 0;

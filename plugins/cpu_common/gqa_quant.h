@@ -1,4 +1,4 @@
-// Quantized KV cache rows (reference gqa-semantics.md §4; ONNX Runtime MLAS qkv_quant.cpp):
+// Quantized KV cache rows (ONNX Runtime's quantized KV cache, MLAS qkv_quant.cpp):
 // quantize-on-write of new K/V rows, and the scalar element decoder every cache read builds on.
 //   int8:  q = clamp(rint(x * inv), -128, 127), one byte per element.
 //   int4:  q = clamp(rint(x * inv), -8, 7), byte i = ((q[2i] + 8) & 0xF) | ((q[2i+1] + 8) & 0xF)

@@ -1,6 +1,6 @@
 // Shared, ISA-independent part of the CPU GroupQueryAttention kernels: the resolved view of one
 // run, the driver (workspace layout, KV append, threading) and rotary embedding. Semantics:
-// reference/gqa-semantics.md (ONNX Runtime 1.30 com.microsoft.GroupQueryAttention, CPU EP).
+// ONNX Runtime 1.30's com.microsoft.GroupQueryAttention, CPU EP (docs/gqa-semantics.md).
 //
 // Included by the ISA files, so it declares only plain structs and out-of-line functions: an inline
 // function here would be compiled once per ISA and the linker could keep the AVX2 copy for
@@ -32,9 +32,9 @@ struct GqaCacheRow {
   bool per_channel;
 };
 
-// sliding_window_cache=1 (reference §3.8; ONNX Runtime's PlanWindowedKvCache): the row geometry of
-// one step for one batch. Attention reads `seed_rows` resident rows starting at past row
-// `seed_offset`, then this step's rows; with staging, rows [write_offset, write_offset +
+// sliding_window_cache=1 (ONNX Runtime's PlanWindowedKvCache; docs/gqa-semantics.md): the row
+// geometry of one step for one batch. Attention reads `seed_rows` resident rows starting at past
+// row `seed_offset`, then this step's rows; with staging, rows [write_offset, write_offset +
 // write_rows) of the staging cache are written back to present rows [0, write_rows).
 struct GqaWindowStep {
   int64_t seed_offset;
@@ -64,11 +64,12 @@ struct GqaRun {
   int64_t total_length;      // T, length of an output_qk row
   const int32_t* seqlens_k;  // (B): T_b - 1
   // P_b = T_b - S (rows from the past, causal offset) when true, else 0: in the first prompt, and
-  // without a past buffer (reference §2 item 13: such a subsequent prompt has causal offset 0).
+  // without a past buffer (ONNX Runtime's phase rules: such a subsequent prompt has offset 0).
   bool past_from_seqlens;
   bool first_prompt;
-  // RoPE positions (reference §3.6) follow the absolute seqlens_k input and the phase, also with
-  // sliding_window_cache=1, where seqlens_k above is cache-relative and first_prompt false.
+  // RoPE positions (ONNX Runtime's rotary rule) follow the absolute seqlens_k input and the phase,
+  // also with sliding_window_cache=1, where seqlens_k above is cache-relative and first_prompt
+  // false.
   const int32_t* rotary_seqlens_k;
   bool rotary_first_prompt;
 
@@ -237,12 +238,13 @@ GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept;
 void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t b, int64_t l,
                       const float* scale, void* row) noexcept;
 
-// Rotary position of token s of batch b (reference §3.6).
+// Rotary position of token s of batch b (ONNX Runtime's rotary rule).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
 
-// y = RoPE(x) at `position` (reference §3.6): the first R dims rotated (half-split or interleaved
-// pairs), [R, H) copied. x is a T row of H elements, y H floats, each rounded to T as the reference
-// stores its rotated Q and K in T; for float32 bit-identical to ONNX Runtime's (MLAS AVX2) RoPE.
+// y = RoPE(x) at `position` (ONNX Runtime's rotary rule): the first R dims rotated (half-split or
+// interleaved pairs), [R, H) copied. x is a T row of H elements, y H floats, each rounded to T as
+// the reference stores its rotated Q and K in T; for float32 bit-identical to ONNX Runtime's (MLAS
+// AVX2) RoPE.
 void GqaRotateRow(const GqaRun& run, const void* x, float* y, int64_t position) noexcept;
 
 }  // namespace attnrt::cpu

@@ -1,5 +1,5 @@
-// 8-wide loaders of K/V cache elements as float32 (fused dequantization, reference
-// gqa-semantics.md §4) for the AVX2 GroupQueryAttention files (gqa_kernels_avx2.cpp,
+// 8-wide loaders of K/V cache elements as float32 (fused dequantization of
+// ONNX Runtime's quantized KV cache) for the AVX2 GroupQueryAttention files (gqa_kernels_avx2.cpp,
 // gqa_flash_avx2.cpp). Include it only from translation units built with -mavx2 -mfma; the float16
 // cache loader needs -mf16c as well and is refused at compile time without it.
 //

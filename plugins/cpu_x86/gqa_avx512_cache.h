@@ -1,5 +1,5 @@
-// 16-wide loaders of K/V cache elements as float32 (fused dequantization, reference
-// gqa-semantics.md §4) for the AVX-512 GroupQueryAttention files (gqa_kernels_avx512.cpp,
+// 16-wide loaders of K/V cache elements as float32 (fused dequantization of ONNX Runtime's
+// quantized KV cache) for the AVX-512 GroupQueryAttention files (gqa_kernels_avx512.cpp,
 // gqa_flash_avx512.cpp). Include it only from translation units built with -mavx512f -mavx512bw
 // -mavx512vl -mfma. Float16 caches use VCVTPH2PS (an AVX512F instruction), no F16C.
 //

@@ -16,8 +16,8 @@
 namespace attnrt::cpu {
 namespace {
 
-// Ranking scheme of the CPU kernels (DESIGN §3: flash > naive, then AVX-512 > AVX2 > scalar): naive
-// 100, flash 200; +0 scalar, +20 AVX2, +40 AVX-512.
+// Ranking scheme of the CPU kernels (docs/plugins.md: flash > naive, then AVX-512 > AVX2 > scalar):
+// naive 100, flash 200; +0 scalar, +20 AVX2, +40 AVX-512.
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;

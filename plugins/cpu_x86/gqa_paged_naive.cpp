@@ -15,7 +15,7 @@
 namespace attnrt::cpu {
 namespace {
 
-// gqa.naive's ranks (DESIGN §3: flash > naive): below paged_gqa.flash (200, 220, 240), so the
+// gqa.naive's ranks (docs/plugins.md: flash > naive): below paged_gqa.flash (200, 220, 240), so the
 // runtime picks paged flash wherever it accepts a problem.
 constexpr int32_t kPagedNaivePriority = 100;
 constexpr int32_t kAvx2Bonus = 20;

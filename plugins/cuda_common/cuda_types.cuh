@@ -83,7 +83,7 @@ __device__ __forceinline__ BatchInfo BatchAt(const BatchTable& table, int b) {
   return table.device != nullptr ? table.device[b] : table.entries[b];
 }
 
-// §3.4 steps 1-4 after the dot product: scale, softcap, bias.
+// ONNX Runtime's score order after the dot product: scale, softcap, bias.
 template <typename Tr>
 __device__ __forceinline__ float ScoreOf(const AttentionParams& p, float dot, int b, int n, int s,
                                          int j) {

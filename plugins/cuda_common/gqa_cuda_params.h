@@ -17,8 +17,8 @@ namespace attnrt::cuda {
 enum class ElemType : int32_t { kFloat16 = 0, kBFloat16 = 1 };
 enum class CacheKind : int32_t { kSameAsQuery = 0, kInt8 = 1, kFp8E4M3 = 2 };
 
-// Per-batch lengths, computed on the host from seqlens_k (gqa-semantics.md §3.1, §3.5) and copied
-// to the device (four int32 per batch, in this order).
+// Per-batch lengths, computed on the host from seqlens_k (ONNX Runtime's phases and present rules)
+// and copied to the device (four int32 per batch, in this order).
 struct BatchInfo {
   int32_t offset;     // causal offset; new rows go to cache rows [offset, offset + L)
   int32_t rows;       // cache rows [0, rows) hold this batch's keys (T_b, or fewer without a past)
@@ -99,7 +99,7 @@ struct PrologueParams {
   const float* k_scale = nullptr;  // device; int8/fp8 caches
   const float* v_scale = nullptr;
   BatchTable batch;
-  // Rotary (gqa-semantics.md §3.6); q_rotated receives rotated Q as (B, S, N, H).
+  // Rotary (ONNX Runtime's rotary rule); q_rotated receives rotated Q as (B, S, N, H).
   bool rotary = false;
   bool interleaved = false;
   bool first_prompt = false;
@@ -112,9 +112,9 @@ struct PrologueParams {
   void* q_rotated = nullptr;
 };
 
-// Visible key range [lo, hi) of query row s of one batch (gqa-semantics.md §3.2-§3.3): keys
-// [0, rows) exist; causal rows see keys up to their position offset + s; a window of W keys ends
-// at the row's last visible key.
+// Visible key range [lo, hi) of query row s of one batch (ONNX Runtime's causal and window masks):
+// keys [0, rows) exist; causal rows see keys up to their position offset + s; a window of W keys
+// ends at the row's last visible key.
 ATTNRT_HOST_DEVICE void KeyWindow(const AttentionParams& p, const BatchInfo& bi, int s, int* lo,
                                   int* hi) {
   const int position_end = bi.offset + s + 1;

@@ -15,10 +15,10 @@ namespace attnrt::cuda {
 
 enum class KernelKind { kXqa, kFlash, kFlashDecode, kUnfused };
 
-// Per-batch lengths of gqa-semantics.md §3.1/§3.5 for one run (seqlens_k in host memory, as the
-// ABI requires): offset 0 in the first prompt and in a prompt without a past, else T_b - S; rows
-// T_b with shared KV (L == 0), else min(T_b, offset + L); copy_rows T_b with shared KV, else the
-// offset; rope_base T_b - S.
+// Per-batch lengths (ONNX Runtime's phases and present rules) for one run (seqlens_k in host
+// memory, as the ABI requires): offset 0 in the first prompt and in a prompt without a past, else
+// T_b - S; rows T_b with shared KV (L == 0), else min(T_b, offset + L); copy_rows T_b with shared
+// KV, else the offset; rope_base T_b - S.
 std::vector<BatchInfo> BuildBatchInfo(const attnrt_gqa_problem& p, const int32_t* seqlens_k,
                                       int32_t total_sequence_length);
 

@@ -1,4 +1,4 @@
-// Eligibility rules of the CUDA GroupQueryAttention kernels (seed 004 §4, §6, §7).
+// Eligibility rules of the CUDA GroupQueryAttention kernels (gqa_cuda_rules.h).
 #include "gqa_cuda_rules.h"
 
 #include <string>
@@ -34,7 +34,7 @@ std::string NonQuantizedCacheReason(const attnrt_gqa_problem& p, const char* ker
   if (Quantized(p) || !SameDtype(p.cache_dtype, p.query_dtype)) {
     return std::string("quantized KV cache (k_quant_type != NONE): ") + kernel +
            " reads float16/bfloat16 caches only; int8/fp8 caches are served by cuda_xqa "
-           "(seed 004 §4)";
+           "(ONNX Runtime's CUDA GroupQueryAttention)";
   }
   return {};
 }

@@ -1,6 +1,8 @@
-// Eligibility of the CUDA GroupQueryAttention kernels, from seed 004 §6-§7 (ONNX Runtime's CUDA
-// dispatch XQA > cuDNN SDPA > Flash > MEA > Unfused). Plain C++: no CUDA header, so it is
-// compiled by the host compiler and tested (also under the sanitizers) without a GPU.
+// Eligibility of the CUDA GroupQueryAttention kernels, from ONNX Runtime's GroupQueryAttention
+// operator documentation (§ numbers below are its sections: §4 KV Cache and Quantization, §6 CUDA
+// Kernel Backends and Dispatch, §7 XQA Decode Path; dispatch XQA > cuDNN SDPA > Flash > MEA >
+// Unfused). Plain C++: no CUDA header, so it is compiled by the host compiler and tested (also
+// under the sanitizers) without a GPU.
 //
 // Each function returns an empty string when the kernel computes the problem exactly on the given
 // device, else the reason it declines; explain() shows that reason verbatim.
@@ -22,7 +24,7 @@ struct DeviceCaps {
   int64_t max_smem_optin = 0;  // bytes of shared memory one block may opt in to
 };
 
-// Priorities of the CUDA kernels (DESIGN §3: xqa > cudnn > flash > mea > unfused; the CPU kernels
+// Priorities of the CUDA kernels (that dispatch order, docs/plugins.md; the CPU kernels
 // use 100-230, see plugins/cpu_x86/gqa_kernels.cpp). They never compete with the CPU kernels: a
 // kernel only serves tensors of its own device type.
 constexpr int32_t kXqaPriority = 400;
@@ -34,7 +36,7 @@ constexpr int32_t kUnfusedPriority = 100;
 bool IsTiledHeadSize(int64_t head_size);
 
 // Query groups (num_heads / kv_num_heads) the XQA kernel accepts for a cache: 1-32 for a
-// float16/bfloat16 cache, {4, 8, 16, 32} for an int8/fp8 cache (seed 004 §4).
+// float16/bfloat16 cache, {4, 8, 16, 32} for an int8/fp8 cache (§4).
 bool XqaGroupSupported(int64_t group_size, bool quantized_cache);
 
 // Reasons shared by every CUDA kernel: tensors on CUDA, T float16/bfloat16, no output_qk (the
@@ -42,10 +44,10 @@ bool XqaGroupSupported(int64_t group_size, bool quantized_cache);
 // compute capability is at least 8.0.
 std::string CommonDeclineReason(const attnrt_gqa_problem& p, const DeviceCaps& device);
 
-// cuda_xqa.gqa.xqa: seed 004 §7 items 1-8 plus the cache rules of §4.
+// cuda_xqa.gqa.xqa: §7 items 1-8 plus the cache rules of §4.
 std::string XqaDeclineReason(const attnrt_gqa_problem& p, const DeviceCaps& device);
 
-// cuda_flash.gqa.flash: seed 004 §6.3 (float16/bfloat16, head size 64/128/256, non-quantized
+// cuda_flash.gqa.flash: §6.3 (float16/bfloat16, head size 64/128/256, non-quantized
 // cache).
 std::string FlashDeclineReason(const attnrt_gqa_problem& p, const DeviceCaps& device);
 

@@ -1,8 +1,9 @@
-// The prologue of every CUDA GroupQueryAttention kernel (seed 004 §3: RoPE, packed-QKV unpacking
-// and the cache append happen before the backend runs): past rows copied into a separate cache,
-// RoPE on Q and the new K rows (gqa-semantics.md §3.6, in float with separately rounded products
-// like the reference), and the new rows appended at [offset, offset + L), quantized with the
-// per-tensor scale for int8/fp8 caches (§4: q = clamp(rint(x / scale)), fp8 saturating).
+// The prologue of every CUDA GroupQueryAttention kernel (ONNX Runtime's GQA operator documentation:
+// RoPE, packed-QKV unpacking and the cache append happen before the backend runs): past rows copied
+// into a separate cache, RoPE on Q and the new K rows (ONNX Runtime's rotary rule, in float with
+// separately rounded products like the reference), and the new rows appended at
+// [offset, offset + L), quantized with the per-tensor scale for int8/fp8 caches
+// (q = clamp(rint(x / scale)), fp8 saturating).
 #include <cuda_runtime.h>
 
 #include "cuda_types.cuh"

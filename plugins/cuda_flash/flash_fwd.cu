@@ -3,7 +3,7 @@
 // the head's kv head pass through shared memory; QK^T and PV run on tensor cores (mma.sync
 // m16n8k16, fp32 accumulation) with the probabilities kept in registers between the two products,
 // and an online softmax with per-row running maximum and sum (Dao, "FlashAttention-2", 2023).
-// Masks, softcap, bias and the sink follow gqa-semantics.md §3.2-§3.4 exactly.
+// Masks, softcap, bias and the sink follow ONNX Runtime's score order exactly.
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // Entry point of libattnrt_cuda_flash.so: FlashAttention-2 forward (prefill and decode), its
-// split-KV Flash-Decoding fast path for S == 1, and the unfused fp32 fallback (seed 004 §6.3,
-// §6.5). Priorities and eligibility: plugins/cuda_common/gqa_cuda_rules.h.
+// split-KV Flash-Decoding fast path for S == 1, and the unfused fp32 fallback (ONNX Runtime's GQA
+// operator documentation, Flash Attention and Unfused). Priorities and eligibility:
+// plugins/cuda_common/gqa_cuda_rules.h.
 #include <iterator>
 
 #include "attnrt/plugin.h"

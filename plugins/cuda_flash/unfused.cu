@@ -1,7 +1,7 @@
-// Unfused GroupQueryAttention (seed 004 §6.5, the math path that is always available): the fp32
-// score matrix (B, N, S, max_rows) is materialized in the workspace by one kernel, then a second
-// kernel per query row applies the softmax over the visible window (with the sink logit of smooth
-// softmax) and multiplies by V. Any head size; products accumulate in fp32.
+// Unfused GroupQueryAttention (ONNX Runtime's Unfused backend, the math path that is always
+// available): the fp32 score matrix (B, N, S, max_rows) is materialized in the workspace by one
+// kernel, then a second kernel per query row applies the softmax over the visible window (with the
+// sink logit of smooth softmax) and multiplies by V. Any head size; products accumulate in fp32.
 #include <cuda_runtime.h>
 
 #include <cmath>

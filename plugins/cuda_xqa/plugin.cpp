@@ -1,7 +1,7 @@
 // Entry point of libattnrt_cuda_xqa.so: the XQA-style decode kernel for S == 1 over a shared
-// past/present buffer (seed 004 §7): float16/bfloat16 queries, float16/bfloat16, int8 or
-// float8_e4m3fn caches with per-tensor scales, head sizes 64/128/256, every query head of a group
-// in one tensor-core tile, split-KV with a combine step. Eligibility: gqa_cuda_rules.h.
+// past/present buffer (ONNX Runtime's XQA Decode Path): float16/bfloat16 queries, float16/bfloat16,
+// int8 or float8_e4m3fn caches with per-tensor scales, head sizes 64/128/256, every query head of a
+// group in one tensor-core tile, split-KV with a combine step. Eligibility: gqa_cuda_rules.h.
 #include <iterator>
 
 #include "attnrt/plugin.h"

@@ -1,5 +1,5 @@
-// Token formats of the sparse MLA KV caches and the 16-bit conversions (reference
-// sparse-mla-semantics.md §6): decoding one token into its 512-value logical K (= V) vector,
+// Token formats of the sparse MLA KV caches and the 16-bit conversions (CANN's
+// MixedQuantSparseFlashMla README): decoding one token into its 512-value logical K (= V) vector,
 // nope (448) then rope (64), every value rounded to the 16-bit type the golden computes in.
 // Included by sparse_mla_kernel.h inside the ISA namespace, so each ISA build has its own copy.
 
@@ -64,7 +64,7 @@ inline uint16_t FloatToFp16(float f) {
 
 inline float RoundFp16(float f) { return Fp16ToFloat(FloatToFp16(f)); }
 
-// float8_e4m3fn (OCP): bias 7, subnormals 2^-6 * m/8, S.1111.111 NaN (reference §6.3).
+// float8_e4m3fn (OCP FP8): bias 7, subnormals 2^-6 * m/8, S.1111.111 NaN.
 struct Fp8Table {
   float value[256];
   Fp8Table() {
@@ -108,7 +108,7 @@ inline int64_t TokenBytes(int quant_mode, bool cmp) {
 
 // Scalar reference decoders; Math (of the ISA file) provides the vector versions with the same
 // results, and DecodeToken goes through Math.
-// Nope dims: bf16(fp8 * scale), the product in fp32 (exact before the one rounding, §6.1/§6.2).
+// Nope dims: bf16(fp8 * scale), the product in fp32 (exact before the one rounding, modes 1/2).
 inline void ScalarDecodeNope(const uint8_t* nope, const float* scales, float* dst) {
   const Fp8Table& t = Fp8();
   for (int g = 0; g < 7; ++g) {
@@ -161,7 +161,7 @@ inline void DecodeToken(const uint8_t* token, int quant_mode, bool cmp, bool fp1
       dst[d] = Fp16ToFloat(LoadU16(token + 2 * d));
     return;
   }
-  // TQ4: byte t holds dim 2t in its low nibble, 2t+1 in its high nibble (§6.4).
+  // TQ4: byte t holds dim 2t in its low nibble, 2t+1 in its high nibble (CANN's TQ4 format).
   const float scale = Fp16ToFloat(LoadU16(token + 256));
   if (!fp16) {
     Math::DecodeTq4Bf16(token, scale, dst);

@@ -1,11 +1,12 @@
-// The sparse MLA kernel body (reference sparse-mla-semantics.md §11), shared by the scalar and the
-// AVX2 builds: each ISA file defines SPARSE_MLA_ISA (a namespace name, so the two instantiations
-// never merge at link time) and a Math struct with Dot / Axpy / Scale over 512 floats, then
-// includes this file. Everything else (masks, index scan, token decoding, rounding) is one code.
+// The sparse MLA kernel body (the algorithm of CANN's golden, docs/sparse-mla.md), shared by the
+// scalar and the AVX2 builds: each ISA file defines SPARSE_MLA_ISA (a namespace name, so the two
+// instantiations never merge at link time) and a Math struct with Dot / Axpy / Scale over 512
+// floats, then includes this file. Everything else (masks, index scan, token decoding, rounding) is
+// one code.
 //
 // Per work item (query row, head group) from the metadata: the row's keys are the ori window
 // [lo, hi) in position order, then the selected compressed tokens in index order (HCA: the causal
-// prefix; CSA: the golden scan of §4.1). Keys are decoded to bf16-exact floats (fp16 for an fp16
+// prefix; CSA: the golden's top-k scan). Keys are decoded to bf16-exact floats (fp16 for an fp16
 // quant_mode 3 problem) in tiles of 128, and each head runs the golden's tiled online softmax:
 // m starts at the sink (or -inf), l at 1 (or 0); per tile m' = max(m, max s), P = exp(s - m'),
 // l = exp(m - m') l + sum P, O = exp(m - m') O + sum round(P) v. out = round(O / l),
@@ -29,7 +30,7 @@
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
-constexpr int64_t kTile = 128;      // the golden's S2 tile (reference §5.2)
+constexpr int64_t kTile = 128;      // the golden's S2 tile
 constexpr int64_t kHeadBlock = 16;  // heads sharing each decoded key while it is in L1
 
 struct Row {
@@ -175,12 +176,12 @@ class Worker {
     }
     const attnrt_sparse_mla_batch& x = a_.batches[b];
     if (i >= x.s1) return false;
-    const int64_t thr = int64_t{x.s2} - x.s1 + i + 1;  // reference §3.2
+    const int64_t thr = int64_t{x.s2} - x.s1 + i + 1;  // right-down alignment
     if (thr <= 0) return false;
     r->b = b;
     r->lo = 0;
     r->hi = x.s2;
-    if (attr_.ori_mask_mode == ATTNRT_SPARSE_MLA_MASK_SLIDING_WINDOW) {  // §3.3
+    if (attr_.ori_mask_mode == ATTNRT_SPARSE_MLA_MASK_SLIDING_WINDOW) {  // ori window
       r->lo = attr_.ori_win_left == -1 ? 0 : std::max<int64_t>(thr - 1 - attr_.ori_win_left, 0);
       r->hi = attr_.ori_win_right == -1 ? x.s2 : std::min<int64_t>(thr + attr_.ori_win_right, x.s2);
     } else if (attr_.ori_mask_mode == ATTNRT_SPARSE_MLA_MASK_RIGHT_DOWN_CAUSAL) {
@@ -192,7 +193,7 @@ class Worker {
     return true;
   }
 
-  // The compressed keys of the row (reference §3.4, §4.1), duplicates kept, in index order.
+  // The compressed keys of the row (cmp mask, top-k scan), duplicates kept, in index order.
   void Select(const Row& r, int64_t i, const attnrt_sparse_mla_batch& x) {
     cmp_.clear();
     if (p_.scenario == ATTNRT_SPARSE_MLA_SWA) return;

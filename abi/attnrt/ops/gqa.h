@@ -3,10 +3,11 @@
  * problem and run arguments a kernel receives.
  *
  * Semantics: ONNX Runtime's com.microsoft.GroupQueryAttention (onnxruntime 1.30, CPU execution
- * provider), exactly; seed documents 000 (CPU GQA, quantized KV cache, flash paths) and 004
- * (operator schema, CUDA backends). Notation: B batch_size, S sequence_length (new query tokens),
- * L kv_sequence_length, N num_heads, Nkv kv_num_heads, H head_size, P past buffer length,
- * T total_sequence_length, T_b = seqlens_k[b] + 1.
+ * provider), exactly: ONNX Runtime's GroupQueryAttention operator documentation (schema, CUDA
+ * backends) and its CPU implementation notes (quantized KV cache, flash paths).
+ * Notation: B batch_size, S sequence_length (new query tokens), L kv_sequence_length, N num_heads,
+ * Nkv kv_num_heads, H head_size, P past buffer length, T total_sequence_length,
+ * T_b = seqlens_k[b] + 1.
  *
  * Pure C11; only <stddef.h>, <stdint.h>, <stdbool.h> and attnrt.h.
  */
@@ -144,7 +145,7 @@ typedef struct attnrt_gqa_problem {
   bool has_output_qk;
 } attnrt_gqa_problem;
 
-/** Phase of one run, from S, T and the past (reference §3.1). */
+/** Phase of one run, from S, T and the past (ONNX Runtime's phases). */
 typedef enum attnrt_gqa_phase {
   ATTNRT_GQA_PHASE_FIRST_PROMPT = 0,      /* S == T: past content ignored, new rows at [0, L) */
   ATTNRT_GQA_PHASE_SUBSEQUENT_PROMPT = 1, /* B == 1, S > 1, S != T: chunked prefill */

@@ -1,6 +1,6 @@
 /*
- * attnrt/ops/paged_gqa.h — GroupQueryAttention over a paged KV cache (DESIGN §6; seed 002,
- * llama.cpp CPU paged attention; vLLM PagedAttention, Kwon et al. 2023).
+ * attnrt/ops/paged_gqa.h — GroupQueryAttention over a paged KV cache (llama.cpp PR 18747,
+ * CPU paged attention; the PagedAttention paper, Kwon et al. 2023, vLLM; docs/paged-gqa.md).
  *
  * The math is GroupQueryAttention's (attnrt/ops/gqa.h, ONNX Runtime's com.microsoft.
  * GroupQueryAttention): every attribute, phase rule, mask, window, rotary and quantization rule is

@@ -3,8 +3,8 @@
  * ATTNRT_OP_SPARSE_MLA) and its companion MixedQuantSparseFlashMlaMetadata (op kind
  * ATTNRT_OP_SPARSE_MLA_METADATA), plus encoders that build the quantized KV token formats.
  *
- * Semantics: seed document 001 (the operator's documentation) and the reference page
- * sparse-mla-semantics.md (algorithm §11, masks §3, top-k rules §4, rounding §5, byte layouts §6).
+ * Semantics: CANN's MixedQuantSparseFlashMla operator README and its golden (the operator's
+ * reference implementation); attnrt's decisions where they leave room: docs/sparse-mla.md.
  * Notation: B batch, S1 query rows per batch, S2 ori_kv rows, C cmp_kv rows, N query heads (q_n),
  * D = 512 head dim (448 "nope" + 64 "rope"), r = cmp_ratio, K = top-k width of cmp_sparse_indices.
  *
@@ -31,13 +31,13 @@
 extern "C" {
 #endif
 
-/** Fixed sizes of the op (seed 001: q_d 512, rope_head_dim 64, kv_n 1, metadata [2048]). */
+/** Fixed sizes of the op (CANN's README: q_d 512, rope_head_dim 64, kv_n 1, metadata [2048]). */
 #define ATTNRT_SPARSE_MLA_HEAD_DIM 512
 #define ATTNRT_SPARSE_MLA_NOPE_DIM 448
 #define ATTNRT_SPARSE_MLA_ROPE_DIM 64
 #define ATTNRT_SPARSE_MLA_MAX_HEADS 128
 #define ATTNRT_SPARSE_MLA_METADATA_SIZE 2048
-/** Bytes per token (kv_d) of each quant mode's KV format (reference §6). */
+/** Bytes per token (kv_d) of each quant mode's KV format (CANN's README). */
 /* quant_mode 1: rope bf16[64] | nope e4m3[448] | bf16 scales[7] | 18 pad bytes */
 #define ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES 608
 #define ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES 584   /* block-planar: 576 feature + 8 scale bytes */
@@ -46,8 +46,8 @@ extern "C" {
 #define ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES 258     /* 256 bytes of 4-bit codes | fp16 scale */
 
 /**
- * Input positions, in CANN's order (reference §2.1). Absent optional inputs are NULL. All int32
- * inputs are read on the host. Shapes by layout (layout_q / layout_kv):
+ * Input positions, in CANN's order (its README's input list). Absent optional inputs are NULL. All
+ * int32 inputs are read on the host. Shapes by layout (layout_q / layout_kv):
  */
 typedef enum attnrt_sparse_mla_input {
   /** bf16 (f16 also for quant_mode 3): BSND (B,S1,N,512) or TND (T1,N,512). Required. */
@@ -139,7 +139,7 @@ typedef enum attnrt_sparse_mla_scenario {
  *     2 (PA_BBND only): physical slots block_id * block_size + offset; a slot maps to the logical
  *     position k * block_size + offset where cmp_block_table[b][k] == block_id (the first such k
  *     among the batch's used blocks); a slot of no used block of the batch is skipped like an
- *     out-of-range index. [attnrt's definition; the reference leaves mode 2 open, §4.3]
+ *     out-of-range index. [attnrt's definition; CANN's README leaves mode 2 open]
  */
 typedef struct attnrt_sparse_mla_attributes {
   size_t struct_size;
@@ -223,9 +223,9 @@ typedef struct attnrt_sparse_mla_problem {
 } attnrt_sparse_mla_problem;
 
 /**
- * Per-batch lengths the core resolves and checks at run (reference §3.1), shared with kernels.
- * q_start/ori_start/cmp_start: first row of the batch in the q / ori / cmp tensor (TND: the
- * cu_seqlens value; BSND: b * capacity; PA_BBND kv: 0, rows go through the block table).
+ * Per-batch lengths the core resolves and checks at run (CANN's effective lengths), shared with
+ * kernels. q_start/ori_start/cmp_start: first row of the batch in the q / ori / cmp tensor (TND:
+ * the cu_seqlens value; BSND: b * capacity; PA_BBND kv: 0, rows go through the block table).
  */
 typedef struct attnrt_sparse_mla_batch {
   int32_t s1;        /* query rows that take part */
@@ -290,7 +290,7 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode1(const void* kv, attnrt_d
  * Quantizes one KV row (as above) into slot `slot` of a quant_mode-2 block of block_size tokens
  * starting at `block` (block_size * 584 bytes): features at slot * 576, scales at
  * block_size * 576 + slot * 8. Scale = 2^ceil(log2(max(amax / 448, 1e-4))) stored as e8m0
- * (FlashMLA's quantizer, reference §6.2); code = e4m3fn(x / scale); pad byte zero.
+ * (DeepSeek FlashMLA's quantizer); code = e4m3fn(x / scale); pad byte zero.
  * Errors: INVALID_ARGUMENT for NULL pointers, block_size outside 1..1024, slot outside
  * [0, block_size), an unsupported dtype, non-finite values or rope values that overflow bf16.
  */
@@ -300,15 +300,15 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_d
 
 /**
  * Quantizes num_tokens KV rows (as above, already rotated by the caller) into 258-byte TQ4 tokens
- * (reference §6.4): unit = x / sqrt(|x|^2 + 1e-16); code n_d = number of codebook midpoints <=
- * unit_d; scale = |x| / sqrt(sum_d codebook[n_d]^2) as fp16 (0 for a zero row).
- * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype, non-finite values, a scale
- * that overflows fp16 (65520 or more), or a num_tokens whose byte sizes overflow size_t.
+ * (vllm-ascend's TQ4 quantizer): unit = x / sqrt(|x|^2 + 1e-16); code n_d = number of codebook
+ * midpoints <= unit_d; scale = |x| / sqrt(sum_d codebook[n_d]^2) as fp16 (0 for a zero row).
+ * Errors: INVALID_ARGUMENT for NULL pointers, an unsupported dtype, non-finite values, a scale that
+ * overflows fp16 (65520 or more), or a num_tokens whose byte sizes overflow size_t.
  */
 ATTNRT_API attnrt_status attnrt_sparse_mla_encode_tq4(const void* kv, attnrt_dtype kv_dtype,
                                                       size_t num_tokens, uint8_t* out);
 
-/** The 16 TQ4 codebook values, ascending (index = nibble value); reference §6.4. */
+/** The 16 TQ4 codebook values (vllm-ascend's TurboQuant), ascending; index = nibble value. */
 ATTNRT_API const float* attnrt_sparse_mla_tq4_codebook(void);
 
 #ifdef __cplusplus
