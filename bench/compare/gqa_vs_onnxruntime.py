@@ -138,7 +138,7 @@ def shapes_float(quick: bool) -> list[Shape]:
 
 
 def build_model(attrs: dict, input_types: dict[str, int]):
-    """A one-node com.microsoft.GroupQueryAttention model (gqa-semantics.md §8)."""
+    """A one-node com.microsoft.GroupQueryAttention model (as tests/python/gqa_model.py builds)."""
     from onnx import TensorProto, helper
     names = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
              "total_sequence_length", "cos_cache", "sin_cache", "position_ids", "attention_bias",

@@ -1,5 +1,6 @@
-// Element types of the GQA tests beyond float32, written from reference/gqa-semantics.md §3.6-§3.7
-// and §4 and from docs/gqa-semantics.md ("Beyond the reference"), independently of attnrt:
+// Element types of the GQA tests beyond float32, written from ONNX Runtime's rotary, data type and
+// quantized KV cache rules and from docs/gqa-semantics.md ("Beyond the reference"), independently
+// of attnrt:
 //   - float16 and bfloat16: round-to-nearest-even from float, by exact power-of-two scaling;
 //   - float8 e4m3fn: a brute-force nearest-value encoder over the 256 codes (ties to an even
 //     mantissa, saturation to ±448, NaN stays NaN);
@@ -41,7 +42,7 @@ double E4M3FnValue(uint8_t code);
 // |x| > 448 (and ±inf) saturate to ±448; NaN gives 0x7F (0xFF for a negative NaN).
 uint8_t E4M3FnEncode(float x);
 
-// ---- KV-cache quantizer (gqa-semantics.md §4; docs/gqa-semantics.md for e4m3fn)
+// ---- KV-cache quantizer (ONNX Runtime's; docs/gqa-semantics.md for e4m3fn)
 // --------------------
 enum class CacheFormat { kInt8, kInt4, kFloat8E4M3Fn };
 
@@ -62,7 +63,7 @@ inline uint8_t PackInt4(uint8_t even_nibble, uint8_t odd_nibble) {
   return static_cast<uint8_t>((even_nibble & 0xF) | ((odd_nibble & 0xF) << 4));
 }
 
-// ---- RoPE in float (§3.6) -----------------------------------------------------------------------
+// ---- RoPE in float ------------------------------------------------------------------------------
 // Rotates one head row in place at the cos/sin row given (half = R/2 entries each); dimensions
 // [R, H) are left as they are. The arithmetic is ONNX Runtime's float32 RoPE on x86-64 (MLAS's
 // AVX2 kernel, for float32 and float16 queries alike): y0 = fma(x0, c, -(x1*s)),

@@ -11,7 +11,7 @@ namespace {
 
 using Row = std::vector<double>;
 
-// §3.6: RoPE of one head row at position pos; dimensions [R, H) are copied unchanged.
+// Rotary: RoPE of one head row at position pos; dimensions [R, H) are copied unchanged.
 void Rotate(const GqaRefProblem& p, const GqaRefInputs& in, int64_t pos, Row& x) {
   const int64_t half = p.rotary_half_dim;
   const Row src = x;
@@ -38,9 +38,9 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
   const int64_t P = p.has_past ? p.past_length : 0;
   const int64_t T = p.total_sequence_length;
   const int64_t PL = p.has_present ? p.present_length : 0;
-  const bool first_prompt = S == T;  // §3.1
+  const bool first_prompt = S == T;  // phases
   const bool rotary = p.do_rotary == 1;
-  const bool sink = p.smooth_softmax == 1 || p.has_head_sink;  // §3.4 step 6
+  const bool sink = p.smooth_softmax == 1 || p.has_head_sink;  // score pipeline, softmax step
   const double alpha = p.scale != 0.0f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(double(H));
 
   const int64_t q_row = p.packed_qkv ? (N + 2 * Nkv) * H : N * H;
@@ -65,7 +65,7 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
   if (p.has_present) {
     out.present_key.assign(static_cast<size_t>(B * Nkv * PL * H), 0.0);
     out.present_value.assign(out.present_key.size(), 0.0);
-    if (p.present_shares_past) {  // §3.5 shared: past rows are left untouched
+    if (p.present_shares_past) {  // present = past: past rows are left untouched
       for (size_t i = 0; i < out.present_key.size(); ++i) {
         out.present_key[i] = in.past_key[i];
         out.present_value[i] = in.past_value[i];
@@ -77,14 +77,14 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
   for (int64_t b = 0; b < B; ++b) {
     const int64_t Tb = int64_t{p.seqlens_k[b]} + 1;
     out.valid_keys.push_back(Tb);
-    // §3.1: rows [0, P_b) come from the past, new rows go to [P_b, P_b + L); the causal offset is
-    // P_b (shared KV: T_b - S), and 0 in the first prompt. §2 item 13: a subsequent prompt without
-    // a past has offset 0 too (its output equals the plain S-token prompt).
+    // Phases: rows [0, P_b) come from the past, new rows go to [P_b, P_b + L); the causal offset is
+    // P_b (shared KV: T_b - S), and 0 in the first prompt. ONNX Runtime's phase check: a subsequent
+    // prompt without a past has offset 0 too (its output equals the plain S-token prompt).
     const int64_t offset = (first_prompt || (!p.has_past && L > 0)) ? 0 : Tb - S;
     // Rows that exist: T_b, except in that no-past case where only the L new rows do.
     const int64_t rows = L == 0 ? Tb : std::min(Tb, offset + L);
 
-    // §3.6 positions.
+    // Rotary positions.
     auto position = [&](int64_t s) -> int64_t {
       if (first_prompt) return (p.position_ids_length > 0 ? in.position_ids[0] : 0) + s;
       if (p.position_ids_length > 0) return in.position_ids[b * p.position_ids_length + s];
@@ -96,7 +96,7 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
     for (int64_t kh = 0; kh < Nkv; ++kh) {
       auto& kk = keys[static_cast<size_t>(kh)];
       auto& vv = values[static_cast<size_t>(kh)];
-      // New rows (all L of them: in the first prompt padded tokens are written too, §3.5).
+      // New rows (all L of them: in the first prompt padded tokens are written too).
       std::vector<Row> new_k(static_cast<size_t>(L)), new_v(static_cast<size_t>(L));
       for (int64_t l = 0; l < L; ++l) {
         new_k[l].assign(new_k_at(b, l, kh), new_k_at(b, l, kh) + H);
@@ -112,7 +112,7 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
           vv.push_back(new_v[j - offset]);
         }
       }
-      // §3.5 present.
+      // Present K/V.
       if (p.has_present) {
         auto put = [&](int64_t row, const Row& k, const Row& v) {
           const size_t base = static_cast<size_t>(((b * Nkv + kh) * PL + row) * H);
@@ -134,7 +134,7 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
       for (int64_t s = 0; s < S; ++s) {
         Row q(q_at(b, s, n), q_at(b, s, n) + H);
         if (rotary) Rotate(p, in, position(s), q);
-        // §3.2 / §3.3: window [lo, ecl).
+        // Causal mask and local window: [lo, ecl).
         const int64_t ecl = std::min(p.causal == 1 ? std::min(offset + s + 1, Tb) : Tb, rows);
         const int64_t W = p.local_window_size;
         int64_t lo = (W >= 0 && ecl > W) ? ecl - W : 0;
@@ -142,7 +142,7 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
           lo = std::min(std::max<int64_t>(0, s + 1 - W), ecl);
         }
         const int64_t hi = ecl;
-        // §3.4 steps 1-4: scale inside the product, softcap on the window, then the bias.
+        // Score pipeline: scale inside the product, softcap on the window, then the bias.
         Row x(static_cast<size_t>(T), 0.0);
         for (int64_t j = lo; j < hi; ++j) {
           double dot = 0.0;

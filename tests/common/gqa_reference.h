@@ -1,7 +1,8 @@
 // Float64 reference of ONNX Runtime's com.microsoft.GroupQueryAttention (non-quantized CPU path),
-// written from reference/gqa-semantics.md §3 alone: phases (§3.1), causal mask (§3.2), local window
-// of W keys including the query with the naive rule for padded rows (§3.3), the score pipeline in
-// its exact order (§3.4), present K/V (§3.5) and rotary embedding (§3.6).
+// written from ONNX Runtime's specification of the operator alone (its operator documentation and
+// CPU implementation; docs/gqa-semantics.md): phases, causal mask, local window of W keys including
+// the query with the naive rule for padded rows, the score pipeline in its exact order, present K/V
+// and rotary embedding.
 //
 // It knows nothing of attnrt: plain arrays in, float64 arrays out. Inputs are float32, as the
 // kernels under test see them; every computation is done in double.
@@ -31,7 +32,7 @@ struct GqaRefProblem {
   int32_t total_sequence_length = 1;  // T
   std::vector<int32_t> seqlens_k;     // B values, T_b - 1
 
-  // Attributes (gqa-semantics.md §1.3; only the values that enable a feature matter).
+  // Attributes (ONNX Runtime's; only the values that enable a feature matter).
   int32_t causal = 1;
   float scale = 0.0f;  // 0 => 1/sqrt(H)
   float softcap = 0.0f;
@@ -48,13 +49,13 @@ struct GqaRefProblem {
   int64_t bias_heads = 0;           // attention_bias.shape[1] (N or 1)
   bool has_head_sink = false;
 
-  // §3.3: padded query rows (s >= T_b, first prompt) with a local window see
+  // Padded query rows (s >= T_b, first prompt) with a local window see
   // [max(0, T_b - W), T_b) on ONNX Runtime's naive path (false) and [max(0, s + 1 - W), T_b) on its
   // flash path (true). Valid rows are the same on both.
   bool flash_padded_window = false;
 };
 
-// Borrowed float32/int64 input arrays, row-major in the shapes of gqa-semantics.md §1.1.
+// Borrowed float32/int64 input arrays, row-major in ONNX Runtime's input shapes.
 struct GqaRefInputs {
   const float* query = nullptr;
   const float* key = nullptr;

@@ -1,5 +1,5 @@
 """Test cases: the option-cycling matrix (a pairwise covering design) and real-model presets, and
-the ONNX Runtime-named inputs of each case (gqa-semantics.md §3, §4, §6, §8)."""
+the ONNX Runtime-named inputs of each case (its semantics, quantized caches and CPU test suites)."""
 from __future__ import annotations
 
 import itertools
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Option cycling of ONNX Runtime's CPU suites (§6) on small shapes.
+# Option cycling of ONNX Runtime's CPU suites (test_gqa_cpu.py) on small shapes.
 FACTORS = {
     "phase": ["prompt", "decode", "subsequent", "shared_kv"],
     "B": [1, 3],
@@ -106,7 +106,7 @@ class Case:
     valid: np.ndarray  # T_b per batch
     dtype: np.dtype
     quant_bits: int = 0
-    path_dependent_rows: bool = False  # padded rows whose values depend on ORT's path (§3.3)
+    path_dependent_rows: bool = False  # padded rows whose values depend on ORT's path (window)
 
 
 def randn(rng, shape, dtype, scale=1.0):
@@ -114,14 +114,14 @@ def randn(rng, shape, dtype, scale=1.0):
 
 
 def quant_scales(x: np.ndarray, mode: str, qmax: int, Nkv: int, H: int) -> np.ndarray:
-    """amax/127 (int8) or amax/7 (int4), per tensor or per channel of the Nkv·H channels (§6)."""
+    """amax/127 (int8) or amax/7 (int4), per tensor or per channel of the Nkv·H channels."""
     x = np.abs(x.astype(np.float32)).reshape(-1, Nkv * H)
     amax = x.max(axis=0) if mode == "PER_CHANNEL" else np.array([x.max()], np.float32)
     return np.maximum(amax, 1e-3).astype(np.float32) / np.float32(qmax)
 
 
 def rope_caches(rng, M, H, dtype, theta=None):
-    """cos/sin caches (M, H/2): random angles (§6), or a model's RoPE frequencies."""
+    """cos/sin caches (M, H/2): random angles (as ORT's suites), or a model's RoPE frequencies."""
     if theta is None:
         angles = rng.uniform(0, 2 * np.pi, (M, H // 2))
     else:
@@ -137,7 +137,7 @@ def build_cycling_case(r: dict, rng) -> Case:
     Hc = H // 2 if bits == 4 else H
     L = 0 if phase == "shared_kv" else S
 
-    # Lengths per phase (§3.1, §8.6); P is the past buffer length, P_b the rows used per batch.
+    # Lengths per phase (ORT's phases); P is the past buffer length, P_b the rows used per batch.
     if phase == "prompt":  # first prompt, right padding for B > 1
         P, T = 0, S
         valid = np.array([S] + list(rng.integers(1, S + 1, B - 1)))
@@ -184,7 +184,7 @@ def build_cycling_case(r: dict, rng) -> Case:
         attrs["rotary_interleaved"] = int(r["rotary"] == "interleaved")
         feeds["cos_cache"], feeds["sin_cache"] = rope_caches(rng, M, H, dtype)
     use_pos, use_bias = r["pos_bias"]
-    if use_pos:  # first prompt: only position_ids.flat[0] counts, pos0 in [0, M-S] (§3.6)
+    if use_pos:  # first prompt: only position_ids.flat[0] counts, pos0 in [0, M-S] (ORT's RoPE)
         if phase == "prompt":
             feeds["position_ids"] = np.tile(np.arange(S) + rng.integers(0, M - S + 1), (B, 1))
         else:
@@ -209,13 +209,13 @@ def build_cycling_case(r: dict, rng) -> Case:
 
 def _path_dependent(attrs: dict, valid, S: int, phase: str) -> bool:
     """Padded query rows (s >= T_b) of a first prompt with a window W < S: ORT's flash path and
-    its naive path give them different values (§3.3; both agree when W >= S)."""
+    its naive path give them different values (docs/gqa-semantics.md; both agree when W >= S)."""
     W = attrs.get("local_window_size", -1)
     return phase == "prompt" and 0 <= W < S and bool((valid < S).any())
 
 
 def ort_uses_flash(case: Case) -> bool:
-    """Whether ONNX Runtime's CPU EP takes its flash path for `case` (§5): float32 queries or
+    """Whether ONNX Runtime's CPU EP takes its flash path for `case`: float32 queries or
     quantized caches, T > 1, no softcap, smooth softmax, head_sink or output_qk."""
     a = case.attrs
     return ((case.dtype == np.float32 or case.quant_bits > 0)

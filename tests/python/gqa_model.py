@@ -1,4 +1,4 @@
-"""One-node ONNX GroupQueryAttention models run in onnxruntime's CPU EP (gqa-semantics.md §8)."""
+"""One-node ONNX GroupQueryAttention models run in onnxruntime's CPU EP."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-# Positional inputs of com.microsoft.GroupQueryAttention (§1.1); q/k_norm_weight are left out
+# Positional inputs of com.microsoft.GroupQueryAttention (its schema); q/k_norm_weight are left out
 # (the CPU EP rejects them).
 INPUT_NAMES = (
     "query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
@@ -43,7 +43,7 @@ def build_model(attrs: dict, input_types: dict[str, np.dtype]) -> onnx.ModelProt
         [helper.make_tensor_value_info(n, out_types[n], None) for n in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10  # onnx stamps a newer IR than ORT 1.30 accepts (§8 step 3)
+    model.ir_version = 10  # onnx stamps a newer IR than ORT 1.30 accepts
     return model
 
 

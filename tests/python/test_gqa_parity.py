@@ -20,7 +20,7 @@ from gqa_model import run_ort
 # Tolerances (atol, rtol). float32: 1e-5 absolute; output_qk also 1e-5 relative, since with
 # qk_output=1 it holds raw scores up to the softcap (50), as ONNX Runtime's test_gqa_cpu.py does
 # (rtol = atol = 1e-5). float16: ONNX Runtime's CPU suites use rtol = atol = 1e-2; both sides compute
-# in float32 and round once (§3.7), so 2e-3 (about two float16 ulps) is asked here; observed ≤ 4.9e-4.
+# in float32 and round once, so 2e-3 (about two float16 ulps) is asked here; observed ≤ 4.9e-4.
 # Quantized caches: present bytes identical.
 TOL = {np.dtype(np.float32): (1e-5, 0.0), np.dtype(np.float16): (2e-3, 2e-3)}
 TOL_QK_FLOAT32 = (1e-5, 1e-5)
@@ -72,11 +72,11 @@ def check_case(case: Case, config: str, error_table) -> tuple[dict, str]:
     B, S = case.feeds["query"].shape[:2]
     rows = np.ones((B, S), bool)
     # Padded rows with a local window follow the flash or the naive rule depending on the path
-    # (§3.3): compared only when attnrt's kernel is of the same kind as ORT's path.
+    # (docs/gqa-semantics.md): compared only when attnrt's kernel is of the same kind as ORT's path.
     if case.path_dependent_rows and ort_uses_flash(case) != (".flash." in kernel):
         rows = np.arange(S)[None, :] < case.valid[:, None]
     masks = {"output": rows[:, :, None], "present_key": True, "present_value": True}
-    if "output_qk" in ort_out:  # only columns [:T_b] are defined (§3.4)
+    if "output_qk" in ort_out:  # only columns [:T_b] are defined
         cols = np.arange(ort_out["output_qk"].shape[3])[None, :] < case.valid[:, None]
         masks["output_qk"] = rows[:, None, :, None] & cols[:, None, None, :]
     results = {n: compare(case, n, ours[n], ort_out[n], m) for n, m in masks.items()}
@@ -99,8 +99,8 @@ PADDED = [(c, d) for c in ("float", "int8/PER_TENSOR", "int4/PER_CHANNEL")
 @pytest.mark.parametrize("cache,dtype", PADDED, ids=[f"{c}-{d}" for c, d in PADDED])
 def test_padded_rows_with_window(cache, dtype, rng, error_table):
     """Right-padded first prompt with a window W < S on ORT's default path, which is flash for
-    float32 and quantized caches (§3.3, §5): the padded rows are compared when attnrt's kernel is
-    a flash kernel too (the covering design reaches this case only on ORT's naive path)."""
+    float32 and quantized caches (docs/gqa-semantics.md): the padded rows are compared when
+    attnrt's kernel is a flash kernel too (the covering design reaches this case only on ORT's naive path)."""
     row = {"phase": "prompt", "B": 3, "S": 33, "heads": (4, 2), "H": 16, "local": False,
            "rotary": "none", "packed": False, "softcap": 0.0, "softmax": "plain",
            "pos_bias": (False, False), "qk_output": 0, "cache": cache, "dtype": dtype}
@@ -122,9 +122,9 @@ FLOAT16_CACHE = [(dtype, phase, local, rotary) for dtype in ("float16",)
                               for d, p, w, r in FLOAT16_CACHE])
 def test_float16_cache(dtype, phase, local, rotary, rng, error_table):
     """A float16 query with a float16 cache: ONNX Runtime computes it on its naive path in float32
-    (§3.7); attnrt runs a flash kernel wherever the two paths cannot differ (decodes, and prompts
-    without a local window) and a naive one for prompts with a window, whose padded rows follow
-    the path's window rule (§3.3). Every row is compared either way."""
+    (docs/gqa-semantics.md); attnrt runs a flash kernel wherever the two paths cannot differ
+    (decodes, and prompts without a local window) and a naive one for prompts with a window, whose padded rows follow
+    the path's window rule. Every row is compared either way."""
     B, S = {"decode": (3, 1), "subsequent": (1, 33), "prompt": (3, 33)}[phase]
     row = {"phase": phase, "B": B, "S": S, "heads": (8, 2), "H": 64, "local": local,
            "rotary": rotary, "packed": False, "softcap": 0.0, "softmax": "plain",

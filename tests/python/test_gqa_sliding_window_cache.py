@@ -1,4 +1,4 @@
-"""sliding_window_cache=1 (gqa-semantics.md §3.8) against onnxruntime, step by step.
+"""sliding_window_cache=1 (docs/gqa-semantics.md) against onnxruntime, step by step.
 
 The cache buffer (capacity C = P) holds the most recent resident rows at [0, end); ONNX Runtime
 (group_query_attention.cc, PlanWindowedKvCache / WindowedCacheEnd) reclaims whole blocks of
@@ -19,7 +19,7 @@ from gqa_cases import quant_scales, randn, rope_caches
 from gqa_model import run_ort
 from test_gqa_parity import TOL
 
-N, NKV, H = 4, 2, 32  # H % 32 == 0: 4-bit windowed caches need it (§2 item 11)
+N, NKV, H = 4, 2, 32  # H % 32 == 0: 4-bit windowed caches need it (ORT's checks)
 C, W = 8, 5  # capacity and window: reclaimed blocks of C - W + 1 = 4 rows
 M = 64  # rotary cache rows (absolute positions)
 KERNELS = ("cpu_x86.gqa.naive.scalar", "cpu_x86.gqa.naive.avx2", "cpu_x86.gqa.flash.scalar",

@@ -1,5 +1,5 @@
 // Builds the input and output tensors of one GroupQueryAttention call (positions and shapes as in
-// abi/attnrt/ops/gqa.h and gqa-semantics.md §1), fills them with seeded random data of realistic
+// abi/attnrt/ops/gqa.h and ONNX Runtime's schema), fills them with seeded random data of realistic
 // scale, and binds them as the pointer arrays attnrt_op_plan / attnrt_plan_run take.
 #pragma once
 

@@ -167,7 +167,7 @@ void expect_dtype(const GqaTensors& tensors, int index, attnrt_dtype expected,
                   dtype_name(expected) + why + ", got " + dtype_name(tensor->dtype()));
 }
 
-// The dtype rules the tool knows (gqa-semantics.md §1.1, §4); shapes are left to the runtime.
+// The dtype rules the tool knows (ONNX Runtime's schema); shapes are left to the runtime.
 void check_input_dtypes(const GqaTensors& tensors, const attnrt_gqa_attributes& a) {
   const attnrt_dtype query = tensors.inputs[ATTNRT_GQA_INPUT_QUERY]->dtype();
   if (!same_dtype(query, kFloat32) && !same_dtype(query, kFloat16)) {

@@ -1,9 +1,9 @@
 // Numerics conformance of every GQA kernel the cpu_x86 plugin registers: one test body, run for
 // each kernel (pinned with options.kernel) and for the runtime's own choice ("auto"), over each
-// case below, against the float64 reference of tests/common/gqa_reference.cpp (written from
-// gqa-semantics.md, independent of attnrt). A pinned kernel is skipped when it cannot run on this
-// CPU, or when it is not a naive kernel and declines the case with a reason (flash kernels decline
-// what ONNX Runtime's flash path declines); the auto runs must pass every case.
+// case below, against the float64 reference of tests/common/gqa_reference.cpp (written from ONNX
+// Runtime's specification, independent of attnrt). A pinned kernel is skipped when it cannot run on
+// this CPU, or when it is not a naive kernel and declines the case with a reason (flash kernels
+// decline what ONNX Runtime's flash path declines); the auto runs must pass every case.
 //
 // Inputs are fresh N(0,1) data from a seed (ATTNRT_TEST_SEED to reproduce; printed on failure and
 // recorded as a test property). Outputs are poisoned with NaN before the run, and so are the past
@@ -620,7 +620,7 @@ TEST_P(GqaConformance, MatchesReference) {
   SCOPED_TRACE("ran " + kernel);
 
   // Reference before the run (which may overwrite the shared past buffer), with the padded-row
-  // window rule of the kernel's algorithm (gqa-semantics.md §3.3).
+  // window rule of the kernel's algorithm (docs/gqa-semantics.md).
   b.problem.flash_padded_window = Algorithm(kernel) == "flash";
   const GqaRefOutputs ref = ComputeGqaReference(b.problem, b.inputs);
 
@@ -641,7 +641,7 @@ TEST_P(GqaConformance, MatchesReference) {
     ExpectClose("present_value", b.t[ATTNRT_GQA_OUTPUT_PRESENT_VALUE], ref.present_value, 0.0, all);
   }
   if (c.qk_output != 0) {
-    // Columns [T_b, T) are unspecified (gqa-semantics.md §3.4).
+    // Columns [T_b, T) are unspecified (ONNX Runtime leaves them).
     const int64_t per_batch = c.N * c.S * c.T;
     auto valid_column = [&](int64_t i) { return i % c.T < ref.valid_keys[i / per_batch]; };
     ExpectClose("output_qk", b.t[ATTNRT_GQA_OUTPUT_OUTPUT_QK], ref.output_qk, kOutputTolerance,

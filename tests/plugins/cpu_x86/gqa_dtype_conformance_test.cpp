@@ -6,13 +6,13 @@
 //
 // Method (independent of the kernels; tests/common/dtype_reference.h):
 //   - inputs are fresh N(0,1) floats rounded to the query type T (round to nearest even);
-//   - RoPE is computed in float from those rounded inputs and rounded to T (gqa-semantics.md §3.6,
+//   - RoPE is computed in float from those rounded inputs and rounded to T (ONNX Runtime's rule,
 //     docs/gqa-semantics.md "Quantize-on-write of rotated K"); for float32 nothing is rounded;
 //   - quantized caches: every new K row (after that RoPE) and V row is quantized by the test's own
 //     quantizer (q = clamp(rint(x · inv), lo, hi), int4 low nibble first with +8, e4m3fn saturating
 //     RNE); the expected present bytes come from it and must match byte for byte;
 //   - the float64 reference (gqa_reference.h) runs on these rounded, rotated and, for quantized
-//     caches, dequantized (q · scale) values; its present layout (§3.5) is reused on the element
+//     caches, dequantized (q · scale) values; its present layout is reused on the element
 //     codes to place the expected bytes.
 // Outputs are poisoned before the run (NaN for float types, 0xA5 for byte caches), so every element
 // the contract says is written must have been written; unreadable past rows are poisoned too (NaN,
@@ -330,7 +330,7 @@ Built Build(const Case& c, const Dtypes& d, std::mt19937_64& rng) {
   const attnrt_dtype dc = CacheDtype(d);
   const int64_t B = c.B, S = c.S, N = c.N, Nkv = c.Nkv, H = c.H, T = c.T;
   const int64_t L = c.shared_kv ? 0 : S;
-  const int64_t P = d.quantized ? std::max<int64_t>(c.P, 0) : c.P;  // §2 item 20
+  const int64_t P = d.quantized ? std::max<int64_t>(c.P, 0) : c.P;  // quantized: past required
   const int64_t Hc = d.quantized && d.cache == CacheFormat::kInt4 ? H / 2 : H;
   const int64_t hidden = c.packed ? (N + 2 * Nkv) * H : N * H;
   std::vector<int32_t> seqlens = c.seqlens;
@@ -363,7 +363,7 @@ Built Build(const Case& c, const Dtypes& d, std::mt19937_64& rng) {
   t[ATTNRT_GQA_INPUT_SEQLENS_K] = I32(seqlens, {B});
   t[ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = I32({static_cast<int32_t>(T)}, {1});
 
-  // RoPE (§3.6) in float on the rounded inputs, each rotated row rounded to T.
+  // RoPE in float on the rounded inputs, each rotated row rounded to T.
   const int64_t R = c.rotary == kNoRotary ? 0 : (c.rotary_dim > 0 ? c.rotary_dim : H);
   const int64_t half = R / 2;
   const int64_t M = T + 16;
@@ -417,7 +417,7 @@ Built Build(const Case& c, const Dtypes& d, std::mt19937_64& rng) {
   rotate_rows(k_rot, L, Nkv);
 
   // Scales (quantized): PER_TENSOR one value, PER_CHANNEL Nkv*H values around the base, with one
-  // zero-scale channel for the integer formats (inv = 1, dequantized to 0; §4).
+  // zero-scale channel for the integer formats (inv = 1, dequantized to 0, as ONNX Runtime).
   std::vector<float> k_scale, v_scale;
   if (d.quantized) {
     const float base = d.cache == CacheFormat::kInt8   ? 3.0f / 127.0f
@@ -828,7 +828,7 @@ TEST_P(GqaDtypeConformance, MatchesReference) {
                        ref.present_value);
   }
   if (c.qk_output != 0) {
-    // Columns [T_b, T) are unspecified (gqa-semantics.md §3.4).
+    // Columns [T_b, T) are unspecified (ONNX Runtime leaves them).
     const int64_t per_batch = c.N * c.S * c.T;
     auto valid_column = [&](int64_t i) {
       return i % c.T < ref.valid_keys[static_cast<size_t>(i / per_batch)];
@@ -951,7 +951,7 @@ TEST(DtypeReferenceSelfCheck, E4M3FnEncodesNearestEvenSaturating) {
 }
 
 TEST(DtypeReferenceSelfCheck, IntegerQuantizer) {
-  // rint half to even (§4): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2; clamps; scale 0 -> inv 1.
+  // rint half to even (as ORT): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2; clamps; scale 0 -> inv 1.
   EXPECT_EQ(QuantizeElement(CacheFormat::kInt8, 0.5f, 1.0f), 0);
   EXPECT_EQ(QuantizeElement(CacheFormat::kInt8, 1.5f, 1.0f), 2);
   EXPECT_EQ(QuantizeElement(CacheFormat::kInt8, 2.5f, 1.0f), 2);

@@ -1,6 +1,6 @@
 // End-to-end rejections through the public API (attnrt_op_create, attnrt_op_plan, attnrt_plan_run)
 // with the real plugins: the status code, a message naming the offending input or attribute
-// (gqa-semantics.md §2), and, for run-time rejections, outputs left untouched.
+// (ONNX Runtime's messages), and, for run-time rejections, outputs left untouched.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// Host-side logic of the CUDA plugins, without a GPU: eligibility (seed 004 §4, §6.3, §6.5, §7),
-// per-batch lengths (gqa-semantics.md §3.1, §3.5), split-KV planning, launch shapes and workspace
-// layout. Expected values are written from the documents, never taken from the code under test.
+// Host-side logic of the CUDA plugins, without a GPU: eligibility (ONNX Runtime's GQA operator
+// documentation, §4, §6.3, §6.5, §7 there), per-batch lengths (its phases and present rules),
+// split-KV planning, launch shapes and workspace layout. Expected values are written from the
+// documents, never taken from the code under test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,7 +91,8 @@ bool Contains(const std::string& s, const std::string& part) {
 }
 
 TEST(CudaRules, PrioritiesFollowTheDocumentedOrder) {
-  // seed 004 §6: XQA → cuDNN SDPA → Flash → MEA → Unfused; all above no CPU rule (device-scoped).
+  // ORT's dispatch: XQA → cuDNN SDPA → Flash → MEA → Unfused; all above no CPU rule
+  // (device-scoped).
   EXPECT_GT(kXqaPriority, kFlashDecodePriority);
   EXPECT_GT(kFlashDecodePriority, kFlashPriority);
   EXPECT_GT(kFlashPriority, kUnfusedPriority);
@@ -167,7 +169,7 @@ TEST(CudaRules, XqaConditionsOfSeed004Section7) {
 }
 
 TEST(CudaRules, XqaGroupSizes) {
-  // Non-quantized: 1..32; quantized: {4, 8, 16, 32} (seed 004 §4).
+  // Non-quantized: 1..32; quantized: {4, 8, 16, 32} (ONNX Runtime's XQA).
   for (int64_t g = 1; g <= 40; ++g) {
     EXPECT_EQ(XqaGroupSupported(g, false), g <= 32) << g;
     EXPECT_EQ(XqaGroupSupported(g, true), g == 4 || g == 8 || g == 16 || g == 32) << g;
@@ -185,7 +187,7 @@ TEST(CudaRules, XqaGroupSizes) {
 TEST(CudaRules, XqaQuantizedCaches) {
   EXPECT_EQ(XqaDeclineReason(Quantized(kI8), A100()), "");
   EXPECT_EQ(XqaDeclineReason(Quantized(kFp8), H200()), "");
-  // FP8 needs SM 8.9+ (seed 004 §4).
+  // FP8 needs SM 8.9+ (ONNX Runtime's XQA).
   EXPECT_TRUE(Contains(XqaDeclineReason(Quantized(kFp8), A100()), "8.9"));
   attnrt_gqa_problem int4 = Quantized(kU8);
   int4.attributes.kv_cache_bit_width = 4;
@@ -265,7 +267,7 @@ TEST(CudaPlan, BatchInfoFollowsSection31) {
   EXPECT_EQ(info[0].offset, 41);
 }
 
-// KeyWindow against the rule of gqa-semantics.md §3.2-§3.3 written out per key: key j is visible
+// KeyWindow against ONNX Runtime's causal and window rule written out per key: key j is visible
 // to row s when j < T_b-rows, j <= P_b + s (causal) and j > P_b + s - W within the causal end.
 TEST(CudaPlan, KeyWindowMatchesTheMaskRule) {
   std::mt19937_64 rng(attnrt_test::TestSeed());
@@ -291,7 +293,7 @@ TEST(CudaPlan, KeyWindowMatchesTheMaskRule) {
           << " W=" << p.local_window_size << " causal=" << p.causal;
     }
   }
-  // W = 0: an empty window (all-zero output row, §3.3).
+  // W = 0: an empty window (all-zero output row).
   AttentionParams p;
   p.local_window_size = 0;
   BatchInfo bi{};

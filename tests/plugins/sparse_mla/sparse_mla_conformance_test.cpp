@@ -54,7 +54,7 @@ class SparseMlaMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(SparseMlaMatrix, MatchesReference) {
   const auto& [scenario, quant_mode, layouts, kernel] = GetParam();
   if (quant_mode == 2 && layouts.second != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
-    // quant_mode 2 tokens are block-planar: the op refuses other KV layouts (seed 001).
+    // quant_mode 2 tokens are block-planar: the op refuses other KV layouts (CANN's README).
     attnrt_sparse_mla_attributes a;
     attnrt_sparse_mla_attributes_init(&a);
     a.quant_mode = 2;
@@ -123,7 +123,7 @@ TEST_P(SparseMlaVariants, MaskModesAndWindows) {
 }
 
 TEST_P(SparseMlaVariants, QueriesLongerThanKvGiveZeroRows) {
-  // S1 > S2: the first S1 - S2 rows see nothing (reference §3.2) and are zero.
+  // S1 > S2: the first S1 - S2 rows see nothing (right-down alignment) and are zero.
   SparseMlaSpec s;
   s.scenario = ATTNRT_SPARSE_MLA_HCA;
   s.layout_q = ATTNRT_SPARSE_MLA_LAYOUT_TND;

@@ -128,8 +128,8 @@ TEST(SparseMlaEncode, Tq4RoundTripKeepsDirectionAndNorm) {
       yy += double{decoded[d]} * decoded[d];
     }
     // A 4-bit Lloyd-Max code of Gaussian coordinates keeps cos ~0.995 on average; over 300 seeds x
-    // 40 tokens the lowest seen was 0.9889 (seed 204), so 0.98 bounds the tail, while a wrong
-    // codebook, nibble order or norm gives far less.
+    // 40 tokens the lowest seen was 0.9889 (ATTNRT_TEST_SEED=204), so 0.98 bounds the tail, while a
+    // wrong codebook, nibble order or norm gives far less.
     EXPECT_GT(dot / std::sqrt(xx * yy), 0.98) << "token " << t;
     EXPECT_NEAR(std::sqrt(yy / xx), 1.0, 0.01) << "token " << t;
     // Nibble order: the code of dim 2t is the low nibble, so a coordinate and its decoded value

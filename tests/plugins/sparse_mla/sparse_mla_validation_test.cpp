@@ -1,4 +1,4 @@
-// Validation of the sparse MLA ops through the ABI: every attribute constraint of seed 001 at
+// Validation of the sparse MLA ops through the ABI: every attribute constraint of CANN's README at
 // op creation, shape constraints at plan, values at run (before any output is written), and the
 // metadata op's signature check (metadata made for other lengths or altered is rejected).
 #include <gtest/gtest.h>
