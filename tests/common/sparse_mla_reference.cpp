@@ -12,14 +12,15 @@
 
 namespace attnrt::testref {
 
-// §6.4, ascending, index = nibble value.
+// The TQ4 codebook (vllm-ascend's TurboQuant), ascending, index = nibble value.
 const float kTq4Codebook[16] = {
     -0.12091285f, -0.09111122f, -0.07112455f, -0.05513602f, -0.04132067f, -0.02874970f,
     -0.01700489f, -0.00568677f, 0.00547294f,  0.01680406f,  0.02857605f,  0.04108622f,
     0.05492980f,  0.07101817f,  0.09115373f,  0.12037795f,
 };
 
-// §6.4, as listed there (the self-test checks they are FloatToBf16(kTq4Codebook[n])).
+// Its RNE-bf16 images, as the NPU's fast path lists them (the self-test checks they are
+// FloatToBf16(kTq4Codebook[n])).
 const uint16_t kTq4CodebookBf16Bits[16] = {
     0xBDF8, 0xBDBB, 0xBD92, 0xBD62, 0xBD29, 0xBCEC, 0xBC8B, 0xBBBA,
     0x3BB3, 0x3C8A, 0x3CEA, 0x3D28, 0x3D61, 0x3D91, 0x3DBB, 0x3DF7,
@@ -151,7 +152,7 @@ void DecodeQuantMode1Token(const uint8_t* token, float* out) {
     scale[g] = Bf16ToFloat(Load16(token + kQuantMode1ScaleOffset + 2 * g));
   }
   for (int d = 0; d < DN; ++d) {
-    // fp32 product (exact: 4 x 8 significant bits), then RNE to bf16 (§6.1).
+    // fp32 product (exact: 4 x 8 significant bits), then RNE to bf16.
     const float product =
         Fp8E4M3FnToFloat(token[kQuantMode1NopeOffset + d]) * scale[d / kSparseMlaScaleGroup];
     out[d] = Bf16ToFloat(FloatToBf16(product));
@@ -164,7 +165,7 @@ void DecodeQuantMode1Token(const uint8_t* token, float* out) {
 void DecodeQuantMode2Token(const uint8_t* feature, const uint8_t* scales, float* out) {
   float scale[kSparseMlaScaleGroups];
   for (int g = 0; g < kSparseMlaScaleGroups; ++g) {
-    // e8m0 -> bf16 -> fp32 in the kernel; 2^(e-127) is exact in both (§6.2). scales[7] is padding.
+    // e8m0 -> bf16 -> fp32 in the kernel; 2^(e-127) is exact in both. scales[7] is padding.
     scale[g] = E8M0ToFloat(scales[g]);
   }
   for (int d = 0; d < DN; ++d) {
@@ -198,7 +199,7 @@ void DecodeTq4Token(const uint8_t* slot, float* out, Tq4Centroids centroids,
   for (int t = 0; t < kTq4ScaleOffset; ++t) {
     const int lo = slot[t] & 0xF;
     const int hi = slot[t] >> 4;
-    const float v_lo = centroid(lo) * scale;  // fp32 product, then RINT to the KV dtype (§6.4)
+    const float v_lo = centroid(lo) * scale;  // fp32 product, then RINT to the KV dtype
     const float v_hi = centroid(hi) * scale;
     out[2 * t] = static_cast<float>(RoundToKind(kv_dtype, v_lo));
     out[2 * t + 1] = static_cast<float>(RoundToKind(kv_dtype, v_hi));
@@ -423,8 +424,8 @@ bool LocateToken(const SparseMlaRefInputs& in, const KvSide& side, int64_t b, in
   return fail("bad layout");
 }
 
-// topk_value_mode 2 (§4.3, [A]). CHOICE: a physical slot x = block_id * bs + off is mapped back
-// to the logical index col * bs + off through the first column `col` of the batch's cmp block
+// topk_value_mode 2. CHOICE: a physical slot x = block_id * bs + off is mapped back to the logical
+// index col * bs + off through the first column `col` of the batch's cmp block
 // table holding block_id; the causal filter then applies to that logical index and the gather
 // reads the same physical slot. A slot whose block is not in the batch's table is skipped like an
 // out-of-range index. Returns -1 when unmapped.
@@ -440,7 +441,7 @@ int64_t PhysicalToLogical(const SparseMlaRefInputs& in, int64_t b, int64_t x) {
 
 bool GetLengths(const SparseMlaRefInputs& in, int64_t b, SparseMlaBatchLengths* len,
                 std::string* error) {
-  // §3.1.
+  // Effective lengths.
   const bool tnd_q = in.layout_q == SparseMlaLayout::kTND;
   const bool tnd_kv = in.layout_kv == SparseMlaLayout::kTND;
   if (in.seqused_q) {
@@ -466,7 +467,7 @@ bool GetLengths(const SparseMlaRefInputs& in, int64_t b, SparseMlaBatchLengths* 
     } else if (tnd_kv && in.cu_seqlens_cmp_kv) {
       len->cmp_len = in.cu_seqlens_cmp_kv[b + 1] - in.cu_seqlens_cmp_kv[b];
     } else {
-      len->cmp_len = len->s2 / in.cmp_ratio;  // not the tensor's S3 (§3.1)
+      len->cmp_len = len->s2 / in.cmp_ratio;  // not the tensor's S3
     }
     if (len->cmp_len < 0) return Fail(error, "negative cmp_len in batch " + std::to_string(b));
     const int64_t residual = in.cmp_residual_kv ? in.cmp_residual_kv[b] : 0;
@@ -483,10 +484,10 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
   if (i < 0 || i >= len.s1) return true;
   const int64_t s1 = len.s1;
   const int64_t s2 = len.s2;
-  const int64_t thr = s2 - s1 + i + 1;  // §3.2
+  const int64_t thr = s2 - s1 + i + 1;  // right-down alignment
   if (thr <= 0) return true;            // invalid row: both parts empty
   keys->valid = true;
-  // §3.3.
+  // ori mask.
   switch (in.ori_mask_mode) {
     case 4: {
       const int64_t L = in.ori_win_left;
@@ -505,7 +506,8 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
       break;
   }
   if (!HasCmp(in)) return true;
-  // §3.4 / §11 cmp_limit. cmp_mask_mode 0 follows the bf16 sibling golden: ncmp = S2 / r.
+  // cmp mask (the golden's cmp_limit). cmp_mask_mode 0 follows the bf16 sibling golden:
+  // ncmp = S2 / r.
   const int64_t r = in.cmp_ratio;
   int64_t n = in.cmp_mask_mode == 3 ? FloorDiv(len.lc - s1 + i + 1, r) : s2 / r;
   n = std::min<int64_t>(std::max<int64_t>(n, 0), len.cmp_len);
@@ -514,7 +516,7 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
     for (int64_t j = 0; j < n; ++j) keys->cmp.push_back(j);
     return true;
   }
-  // CSA, §4.1 golden scan: only the first min(K, n) slots are examined; -1 stops the scan;
+  // CSA, the golden's top-k scan: only the first min(K, n) slots are examined; -1 stops the scan;
   // entries outside [0, n) are skipped; duplicates are kept, in row order.
   const int64_t K = in.cmp_kv_k;
   const int32_t* row = in.cmp_sparse_indices + (QueryRowBase(in, b) + i) * K;
@@ -585,7 +587,7 @@ void AttendGolden64(const SparseMlaRefInputs& in, const SparseMlaRefOptions& opt
     for (int64_t j = t0; j < t1; ++j) {
       const double p = std::exp(s[j] - m2);
       psum += p;                                     // unrounded P for the sum
-      const double pr = RoundToKind(in.q_dtype, p);  // bf16 P for the PV product (§5.2)
+      const double pr = RoundToKind(in.q_dtype, p);  // bf16 P for the PV product
       const float* v = keys + j * D;
       for (int d = 0; d < D; ++d) tile_o[d] += pr * v[d];
     }
@@ -696,7 +698,7 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
   const int64_t heads = in.q_n;
   out.attn_out.assign(q_rows * heads * D, 0.0);
   out.attn_out_bits.assign(q_rows * heads * D, 0);
-  out.softmax_lse.assign(q_rows * heads, 0.0);  // CHOICE (§10.4): 0 for empty / unused rows
+  out.softmax_lse.assign(q_rows * heads, 0.0);  // CHOICE: 0 for empty / unused rows
   out.ori_key_count.assign(q_rows, -1);
   out.cmp_key_count.assign(q_rows, -1);
 
@@ -709,13 +711,13 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
     for (int64_t i = 0; i < len.s1; ++i) {
       const int64_t qrow = QueryRowBase(in, b) + i;
       GetRowKeys(in, b, len, i, &row);
-      if (!row.valid) continue;  // §3.2 / §5.3: zero output, lse 0
+      if (!row.valid) continue;  // invalid or empty row: zero output, lse 0
       const int64_t n_ori = row.ori_hi - row.ori_lo;
       const int64_t n_cmp = static_cast<int64_t>(row.cmp.size());
       const int64_t nkeys = n_ori + n_cmp;
       out.ori_key_count[qrow] = static_cast<int32_t>(n_ori);
       out.cmp_key_count[qrow] = static_cast<int32_t>(n_cmp);
-      // Keys in the order of §5.1: ori window (position order), then cmp (selection order).
+      // Keys in the golden's order: ori window (position order), then cmp (selection order).
       keys.resize(nkeys * D);
       for (int64_t j = 0; j < n_ori; ++j) {
         if (!DecodeToken(in, false, b, row.ori_lo + j, keys.data() + j * D, options.tq4_centroids,
