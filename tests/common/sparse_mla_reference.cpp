@@ -1,6 +1,6 @@
-// Float64 reference of MixedQuantSparseFlashMla; see sparse_mla_reference.h. Section numbers refer
-// to reference/sparse-mla-semantics.md. Direct loops, no optimisation beyond decoding each visible
-// key once per query row (all heads share the single KV head).
+// Float64 reference of MixedQuantSparseFlashMla; see sparse_mla_reference.h for its sources. Direct
+// loops, no optimisation beyond decoding each visible key once per query row (all heads share the
+// single KV head).
 #include "sparse_mla_reference.h"
 
 #include <algorithm>
