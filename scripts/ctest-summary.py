@@ -15,7 +15,10 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-STATUS = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+) \.*\s*(\*\*\*)?(\w[\w ]*?)\s+[\d.]+ sec")
+# "  3/74 Test  #267: <name, may contain spaces> ....***Skipped   0.03 sec", "...   Passed   0.01 sec",
+# "...***Failed  Error regular expression found in output. Regex=[...]  0.02 sec", ...
+STATUS = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: ")
+QUIET = re.compile(r"(\sPassed|\*\*\*Skipped)\s+[\d.]+ sec\s*$")
 START = re.compile(r"^\s*Start\s+\d+: ")
 DID_NOT_RUN = "The following tests did not run:"
 LISTED = re.compile(r"^\s+\d+ - .* \((Skipped|Disabled|Not Run)\)$")
@@ -24,10 +27,11 @@ GTEST_SKIP = re.compile(r"^.*: Skipped\n(.*?)\n\[  SKIPPED \]", re.S | re.M)
 
 
 def skip_reason(output: str) -> str:
+    """The skip message's first line (GoogleTest appends its trace and the test's seed)."""
     match = GTEST_SKIP.search(output)
-    if match and match.group(1).strip():
-        return " ".join(match.group(1).split())
-    return "no reason given"
+    lines = [line.strip() for line in match.group(1).splitlines()] if match else []
+    lines = [line for line in lines if line]
+    return lines[0] if lines and not lines[0].startswith("Google Test trace") else "no reason given"
 
 
 def main() -> int:
@@ -42,9 +46,8 @@ def main() -> int:
         for line in sys.stdin:
             log.write(line)
             text = line.rstrip("\n")
-            status = STATUS.match(text)
-            if status or START.match(text):
-                in_failure = bool(status) and status.group(3) not in ("Passed", "Skipped")
+            if STATUS.match(text) or START.match(text):
+                in_failure = bool(STATUS.match(text)) and not QUIET.search(text)
                 if in_failure:
                     print(text, flush=True)
                 continue
