@@ -10,7 +10,7 @@
 // quant_mode 3 problem) in tiles of 128, and each head runs the golden's tiled online softmax:
 // m starts at the sink (or -inf), l at 1 (or 0); per tile m' = max(m, max s), P = exp(s - m'),
 // l = exp(m - m') l + sum P, O = exp(m - m') O + sum round(P) v. out = round(O / l),
-// lse = m + ln l.
+// lse = m + ln l. Rows with no key, NaN scores and non-finite sinks: docs/sparse-mla.md.
 #ifndef SPARSE_MLA_ISA
 #error "define SPARSE_MLA_ISA before including sparse_mla_kernel.h"
 #endif
@@ -32,6 +32,7 @@ namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 constexpr int64_t kTile = 128;      // the golden's S2 tile
 constexpr int64_t kHeadBlock = 16;  // heads sharing each decoded key while it is in L1
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct Row {
   bool valid = false;
@@ -138,16 +139,28 @@ class Worker {
     }
     uint16_t* out = static_cast<uint16_t*>(a_.attn_out) + (row * p_.num_heads + h0) * kD;
     for (int64_t h = 0; h < nh; ++h) {
-      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
       const float* oh = o_.data() + h * kD;
       uint16_t* dst = out + h * kD;
-      for (int d = 0; d < kD; ++d) {
-        const float v = oh[d] * inv;
-        dst[d] = fp16_ ? FloatToFp16(v) : FloatToBf16(v);
+      // Non-finite sinks and scores (docs/sparse-mla.md): decided once per (row, head).
+      const float sink = a_.sinks != nullptr ? a_.sinks[h0 + h] : 0.0f;
+      float lse = m[h] + std::log(l[h]);
+      if (a_.sinks != nullptr && !(sink < kInf)) {  // NaN or +inf: the sink is the answer
+        lse = sink;
+        WriteConstant(dst, sink == kInf ? 0.0f : sink);
+      } else if (!(l[h] == l[h])) {  // a NaN score (or +inf: inf - inf)
+        lse = l[h];
+        WriteConstant(dst, l[h]);
+      } else if (!(l[h] > 0.0f)) {  // no key and no sink: weight 0 in an LSE merge
+        lse = -kInf;
+        WriteConstant(dst, 0.0f);
+      } else {
+        const float inv = 1.0f / l[h];
+        for (int d = 0; d < kD; ++d) {
+          const float v = oh[d] * inv;
+          dst[d] = fp16_ ? FloatToFp16(v) : FloatToBf16(v);
+        }
       }
-      if (a_.softmax_lse != nullptr) {
-        a_.softmax_lse[row * p_.num_heads + h0 + h] = l[h] > 0.0f ? m[h] + std::log(l[h]) : 0.0f;
-      }
+      if (a_.softmax_lse != nullptr) a_.softmax_lse[row * p_.num_heads + h0 + h] = lse;
     }
   }
 
@@ -250,13 +263,20 @@ class Worker {
     DecodeToken(base + (start + j) * token_bytes, qm, cmp, fp16_, dst);
   }
 
+  // A row that sees no key: attn_out 0 and softmax_lse -inf (an LSE merge weights it 0), or with
+  // sinks the sink alone: lse = sink, attn_out 0 (NaN for a NaN sink).
   void WriteZero(int64_t row, int64_t h0, int64_t h1) const {
     uint16_t* out = static_cast<uint16_t*>(a_.attn_out) + (row * p_.num_heads + h0) * kD;
-    std::memset(out, 0, static_cast<size_t>((h1 - h0) * kD) * sizeof(uint16_t));
-    if (a_.softmax_lse != nullptr) {
-      std::fill(a_.softmax_lse + row * p_.num_heads + h0, a_.softmax_lse + row * p_.num_heads + h1,
-                0.0f);
+    for (int64_t h = h0; h < h1; ++h) {
+      const float sink = a_.sinks != nullptr ? a_.sinks[h] : -kInf;
+      WriteConstant(out + (h - h0) * kD, sink == sink ? 0.0f : sink);
+      if (a_.softmax_lse != nullptr) a_.softmax_lse[row * p_.num_heads + h] = sink;
     }
+  }
+
+  void WriteConstant(uint16_t* dst, float value) const {
+    const uint16_t bits = fp16_ ? FloatToFp16(value) : FloatToBf16(value);
+    std::fill(dst, dst + kD, bits);
   }
 
   const attnrt_sparse_mla_args& a_;

@@ -698,7 +698,22 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
   const int64_t heads = in.q_n;
   out.attn_out.assign(q_rows * heads * D, 0.0);
   out.attn_out_bits.assign(q_rows * heads * D, 0);
-  out.softmax_lse.assign(q_rows * heads, 0.0);  // CHOICE: 0 for empty / unused rows
+  // Rows that see no key (empty, unused): attn_out 0, softmax_lse -inf, or the sink alone with
+  // sinks (docs/sparse-mla.md); a NaN sink makes its head's rows NaN.
+  out.softmax_lse.assign(q_rows * heads, -std::numeric_limits<double>::infinity());
+  if (in.sinks != nullptr) {
+    for (int64_t r = 0; r < q_rows; ++r) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const double sink = static_cast<double>(in.sinks[h]);
+        out.softmax_lse[r * heads + h] = sink;
+        if (std::isnan(sink)) {
+          std::fill_n(out.attn_out.data() + (r * heads + h) * D, D, sink);
+          std::fill_n(out.attn_out_bits.data() + (r * heads + h) * D, D,
+                      BitsOfKind(in.q_dtype, sink));
+        }
+      }
+    }
+  }
   out.ori_key_count.assign(q_rows, -1);
   out.cmp_key_count.assign(q_rows, -1);
 
@@ -711,7 +726,7 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
     for (int64_t i = 0; i < len.s1; ++i) {
       const int64_t qrow = QueryRowBase(in, b) + i;
       GetRowKeys(in, b, len, i, &row);
-      if (!row.valid) continue;  // invalid or empty row: zero output, lse 0
+      if (!row.valid) continue;  // invalid or empty row: no key (set above)
       const int64_t n_ori = row.ori_hi - row.ori_lo;
       const int64_t n_cmp = static_cast<int64_t>(row.cmp.size());
       const int64_t nkeys = n_ori + n_cmp;
@@ -738,7 +753,14 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
         const double sink = has_sink ? static_cast<double>(in.sinks[h]) : 0.0;
         double* o = out.attn_out.data() + (qrow * heads + h) * D;
         double* lse = out.softmax_lse.data() + qrow * heads + h;
-        if (options.rounding == SparseMlaRounding::kExact) {
+        if (has_sink && !(sink < std::numeric_limits<double>::infinity())) {
+          // +inf: the sink takes every weight (attn_out 0); NaN: NaN everywhere.
+          std::fill_n(o, D, std::isnan(sink) ? sink : 0.0);
+          *lse = sink;
+        } else if (nkeys == 0 && !has_sink) {
+          std::fill_n(o, D, 0.0);
+          *lse = -std::numeric_limits<double>::infinity();
+        } else if (options.rounding == SparseMlaRounding::kExact) {
           AttendExact(in, qv.data(), keys.data(), nkeys, sink, has_sink, o, lse);
         } else if (options.fp32_accumulation) {
           AttendGolden32(in, options, qv.data(), keys.data(), nkeys, sink, has_sink, o, lse);

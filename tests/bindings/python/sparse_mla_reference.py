@@ -206,7 +206,7 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
     round_p: round P before P.V as the operator does; False gives the exact softmax.
     round_output: round attn_out to q_dtype (the operator's output dtype).
     Returns (attn_out float64 shaped like q, softmax_lse float64 or None): lse is BSND-q
-    (B,1,S1,N), TND-q (1,T1,N); natural log with the sink in the sum; 0 for rows without output.
+    (B,1,S1,N), TND-q (1,T1,N); natural log with the sink in the sum; -inf (or the sink) for rows without output.
     """
     a = dict(DEFAULT_ATTRS)
     a.update(attrs)
@@ -255,8 +255,11 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
     batches = q.shape[0] if layout_q == "BSND" else len(cu_q) - 1
     sinks = None if g["sinks"] is None else g["sinks"].astype(np.float64).reshape(n_heads)
     out = np.zeros_like(q)
-    lse = np.zeros((batches, 1, q.shape[1], n_heads) if layout_q == "BSND"
-                   else (1, q.shape[0], n_heads))
+    # Rows that see no key: softmax_lse -inf (weight 0 in an LSE merge), or the sink alone.
+    lse = np.full((batches, 1, q.shape[1], n_heads) if layout_q == "BSND"
+                  else (1, q.shape[0], n_heads), -np.inf)
+    if sinks is not None:
+        lse[...] = sinks
 
     for b in range(batches):
         # Lengths: seqused_* override the shape / cu_seqlens lengths.
@@ -287,7 +290,7 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
             qrow = (b, i) if layout_q == "BSND" else (int(cu_q[b]) + i,)
             thr = s2 - s1 + i + 1                    # queries aligned to the end of the kv
             if thr <= 0:
-                continue                             # no visible key: zero output, lse 0
+                continue                             # no visible key: zero output (lse above)
             lo, hi = 0, s2
             if ori_mode == 3:
                 hi = min(thr, s2)
@@ -449,10 +452,14 @@ def _self_check():
     close(run(ori_mask_mode=3), [3.0, 3.5])                                     # [0,5), [0,6)
     close(run(ori_mask_mode=0), [3.5, 3.5])
     close(run(ori_mask_mode=4, ori_win_left=0, ori_win_right=1), [5.5, 6.0])   # {4,5}, {5}
-    # S1 > S2: rows with thr <= 0 give zero output and lse 0.
+    # S1 > S2: rows with thr <= 0 give zero output and lse -inf (the sink with sinks).
     o, lse = sparse_mla_reference({"q": np.zeros((1, 3, 1, 512)), "ori_kv": kv6[:, :1]},
                                   {"quant_mode": 1, "return_softmax_lse": 1})
-    close(o[0, :, 0, 0], [0, 0, 1.0]); close(lse[0, 0, :, 0], [0, 0, 0])
+    close(o[0, :, 0, 0], [0, 0, 1.0]); assert list(lse[0, 0, :, 0]) == [-np.inf, -np.inf, 0.0]
+    o, lse = sparse_mla_reference({"q": np.zeros((1, 3, 1, 512)), "ori_kv": kv6[:, :1],
+                                   "sinks": np.array([0.5])},
+                                  {"quant_mode": 1, "return_softmax_lse": 1})
+    close(o[0, :2, 0, 0], [0, 0]); close(lse[0, 0, :2, 0], [0.5, 0.5])
 
     # TND/TND HCA, two batches, cmp_ratio 2: C and Lc from cu_seqlens_cmp_kv.
     tnd = {"q": np.zeros((2, 1, 512)), "cu_seqlens_q": np.array([0, 1, 2]),
@@ -518,7 +525,7 @@ def _self_check():
     assert lse.shape == (1, 3, 2)
     dec16 = decode_tq4_tokens(t4[0, 0, 0], "fp16")
     close(o[0, 1], (0.5 + dec16) / 2)                     # batch 0 row 0: thr 4, limit 1
-    close(o[1], 0); close(lse[0, 1], 0)                   # beyond seqused_q
+    close(o[1], 0); assert np.all(lse[0, 1] == -np.inf)    # beyond seqused_q: no key
     close(o[2, 0], np.full(512, 0.5))                     # batch 1: no cmp rows (C = 0)
     return True
 
