@@ -41,8 +41,8 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
   for (int64_t j = 0; j < keys; ++j) {
     const GqaCacheRow vj = Row(v, j);
     for (int64_t i = 0; i < rows; ++i) {
+      // A weight of 0 still multiplies: 0 * inf is NaN, as in every kernel (gqa-semantics.md).
       const float pj = p[i * ld + j];
-      if (pj == 0.0f) continue;  // masked or underflowed: adds nothing
       float* out = acc + i * h;
       auto step = [&](int64_t d, float x) { out[d] += pj * x; };
       ForEachCacheElement(vj, 0, h, step);

@@ -194,20 +194,35 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     WriteQkRow<Ops>(r, b, n, s, scores, begin, end);
   }
 
+  // Non-finite scores (docs/gqa-semantics.md, non-finite values), decided once per row: a NaN or
+  // +inf score or sink makes the row NaN, which the softmax's sum carries (exp keeps NaN, and
+  // exp(+inf - +inf) is NaN); a row of -inf scores only, or no key, is a zero row whose V is never
+  // read. The max may hide a NaN (SIMD max returns one operand), so a -inf max rescans the row.
   float* x = scores + begin;
-  if (r.sink_softmax) {
-    // The sink joins the softmax as one more logit, raw: not scaled, capped or biased.
-    const float sink = r.head_sink != nullptr ? LoadElement(r.head_sink, r.type, n) : 0.0f;
-    float m = sink;
-    if (count > 0) {
-      const float row_max = Ops::Max(x, count);
-      m = row_max > sink ? row_max : sink;
+  // The sink joins the softmax as one more logit, raw: not scaled, capped or biased.
+  const float sink =
+      r.sink_softmax && r.head_sink != nullptr ? LoadElement(r.head_sink, r.type, n) : 0.0f;
+  float sum = 1.0f;
+  bool zero_row = false;
+  if (r.sink_softmax && (sink != sink || sink == INFINITY)) {
+    sum = NAN;
+  } else if (count == 0) {
+    zero_row = true;
+  } else {
+    const float row_max = Ops::Max(x, count);
+    if (row_max == -INFINITY) {
+      zero_row = true;
+      for (int64_t j = 0; j < count; ++j) zero_row = zero_row && x[j] == -INFINITY;
+      if (!zero_row) sum = NAN;
+    } else {
+      const float m = r.sink_softmax && sink > row_max ? sink : row_max;
+      sum = Ops::ExpSum(x, count, m) + (r.sink_softmax ? expf(sink - m) : 0.0f);
     }
-    const float sum = Ops::ExpSum(x, count, m) + expf(sink - m);
-    Ops::Scale(1.0f / sum, x, count);
-  } else if (count > 0) {
-    const float m = Ops::Max(x, count);
-    Ops::Scale(1.0f / Ops::ExpSum(x, count, m), x, count);
+  }
+  if (zero_row) {
+    memset(x, 0, static_cast<size_t>(count) * sizeof(float));
+  } else {
+    Ops::Scale(1.0f / sum, x, count);  // NaN: every probability NaN
   }
   if (r.qk_output == ATTNRT_GQA_QK_OUTPUT_AFTER_SOFTMAX) {
     WriteQkRow<Ops>(r, b, n, s, scores, begin, end);
@@ -216,12 +231,18 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   // float32 output accumulates in place; the narrow types accumulate in float32 and round once.
   // An empty window (W = 0) leaves an all-zero output row.
   void* out = ElementAddress(r.output, r.element_bytes, (GqaQueryRow(r, b, s) * r.heads + n) * h);
-  float* sum = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
-  memset(sum, 0, static_cast<size_t>(h) * sizeof(float));
-  CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.value_strides, r.v_scale, b, kvh,
-                           begin, end);
-  for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), sum, h);
-  if (sum == acc) Ops::Narrow(acc, r.type, out, h);
+  float* o = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
+  if (sum != sum) {
+    for (int64_t d = 0; d < h; ++d) o[d] = NAN;
+  } else {
+    memset(o, 0, static_cast<size_t>(h) * sizeof(float));
+    if (!zero_row) {
+      CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.value_strides, r.v_scale, b,
+                               kvh, begin, end);
+      for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), o, h);
+    }
+  }
+  if (o == acc) Ops::Narrow(acc, r.type, out, h);
 }
 
 // GqaAttendRowsFn body for one ISA; kPaged: over the block pools of a paged run (GqaRun).

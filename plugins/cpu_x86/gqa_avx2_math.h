@@ -33,11 +33,12 @@ inline __m256i TailMask(int64_t n) {
 // exp(x) for x <= 88: Cephes expf (range reduction with ln2 split in two, degree-6 polynomial on
 // [-ln2/2, ln2/2]), max relative error ~1.2e-7 (about 1 ulp), so softmax keeps float rounding
 // accuracy. Below ln(FLT_MIN) the result is 0, where expf would return a denormal of no weight in
-// a softmax sum.
+// a softmax sum (exactly 0 for -inf). NaN stays NaN (docs/gqa-semantics.md, non-finite values): the
+// clamps take x as their second operand, which MAXPS/MINPS return when either operand is NaN.
 inline __m256 Exp(__m256 x) {
   const __m256 min_x = _mm256_set1_ps(-87.33654475f);
   const __m256 underflow = _mm256_cmp_ps(x, min_x, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, min_x), _mm256_set1_ps(88.0f));
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(min_x, x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);

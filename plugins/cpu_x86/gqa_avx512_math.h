@@ -65,11 +65,12 @@ inline __m512 HorizontalSums16(const __m512* a) {
 }
 
 // exp(x), the Cephes expf of gqa_avx2_math.h on 16 lanes (same constants, same error: about
-// 1 ulp; 0 below ln(FLT_MIN)).
+// 1 ulp; 0 below ln(FLT_MIN); NaN stays NaN: kept by the unordered compare, passed by the clamps,
+// which return their second operand when either is NaN).
 inline __m512 Exp16(__m512 x) {
   const __m512 min_x = _mm512_set1_ps(-87.33654475f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, min_x, _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, min_x), _mm512_set1_ps(88.0f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, min_x, _CMP_NLT_UQ);
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(min_x, x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

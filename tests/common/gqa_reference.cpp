@@ -11,6 +11,9 @@ namespace {
 
 using Row = std::vector<double>;
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
 // Rotary: RoPE of one head row at position pos; dimensions [R, H) are copied unchanged.
 void Rotate(const GqaRefProblem& p, const GqaRefInputs& in, int64_t pos, Row& x) {
   const int64_t half = p.rotary_half_dim;
@@ -159,11 +162,22 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
         double* qk_row =
             p.qk_output != 0 ? out.output_qk.data() + ((b * N + n) * S + s) * T : nullptr;
         if (p.qk_output == 1) std::copy(x.begin(), x.end(), qk_row);  // step 5
-        // Step 6: softmax over the window only, with the raw sink logit when enabled.
+        // Step 6: softmax over the window only, with the raw sink logit when enabled; non-finite
+        // values as docs/gqa-semantics.md states them: a NaN or +inf score or sink makes the row
+        // NaN, a row of -inf scores only (or no key) is a zero row whose values are not read.
+        const double sink_logit = p.has_head_sink ? double{in.head_sink[n]} : 0.0;
+        bool nan_row = sink && (std::isnan(sink_logit) || sink_logit == kInf);
+        bool zero_row = !nan_row;
+        for (int64_t j = lo; j < hi && !nan_row; ++j) {
+          if (std::isnan(x[j]) || x[j] == kInf) nan_row = true;
+          if (x[j] != -kInf) zero_row = false;
+        }
+        if (nan_row) zero_row = false;
         Row prob(static_cast<size_t>(T), 0.0);
-        if (hi > lo) {
-          const double sink_logit = p.has_head_sink ? double{in.head_sink[n]} : 0.0;
-          double m = -std::numeric_limits<double>::infinity();
+        if (nan_row) {
+          for (int64_t j = lo; j < hi; ++j) prob[j] = kNaN;
+        } else if (!zero_row) {
+          double m = -kInf;
           for (int64_t j = lo; j < hi; ++j) m = std::max(m, x[j]);
           if (sink) m = std::max(m, sink_logit);
           double sum = 0.0;
@@ -172,9 +186,10 @@ GqaRefOutputs ComputeGqaReference(const GqaRefProblem& p, const GqaRefInputs& in
           for (int64_t j = lo; j < hi; ++j) prob[j] = std::exp(x[j] - m) / sum;
         }
         if (p.qk_output == 2) std::copy(prob.begin(), prob.end(), qk_row);  // step 7
-        // Step 8.
+        // Step 8: every visible key, weight 0 included (0 * inf is NaN, as in IEEE arithmetic).
         double* o = out.output.data() + (b * S + s) * N * H + n * H;
-        for (int64_t j = lo; j < hi; ++j) {
+        if (nan_row) std::fill(o, o + H, kNaN);
+        for (int64_t j = lo; j < hi && !nan_row && !zero_row; ++j) {
           for (int64_t h = 0; h < H; ++h) o[h] += prob[j] * vv[j][h];
         }
       }
