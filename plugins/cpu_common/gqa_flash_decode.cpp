@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gqa_convert.h"
 #include "gqa_flash.h"
@@ -214,8 +215,18 @@ void MergeRows(void* user, size_t begin, size_t end) {
     if (GqaQueryLength(r, b) == 0) continue;
     const int64_t offset =
         (GqaQueryRow(r, b, 0) * r.heads + static_cast<int64_t>(unit) % r.heads) * h;
+    // A chunk with a NaN sum makes the row NaN; every chunk at m = -inf, a zero row (as EndHead).
     float m = kNegInf;
-    for (int64_t c = 0; c < job.chunks; ++c) m = std::max(m, partials[c * (2 + h)]);
+    bool nan = false;
+    for (int64_t c = 0; c < job.chunks; ++c) {
+      m = std::max(m, partials[c * (2 + h)]);
+      nan = nan || partials[c * (2 + h) + 1] != partials[c * (2 + h) + 1];
+    }
+    if (nan) {
+      std::fill(partials + 2, partials + 2 + h, std::numeric_limits<float>::quiet_NaN());
+      WriteOutput(r, partials + 2, 1.0f, offset);
+      continue;
+    }
     if (m == kNegInf) {
       std::memset(ElementAddress(r.output, r.element_bytes, offset), 0,
                   static_cast<size_t>(h) * r.element_bytes);
@@ -223,14 +234,14 @@ void MergeRows(void* user, size_t begin, size_t end) {
     }
     // The sum builds up in the output (float32) or in chunk 0's partial (narrow T: rounded once
     // at the end); either way sum = w_0 acc_0 + w_1 acc_1 + ... in chunk order. Chunk c's terms
-    // are read before anything of chunk c' > c is written, so the in-place sum is safe.
+    // are read before anything of chunk c' > c is written, so the in-place sum is safe. A chunk
+    // at m = -inf has weight 0 and adds 0 * acc: its keys took part with weight 0, as in one pass.
     float* sum =
         r.type == GqaFloatType::kFloat32 ? static_cast<float*>(r.output) + offset : partials + 2;
     float l = 0.0f;
     bool started = false;
     for (int64_t c = 0; c < job.chunks; ++c) {
       const float* partial = partials + c * (2 + h);
-      if (partial[0] == kNegInf) continue;
       const float weight = std::exp(partial[0] - m);
       l += weight * partial[1];
       if (started) {

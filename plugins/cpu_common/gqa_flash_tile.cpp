@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gqa_convert.h"
 #include "gqa_flash.h"
@@ -193,7 +194,7 @@ GqaFlashKv BlockOf(const GqaRun& r, const KvSource& src, int64_t j, const float*
 
 // The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
 // row stride kv_block, key ja at column 0): bias, row max, exp and sum, rescale of acc and l by
-// exp(m_old - m_new); columns outside a row's window become 0 so P·V may run over [ja, je).
+// exp(m_old - m_new); columns outside a row's window become 0 (P·V skips them: AccumulateRagged).
 void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& head,
                   const BlockRows& br) {
   const GqaRun& r = *job.run;
@@ -225,8 +226,12 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
         }
         row_max = ops.max(x + a, e - a);
       }
-      // Nothing to add (outside the window, or every score -inf from the bias).
+      // Nothing to add (outside the window, or every score -inf from the bias). A NaN that the
+      // max let through makes the row NaN (docs/gqa-semantics.md, non-finite values).
       if (row_max == kNegInf) {
+        for (int64_t j = a; j < e; ++j) {
+          if (x[j] != kNegInf) t.l[row] = std::numeric_limits<float>::quiet_NaN();
+        }
         Zero(x, 0, width);
         continue;
       }
@@ -265,11 +270,83 @@ void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
         std::memcpy(partial + 2, acc, static_cast<size_t>(h) * sizeof(float));
         continue;
       }
-      // An empty window (W = 0, or a padded row whose window lies past T_b) leaves zeros.
-      const float inv = t.l[row] > 0.0f ? 1.0f / t.l[row] : 0.0f;
+      // A NaN sum (a NaN or +inf score) is a NaN row; m = -inf (every score -inf, or an empty
+      // window) a zero row, whatever 0 * inf from V left in acc (docs/gqa-semantics.md).
+      const float l = t.l[row];
+      float inv = 1.0f;
+      if (l != l) {
+        std::fill(acc, acc + h, l);
+      } else if (t.m[row] == kNegInf) {
+        std::fill(acc, acc + h, 0.0f);
+      } else {
+        inv = 1.0f / l;
+      }
       WriteOutput(r, acc, inv, (GqaQueryRow(r, span.b, s) * r.heads + n) * h);
     }
   }
+}
+
+// acc rows [row0, row0 + rows) of a tile += P columns [c0, c1) of key block [ja, ...) times those
+// V rows (tiles: the dequantized V tile of the block), one cache segment at a time.
+void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head, int64_t ja,
+                       bool tiles, int64_t row0, int64_t rows, int64_t c0, int64_t c1) {
+  const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
+  const int64_t h = r.head_size;
+  const int64_t ld = job.blocks.kv_block;
+  if (c1 <= c0 || rows <= 0) return;
+  const float* p = t.scores + row0 * ld + c0;
+  float* acc = t.acc + row0 * h;
+  if (tiles) {
+    const GqaFlashKv v_rows{t.v_tile + c0 * h, static_cast<size_t>(h) * sizeof(float),
+                            GqaCacheType::kFloat32, nullptr, false};
+    ops.accumulate(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
+    return;
+  }
+  for (int64_t j = ja + c0, n; j < ja + c1; j += n) {
+    n = head.values.Segment(j, ja + c1);
+    ops.accumulate(p + (j - ja - c0), rows, ld, BlockOf(r, head.values, j, head.v_scale), n, h, acc,
+                   nullptr, 0);
+  }
+}
+
+// P·V of a block whose rows see different keys of it (the causal diagonal, a window's lower edge):
+// the columns every row sees in one call, the rest token by token over that token's own keys, so
+// that no row multiplies the value of a key it cannot see (0 * inf would turn it into NaN;
+// docs/gqa-semantics.md, non-finite values). False (nothing done) when every row sees the whole
+// block.
+bool AccumulateRagged(const FlashJob& job, const TaskSpan& span, const Tile& t,
+                      const HeadTile& head, const BlockRows& br, bool tiles) {
+  const GqaRun& r = *job.run;
+  const int64_t width = br.je - br.ja;
+  int64_t ca = 0, ce = width;
+  bool ragged = false;
+  for (int64_t i = br.i_begin; i < br.i_end; ++i) {
+    const KeyRange k = RowKeys(r, span.total, span.past, span.s0 + i);
+    const int64_t a = std::max(k.lo, br.ja) - br.ja;
+    const int64_t e = std::min(k.hi, br.je) - br.ja;
+    ragged = ragged || a != 0 || e != width;
+    ca = std::max(ca, a);
+    ce = std::min(ce, e);
+  }
+  if (!ragged) return false;
+  const int64_t g = r.group;
+  if (ce > ca) {
+    AccumulateColumns(job, t, head, br.ja, tiles, br.i_begin * g, (br.i_end - br.i_begin) * g, ca,
+                      ce);
+  }
+  for (int64_t i = br.i_begin; i < br.i_end; ++i) {
+    const KeyRange k = RowKeys(r, span.total, span.past, span.s0 + i);
+    const int64_t a = std::max(k.lo, br.ja) - br.ja;
+    const int64_t e = std::min(k.hi, br.je) - br.ja;
+    if (ce > ca) {
+      AccumulateColumns(job, t, head, br.ja, tiles, i * g, g, a, ca);
+      AccumulateColumns(job, t, head, br.ja, tiles, i * g, g, ce, e);
+    } else {
+      AccumulateColumns(job, t, head, br.ja, tiles, i * g, g, a, e);
+    }
+  }
+  return true;
 }
 
 // One task: query tokens [s0, s0 + count) of (b, kvh), all G heads, over the keys of chunk c.
@@ -338,6 +415,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
         n = values.Segment(j, je);
         ops.dequantize(BlockOf(r, values, j, head.v_scale), n, h, t.v_tile + (j - ja) * h);
       }
+      if (AccumulateRagged(job, span, t, head, br, true)) continue;
       const GqaFlashKv v_rows{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
       const Prefetch k_next = !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
                               : j1 < span.key_end
@@ -346,6 +424,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
       ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
                      k_next.begin, k_next.bytes);
     } else {
+      if (AccumulateRagged(job, span, t, head, br, false)) continue;
       // Paged: V in runs of rows that lie in one cache block, each run split further so that the
       // next key block's rows at the same offset (which stream in meanwhile) lie in one cache
       // block too. Keys accumulate in order whatever the split, so the sums are unchanged.
