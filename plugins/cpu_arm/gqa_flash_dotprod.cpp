@@ -29,12 +29,14 @@ namespace {
 // Query rows quantized at once; the driver's fused tiles have at most 8 rows.
 constexpr int64_t kRowChunk = 8;
 
-// q8 = round(q / s_q) for one row of h floats; returns s_q (1 for an all-zero row).
+// q8 = round(q / s_q) for one row of h floats; returns s_q (1 for an all-zero row, NaN for a row
+// with a NaN).
 float QuantizeRow(const float* q, int64_t h, int8_t* q8) {
   float32x4_t m = vdupq_n_f32(0.0f);
   for (int64_t d = 0; d < h; d += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(q + d)));
   const float max_abs = vmaxvq_f32(m);
-  const float s = max_abs > 0.0f ? max_abs / 127.0f : 1.0f;
+  // A NaN (NaN max) keeps s_q NaN, so the row's scores are NaN as in the exact kernels.
+  const float s = max_abs == 0.0f ? 1.0f : max_abs / 127.0f;
   const float inv = 1.0f / s;
   for (int64_t d = 0; d < h; d += 8) {
     const int32x4_t lo = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(q + d), inv));
