@@ -17,7 +17,7 @@
 //   6. query, key, value and the head size (packed QKV when key is absent; H a multiple of 8).
 //   7. past_key / past_value: both or neither, rank 4, (B, Nkv, P, packed head dimension); L == S,
 //      or 0 (shared KV) with a past.
-//   8. seqlens_k: B elements, every dimension 1 or B.
+//   8. seqlens_k: at least 1-D, B elements, every dimension 1 or B.
 //   9. total_sequence_length: one element, value > 0.
 //  10. present_key / present_value and the present length max(T, P).
 //  11. sliding_window_cache=1: a past, new rows, capacity P >= local_window_size, head size rules.

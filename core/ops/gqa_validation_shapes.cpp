@@ -191,8 +191,9 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
         L, " expected ", S));
   }
 
-  // Item 8: seqlens_k holds B values. The released libraries accept a 0-d seqlens_k when B == 1
-  // (a 0-d one with another B gets the element-count message), so "at least 1D" never fires.
+  // Item 8: seqlens_k holds B values, in at least one dimension: the pinned onnxruntime rejects a
+  // 0-d seqlens_k whatever B is (tests/python/test_gqa_nonfinite_parity.py).
+  if (seqlens_k.ndim == 0) return InvalidArgument("seqlens_k must be at least 1D, got scalar.");
   const int64_t seqlens_count = NumElements(seqlens_k);
   if (seqlens_count != B) {
     return InvalidArgument(
