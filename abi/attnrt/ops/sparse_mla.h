@@ -95,7 +95,8 @@ typedef enum attnrt_sparse_mla_output {
   ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT = 0,
   /** float32, natural log, sink included: BSND-q (B,1,S1,N), TND-q (1,T1,N). Required when
    *  return_softmax_lse is 1; otherwise absent or empty (the reference's placeholder). Rows with
-   *  no output get 0. */
+   *  no key (outside seqused_q, or S1 > S2) get -inf, the log of an empty sum, or the sink when
+   *  sinks are given (docs/sparse-mla.md). */
   ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE = 1,
   ATTNRT_SPARSE_MLA_NUM_OUTPUTS = 2
 } attnrt_sparse_mla_output;
