@@ -7,6 +7,7 @@
 
 #include "cuda_types.cuh"
 #include "gqa_launchers.h"
+#include "gqa_softmax_end.h"
 
 namespace attnrt::cuda {
 namespace {
@@ -19,25 +20,26 @@ __global__ void CombineKernel(AttentionParams p) {
   const float* ml = p.partial_ml + int64_t{bn} * p.num_splits * 2;
   float m = -INFINITY;
   for (int sp = 0; sp < p.num_splits; ++sp) m = fmaxf(m, ml[sp * 2]);
-  float sink = 0.0f, mf = m;
-  if (p.smooth) {
-    sink = SinkOf<Tr>(p, n);
-    mf = fmaxf(m, sink);
-  }
-  float denom = p.smooth ? __expf(sink - mf) : 0.0f;
+  // Sums relative to m; a split whose sum is NaN (a NaN or +inf score) makes the row NaN even when
+  // its max hid the NaN (gqa_softmax_end.h, docs/gqa-semantics.md).
+  float sum = 0.0f;
   for (int sp = 0; sp < p.num_splits; ++sp) {
-    const float ms = ml[sp * 2];
-    if (ms != -INFINITY) denom += ml[sp * 2 + 1] * __expf(ms - mf);
+    const float ms = ml[sp * 2], ls = ml[sp * 2 + 1];
+    if (ms != -INFINITY) {
+      sum += ls * __expf(ms - m);
+    } else if (ls != ls) {
+      sum = ls;
+    }
   }
+  const RowEnd end = EndRow(m, sum, p.smooth, p.smooth ? SinkOf<Tr>(p, n) : 0.0f);
   const float* po = p.partial_out + int64_t{bn} * p.num_splits * H;
   for (int d = threadIdx.x; d < H; d += blockDim.x) {
     float value = 0.0f;
     for (int sp = 0; sp < p.num_splits; ++sp) {
       const float ms = ml[sp * 2];
-      if (ms != -INFINITY) value += po[sp * H + d] * __expf(ms - mf);
+      if (ms != -INFINITY) value += po[sp * H + d] * __expf(ms - m);
     }
-    const float result = denom > 0.0f ? value / denom : 0.0f;
-    static_cast<typename Tr::T*>(p.out)[int64_t{bn} * H + d] = Tr::FromFloat(result);
+    static_cast<typename Tr::T*>(p.out)[int64_t{bn} * H + d] = Tr::FromFloat(EndValue(end, value));
   }
 }
 

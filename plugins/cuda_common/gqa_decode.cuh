@@ -16,6 +16,7 @@
 
 #include "cuda_types.cuh"
 #include "gqa_cuda_params.h"
+#include "gqa_softmax_end.h"
 #include "mma_tiles.cuh"
 
 namespace attnrt::cuda {
@@ -180,16 +181,10 @@ __global__ void __launch_bounds__(128) DecodeKernel(AttentionParams p) {
       value += acc[(w * 16 + r) * H + d] * weight;
     }
     if (p.num_splits == 1) {
-      float result = 0.0f;
-      if (p.smooth) {
-        const float sink = SinkOf<Tr>(p, n);
-        const float mf = fmaxf(m, sink);
-        const float scale = m == -INFINITY ? 0.0f : __expf(m - mf);
-        result = value * scale / (sum * scale + __expf(sink - mf));
-      } else if (sum > 0.0f) {
-        result = value / sum;
-      }
-      static_cast<T*>(p.out)[(int64_t{b} * p.num_heads + n) * H + d] = Tr::FromFloat(result);
+      // NaN and zero rows as docs/gqa-semantics.md says (gqa_softmax_end.h).
+      const RowEnd end = EndRow(m, sum, p.smooth, p.smooth ? SinkOf<Tr>(p, n) : 0.0f);
+      static_cast<T*>(p.out)[(int64_t{b} * p.num_heads + n) * H + d] =
+          Tr::FromFloat(EndValue(end, value));
     } else {
       const int64_t slot = (int64_t{b} * p.num_heads + n) * p.num_splits + split;
       p.partial_out[slot * H + d] = value;

@@ -11,6 +11,7 @@
 #include "cuda_types.cuh"
 #include "gqa_cuda_plan.h"
 #include "gqa_launchers.h"
+#include "gqa_softmax_end.h"
 #include "mma_tiles.cuh"
 
 namespace attnrt::cuda {
@@ -124,19 +125,11 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
     __syncthreads();  // every warp is done with this stage before iteration it+1 refills it
   }
 
-  // Normalize (with the sink logit of smooth softmax) and store the two rows.
-  float factor[2];
+  // Normalize (with the sink logit of smooth softmax) and store the two rows; NaN and zero rows as
+  // docs/gqa-semantics.md says (gqa_softmax_end.h).
+  RowEnd end[2];
   for (int h = 0; h < 2; ++h) {
-    const float sum = QuadSum(l_row[h]);
-    const float m = m_row[h];
-    if (p.smooth) {
-      const float sink = SinkOf<Tr>(p, n);
-      const float mf = fmaxf(m, sink);
-      const float scale = m == -INFINITY ? 0.0f : __expf(m - mf);
-      factor[h] = scale / (sum * scale + __expf(sink - mf));
-    } else {
-      factor[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
-    }
+    end[h] = EndRow(m_row[h], QuadSum(l_row[h]), p.smooth, p.smooth ? SinkOf<Tr>(p, n) : 0.0f);
   }
   for (int h = 0; h < 2; ++h) {
     if (row_s[h] >= S) continue;
@@ -145,7 +138,7 @@ __global__ void __launch_bounds__(128) FlashForwardKernel(AttentionParams p) {
 #pragma unroll
     for (int dt = 0; dt < H / 8; ++dt) {
       *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
-          Tr::Pack(o[dt][2 * h] * factor[h], o[dt][2 * h + 1] * factor[h]);
+          Tr::Pack(EndValue(end[h], o[dt][2 * h]), EndValue(end[h], o[dt][2 * h + 1]));
     }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "cuda_types.cuh"
 #include "gqa_launchers.h"
+#include "gqa_softmax_end.h"
 
 namespace attnrt::cuda {
 namespace {
@@ -73,17 +74,12 @@ __global__ void SoftmaxValueKernel(AttentionParams p) {
   float m = -INFINITY;
   for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) m = fmaxf(m, x[j]);
   m = BlockReduce(m, true, scratch);
-  float sink = 0.0f;
-  if (p.smooth) {
-    sink = SinkOf<Tr>(p, n);
-    m = fmaxf(m, sink);
-  }
   const float m_use = m == -INFINITY ? 0.0f : m;
   float sum = 0.0f;
   for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) sum += __expf(x[j] - m_use);
   sum = BlockReduce(sum, false, scratch);
-  if (p.smooth) sum += __expf(sink - m_use);
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  // NaN and zero rows as docs/gqa-semantics.md says (gqa_softmax_end.h); the sink joins there.
+  const RowEnd end = EndRow(m, sum, p.smooth, p.smooth ? SinkOf<Tr>(p, n) : 0.0f);
   const T* v =
       static_cast<const T*>(p.v_cache) + (int64_t{b} * p.kv_num_heads + kh) * p.cache_rows * H;
   T* out = static_cast<T*>(p.out) + (int64_t{b} * p.sequence_length + s) * p.num_heads * H +
@@ -92,7 +88,7 @@ __global__ void SoftmaxValueKernel(AttentionParams p) {
     float acc = 0.0f;
     for (int j = lo; j < hi; ++j)
       acc = fmaf(__expf(x[j] - m_use), Tr::ToFloat(v[int64_t{j} * H + d]), acc);
-    out[d] = Tr::FromFloat(acc * inv);
+    out[d] = Tr::FromFloat(EndValue(end, acc));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/test_support.h"
 #include "gqa_cuda_plan.h"
 #include "gqa_cuda_rules.h"
+#include "gqa_softmax_end.h"
 
 namespace attnrt::cuda {
 namespace {
@@ -434,6 +436,33 @@ TEST(CudaPlan, MisalignedPointersAreNamed) {
   const std::string why = MisalignedPointer(a);
   EXPECT_TRUE(Contains(why, "present_key")) << why;
   EXPECT_TRUE(Contains(why, "16-byte")) << why;
+}
+
+// The end of a row in every CUDA kernel (gqa_softmax_end.h), against the non-finite rule of
+// docs/gqa-semantics.md worked out by hand: m is the row's largest score, sum the sum of
+// exp(s - m), value an unnormalized output element.
+TEST(CudaSoftmaxEnd, FollowsTheNonFiniteRule) {
+  const float inf = INFINITY;
+  // Plain softmax: value / sum.
+  EXPECT_FLOAT_EQ(EndValue(EndRow(1.0f, 2.0f, false, 0.0f), 3.0f), 1.5f);
+  // A sink of logit 0 beside one key of score 0: weight 1/2; of logit ln 3: weight 1/4.
+  EXPECT_FLOAT_EQ(EndValue(EndRow(0.0f, 1.0f, true, 0.0f), 2.0f), 1.0f);
+  EXPECT_NEAR(EndValue(EndRow(0.0f, 1.0f, true, std::log(3.0f)), 2.0f), 0.5f, 1e-6f);
+  // A sink of -inf adds nothing.
+  EXPECT_FLOAT_EQ(EndValue(EndRow(0.0f, 2.0f, true, -inf), 3.0f), 1.5f);
+  // NaN rows: a NaN or +inf sink, a NaN sum (a NaN or +inf score), whatever the rest.
+  for (const RowEnd end : {EndRow(0.0f, 1.0f, true, NAN), EndRow(0.0f, 1.0f, true, inf),
+                           EndRow(0.0f, NAN, false, 0.0f), EndRow(-inf, NAN, false, 0.0f),
+                           EndRow(-inf, 0.0f, true, NAN)}) {
+    EXPECT_TRUE(std::isnan(EndValue(end, 1.0f)));
+    EXPECT_TRUE(std::isnan(EndValue(end, 0.0f)));
+  }
+  // Zero rows: every score -inf (or no key), with or without a finite sink, whatever the
+  // unnormalized value holds (0 * inf from a value row).
+  for (const RowEnd end : {EndRow(-inf, 0.0f, false, 0.0f), EndRow(-inf, 0.0f, true, 2.0f)}) {
+    EXPECT_EQ(EndValue(end, NAN), 0.0f);
+    EXPECT_EQ(EndValue(end, inf), 0.0f);
+  }
 }
 
 }  // namespace
