@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp),
-# then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp).
+# then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp), then sparse
+# MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp).
 # Usage: scripts/fuzz.sh [SECONDS]      (default 60; a quarter of it, at least 1 s, for the paged
-#                                        fuzzer)
+#                                        fuzzer, and a quarter for the sparse MLA one)
 #
 # Builds libattnrt, the cpu_x86 plugin and the fuzzer with Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
@@ -63,7 +64,8 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
   -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer attnrt_cpu_x86
+cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer sparse_mla_fuzzer \
+  attnrt_cpu_x86 attnrt_sparse_mla
 
 # ---- fuzz -------------------------------------------------------------------------------------------
 artifacts="${ATTNRT_FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}"
@@ -102,6 +104,8 @@ fuzz() {
 }
 
 paged_seconds=$((seconds / 4 > 0 ? seconds / 4 : 1))
-fuzz gqa_fuzzer corpus "$((seconds - paged_seconds > 0 ? seconds - paged_seconds : 1))"
+gqa_seconds=$((seconds - 2 * paged_seconds > 0 ? seconds - 2 * paged_seconds : 1))
+fuzz gqa_fuzzer corpus "$gqa_seconds"
 fuzz paged_gqa_fuzzer paged_corpus "$paged_seconds"
+fuzz sparse_mla_fuzzer sparse_mla_corpus "$paged_seconds"
 echo "fuzz: no crash"

@@ -18,7 +18,10 @@
 //     selected candidate <=> plan succeeds and picks that kernel; no selected one => UNSUPPORTED;
 //   - planning the same tensors again returns the same kernel from the op's plan cache;
 //   - run with the planned tensors never reports PLAN_MISMATCH; a run with a too small or
-//     misaligned workspace fails; a failing run leaves every output byte untouched.
+//     misaligned workspace fails; a failing run leaves every output byte untouched;
+//   - every other GQA kernel that accepts a call that ran gives the same answer on the same inputs,
+//     NaN and infinities included (fuzz_agreement.h; float32 values of amplitude <= 4 with at most
+//     one NaN or inf per input, the padded rows of a windowed first prompt aside).
 //
 // Seeds: GQA_FUZZER_WRITE_SEEDS=DIR ./gqa_fuzzer -runs=0 searches deterministic sparse inputs (and
 // the files in GQA_FUZZER_SEED_SOURCE=DIR2, e.g. a campaign's corpus, for the rare classes) and
@@ -41,6 +44,7 @@
 
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/gqa.h"
+#include "fuzz_agreement.h"
 
 namespace {
 
@@ -932,6 +936,14 @@ constexpr int32_t kMultiThreads = 3;
 attnrt_runtime* g_runtime = nullptr;
 attnrt_runtime* g_runtime_mt = nullptr;
 
+struct Stats {
+  uint64_t cases = 0, created = 0, planned = 0, ran = 0, compared = 0;
+};
+Stats g_stats;
+
+// The same thread counts, each runtime pinned to one GQA kernel (cross-kernel agreement).
+fuzz_agreement::PinnedRuntimes g_pinned, g_pinned_mt;
+
 struct Outcome {
   bool created = false;
   bool planned = false;
@@ -1005,6 +1017,73 @@ void RunPlan(Case& k, std::vector<Buffer>& buffers, attnrt_plan* plan, const att
                status);
   }
   outcome->ran = status == ATTNRT_OK;
+}
+
+// Whether a call's outputs are one answer for every kernel: values of modest amplitude (larger
+// ones make near-ties whose winner depends on rounding), at most NaN or inf as special values
+// (FLT_MAX and -1e30 overflow in some summation orders only), a size worth running six times.
+// 16-bit float tensors are out: Fill gives them random bit patterns, up to 3e38, whose products
+// overflow in some summation orders only (quantized codes stay within code * scale).
+bool Comparable(const Case& k, const std::vector<Buffer>& buffers) {
+  uint64_t bytes = 0;
+  for (const Buffer& b : buffers) bytes += b.size;
+  for (const TensorSpec& t : k.slot) {
+    if (t.present && t.dtype.bits == 16 &&
+        (t.dtype.code == kF16.code || t.dtype.code == kBF16.code)) {
+      return false;
+    }
+  }
+  const int special = k.specials == 0 ? 0 : 1 + (k.specials - 1) % 6;
+  return k.op_kind == ATTNRT_OP_GQA && !k.null_input_array && !k.null_output_array &&
+         k.mismatch_mode == 0 && k.amplitude <= 4.0f && (special <= 3 || special == 6) &&
+         bytes <= (uint64_t{1} << 20) && k.slot[Out(ATTNRT_GQA_OUTPUT_OUTPUT)].backed;
+}
+
+// Runs the call again on every GQA kernel that accepts it, from the input bytes the first run saw,
+// and compares output (rows a windowed first prompt pads are path-dependent by design:
+// gqa-semantics.md) and the present rows (bitwise) with the first run's.
+void CheckAgreement(Case& k, std::vector<Buffer>& buffers,
+                    const std::vector<std::vector<unsigned char>>& snapshot, const void* attributes,
+                    const attnrt_tensor* const* in, const attnrt_tensor* const* out) {
+  const TensorSpec& o = k.slot[Out(ATTNRT_GQA_OUTPUT_OUTPUT)];
+  const int64_t count = o.dtype.bits == 32 || o.dtype.bits == 16 ? o.bytes * 8 / o.dtype.bits : 0;
+  if (count == 0 || o.shape.size() != 3 || k.seqlens.empty()) return;
+  const int64_t S = o.shape[1], row = o.shape[2];
+  const bool padded = S == k.total_sequence_length && k.attributes.local_window_size >= 0;
+  std::vector<fuzz_agreement::Output> compared;
+  compared.push_back({"output", buffers[static_cast<size_t>(o.buffer)].bytes.get() + o.start, count,
+                      o.dtype.bits, o.dtype.code == kBF16.code, [&](int64_t i) {
+                        const int64_t b = i / (S * row), s = i / row % S;
+                        const int64_t valid = k.seqlens[static_cast<size_t>(b) % k.seqlens.size()];
+                        return !padded || row == 0 || s <= valid;
+                      }});
+  for (int p : {ATTNRT_GQA_OUTPUT_PRESENT_KEY, ATTNRT_GQA_OUTPUT_PRESENT_VALUE}) {
+    const TensorSpec& t = k.slot[Out(p)];
+    if (!t.present || !t.backed) continue;
+    compared.push_back({p == ATTNRT_GQA_OUTPUT_PRESENT_KEY ? "present_key" : "present_value",
+                        buffers[static_cast<size_t>(t.buffer)].bytes.get() + t.start,
+                        static_cast<int64_t>(t.bytes), 8, false, nullptr});
+  }
+  ++g_stats.compared;
+  const auto first = fuzz_agreement::Save(compared);
+  const double tolerance = o.dtype.bits == 32 ? 1e-3 : 2e-2;
+  const fuzz_agreement::PinnedRuntimes& pinned = k.multi_threaded ? g_pinned_mt : g_pinned;
+  for (size_t r = 0; r < pinned.runtimes.size(); ++r) {
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      if (!snapshot[b].empty())
+        std::memcpy(buffers[b].bytes.get(), snapshot[b].data(), snapshot[b].size());
+    }
+    const attnrt_status st = fuzz_agreement::PlanAndRun(pinned.runtimes[r], k.op_kind, attributes,
+                                                        in, k.num_inputs, out, k.num_outputs);
+    if (st == ATTNRT_ERROR_UNSUPPORTED) continue;
+    FUZZ_CHECK(st == ATTNRT_OK, pinned.kernels[r].c_str(), st);
+    const std::string differs = fuzz_agreement::Compare(compared, first, tolerance);
+    if (!differs.empty()) {
+      std::fprintf(stderr, "\n==== %s disagrees with the first kernel: %s\n",
+                   pinned.kernels[r].c_str(), differs.c_str());
+      Fail("cross-kernel agreement", pinned.kernels[r].c_str(), st);
+    }
+  }
 }
 
 Outcome RunCase(const uint8_t* data, size_t size) {
@@ -1155,7 +1234,13 @@ Outcome RunCase(const uint8_t* data, size_t size) {
       "attnrt_op_plan (again: same kernel and workspace)", replanned);
 
   // ---- run ----
+  const bool compared = Comparable(k, buffers);
+  std::vector<std::vector<unsigned char>> snapshot;
+  if (compared) {
+    for (const Buffer& b : buffers) snapshot.emplace_back(b.bytes.get(), b.bytes.get() + b.size);
+  }
   RunPlan(k, buffers, plan, info, inputs, outputs, &outcome);
+  if (compared && outcome.ran) CheckAgreement(k, buffers, snapshot, attributes.get(), in, out);
   return outcome;
 }
 
@@ -1265,17 +1350,16 @@ void WriteSeeds(const char* dir) {
 }
 
 // GQA_FUZZER_STATS=1: how far the inputs got, printed at exit.
-struct Stats {
-  uint64_t cases = 0, created = 0, planned = 0, ran = 0;
-};
-Stats g_stats;
 
 void PrintStats() {
-  std::fprintf(stderr, "gqa_fuzzer stats: %llu cases, %llu ops created, %llu planned, %llu ran\n",
+  std::fprintf(stderr,
+               "gqa_fuzzer stats: %llu cases, %llu ops created, %llu planned, %llu ran, %llu "
+               "compared across kernels\n",
                static_cast<unsigned long long>(g_stats.cases),
                static_cast<unsigned long long>(g_stats.created),
                static_cast<unsigned long long>(g_stats.planned),
-               static_cast<unsigned long long>(g_stats.ran));
+               static_cast<unsigned long long>(g_stats.ran),
+               static_cast<unsigned long long>(g_stats.compared));
 }
 
 }  // namespace
@@ -1292,6 +1376,8 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
       std::exit(1);
     }
   }
+  g_pinned.Create(ATTNRT_OP_GQA, 1);
+  g_pinned_mt.Create(ATTNRT_OP_GQA, kMultiThreads);
   // Without a kernel only validation would be fuzzed: refuse, unless asked for explicitly.
   size_t plugins = 0;
   attnrt_runtime_plugin_count(g_runtime, &plugins);
