@@ -139,8 +139,10 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
         if (s.lse[k] != -kInf) o += std::exp(s.lse[k] - lse) * s.out[k * kD + d];
       }
       const double want = whole.out[k * kD + d];
-      // Each shard's output is rounded to bf16 once more than the whole call's.
-      if (!(std::fabs(o - want) <= 8e-3 + 1.6e-2 * std::fabs(want)) && bad++ < 4) {
+      // Each shard rounds its P (relative to its own max) and its output to bf16 on its own: up to
+      // 2^-9 of the values' magnitude (about 2) per term, so 3e-2 absolute. The LSE check above is
+      // the sharp one (a wrong weight for an empty shard moves it by far more than 1e-4).
+      if (!(std::fabs(o - want) <= 3e-2 + 1.6e-2 * std::fabs(want)) && bad++ < 4) {
         ADD_FAILURE() << where << ", d " << d << ": merged " << o << ", whole " << want;
       }
     }
