@@ -81,12 +81,19 @@ Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tenso
     out->shape.push_back(extent);
   }
   if (tensor->strides != nullptr) {
-    // Compact strides are the same as NULL; anything else is kept so validation can name it.
+    // Compact strides are the same as NULL; anything else is kept so validation can name it. Next
+    // to a zero extent, the other extents may multiply past int64 ({0, 2^63-1, 2^63-1}): no int64
+    // stride equals such a product, so the tensor is not compact.
     int64_t expected = 1;
+    bool representable = true;
     bool compact = true;
     for (int32_t d = tensor->ndim - 1; d >= 0; --d) {
-      if (tensor->shape[d] != 1 && tensor->strides[d] != expected) compact = false;
-      expected *= tensor->shape[d];
+      if (tensor->shape[d] != 1 && (!representable || tensor->strides[d] != expected)) {
+        compact = false;
+      }
+      if (representable && __builtin_mul_overflow(expected, tensor->shape[d], &expected)) {
+        representable = false;
+      }
     }
     if (!compact) out->strides.assign(tensor->strides, tensor->strides + tensor->ndim);
   }

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/test_support.h"
 
@@ -265,6 +267,44 @@ TEST_F(AbiArgsTest, BadOptionValuesAreInvalidArguments) {
   ExpectError(attnrt_runtime_create(&options, &runtime), ATTNRT_ERROR_INVALID_ARGUMENT,
               "plugin_paths");
   RuntimePtr owner(runtime);
+}
+
+// A tensor without elements may have extents whose product exceeds int64 ({0, 2^63-1, 2^63-1}):
+// reading its strides must not overflow (signed overflow aborts the sanitizer build), and each
+// entry point rejects it naming the input.
+TEST_F(AbiArgsTest, ExtentsWhoseProductOverflowsAreRejectedByName) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::vector<std::vector<int64_t>> shapes = {
+      {0, kMax, kMax}, {0, int64_t{1} << 40, int64_t{1} << 40}, {kMax, kMax, 0}};
+  const std::vector<std::vector<int64_t>> strides = {{1, 1, 1}, {kMax, kMax, 1}};
+  for (const auto& shape : shapes) {
+    for (const auto& stride : strides) {
+      SCOPED_TRACE("shape " + std::to_string(shape[0]) + "," + std::to_string(shape[1]) + "," +
+                   std::to_string(shape[2]) + " strides " + std::to_string(stride[0]) + "," +
+                   std::to_string(stride[1]) + "," + std::to_string(stride[2]));
+      attnrt_tensor query = *tensors_.Inputs()[ATTNRT_GQA_INPUT_QUERY];
+      query.data = nullptr;
+      query.shape = shape.data();
+      query.strides = stride.data();
+      std::vector<const attnrt_tensor*> inputs(tensors_.Inputs(),
+                                               tensors_.Inputs() + ATTNRT_GQA_NUM_INPUTS);
+      inputs[ATTNRT_GQA_INPUT_QUERY] = &query;
+      attnrt_plan* plan = nullptr;
+      ExpectError(attnrt_op_plan(op_.get(), inputs.data(), inputs.size(), tensors_.Outputs(),
+                                 ATTNRT_GQA_NUM_OUTPUTS, &plan),
+                  ATTNRT_ERROR_INVALID_ARGUMENT, "query");
+      PlanPtr plan_owner(plan);
+      attnrt_explanation* e = nullptr;
+      ExpectError(attnrt_op_explain(op_.get(), inputs.data(), inputs.size(), tensors_.Outputs(),
+                                    ATTNRT_GQA_NUM_OUTPUTS, &e),
+                  ATTNRT_ERROR_INVALID_ARGUMENT, "query");
+      ExplanationPtr e_owner(e);
+      ExpectError(attnrt_plan_run(plan_.get(), inputs.data(), inputs.size(), tensors_.Outputs(),
+                                  ATTNRT_GQA_NUM_OUTPUTS, nullptr, 0, nullptr),
+                  shape[0] == 0 ? ATTNRT_ERROR_PLAN_MISMATCH : ATTNRT_ERROR_INVALID_ARGUMENT,
+                  "query");
+    }
+  }
 }
 
 TEST_F(AbiArgsTest, UnknownOpKindIsRejected) {
