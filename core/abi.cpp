@@ -1,6 +1,8 @@
 // The C ABI entry points of libattnrt.so (attnrt.h). Each one validates its arguments, runs inside
 // a guard that turns every exception into a status, and records the message for the calling thread.
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -101,18 +103,41 @@ ATTNRT_API void attnrt_abi_version(uint32_t* major, uint32_t* minor) {
   if (minor != nullptr) *minor = ATTNRT_ABI_VERSION_MINOR;
 }
 
-ATTNRT_API void attnrt_runtime_options_init(attnrt_runtime_options* options) {
-  if (options == nullptr) return;
-  options->struct_size = sizeof(attnrt_runtime_options);
-  options->plugin_paths = nullptr;
-  options->num_plugin_paths = 0;
-  options->search_default_paths = 1;
-  options->kernel = nullptr;
-  options->disable = nullptr;
-  options->debug = -1;
-  options->num_threads = 0;
-  options->log_fn = nullptr;
-  options->log_user_data = nullptr;
+ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
+                                                  size_t struct_size) {
+  if (options == nullptr || struct_size < sizeof(size_t)) return;
+  // Each default is written only when the caller's struct holds the whole field.
+  attnrt_runtime_options defaults{};
+  defaults.struct_size = std::min(struct_size, sizeof(attnrt_runtime_options));
+  defaults.search_default_paths = 1;
+  defaults.debug = -1;
+  defaults.plan_cache_size = -1;
+  size_t covered = 0;
+  auto fits = [&](size_t end) {
+    if (end > defaults.struct_size) return;
+    covered = end;
+  };
+#define ATTNRT_FIELD_END(field) \
+  (offsetof(attnrt_runtime_options, field) + sizeof(attnrt_runtime_options::field))
+  fits(ATTNRT_FIELD_END(struct_size));
+  fits(ATTNRT_FIELD_END(plugin_paths));
+  fits(ATTNRT_FIELD_END(num_plugin_paths));
+  fits(ATTNRT_FIELD_END(search_default_paths));
+  fits(ATTNRT_FIELD_END(kernel));
+  fits(ATTNRT_FIELD_END(disable));
+  fits(ATTNRT_FIELD_END(debug));
+  fits(ATTNRT_FIELD_END(num_threads));
+  fits(ATTNRT_FIELD_END(log_fn));
+  fits(ATTNRT_FIELD_END(log_user_data));
+  fits(ATTNRT_FIELD_END(plan_cache_size));
+#undef ATTNRT_FIELD_END
+  std::memcpy(options, &defaults, covered);
+}
+
+// ABI 1.0 and 1.1 callers have a struct that ends at log_user_data.
+ATTNRT_API void(attnrt_runtime_options_init)(attnrt_runtime_options* options) {
+  attnrt_runtime_options_init_sized(
+      options, offsetof(attnrt_runtime_options, log_user_data) + sizeof(void*));
 }
 
 ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* options,
@@ -308,6 +333,18 @@ ATTNRT_API attnrt_status attnrt_op_plan_cache_stats(const attnrt_op* op, uint64_
     ATTNRT_REQUIRE(out_hits);
     ATTNRT_REQUIRE(out_misses);
     op->impl->CacheStats(out_hits, out_misses);
+    return Status::Ok();
+  });
+}
+
+ATTNRT_API attnrt_status attnrt_op_plan_cache_info(const attnrt_op* op,
+                                                   attnrt_plan_cache_info* out_info) {
+  return Guard([&]() -> Status {
+    ATTNRT_REQUIRE(op);
+    ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
+    const size_t struct_size = out_info->struct_size;
+    *out_info = op->impl->CacheInfo();
+    out_info->struct_size = struct_size;
     return Status::Ok();
   });
 }

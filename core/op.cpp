@@ -185,10 +185,9 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
   const std::vector<int64_t> key = signature.Key();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
+    if (auto cached = Lookup(key)) {
       ++hits_;
-      *out = it->second;
+      *out = std::move(cached);
       return Status::Ok();
     }
   }
@@ -203,10 +202,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     if (runtime_->config().debug) {
       runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description + " kernel=core");
     }
-    std::lock_guard<std::mutex> lock(mutex_);
     ++misses_;
-    auto [it, inserted] = cache_.emplace(key, plan);
-    *out = inserted ? std::shared_ptr<const PlanImpl>(plan) : it->second;
+    *out = Insert(key, std::move(plan));
     return Status::Ok();
   }
 
@@ -231,12 +228,46 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
                                         " kernel=" + plan->kernel->name +
                                         " workspace=" + std::to_string(plan->workspace_size));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
   ++misses_;
-  // Another thread may have planned the same signature meanwhile; both plans are equivalent.
-  auto [it, inserted] = cache_.emplace(key, plan);
-  *out = inserted ? std::shared_ptr<const PlanImpl>(plan) : it->second;
+  *out = Insert(key, std::move(plan));
   return Status::Ok();
+}
+
+std::shared_ptr<const PlanImpl> OpImpl::Lookup(const Key& key) {
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return nullptr;
+  recency_.splice(recency_.begin(), recency_, it->second.recency);
+  return it->second.plan;
+}
+
+std::shared_ptr<const PlanImpl> OpImpl::Insert(const Key& key,
+                                               std::shared_ptr<const PlanImpl> plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (capacity_ == 0) return plan;
+  // Another thread may have planned the same signature meanwhile; both plans are equivalent.
+  if (auto cached = Lookup(key)) return cached;
+  const auto it = cache_.emplace(key, CacheEntry{plan, {}}).first;
+  recency_.push_front(&it->first);
+  it->second.recency = recency_.begin();
+  while (cache_.size() > capacity_) {
+    const auto victim = cache_.find(*recency_.back());
+    recency_.pop_back();
+    cache_.erase(victim);
+    ++evictions_;
+  }
+  return plan;
+}
+
+attnrt_plan_cache_info OpImpl::CacheInfo() const {
+  attnrt_plan_cache_info info{};
+  info.struct_size = sizeof(info);
+  std::lock_guard<std::mutex> lock(mutex_);
+  info.hits = hits_.load();
+  info.misses = misses_.load();
+  info.evictions = evictions_.load();
+  info.size = cache_.size();
+  info.capacity = capacity_;
+  return info;
 }
 
 Status OpImpl::Explain(const TensorList& inputs, const TensorList& outputs,

@@ -1,10 +1,12 @@
 // Ops and plans: an op is validated attributes bound to a runtime; a plan is a
 // validated shape signature with its chosen kernel and workspace size. Plans are cached per op by
-// signature, so a decode loop over fixed-shape buffers plans once.
+// signature, so a decode loop over fixed-shape buffers plans once; the cache keeps the runtime's
+// plan_cache_size plans, the least recently used dropped first.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,7 +58,9 @@ class PlanImpl {
 class OpImpl {
  public:
   OpImpl(std::shared_ptr<RuntimeState> runtime, std::shared_ptr<const OpFamily> family)
-      : runtime_(std::move(runtime)), family_(std::move(family)) {}
+      : runtime_(std::move(runtime)),
+        family_(std::move(family)),
+        capacity_(runtime_->config().plan_cache_size) {}
 
   Status Plan(const TensorList& inputs, const TensorList& outputs,
               std::shared_ptr<const PlanImpl>* out);
@@ -67,17 +71,32 @@ class OpImpl {
     *hits = hits_.load();
     *misses = misses_.load();
   }
+  attnrt_plan_cache_info CacheInfo() const;
 
  private:
   Status Prepare(const TensorList& inputs, const TensorList& outputs, Signature* signature,
                  std::unique_ptr<Problem>* problem) const;
 
+  using Key = std::vector<int64_t>;
+  struct CacheEntry {
+    std::shared_ptr<const PlanImpl> plan;
+    std::list<const Key*>::iterator recency;  // its place in recency_
+  };
+  // The cached plan of `key` (marked most recently used), or null. Caller holds mutex_.
+  std::shared_ptr<const PlanImpl> Lookup(const Key& key);
+  // Caches `plan` under `key` unless another thread did meanwhile, then drops the least recently
+  // used plans beyond capacity; returns the plan cached under `key` (or `plan` with capacity 0).
+  std::shared_ptr<const PlanImpl> Insert(const Key& key, std::shared_ptr<const PlanImpl> plan);
+
   std::shared_ptr<RuntimeState> runtime_;
   std::shared_ptr<const OpFamily> family_;
-  std::mutex mutex_;
-  std::map<std::vector<int64_t>, std::shared_ptr<const PlanImpl>> cache_;
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::map<Key, CacheEntry> cache_;
+  std::list<const Key*> recency_;  // keys of cache_, most recently used first
   std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> evictions_{0};
 };
 
 // Checks the generic well-formedness of every tensor (ndim range, shape pointer, extents) and

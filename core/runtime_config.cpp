@@ -78,6 +78,17 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
     return InvalidArgument("options.debug: expected -1, 0 or 1, got " +
                            std::to_string(options->debug));
   }
+  // Fields of ABI 1.2: read only when the caller's struct holds them.
+  const int32_t plan_cache_size =
+      options->struct_size >= offsetof(attnrt_runtime_options, plan_cache_size) + sizeof(int32_t)
+          ? options->plan_cache_size
+          : -1;
+  if (plan_cache_size < -1) {
+    return InvalidArgument(
+        "options.plan_cache_size: expected -1 (default), 0 (no cache) or a "
+        "number of plans, got " +
+        std::to_string(plan_cache_size));
+  }
   if (options->num_threads < 0 || options->num_threads > kMaxThreads) {
     return InvalidArgument("options.num_threads: expected 0 (default) to " +
                            std::to_string(kMaxThreads) + ", got " +
@@ -139,6 +150,18 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
   }
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   config.num_threads = threads;
+
+  if (plan_cache_size >= 0) {
+    config.plan_cache_size = static_cast<size_t>(plan_cache_size);
+  } else if (const char* env = Env("ATTNRT_PLAN_CACHE_SIZE")) {
+    int parsed = 0;
+    if (ParseInt(env, &parsed) && parsed >= 0) {
+      config.plan_cache_size = static_cast<size_t>(parsed);
+    } else {
+      warnings->push_back("ATTNRT_PLAN_CACHE_SIZE: expected an integer >= 0, got \"" +
+                          std::string(env) + "\"; using " + std::to_string(kDefaultPlanCacheSize));
+    }
+  }
   config.log = {options->log_fn, options->log_user_data};
   *out = std::move(config);
   return Status::Ok();

@@ -21,6 +21,8 @@ struct GlobList {
   const std::string* Match(const std::string& name) const;
 };
 
+constexpr size_t kDefaultPlanCacheSize = 64;
+
 struct RuntimeConfig {
   std::vector<std::string> plugin_paths;  // in search order
   std::vector<std::string> path_sources;  // where each path came from, for diagnostics
@@ -28,6 +30,7 @@ struct RuntimeConfig {
   GlobList disabled;
   bool debug = false;
   int num_threads = 1;
+  size_t plan_cache_size = kDefaultPlanCacheSize;  // plans each op keeps
   LogSink log;
 };
 

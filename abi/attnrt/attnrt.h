@@ -188,10 +188,25 @@ typedef struct attnrt_runtime_options {
   /** Where log lines go; NULL (default) = stderr. */
   attnrt_log_fn log_fn;
   void* log_user_data;
+  /** Plans each op keeps in its cache, the least recently used dropped first (ABI 1.2); 0 keeps
+   *  none (every attnrt_op_plan makes a plan); -1 (default) = ATTNRT_PLAN_CACHE_SIZE, else 64. */
+  int32_t plan_cache_size;
 } attnrt_runtime_options;
 
-/** Sets struct_size and every default. */
-ATTNRT_API void attnrt_runtime_options_init(attnrt_runtime_options* options);
+/**
+ * Sets struct_size to `struct_size` and every default the first `struct_size` bytes hold; writes
+ * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init.
+ */
+ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
+                                                  size_t struct_size);
+
+/** Sets struct_size and every default of the struct as the caller's header declares it. */
+#define attnrt_runtime_options_init(options) \
+  attnrt_runtime_options_init_sized((options), sizeof(*(options)))
+
+/** The function of ABI 1.0 and 1.1, kept for programs built against them: fills the fields up to
+ *  log_user_data only. `(attnrt_runtime_options_init)(options)` calls it. */
+ATTNRT_API void(attnrt_runtime_options_init)(attnrt_runtime_options* options);
 
 /**
  * Creates a runtime: discovers plugins (options paths, ATTNRT_PLUGIN_PATH, attnrt/plugins beside
@@ -346,6 +361,20 @@ ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor*
 /** Plan-cache counters of an op: hits return an existing plan, misses made a new one. */
 ATTNRT_API attnrt_status attnrt_op_plan_cache_stats(const attnrt_op* op, uint64_t* out_hits,
                                                     uint64_t* out_misses);
+
+/** An op's plan cache (ABI 1.2). */
+typedef struct attnrt_plan_cache_info {
+  size_t struct_size;
+  uint64_t hits;      /* attnrt_op_plan calls answered with a cached plan */
+  uint64_t misses;    /* attnrt_op_plan calls that made a new plan */
+  uint64_t evictions; /* plans dropped to keep at most capacity (plans in use stay valid) */
+  uint64_t size;      /* plans cached now */
+  uint64_t capacity;  /* the most plans kept: the runtime's plan_cache_size */
+} attnrt_plan_cache_info;
+
+/** Errors: INVALID_ARGUMENT (NULL), ABI_MISMATCH when out_info->struct_size is too small. */
+ATTNRT_API attnrt_status attnrt_op_plan_cache_info(const attnrt_op* op,
+                                                   attnrt_plan_cache_info* out_info);
 
 /* ---- Explain --------------------------------------------------------------------------------- */
 

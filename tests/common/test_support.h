@@ -71,6 +71,7 @@ class CleanAttnrtEnv {
   ScopedEnv disable_{"ATTNRT_DISABLE", std::nullopt};
   ScopedEnv debug_{"ATTNRT_DEBUG", std::nullopt};
   ScopedEnv threads_{"ATTNRT_NUM_THREADS", std::nullopt};
+  ScopedEnv plan_cache_size_{"ATTNRT_PLAN_CACHE_SIZE", std::nullopt};
 };
 
 // ---- seed

@@ -2,6 +2,8 @@
 // with a log callback. Variables are set in code (ScopedEnv) before the runtime is created.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -207,6 +209,35 @@ TEST_F(EnvOptionsTest, OptionsInitSetsDefaults) {
   EXPECT_EQ(options.num_threads, 0);
   EXPECT_EQ(options.log_fn, nullptr);
   EXPECT_EQ(options.log_user_data, nullptr);
+  EXPECT_EQ(options.plan_cache_size, -1);
+}
+
+// The entry point of ABI 1.1 (programs built before plan_cache_size) writes nothing past the 1.1
+// struct; the sized one nothing past the size it is given.
+TEST_F(EnvOptionsTest, OptionsInitWritesNoMoreThanTheCallersStruct) {
+  constexpr size_t kAbi11Size = offsetof(attnrt_runtime_options, log_user_data) + sizeof(void*);
+  unsigned char buffer[sizeof(attnrt_runtime_options) + 16];
+  std::memset(buffer, 0xAB, sizeof(buffer));
+  auto* options = reinterpret_cast<attnrt_runtime_options*>(buffer);
+  (attnrt_runtime_options_init)(options);
+  EXPECT_EQ(options->struct_size, kAbi11Size);
+  EXPECT_EQ(options->debug, -1);
+  EXPECT_EQ(options->log_user_data, nullptr);
+  for (size_t i = kAbi11Size; i < sizeof(buffer); ++i) {
+    ASSERT_EQ(buffer[i], 0xAB) << "byte " << i << " past the ABI 1.1 struct was written";
+  }
+  // The runtime takes it, with the default plan cache.
+  attnrt_runtime* runtime = nullptr;
+  ASSERT_EQ(attnrt_runtime_create(options, &runtime), ATTNRT_OK) << attnrt_last_error_message();
+  RuntimePtr owner(runtime);
+
+  std::memset(buffer, 0xAB, sizeof(buffer));
+  attnrt_runtime_options_init_sized(options, offsetof(attnrt_runtime_options, debug));
+  EXPECT_EQ(options->struct_size, offsetof(attnrt_runtime_options, debug));
+  EXPECT_EQ(options->disable, nullptr);
+  for (size_t i = offsetof(attnrt_runtime_options, debug); i < sizeof(buffer); ++i) {
+    ASSERT_EQ(buffer[i], 0xAB) << "byte " << i << " past the given size was written";
+  }
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // Plan cache: identical shape signatures return the cached plan, other shapes make new plans, run
 // rejects tensors the plan was not made for, and a decode loop over a shared past/present buffer
-// plans exactly once.
+// plans exactly once. The cache keeps plan_cache_size plans (option, else ATTNRT_PLAN_CACHE_SIZE,
+// else 64), dropping the least recently used.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -238,6 +240,187 @@ TEST_F(PlanCacheTest, DecodeLoopWithSharedBufferPlansOnce) {
   const Stats s = CacheStats(op.get());
   EXPECT_EQ(s.misses, 1u);
   EXPECT_EQ(s.hits, 19u);
+}
+
+attnrt_plan_cache_info CacheInfo(const attnrt_op* op) {
+  attnrt_plan_cache_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  const attnrt_status st = attnrt_op_plan_cache_info(op, &info);
+  EXPECT_EQ(st, ATTNRT_OK) << LastError(st);
+  return info;
+}
+
+// A prompt of `seq` tokens: one shape signature per length.
+GqaTensors PromptOf(int64_t seq, std::mt19937_64& rng) {
+  SimpleGqa g;
+  g.seq = seq;
+  g.total = seq;
+  return MakeGqaTensors(g, rng);
+}
+
+class BoundedPlanCacheTest : public PlanCacheTest {
+ protected:
+  OpPtr MakeOpWithCache(int32_t plan_cache_size) {
+    attnrt_runtime_options options = DefaultOptions();
+    options.plan_cache_size = plan_cache_size;
+    runtime_ = CreateRuntime(options);
+    return runtime_ ? MakeOp(2, 1) : nullptr;
+  }
+};
+
+TEST_F(BoundedPlanCacheTest, LeastRecentlyUsedPlanIsDropped) {
+  OpPtr op = MakeOpWithCache(2);
+  ASSERT_TRUE(op);
+  GqaTensors a = PromptOf(3, rng_), b = PromptOf(4, rng_), c = PromptOf(5, rng_);
+  PlanPtr pa = Plan(op.get(), a);
+  PlanPtr pb = Plan(op.get(), b);
+  ASSERT_TRUE(Plan(op.get(), a));  // a is now the most recently used
+  PlanPtr pc = Plan(op.get(), c);  // drops b
+  ASSERT_TRUE(pa && pb && pc);
+  attnrt_plan_cache_info info = CacheInfo(op.get());
+  EXPECT_EQ(info.hits, 1u);
+  EXPECT_EQ(info.misses, 3u);
+  EXPECT_EQ(info.evictions, 1u);
+  EXPECT_EQ(info.size, 2u);
+  EXPECT_EQ(info.capacity, 2u);
+
+  ASSERT_TRUE(Plan(op.get(), a));  // kept
+  ASSERT_TRUE(Plan(op.get(), c));  // kept
+  info = CacheInfo(op.get());
+  EXPECT_EQ(info.hits, 3u);
+  EXPECT_EQ(info.misses, 3u);
+  ASSERT_TRUE(Plan(op.get(), b));  // dropped: planned again, which drops a
+  info = CacheInfo(op.get());
+  EXPECT_EQ(info.misses, 4u);
+  EXPECT_EQ(info.evictions, 2u);
+  EXPECT_EQ(info.size, 2u);
+
+  // The old counters agree, and a dropped plan still runs for the reference its caller holds.
+  const Stats s = CacheStats(op.get());
+  EXPECT_EQ(s.hits, info.hits);
+  EXPECT_EQ(s.misses, info.misses);
+  EXPECT_EQ(RunPlan(pb.get(), b), ATTNRT_OK) << attnrt_last_error_message();
+  EXPECT_EQ(RunPlan(pa.get(), a), ATTNRT_OK) << attnrt_last_error_message();
+}
+
+TEST_F(BoundedPlanCacheTest, SizeZeroKeepsNoPlan) {
+  OpPtr op = MakeOpWithCache(0);
+  ASSERT_TRUE(op);
+  GqaTensors t = PromptOf(4, rng_);
+  PlanPtr first = Plan(op.get(), t);
+  PlanPtr second = Plan(op.get(), t);
+  ASSERT_TRUE(first && second);
+  const attnrt_plan_cache_info info = CacheInfo(op.get());
+  EXPECT_EQ(info.hits, 0u);
+  EXPECT_EQ(info.misses, 2u);
+  EXPECT_EQ(info.size, 0u);
+  EXPECT_EQ(info.capacity, 0u);
+  EXPECT_EQ(RunPlan(first.get(), t), ATTNRT_OK) << attnrt_last_error_message();
+  EXPECT_EQ(RunPlan(second.get(), t), ATTNRT_OK) << attnrt_last_error_message();
+}
+
+// Without a bound, an op planning ever new shapes (a decode whose present output grows each step)
+// kept every plan: the first shape stayed cached however many came after it.
+TEST_F(PlanCacheTest, DefaultCacheDropsOldShapes) {
+  OpPtr op = MakeOp(2, 1);
+  ASSERT_TRUE(op);
+  GqaTensors first = PromptOf(1, rng_);
+  ASSERT_TRUE(Plan(op.get(), first));
+  for (int64_t seq = 2; seq <= 65; ++seq) {
+    GqaTensors t = PromptOf(seq, rng_);
+    ASSERT_TRUE(Plan(op.get(), t)) << "S = " << seq;
+  }
+  Stats before = CacheStats(op.get());
+  ASSERT_TRUE(Plan(op.get(), first));
+  Stats after = CacheStats(op.get());
+  EXPECT_EQ(after.misses, before.misses + 1) << "the first of 65 shapes is still cached";
+  const attnrt_plan_cache_info info = CacheInfo(op.get());
+  EXPECT_EQ(info.capacity, 64u);
+  EXPECT_EQ(info.size, 64u);
+  EXPECT_EQ(info.evictions, 2u);
+}
+
+TEST_F(PlanCacheTest, SizeFromEnvironmentAndOptionWinsOverIt) {
+  ScopedEnv size("ATTNRT_PLAN_CACHE_SIZE", "3");
+  runtime_ = CreateRuntime();
+  ASSERT_TRUE(runtime_);
+  OpPtr op = MakeOp(2, 1);
+  ASSERT_TRUE(op);
+  EXPECT_EQ(CacheInfo(op.get()).capacity, 3u);
+
+  attnrt_runtime_options options = DefaultOptions();
+  options.plan_cache_size = 5;
+  runtime_ = CreateRuntime(options);
+  ASSERT_TRUE(runtime_);
+  op = MakeOp(2, 1);
+  ASSERT_TRUE(op);
+  EXPECT_EQ(CacheInfo(op.get()).capacity, 5u);
+}
+
+TEST_F(PlanCacheTest, BadEnvironmentSizeWarnsAndKeepsTheDefault) {
+  for (const char* bad : {"-1", "many", "12x"}) {
+    SCOPED_TRACE(bad);
+    ScopedEnv size("ATTNRT_PLAN_CACHE_SIZE", bad);
+    std::vector<std::string> lines;
+    attnrt_runtime_options options = DefaultOptions();
+    options.log_fn = [](void* user, int32_t level, const char* message) {
+      if (level == ATTNRT_LOG_WARNING)
+        static_cast<std::vector<std::string>*>(user)->push_back(message);
+    };
+    options.log_user_data = &lines;
+    runtime_ = CreateRuntime(options);
+    ASSERT_TRUE(runtime_);
+    OpPtr op = MakeOp(2, 1);
+    ASSERT_TRUE(op);
+    EXPECT_EQ(CacheInfo(op.get()).capacity, 64u);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("ATTNRT_PLAN_CACHE_SIZE"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find(bad), std::string::npos) << lines[0];
+  }
+}
+
+TEST_F(PlanCacheTest, NegativeSizeOptionIsRejected) {
+  attnrt_runtime_options options = DefaultOptions();
+  options.plan_cache_size = -2;
+  attnrt_runtime* runtime = nullptr;
+  const attnrt_status st = attnrt_runtime_create(&options, &runtime);
+  RuntimePtr owner(runtime);
+  EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << LastError(st);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("options.plan_cache_size"),
+            std::string::npos)
+      << attnrt_last_error_message();
+}
+
+// A caller built against ABI 1.1 passes a struct that ends at log_user_data: the field after it is
+// not read (a garbage value there would otherwise be rejected), and the cache has its default size.
+TEST_F(PlanCacheTest, OptionsOfAbi11KeepTheDefaultSize) {
+  attnrt_runtime_options options = DefaultOptions();
+  options.struct_size = offsetof(attnrt_runtime_options, log_user_data) + sizeof(void*);
+  options.plan_cache_size = -7;
+  runtime_ = CreateRuntime(options);
+  ASSERT_TRUE(runtime_);
+  OpPtr op = MakeOp(2, 1);
+  ASSERT_TRUE(op);
+  EXPECT_EQ(CacheInfo(op.get()).capacity, 64u);
+}
+
+TEST_F(PlanCacheTest, CacheInfoChecksItsArguments) {
+  OpPtr op = MakeOp(2, 1);
+  ASSERT_TRUE(op);
+  attnrt_plan_cache_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  attnrt_status st = attnrt_op_plan_cache_info(nullptr, &info);
+  EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << LastError(st);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("op"), std::string::npos);
+  st = attnrt_op_plan_cache_info(op.get(), nullptr);
+  EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << LastError(st);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("out_info"), std::string::npos);
+  info.struct_size = sizeof(info) - 1;
+  st = attnrt_op_plan_cache_info(op.get(), &info);
+  EXPECT_EQ(st, ATTNRT_ERROR_ABI_MISMATCH) << LastError(st);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("struct_size"), std::string::npos);
 }
 
 }  // namespace
