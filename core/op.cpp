@@ -1,7 +1,9 @@
 #include "core/op.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 
 #include "core/ops/tensor_checks.h"
@@ -10,6 +12,7 @@ namespace attnrt::core {
 namespace {
 
 constexpr int32_t kMaxRank = 8;
+constexpr size_t kReasonCapacity = 512;
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string text = "[";
@@ -45,6 +48,118 @@ std::string Describe(const OpFamily& family, const Signature& signature) {
     append(family.output_name(i), signature.outputs[i]);
   }
   return text;
+}
+
+// ---- plans for a growing cache (OpFamily::GrowingDims) ----------------------------------------
+
+// Growing extents are planned for the next power of two, at least this; none beyond the maximum.
+constexpr int64_t kMinGrowthCapacity = 16;
+constexpr int64_t kMaxGrowthCapacity = int64_t{1} << 40;
+
+TensorSignature* DimTensor(Signature& s, const DimRef& d) {
+  auto& tensors = d.output ? s.outputs : s.inputs;
+  if (d.index >= tensors.size()) return nullptr;
+  TensorSignature& t = tensors[d.index];
+  return t.present && d.dim >= 0 && static_cast<size_t>(d.dim) < t.shape.size() ? &t : nullptr;
+}
+
+// The capacity a plan of these growing dimensions is made for, or 0 when they cannot grow: a
+// strided tensor among them (its strides follow its extents), or an extent beyond the maximum.
+int64_t GrowthCapacity(Signature s, const std::vector<DimRef>& dims) {
+  int64_t longest = 0;
+  for (const auto& d : dims) {
+    const TensorSignature* t = DimTensor(s, d);
+    if (t == nullptr || !t->strides.empty()) return 0;
+    longest = std::max(longest, t->shape[d.dim]);
+  }
+  if (dims.empty() || longest > kMaxGrowthCapacity) return 0;
+  int64_t capacity = kMinGrowthCapacity;
+  while (capacity < longest) capacity *= 2;
+  return capacity;
+}
+
+Signature WithExtent(Signature s, const std::vector<DimRef>& dims, int64_t extent) {
+  for (const auto& d : dims) {
+    if (TensorSignature* t = DimTensor(s, d)) t->shape[d.dim] = extent;
+  }
+  return s;
+}
+
+// The family's problem for these tensors with every growing extent set to `extent` (compact).
+Status PrepareWithExtent(const OpFamily& family, const TensorList& inputs,
+                         const TensorList& outputs, const std::vector<DimRef>& dims, int64_t extent,
+                         std::unique_ptr<Problem>* out) {
+  struct Copies {
+    std::vector<attnrt_tensor> tensors;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<const attnrt_tensor*> pointers;
+  };
+  auto copy = [](const TensorList& list) {
+    Copies c{std::vector<attnrt_tensor>(list.count), std::vector<std::vector<int64_t>>(list.count),
+             std::vector<const attnrt_tensor*>(list.count)};
+    for (size_t i = 0; i < list.count; ++i) {
+      const attnrt_tensor* t = list.at(i);
+      if (t == nullptr) continue;
+      c.tensors[i] = *t;
+      c.shapes[i].assign(t->shape, t->shape + t->ndim);
+      c.tensors[i].shape = c.shapes[i].data();
+      c.tensors[i].strides = nullptr;
+      c.pointers[i] = &c.tensors[i];
+    }
+    return c;
+  };
+  Copies in = copy(inputs);
+  Copies out_copies = copy(outputs);
+  for (const auto& d : dims) {
+    Copies& c = d.output ? out_copies : in;
+    if (d.index < c.pointers.size() && c.pointers[d.index] != nullptr &&
+        static_cast<size_t>(d.dim) < c.shapes[d.index].size()) {
+      c.shapes[d.index][d.dim] = extent;
+    }
+  }
+  return family.Prepare({in.pointers.data(), in.pointers.size()},
+                        {out_copies.pointers.data(), out_copies.pointers.size()}, out);
+}
+
+// OK when `kernel` accepts `problem` within `workspace` bytes, else why not (PLAN_MISMATCH: these
+// tensors need another plan). `needed` receives the kernel's workspace size.
+Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t workspace,
+                  size_t* needed) {
+  char reason[kReasonCapacity] = {0};
+  int32_t accepted = 0;
+  try {
+    accepted = kernel.desc->supports(kernel.plugin->context, problem.abi(), reason, sizeof(reason));
+  } catch (...) {
+    std::snprintf(reason, sizeof(reason), "supports() threw an exception");
+  }
+  reason[sizeof(reason) - 1] = '\0';
+  if (accepted != 1) {
+    return PlanMismatch("kernel " + kernel.name + " of the plan declines these tensors: " +
+                        (reason[0] != '\0' ? reason : "no reason given") +
+                        "; make a plan for these tensors");
+  }
+  try {
+    *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi());
+  } catch (...) {
+    return Internal("kernel " + kernel.name + ": workspace_size() threw an exception");
+  }
+  if (*needed > workspace) {
+    return PlanMismatch("these tensors need a workspace of " + std::to_string(*needed) +
+                        " bytes, more than the plan's " + std::to_string(workspace) +
+                        "; make a plan for these tensors");
+  }
+  return Status::Ok();
+}
+
+// "past_key, past_value dimension 2 up to 1024" for a plan's description.
+std::string GrowthText(const OpFamily& family, const std::vector<DimRef>& dims, int64_t capacity) {
+  std::string names;
+  for (const auto& d : dims) {
+    if (!names.empty()) names += ", ";
+    names += std::string(d.output ? family.output_name(d.index) : family.input_name(d.index)) +
+             " dimension " + std::to_string(d.dim);
+  }
+  return names + " up to " + std::to_string(capacity);
 }
 
 Status ReadTensor(const char* role, const char* name, const attnrt_tensor* tensor,
@@ -191,6 +306,17 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
       return Status::Ok();
     }
   }
+  // A growing cache: one plan per capacity, cached under the signature at capacity.
+  std::vector<DimRef> growing = family_->GrowingDims(inputs, outputs);
+  const int64_t capacity = GrowthCapacity(signature, growing);
+  std::vector<int64_t> growth_key;
+  std::shared_ptr<const PlanImpl> grown;
+  if (capacity > 0) {
+    growth_key = WithExtent(signature, growing, capacity).Key();
+    growth_key.push_back(-2);  // no signature's key: those end with their last tensor
+    std::lock_guard<std::mutex> lock(mutex_);
+    grown = Lookup(growth_key);
+  }
   auto plan = std::make_shared<PlanImpl>();
   ATTNRT_RETURN_IF_ERROR(family_->Prepare(inputs, outputs, &plan->problem));
   plan->runtime = runtime_;
@@ -217,11 +343,37 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     return Unsupported("no kernel accepts " + op_name + " " + plan->description + " — " +
                        DescribeRejections(candidates));
   }
+  // The plan of this capacity serves when it has the kernel a new plan would have and its
+  // workspace suffices; else this signature gets a plan of its own.
+  if (grown != nullptr) {
+    if (grown->kernel == plan->kernel && grown->Covers(*plan->problem).ok()) {
+      ++hits_;
+      *out = std::move(grown);
+      return Status::Ok();
+    }
+    growing.clear();
+  }
   try {
     plan->workspace_size =
         plan->kernel->desc->workspace_size(plan->kernel->plugin->context, plan->problem->abi());
   } catch (...) {
     return Internal("kernel " + plan->kernel->name + ": workspace_size() threw an exception");
+  }
+  // Sized for the capacity when the kernel accepts the problem at capacity.
+  std::unique_ptr<Problem> capacity_problem;
+  size_t capacity_workspace = 0;
+  const bool at_capacity =
+      capacity > 0 && !growing.empty() &&
+      PrepareWithExtent(*family_, inputs, outputs, growing, capacity, &capacity_problem).ok() &&
+      KernelFits(*plan->kernel, *capacity_problem, std::numeric_limits<size_t>::max(),
+                 &capacity_workspace)
+          .ok();
+  if (at_capacity) {
+    plan->growing = growing;
+    plan->capacity = capacity;
+    plan->capacity_signature = WithExtent(plan->signature, growing, capacity);
+    plan->workspace_size = std::max(plan->workspace_size, capacity_workspace);
+    plan->description += " (" + GrowthText(*family_, growing, capacity) + ")";
   }
   if (runtime_->config().debug) {
     runtime_->Log(ATTNRT_LOG_DEBUG, "plan " + op_name + " " + plan->description +
@@ -229,7 +381,7 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
                                         " workspace=" + std::to_string(plan->workspace_size));
   }
   ++misses_;
-  *out = Insert(key, std::move(plan));
+  *out = Insert(at_capacity ? growth_key : key, std::move(plan));
   return Status::Ok();
 }
 
@@ -284,21 +436,45 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
                      size_t workspace_size_given, void* stream) const {
   Signature given;
   ATTNRT_RETURN_IF_ERROR(ReadSignature(*family, inputs, outputs, true, &given));
-  auto compare = [&](const char* role, const char* name, const TensorSignature& planned,
-                     const TensorSignature& actual) -> Status {
-    if (planned == actual) return Status::Ok();
+  // A plan for a growing cache runs other growing extents up to its capacity: the tensors are
+  // compared at capacity, then validated and checked against the kernel and the workspace.
+  const bool grown =
+      !growing.empty() && !(given.inputs == signature.inputs && given.outputs == signature.outputs);
+  if (grown) {
+    for (const auto& d : growing) {
+      const TensorSignature* t = DimTensor(given, d);
+      if (t == nullptr || t->shape[d.dim] <= capacity) continue;
+      return PlanMismatch(std::string(d.output ? "output '" : "input '") +
+                          (d.output ? family->output_name(d.index) : family->input_name(d.index)) +
+                          "': the plan runs dimension " + std::to_string(d.dim) + " up to " +
+                          std::to_string(capacity) + ", got " + TensorText(*t) +
+                          "; make a plan for these tensors");
+    }
+  }
+  const Signature at_capacity = grown ? WithExtent(given, growing, capacity) : Signature{};
+  const Signature& planned = grown ? capacity_signature : signature;
+  const Signature& actual = grown ? at_capacity : given;
+  auto compare = [&](const char* role, const char* name, const TensorSignature& planned_tensor,
+                     const TensorSignature& actual_tensor) -> Status {
+    if (planned_tensor == actual_tensor) return Status::Ok();
     return PlanMismatch(std::string(role) + " '" + name + "': the plan was made for " +
-                        TensorText(planned) + ", got " + TensorText(actual) +
+                        TensorText(planned_tensor) + ", got " + TensorText(actual_tensor) +
                         "; make a plan for these tensors");
   };
-  for (size_t i = 0; i < given.inputs.size(); ++i) {
+  for (size_t i = 0; i < actual.inputs.size(); ++i) {
     ATTNRT_RETURN_IF_ERROR(
-        compare("input", family->input_name(i), signature.inputs[i], given.inputs[i]));
+        compare("input", family->input_name(i), planned.inputs[i], actual.inputs[i]));
   }
-  for (size_t i = 0; i < given.outputs.size(); ++i) {
+  for (size_t i = 0; i < actual.outputs.size(); ++i) {
     ATTNRT_RETURN_IF_ERROR(
-        compare("output", family->output_name(i), signature.outputs[i], given.outputs[i]));
+        compare("output", family->output_name(i), planned.outputs[i], actual.outputs[i]));
   }
+  std::unique_ptr<Problem> grown_problem;
+  if (grown) {
+    ATTNRT_RETURN_IF_ERROR(family->Prepare(inputs, outputs, &grown_problem));
+    ATTNRT_RETURN_IF_ERROR(Covers(*grown_problem));
+  }
+  const Problem& run_problem = grown ? *grown_problem : *problem;
   std::unique_ptr<void, decltype(&std::free)> owned(nullptr, &std::free);
   if (workspace == nullptr) {
     if (workspace_size > 0) {
@@ -323,7 +499,12 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
     }
   }
   if (kernel == nullptr) return problem->RunInCore(inputs, outputs, runtime->pool().num_threads());
-  return problem->Run(*kernel, inputs, outputs, workspace, workspace_size_given, stream);
+  return run_problem.Run(*kernel, inputs, outputs, workspace, workspace_size_given, stream);
+}
+
+Status PlanImpl::Covers(const Problem& other) const {
+  size_t needed = 0;
+  return KernelFits(*kernel, other, workspace_size, &needed);
 }
 
 const std::string& PlanImpl::kernel_name() const {

@@ -1,7 +1,10 @@
 // Ops and plans: an op is validated attributes bound to a runtime; a plan is a
 // validated shape signature with its chosen kernel and workspace size. Plans are cached per op by
 // signature, so a decode loop over fixed-shape buffers plans once; the cache keeps the runtime's
-// plan_cache_size plans, the least recently used dropped first.
+// plan_cache_size plans, the least recently used dropped first. A decode over a cache that grows
+// every step (OpFamily::GrowingDims) plans once per capacity: the plan's workspace is sized for the
+// growing extents rounded up to a power of two, and it runs every extent up to that capacity that
+// its kernel accepts within that workspace.
 #pragma once
 
 #include <atomic>
@@ -47,12 +50,21 @@ class PlanImpl {
   std::string description;  // human-readable signature
   size_t workspace_size = 0;
   static constexpr size_t kWorkspaceAlignment = 64;
+  // A plan for a growing cache: the growing dimensions and the extent they may reach in a run
+  // (capacity_signature is the signature with every growing extent at that capacity). Empty: the
+  // plan runs its signature only.
+  std::vector<DimRef> growing;
+  int64_t capacity = 0;
+  Signature capacity_signature;
 
   // The chosen kernel's name, or "core" for an op the core computes itself.
   const std::string& kernel_name() const;
 
   Status Run(const TensorList& inputs, const TensorList& outputs, void* workspace,
              size_t workspace_size_given, void* stream) const;
+  // For a growing-cache plan and a problem of other growing extents: OK when the plan's kernel
+  // accepts it and needs no more workspace than the plan's, else why not.
+  Status Covers(const Problem& problem) const;
 };
 
 class OpImpl {

@@ -72,6 +72,23 @@ class GqaFamily final : public OpFamily {
     return Status::Ok();
   }
 
+  // A decode whose present output is a new buffer one step longer than the past (ONNX Runtime's
+  // default I/O binding): the sequence dimension of past and present grows every step. A
+  // sliding_window_cache=1 present has the window's fixed length.
+  std::vector<DimRef> GrowingDims(const TensorList& inputs,
+                                  const TensorList& outputs) const override {
+    const attnrt_tensor* past = inputs.at(ATTNRT_GQA_INPUT_PAST_KEY);
+    const attnrt_tensor* present = outputs.at(ATTNRT_GQA_OUTPUT_PRESENT_KEY);
+    if (attributes_.sliding_window_cache == 1 || past == nullptr || present == nullptr ||
+        past->ndim != 4 || present->ndim != 4 || present->shape[2] <= past->shape[2]) {
+      return {};
+    }
+    return {{false, ATTNRT_GQA_INPUT_PAST_KEY, 2},
+            {false, ATTNRT_GQA_INPUT_PAST_VALUE, 2},
+            {true, ATTNRT_GQA_OUTPUT_PRESENT_KEY, 2},
+            {true, ATTNRT_GQA_OUTPUT_PRESENT_VALUE, 2}};
+  }
+
  private:
   attnrt_gqa_attributes attributes_;
 };

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnrt/attnrt.h"
 #include "core/plugin_record.h"
@@ -42,6 +43,15 @@ class Problem {
   }
 };
 
+// One dimension of an input or output tensor, by position.
+struct DimRef {
+  bool output = false;
+  size_t index = 0;
+  int32_t dim = 0;
+
+  bool operator==(const DimRef& other) const = default;
+};
+
 class OpFamily {
  public:
   virtual ~OpFamily() = default;
@@ -53,6 +63,14 @@ class OpFamily {
   // Full shape validation of the tensors against the op's attributes.
   virtual Status Prepare(const TensorList& inputs, const TensorList& outputs,
                          std::unique_ptr<Problem>* out) const = 0;
+  // The dimensions of a cache that grows from run to run in these tensors (read only after the
+  // core checked them well-formed): a plan made for them also runs other extents of these
+  // dimensions, up to a capacity, when its kernel accepts them and its workspace suffices. Empty
+  // (the default): a plan runs the shapes it was made for only.
+  virtual std::vector<DimRef> GrowingDims(const TensorList& /*inputs*/,
+                                          const TensorList& /*outputs*/) const {
+    return {};
+  }
 };
 
 // Validates `attributes` for `kind` and creates the family. INVALID_ARGUMENT for an unknown kind.

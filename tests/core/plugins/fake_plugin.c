@@ -2,10 +2,13 @@
  * libattnrt_fake.so: a GQA "plugin" for ranking and pinning tests. Its kernels do no attention:
  * run() fills the output with the kernel's priority as float, so a test can tell which one ran.
  *
- *   fake.gqa.top.x   500  declines head_size 96 with "head_size 96 unsupported"
+ *   fake.gqa.top.x   500  declines head_size 96 with "head_size 96 unsupported" and a present of
+ *                          77 rows with "present length 77 unsupported"
  *   fake.gqa.mid.a   300  (tie with mid.b: name order puts a first)
  *   fake.gqa.mid.b   300
  *   fake.gqa.low.x    50
+ * Every kernel asks for a workspace of 1 MiB for a present of 90 rows, else none (plans of a
+ * growing cache must not be reused where their workspace is too small).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +38,10 @@ static int32_t SupportsTop(void* context, const void* problem, char* reason, siz
     snprintf(reason, capacity, "head_size 96 unsupported");
     return 0;
   }
+  if (p->has_present && p->present_sequence_length == 77) {
+    snprintf(reason, capacity, "present length 77 unsupported");
+    return 0;
+  }
   return AcceptsFloatCpu(p, reason, capacity);
 }
 
@@ -44,9 +51,9 @@ static int32_t SupportsAny(void* context, const void* problem, char* reason, siz
 }
 
 static size_t WorkspaceSize(void* context, const void* problem) {
+  const attnrt_gqa_problem* p = (const attnrt_gqa_problem*)problem;
   (void)context;
-  (void)problem;
-  return 0;
+  return p->has_present && p->present_sequence_length == 90 ? (size_t)1 << 20 : 0;
 }
 
 static int32_t Fill(const void* args, float value, char* error, size_t capacity) {
