@@ -160,7 +160,9 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   // with a local window, begin = T_b - W: the reference's naive-path rule (docs/gqa-semantics.md).
   // Its flash path measures that window from s instead; the two differ only on such padded rows.
   const int64_t causal_end = past + s + 1 < total ? past + s + 1 : total;
-  const int64_t end = r.causal ? causal_end : total;
+  const int64_t rows = GqaExistingRows(r, total);
+  const int64_t unclipped_end = r.causal ? causal_end : total;
+  const int64_t end = unclipped_end < rows ? unclipped_end : rows;
   const int64_t begin = (r.window >= 0 && end > r.window) ? end - r.window : 0;
   const int64_t count = end > begin ? end - begin : 0;
 

@@ -119,8 +119,8 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
 
 size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& p) noexcept {
   // T_b <= present length; without a present, T_b <= P + L with a past and T_b <= S in a first
-  // prompt. Only a subsequent prompt or decode with neither past nor present can need more (T_b <=
-  // T, a run-time value); RunGqa reports that.
+  // prompt. Without past and present after the first prompt, T_b may reach T (a run-time value),
+  // but only the L new rows exist (GqaExistingRows).
   const int64_t rows = std::max({p.present_sequence_length,
                                  p.past_sequence_length + p.kv_sequence_length, p.sequence_length});
   size_t bytes = kAlign + GqaWindowWorkspaceBytes(p) +
@@ -292,7 +292,9 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
   // Attention's T_b: cache-relative with sliding_window_cache=1.
   const int32_t* seqlens = windowed && window_fits ? GqaWindowPlan(args, area) : args.seqlens_k;
 
-  const int64_t max_total = LongestKeyRow(seqlens, r.batch);
+  // Rows a key row reads (sliding_window_cache=1 reads from the past whatever the phase).
+  const int64_t max_total = windowed ? LongestKeyRow(seqlens, r.batch)
+                                     : GqaExistingRows(r, LongestKeyRow(seqlens, r.batch));
   const size_t slot_bytes = LayOutSlots(r, max_total);
   const size_t key_staging = args.present_key != nullptr ? 0 : StagingBytes(p, max_total);
   const size_t value_staging = args.present_value != nullptr ? 0 : StagingBytes(p, max_total);

@@ -241,6 +241,14 @@ void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t b
 // Rotary position of token s of batch b (ONNX Runtime's rotary rule).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
 
+// Key rows of a batch with T_b = `total` that exist: T_b, except after the first prompt without a
+// past buffer, where only the L new rows do (docs/gqa-semantics.md, "No past, not the first
+// prompt").
+inline int64_t GqaExistingRows(const GqaRun& run, int64_t total) noexcept {
+  const bool new_rows_only = !run.first_prompt && !run.past_from_seqlens && run.kv_seq > 0;
+  return new_rows_only && total > run.kv_seq ? run.kv_seq : total;
+}
+
 // y = RoPE(x) at `position` (ONNX Runtime's rotary rule): the first R dims rotated (half-split or
 // interleaved pairs), [R, H) copied. x is a T row of H elements, y H floats, each rounded to T as
 // the reference stores its rotated Q and K in T; for float32 bit-identical to ONNX Runtime's (MLAS

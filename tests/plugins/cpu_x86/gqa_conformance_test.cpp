@@ -133,6 +133,27 @@ std::vector<Case> Cases() {
   }));
   v.push_back(With(Decode("null_workspace_decode", 2, 20, {19, 7}),
                    [](Case& c) { c.null_workspace = true; }));
+  // Neither past nor present after the first prompt: only the new rows exist (gqa-semantics.md),
+  // so the workspace sized at plan time suffices whatever T is.
+  auto no_cache = [](Case& c) {
+    c.T = 9;
+    c.seqlens = {8, 5};
+    c.present = false;
+  };
+  v.push_back(With(Prompt("decode_without_past_or_present", 2, 1), no_cache));
+  v.push_back(With(Prompt("decode_without_past_or_present_null_workspace", 2, 1), [&](Case& c) {
+    no_cache(c);
+    c.null_workspace = true;
+  }));
+  v.push_back(With(Prompt("decode_without_past_or_present_bidirectional", 2, 1), [&](Case& c) {
+    no_cache(c);
+    c.causal = 0;
+  }));
+  v.push_back(With(Prompt("subsequent_prompt_without_past_or_present", 1, 3), [](Case& c) {
+    c.T = 40;
+    c.seqlens = {39};
+    c.present = false;
+  }));
   // Packed QKV.
   v.push_back(With(Prompt("packed_prompt", 2, 12, {11, 7}), [](Case& c) { c.packed = true; }));
   v.push_back(With(Decode("packed_decode", 2, 20, {19, 7}), [](Case& c) { c.packed = true; }));
