@@ -324,9 +324,14 @@ ATTNRT_API void attnrt_op_destroy(attnrt_op* op);
  * reference defines them (for GQA: ATTNRT_GQA_INPUT_* / ATTNRT_GQA_OUTPUT_*); NULL = absent. Only
  * shapes, dtypes, devices and strides are read here, never data. Validates every shape, picks the
  * highest-ranked kernel that accepts them, sizes the workspace. A plan for the same shape signature
- * is returned from the op's cache. The caller releases the returned reference with
- * attnrt_plan_release. Errors: INVALID_ARGUMENT (the message names the input), UNSUPPORTED (no
- * kernel accepts; the message lists each candidate with its reason).
+ * is returned from the op's cache, which keeps plan_cache_size plans (the least recently used are
+ * dropped; plans the caller holds stay valid). A GQA decode whose present output is a new buffer
+ * longer than the past (ONNX Runtime's default I/O: one row more each step) gets one plan per
+ * capacity, the present length rounded up to a power of two (at least 16): its workspace is sized
+ * for the capacity, and its signature (attnrt_plan_info) ends with "up to" the capacity. The caller
+ * releases the returned reference with attnrt_plan_release. Errors: INVALID_ARGUMENT (the message
+ * names the input), UNSUPPORTED (no kernel accepts; the message lists each candidate with its
+ * reason).
  */
 ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* const* inputs,
                                         size_t num_inputs, const attnrt_tensor* const* outputs,
@@ -348,10 +353,12 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
 
 /**
  * Runs a plan. The tensors must have the shapes, dtypes and strides the plan was made for
- * (PLAN_MISMATCH otherwise). Values that bound memory accesses (seqlens_k, total_sequence_length,
- * position_ids) are checked before any output is written (INVALID_ARGUMENT). `workspace` must hold
- * workspace_size bytes aligned to workspace_alignment; NULL lets the runtime allocate it for this
- * call. `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
+ * (PLAN_MISMATCH otherwise), except that a plan made for a growing GQA cache also runs past and
+ * present lengths up to its capacity that its kernel accepts within its workspace (PLAN_MISMATCH
+ * naming the reason otherwise). Values that bound memory accesses (seqlens_k,
+ * total_sequence_length, position_ids) are checked before any output is written (INVALID_ARGUMENT).
+ * `workspace` must hold workspace_size bytes aligned to workspace_alignment; NULL lets the runtime
+ * allocate it for this call. `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
  */
 ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor* const* inputs,
                                          size_t num_inputs, const attnrt_tensor* const* outputs,
