@@ -381,7 +381,13 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
                                         " workspace=" + std::to_string(plan->workspace_size));
   }
   ++misses_;
-  *out = Insert(at_capacity ? growth_key : key, std::move(plan));
+  std::shared_ptr<const PlanImpl> cached = Insert(at_capacity ? growth_key : key, plan);
+  // Another thread's plan of this capacity, made for other lengths, serves only as above.
+  if (at_capacity && cached != plan &&
+      !(cached->kernel == plan->kernel && cached->Covers(*plan->problem).ok())) {
+    cached = std::move(plan);
+  }
+  *out = std::move(cached);
   return Status::Ok();
 }
 
