@@ -133,8 +133,8 @@ std::vector<Case> Cases() {
   }));
   v.push_back(With(Decode("null_workspace_decode", 2, 20, {19, 7}),
                    [](Case& c) { c.null_workspace = true; }));
-  // Neither past nor present after the first prompt: only the new rows exist (gqa-semantics.md),
-  // so the workspace sized at plan time suffices whatever T is.
+  // Neither past nor present after the first prompt: only the new rows exist, as
+  // docs/gqa-semantics.md says, so the workspace sized at plan time suffices whatever T is.
   auto no_cache = [](Case& c) {
     c.T = 9;
     c.seqlens = {8, 5};
