@@ -8,6 +8,9 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "core/elf_check.h"
+#include "core/plugin_call.h"
+
 namespace attnrt::core {
 namespace {
 
@@ -17,6 +20,11 @@ namespace dll = boost::dll;
 constexpr size_t kMessageCapacity = 1024;
 constexpr size_t kMinPluginApiSize = offsetof(attnrt_plugin_api, shutdown) + sizeof(void*);
 constexpr size_t kMinKernelDescSize = offsetof(attnrt_kernel_desc, run) + sizeof(void*);
+// Bounds on what one plugin's tables make the runtime read and report: a kernel_count() of SIZE_MAX
+// must not loop for ever, nor a table of broken kernels fill memory with diagnostics.
+constexpr size_t kMaxKernelsPerPlugin = 1024;
+constexpr size_t kMaxKernelDiagnostics = 16;
+constexpr size_t kMaxFacts = 256;
 
 bool IsCandidateName(const std::string& file_name) {
   constexpr std::string_view kPrefix = "libattnrt_";
@@ -60,13 +68,16 @@ std::vector<fs::path> CandidateFiles(const std::string& folder, const std::strin
   return files;
 }
 
+// Names are short identifiers; a longer "name" is refused rather than read without bound.
+constexpr size_t kMaxNameLength = 255;
+
 bool ValidName(const char* name) {
   if (name == nullptr || name[0] == '\0') return false;
-  for (const char* p = name; *p != '\0'; ++p) {
-    const char c = *p;
+  for (size_t i = 0; name[i] != '\0'; ++i) {
+    const char c = name[i];
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '.' || c == '-';
-    if (!ok) return false;
+    if (!ok || i >= kMaxNameLength) return false;
   }
   return true;
 }
@@ -76,15 +87,25 @@ std::string ErrorText(const char* buffer, const char* fallback) {
 }
 
 // Loads, checks and initializes one file. Returns nullptr and appends a diagnostic on failure.
-std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host_services* host,
+// Every call into the plugin goes through CallPlugin: an exception is described while the library
+// is still loaded, and only then is the record (and with it the library) released.
+std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConfig& config,
+                                         const attnrt_host_services* host,
                                          std::vector<Diagnostic>* diagnostics) {
   const std::string path = file.string();
+  auto record = std::make_unique<PluginRecord>();
+  record->path = path;
+  record->log = &config.log;
   auto fail = [&](std::string message) {
+    const std::string shutdown_failure = record->Shutdown();
+    if (!shutdown_failure.empty()) message += "; then shutdown() " + shutdown_failure;
     diagnostics->push_back({path, std::move(message)});
     return nullptr;
   };
-  auto record = std::make_unique<PluginRecord>();
-  record->path = path;
+  // dlopen of a truncated file or one for another machine fails badly (SIGBUS, or a misleading
+  // message): the file's ELF headers are checked first.
+  const std::string elf_problem = CheckElfFile(path);
+  if (!elf_problem.empty()) return fail("not a loadable shared library: " + elf_problem);
   try {
     // rtld_now surfaces missing symbols at load; rtld_local keeps plugins' symbols apart.
     record->library.load(file, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
@@ -96,7 +117,10 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
   }
   const auto query =
       &record->library.get<const attnrt_plugin_api*(uint32_t, uint32_t)>(ATTNRT_PLUGIN_ENTRY_NAME);
-  const attnrt_plugin_api* api = query(ATTNRT_ABI_VERSION_MAJOR, ATTNRT_ABI_VERSION_MINOR);
+  const attnrt_plugin_api* api = nullptr;
+  std::string failure =
+      CallPlugin([&] { api = query(ATTNRT_ABI_VERSION_MAJOR, ATTNRT_ABI_VERSION_MINOR); });
+  if (!failure.empty()) return fail(std::string(ATTNRT_PLUGIN_ENTRY_NAME) + " " + failure);
   if (api == nullptr) {
     return fail(std::string(ATTNRT_PLUGIN_ENTRY_NAME) + " returned NULL for host ABI " +
                 std::to_string(ATTNRT_ABI_VERSION_MAJOR) + "." +
@@ -112,7 +136,8 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
                 "." + std::to_string(ATTNRT_ABI_VERSION_MINOR));
   }
   if (!ValidName(api->name)) {
-    return fail("plugin name is missing or has characters outside [A-Za-z0-9_.-]");
+    return fail("plugin name is missing, longer than " + std::to_string(kMaxNameLength) +
+                " characters or has characters outside [A-Za-z0-9_.-]");
   }
   if (api->init == nullptr || api->probe == nullptr || api->kernel_count == nullptr ||
       api->kernel == nullptr || api->shutdown == nullptr) {
@@ -124,31 +149,35 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
   record->version = api->version != nullptr ? api->version : "";
   record->abi_major = api->abi_major;
   record->abi_minor = api->abi_minor;
+  const std::string who = "plugin '" + record->name + "'";
 
   char error[kMessageCapacity] = {0};
   void* context = nullptr;
-  const int32_t init_status = api->init(host, &context, error, sizeof(error));
+  int32_t init_status = ATTNRT_ERROR_INTERNAL;
+  failure = CallPlugin([&] { init_status = api->init(host, &context, error, sizeof(error)); });
   error[sizeof(error) - 1] = '\0';
+  if (!failure.empty()) return fail(who + " init() " + failure);
   if (init_status != ATTNRT_OK) {
-    return fail("plugin '" + record->name + "' init failed (" +
-                attnrt_status_name(static_cast<attnrt_status>(init_status)) +
+    return fail(who + " init failed (" + StatusText(init_status) +
                 "): " + ErrorText(error, "no message"));
   }
-  record->api = api;  // from here on the destructor calls shutdown(context)
+  record->api = api;  // from here on Shutdown() (or the destructor) calls shutdown(context)
   record->context = context;
 
   attnrt_probe_result probe = {};
   probe.struct_size = sizeof(probe);
-  const int32_t probe_status = api->probe(context, &probe);
+  int32_t probe_status = ATTNRT_ERROR_INTERNAL;
+  failure = CallPlugin([&] { probe_status = api->probe(context, &probe); });
+  if (!failure.empty()) return fail(who + " probe() " + failure);
   if (probe_status != ATTNRT_OK) {
-    return fail("plugin '" + record->name + "' probe failed (" +
-                attnrt_status_name(static_cast<attnrt_status>(probe_status)) +
-                "): " + (probe.reason != nullptr ? probe.reason : "no message"));
+    return fail(who + " probe failed (" + StatusText(probe_status) +
+                "): " + ErrorText(probe.reason != nullptr ? probe.reason : "", "no message"));
   }
   record->available = probe.available == 1;
   record->reason = (!record->available && probe.reason != nullptr) ? probe.reason : "";
   if (!record->available && record->reason.empty()) record->reason = "probe reported unavailable";
-  for (size_t i = 0; probe.facts != nullptr && i < probe.num_facts; ++i) {
+  const size_t num_facts = probe.facts != nullptr ? std::min(probe.num_facts, kMaxFacts) : 0;
+  for (size_t i = 0; i < num_facts; ++i) {
     const auto& fact = probe.facts[i];
     if (fact.key == nullptr) continue;
     record->facts.emplace_back(fact.key, fact.value != nullptr ? fact.value : "");
@@ -156,49 +185,98 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const attnrt_host
   return record;
 }
 
-// Reads the plugin's kernel table; malformed or duplicate kernels are skipped with a diagnostic.
-void RegisterKernels(PluginRecord* plugin,
+// "<plugin>.<op>.<algorithm>.<isa>": a kernel is named inside its plugin's prefix, so that no
+// plugin can register (and so take over) a name of another plugin's kernel.
+bool HasPluginPrefix(const std::string& kernel, const std::string& plugin) {
+  return kernel.size() > plugin.size() + 1 && kernel.compare(0, plugin.size(), plugin) == 0 &&
+         kernel[plugin.size()] == '.';
+}
+
+// Reads the plugin's kernel table: a malformed, misnamed or duplicate kernel is skipped with a
+// diagnostic (at most kMaxKernelDiagnostics of them per plugin, then one that counts the rest). An
+// exception out of kernel_count() or kernel() skips the whole plugin: returns false.
+bool RegisterKernels(PluginRecord* plugin,
                      std::unordered_map<std::string, const PluginRecord*>* kernel_owner,
                      std::vector<Diagnostic>* diagnostics) {
-  const size_t count = plugin->api->kernel_count(plugin->context);
+  size_t listed = 0;
+  size_t unlisted = 0;
+  auto report = [&](std::string message) {
+    if (listed < kMaxKernelDiagnostics) {
+      diagnostics->push_back({plugin->path, std::move(message)});
+      ++listed;
+    } else {
+      ++unlisted;
+    }
+  };
+  auto report_unlisted = [&] {
+    if (unlisted == 0) return;
+    diagnostics->push_back({plugin->path, "plugin '" + plugin->name +
+                                              "': " + std::to_string(unlisted) +
+                                              " more kernels skipped (not listed one by one)"});
+  };
+  size_t count = 0;
+  std::string failure = CallPlugin([&] { count = plugin->api->kernel_count(plugin->context); });
+  if (!failure.empty()) {
+    diagnostics->push_back(
+        {plugin->path, "plugin '" + plugin->name + "' kernel_count() " + failure + "; skipped"});
+    return false;
+  }
+  if (count > kMaxKernelsPerPlugin) {
+    report("plugin '" + plugin->name + "' kernel_count() returned " + std::to_string(count) +
+           ", more than the " + std::to_string(kMaxKernelsPerPlugin) +
+           " kernels a plugin may register; only the first " +
+           std::to_string(kMaxKernelsPerPlugin) + " are read");
+    count = kMaxKernelsPerPlugin;
+  }
+  std::set<std::string> own_names;
   for (size_t i = 0; i < count; ++i) {
-    const attnrt_kernel_desc* desc = plugin->api->kernel(plugin->context, i);
+    const attnrt_kernel_desc* desc = nullptr;
     const std::string where = "plugin '" + plugin->name + "' kernel #" + std::to_string(i);
+    failure = CallPlugin([&] { desc = plugin->api->kernel(plugin->context, i); });
+    if (!failure.empty()) {
+      report_unlisted();
+      diagnostics->push_back({plugin->path, where + ": kernel() " + failure + "; plugin skipped"});
+      return false;
+    }
     if (desc == nullptr) {
-      diagnostics->push_back({plugin->path, where + " is NULL; skipped"});
+      report(where + " is NULL; skipped");
       continue;
     }
     if (desc->struct_size < kMinKernelDescSize) {
-      diagnostics->push_back({plugin->path, where + " has struct_size " +
-                                                std::to_string(desc->struct_size) +
-                                                ", expected at least " +
-                                                std::to_string(kMinKernelDescSize) + "; skipped"});
+      report(where + " has struct_size " + std::to_string(desc->struct_size) +
+             ", expected at least " + std::to_string(kMinKernelDescSize) + "; skipped");
       continue;
     }
     if (!ValidName(desc->name) || desc->supports == nullptr || desc->workspace_size == nullptr ||
         desc->run == nullptr) {
-      diagnostics->push_back(
-          {plugin->path,
-           where + " has no valid name or leaves supports/workspace_size/run NULL; skipped"});
+      report(where + " has no valid name or leaves supports/workspace_size/run NULL; skipped");
       continue;
     }
-    auto [it, inserted] = kernel_owner->emplace(desc->name, plugin);
-    if (!inserted) {
-      diagnostics->push_back({plugin->path, "duplicate kernel name '" + std::string(desc->name) +
-                                                "' (already registered by plugin '" +
-                                                it->second->name + "' from " + it->second->path +
-                                                "); skipped"});
+    const std::string name = desc->name;
+    if (!HasPluginPrefix(name, plugin->name)) {
+      report(where + " is named '" + name + "', outside the plugin's own prefix '" + plugin->name +
+             ".'; skipped");
+      continue;
+    }
+    const auto owner = kernel_owner->find(name);
+    if (owner != kernel_owner->end() || !own_names.insert(name).second) {
+      const PluginRecord* first = owner != kernel_owner->end() ? owner->second : plugin;
+      report("duplicate kernel name '" + name + "' (already registered by plugin '" + first->name +
+             "' from " + first->path + "); skipped");
       continue;
     }
     plugin->kernels.push_back(
-        {desc->name, desc, plugin, desc->op_kind, desc->device_type, desc->priority});
+        {name, desc, plugin, desc->op_kind, desc->device_type, desc->priority});
   }
+  report_unlisted();
+  for (const auto& kernel : plugin->kernels) kernel_owner->emplace(kernel.name, plugin);
   // Reported in rank order, the order dispatch tries them.
   std::stable_sort(plugin->kernels.begin(), plugin->kernels.end(),
                    [](const KernelRecord& a, const KernelRecord& b) {
                      if (a.priority != b.priority) return a.priority > b.priority;
                      return a.name < b.name;
                    });
+  return true;
 }
 
 }  // namespace
@@ -224,7 +302,7 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
       const fs::path canonical = fs::weakly_canonical(file, ec);
       // The same file reached through two search paths is one plugin, not a duplicate.
       if (!seen_files.insert(ec ? file : canonical).second) continue;
-      auto record = LoadPlugin(file, host, &result.diagnostics);
+      auto record = LoadPlugin(file, config, host, &result.diagnostics);
       if (!record) continue;
       auto owner = plugin_owner.find(record->name);
       if (owner != plugin_owner.end()) {
@@ -233,7 +311,14 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
                                                         owner->second->path + "); skipped"});
         continue;
       }
-      RegisterKernels(record.get(), &kernel_owner, &result.diagnostics);
+      if (!RegisterKernels(record.get(), &kernel_owner, &result.diagnostics)) {
+        const std::string shutdown_failure = record->Shutdown();
+        if (!shutdown_failure.empty()) {
+          result.diagnostics.push_back(
+              {record->path, "plugin '" + record->name + "' shutdown() " + shutdown_failure});
+        }
+        continue;
+      }
       plugin_owner.emplace(record->name, record.get());
       result.plugins.push_back(std::move(record));
     }

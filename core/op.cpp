@@ -1,12 +1,14 @@
 #include "core/op.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 
 #include "core/ops/tensor_checks.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
@@ -127,22 +129,19 @@ Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t wor
                   size_t* needed) {
   char reason[kReasonCapacity] = {0};
   int32_t accepted = 0;
-  try {
+  const std::string thrown = CallPlugin([&] {
     accepted = kernel.desc->supports(kernel.plugin->context, problem.abi(), reason, sizeof(reason));
-  } catch (...) {
-    std::snprintf(reason, sizeof(reason), "supports() threw an exception");
-  }
+  });
+  if (!thrown.empty()) std::snprintf(reason, sizeof(reason), "supports() %s", thrown.c_str());
   reason[sizeof(reason) - 1] = '\0';
   if (accepted != 1) {
     return PlanMismatch("kernel " + kernel.name + " of the plan declines these tensors: " +
                         (reason[0] != '\0' ? reason : "no reason given") +
                         "; make a plan for these tensors");
   }
-  try {
-    *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi());
-  } catch (...) {
-    return Internal("kernel " + kernel.name + ": workspace_size() threw an exception");
-  }
+  const std::string failure = CallPlugin(
+      [&] { *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi()); });
+  if (!failure.empty()) return Internal("kernel " + kernel.name + ": workspace_size() " + failure);
   if (*needed > workspace) {
     return PlanMismatch("these tensors need a workspace of " + std::to_string(*needed) +
                         " bytes, more than the plan's " + std::to_string(workspace) +
@@ -340,8 +339,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
   }
   if (plan->kernel == nullptr) {
-    return Unsupported("no kernel accepts " + op_name + " " + plan->description + " — " +
-                       DescribeRejections(candidates));
+    return {RejectionCode(candidates), "no kernel accepts " + op_name + " " + plan->description +
+                                           " — " + DescribeRejections(candidates)};
   }
   // The plan of this capacity serves when it has the kernel a new plan would have and its
   // workspace suffices; else this signature gets a plan of its own.
@@ -353,11 +352,12 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     }
     growing.clear();
   }
-  try {
+  const std::string failure = CallPlugin([&] {
     plan->workspace_size =
         plan->kernel->desc->workspace_size(plan->kernel->plugin->context, plan->problem->abi());
-  } catch (...) {
-    return Internal("kernel " + plan->kernel->name + ": workspace_size() threw an exception");
+  });
+  if (!failure.empty()) {
+    return Internal("kernel " + plan->kernel->name + ": workspace_size() " + failure);
   }
   // Sized for the capacity when the kernel accepts the problem at capacity.
   std::unique_ptr<Problem> capacity_problem;
@@ -484,9 +484,13 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
   std::unique_ptr<void, decltype(&std::free)> owned(nullptr, &std::free);
   if (workspace == nullptr) {
     if (workspace_size > 0) {
-      const size_t rounded =
-          (workspace_size + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
-      owned.reset(std::aligned_alloc(kWorkspaceAlignment, rounded));
+      // Rounded up to the alignment (aligned_alloc's rule); a size within one alignment of
+      // SIZE_MAX would wrap to a tiny buffer, so it is refused like any allocation that fails.
+      const size_t padding =
+          (kWorkspaceAlignment - workspace_size % kWorkspaceAlignment) % kWorkspaceAlignment;
+      if (workspace_size <= SIZE_MAX - padding) {
+        owned.reset(std::aligned_alloc(kWorkspaceAlignment, workspace_size + padding));
+      }
       if (!owned) {
         return {ATTNRT_ERROR_OUT_OF_MEMORY,
                 "workspace: cannot allocate " + std::to_string(workspace_size) + " bytes"};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnrt/plugin.h"
+#include "core/logging.h"
 
 namespace attnrt::core {
 
@@ -44,13 +45,17 @@ struct PluginRecord {
   std::string reason;
   std::vector<std::pair<std::string, std::string>> facts;
   std::vector<KernelRecord> kernels;
+  // Where the destructor reports a shutdown() that threw (the runtime's logger, which outlives
+  // its plugins); may be null.
+  const LogSink* log = nullptr;
 
   PluginRecord() = default;
   PluginRecord(const PluginRecord&) = delete;
   PluginRecord& operator=(const PluginRecord&) = delete;
-  ~PluginRecord() {
-    if (api != nullptr && api->shutdown != nullptr && context != nullptr) api->shutdown(context);
-  }
+  // Calls shutdown(context) once, contained (core/plugin_call.cpp): "" when it returned normally,
+  // else what it did. Later calls do nothing.
+  std::string Shutdown();
+  ~PluginRecord();
 };
 
 struct Diagnostic {

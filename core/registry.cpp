@@ -1,8 +1,8 @@
 #include "core/registry.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <exception>
+
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
@@ -47,7 +47,7 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
   std::vector<Candidate> candidates;
   bool selected = false;
   for (const auto* kernel : KernelsFor(op_kind)) {
-    Candidate candidate{kernel, ATTNRT_CANDIDATE_DECLINED, ""};
+    Candidate candidate{kernel, ATTNRT_CANDIDATE_DECLINED, "", false};
     if (!kernel->plugin->available) {
       candidate.status = ATTNRT_CANDIDATE_UNAVAILABLE;
       candidate.reason =
@@ -69,16 +69,20 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
     } else {
       char reason[kReasonCapacity] = {0};
       int32_t accepted = 0;
-      try {
+      const std::string failure = CallPlugin([&] {
         accepted = kernel->desc->supports(kernel->plugin->context, problem, reason, sizeof(reason));
-      } catch (...) {
-        accepted = 0;
-        std::snprintf(reason, sizeof(reason), "supports() threw an exception");
-      }
+      });
       reason[sizeof(reason) - 1] = '\0';
-      if (accepted == 1) {
+      if (!failure.empty()) {
+        candidate.reason = "supports() " + failure;
+        candidate.malfunction = true;
+      } else if (accepted == 1) {
         candidate.status = selected ? ATTNRT_CANDIDATE_ELIGIBLE : ATTNRT_CANDIDATE_SELECTED;
         selected = true;
+      } else if (accepted != 0) {
+        candidate.reason = "supports() returned " + std::to_string(accepted) +
+                           ", neither 1 (accepts) nor 0 (declines)";
+        candidate.malfunction = true;
       } else {
         candidate.reason = reason[0] != '\0' ? reason : "declined without a reason";
       }
@@ -86,6 +90,13 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
     candidates.push_back(std::move(candidate));
   }
   return candidates;
+}
+
+attnrt_status RejectionCode(const std::vector<Candidate>& candidates) {
+  for (const auto& candidate : candidates) {
+    if (candidate.malfunction) return ATTNRT_ERROR_INTERNAL;
+  }
+  return ATTNRT_ERROR_UNSUPPORTED;
 }
 
 std::string DescribeRejections(const std::vector<Candidate>& candidates) {

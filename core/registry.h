@@ -16,6 +16,8 @@ struct Candidate {
   const KernelRecord* kernel = nullptr;
   attnrt_candidate_status status = ATTNRT_CANDIDATE_DECLINED;
   std::string reason;
+  // supports() threw or returned neither 0 nor 1: the kernel is broken, not declining.
+  bool malfunction = false;
 };
 
 class Registry {
@@ -35,6 +37,10 @@ class Registry {
  private:
   std::vector<const KernelRecord*> ranked_;
 };
+
+// The code of a failed selection: ATTNRT_ERROR_INTERNAL when some kernel's supports() malfunctioned
+// (the failure is the kernel's, not the problem's), else ATTNRT_ERROR_UNSUPPORTED.
+attnrt_status RejectionCode(const std::vector<Candidate>& candidates);
 
 // "no kernel accepts ...: k1: reason; k2: reason" for a failed selection.
 std::string DescribeRejections(const std::vector<Candidate>& candidates);

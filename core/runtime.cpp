@@ -4,20 +4,40 @@
 #include <new>
 
 #include "core/discovery.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
 
 RuntimeState* State(void* host_context) { return static_cast<RuntimeState*>(host_context); }
 
+// Host services are called from plugin code: nothing may be thrown back into it.
 void HostLog(void* host_context, int32_t level, const char* message) {
-  State(host_context)->Log(level, message != nullptr ? message : "");
+  try {
+    State(host_context)->Log(level, message != nullptr ? message : "");
+  } catch (...) {
+    // Out of memory while copying the message: the line is lost.
+  }
 }
 
 void HostParallelFor(void* host_context, size_t n, size_t grain, attnrt_parallel_fn fn,
                      void* user_data) {
   if (fn == nullptr) return;
-  State(host_context)->pool().ParallelFor(n, grain, fn, user_data);
+  try {
+    const Status status = State(host_context)->pool().ParallelFor(n, grain, fn, user_data);
+    // A callback threw: the plugin call this parallel_for belongs to fails with the description
+    // (a nested call has already failed its enclosing one). Outside any plugin call, it is logged.
+    if (status.ok() || ThreadPool::InsideParallelRegion()) return;
+    if (!PluginCallScope::Report(status.message)) {
+      State(host_context)->Log(ATTNRT_LOG_ERROR, "parallel_for: " + status.message);
+    }
+  } catch (...) {
+    // Out of memory before the ranges were handed out: the call into the plugin fails.
+    try {
+      PluginCallScope::Report("parallel_for ran out of memory; its callback did not run");
+    } catch (...) {
+    }
+  }
 }
 
 int32_t HostNumThreads(void* host_context) { return State(host_context)->pool().num_threads(); }
@@ -43,6 +63,11 @@ Status RuntimeState::Create(const attnrt_runtime_options* options,
   for (const auto& warning : warnings) state->Log(ATTNRT_LOG_WARNING, warning);
 
   state->pool_ = std::make_unique<ThreadPool>(state->config_.num_threads);
+  if (!state->pool_->start_failure().empty()) {
+    state->Log(ATTNRT_LOG_WARNING, "thread pool: " + state->pool_->start_failure() +
+                                       "; running with " +
+                                       std::to_string(state->pool_->num_threads()));
+  }
   state->host_.struct_size = sizeof(attnrt_host_services);
   state->host_.abi_major = ATTNRT_ABI_VERSION_MAJOR;
   state->host_.abi_minor = ATTNRT_ABI_VERSION_MINOR;

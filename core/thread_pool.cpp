@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
-namespace {
-// Set while a thread runs a chunk of some job: a nested ParallelFor then runs inline.
-thread_local bool t_inside_parallel_region = false;
-}  // namespace
 
 struct ThreadPool::Job {
   attnrt_parallel_fn fn;
@@ -19,11 +18,51 @@ struct ThreadPool::Job {
   std::atomic<size_t> done_chunks{0};
   std::mutex done_mutex;
   std::condition_variable done_cv;
+  // Set by the first range whose fn threw: later ranges are skipped (but still counted as done).
+  std::atomic<bool> failed{false};
+  std::mutex failure_mutex;
+  std::string failure;
+
+  void Fail(std::string what) {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    if (failed.load(std::memory_order_relaxed)) return;
+    failure = std::move(what);
+    failed.store(true, std::memory_order_release);
+  }
 };
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  workers_.reserve(static_cast<size_t>(num_threads_ - 1));
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+namespace {
+
+// Inside a catch block: what fn did, without letting a second exception (out of memory while
+// describing the first) escape onto a worker thread.
+std::string DescribeCallbackException() noexcept {
+  try {
+    return "a parallel_for callback threw " + DescribeCurrentException();
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace
+
+thread_local ThreadPool::Job* ThreadPool::t_current_job = nullptr;
+
+ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start) : num_threads_(1) {
+  const int wanted = std::max(1, num_threads);
+  workers_.reserve(static_cast<size_t>(wanted - 1));
+  for (int i = 1; i < wanted; ++i) {
+    try {
+      auto body = [this] { WorkerLoop(); };
+      workers_.push_back(start ? start(body) : std::thread(body));
+    } catch (const std::exception& e) {
+      // A thread that cannot start (EAGAIN under a process limit) leaves the pool smaller; the
+      // threads already running stay and are joined by the destructor as usual.
+      start_failure_ = "started " + std::to_string(workers_.size() + 1) + " of the " +
+                       std::to_string(wanted) + " threads asked for: " + e.what();
+      break;
+    }
+  }
+  num_threads_ = static_cast<int>(workers_.size()) + 1;
 }
 
 ThreadPool::~ThreadPool() {
@@ -35,15 +74,24 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
+bool ThreadPool::InsideParallelRegion() { return t_current_job != nullptr; }
+
 bool ThreadPool::RunOneChunk(Job& job) {
   const size_t index = job.next_chunk.fetch_add(1, std::memory_order_relaxed);
   if (index >= job.num_chunks) return false;
-  const size_t begin = index * job.chunk;
-  const size_t end = std::min(job.n, begin + job.chunk);
-  const bool was_inside = t_inside_parallel_region;
-  t_inside_parallel_region = true;
-  job.fn(job.user_data, begin, end);
-  t_inside_parallel_region = was_inside;
+  if (!job.failed.load(std::memory_order_acquire)) {
+    // index < num_chunks = ceil(n / chunk), so begin < n and neither sum below can wrap.
+    const size_t begin = index * job.chunk;
+    const size_t end = begin + std::min(job.chunk, job.n - begin);
+    Job* const outer = t_current_job;
+    t_current_job = &job;
+    try {
+      job.fn(job.user_data, begin, end);
+    } catch (...) {
+      job.Fail(DescribeCallbackException());
+    }
+    t_current_job = outer;
+  }
   if (job.done_chunks.fetch_add(1, std::memory_order_acq_rel) + 1 == job.num_chunks) {
     std::lock_guard<std::mutex> lock(job.done_mutex);
     job.done_cv.notify_all();
@@ -70,22 +118,30 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data) {
-  if (n == 0) return;
+Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data) {
+  if (n == 0) return Status::Ok();
   grain = std::max<size_t>(grain, 1);
-  // A few chunks per thread balance uneven work (heads with different sequence lengths).
+  // A few chunks per thread balance uneven work (heads with different sequence lengths). Rounded
+  // up without forming n + divisor - 1, which wraps for n near SIZE_MAX.
   const size_t target_chunks = static_cast<size_t>(num_threads_) * 4;
-  const size_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
-  if (workers_.empty() || t_inside_parallel_region || chunk >= n) {
-    fn(user_data, 0, n);
-    return;
+  const size_t chunk = std::max(grain, n / target_chunks + (n % target_chunks != 0 ? 1 : 0));
+  Job* const enclosing = t_current_job;
+  if (workers_.empty() || enclosing != nullptr || chunk >= n) {
+    try {
+      fn(user_data, 0, n);
+    } catch (...) {
+      std::string failure = DescribeCallbackException();
+      if (enclosing != nullptr) enclosing->Fail(failure);
+      return Internal(std::move(failure));
+    }
+    return Status::Ok();
   }
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->user_data = user_data;
   job->n = n;
   job->chunk = chunk;
-  job->num_chunks = (n + chunk - 1) / chunk;
+  job->num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(job);
@@ -93,9 +149,14 @@ void ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void
   work_available_.notify_all();
   while (RunOneChunk(*job)) {
   }
-  std::unique_lock<std::mutex> lock(job->done_mutex);
-  job->done_cv.wait(
-      lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
+  {
+    std::unique_lock<std::mutex> lock(job->done_mutex);
+    job->done_cv.wait(
+        lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
+  }
+  if (!job->failed.load(std::memory_order_acquire)) return Status::Ok();
+  std::lock_guard<std::mutex> lock(job->failure_mutex);
+  return Internal(job->failure);
 }
 
 }  // namespace attnrt::core

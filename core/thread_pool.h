@@ -5,36 +5,58 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "attnrt/plugin.h"
+#include "core/status.h"
 
 namespace attnrt::core {
 
 class ThreadPool {
  public:
-  // num_threads counts the calling thread: num_threads - 1 workers are started.
-  explicit ThreadPool(int num_threads);
+  // Starts one worker thread running `body`; throws std::system_error when it cannot (what
+  // std::thread's constructor does). Tests substitute one that fails on purpose.
+  using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
+
+  // num_threads counts the calling thread: num_threads - 1 workers are started. A worker that
+  // cannot be started (a process or memory limit) is not an error: the pool keeps the workers
+  // that did start, num_threads() says how many, and start_failure() says why.
+  explicit ThreadPool(int num_threads, const ThreadStarter& start = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // Why fewer threads than asked for were started ("" when all were).
+  const std::string& start_failure() const { return start_failure_; }
 
   // Calls fn over [0, n) in contiguous ranges of at least `grain` indices and returns when every
-  // range is done. The caller works too. Several threads may call at once; a call from inside fn (a
-  // nested parallel region) runs inline on the calling thread, so it can never deadlock.
-  void ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data);
+  // range is done or skipped. The caller works too. Several threads may call at once; a call from
+  // inside fn (a nested parallel region) runs inline on the calling thread, so it can never
+  // deadlock. An exception out of fn, on any thread, is caught: the ranges not yet started are
+  // skipped and the call returns ATTNRT_ERROR_INTERNAL describing the first exception (a nested
+  // call also fails the enclosing one). At most a few ranges per thread are made, whatever n.
+  Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data);
+
+  // True on a thread that is running a range of some ParallelFor call.
+  static bool InsideParallelRegion();
 
  private:
   struct Job;
   void WorkerLoop();
   static bool RunOneChunk(Job& job);
 
+  // The job whose range this thread is running (null outside any): a nested ParallelFor runs
+  // inline and reports an exception to it.
+  static thread_local Job* t_current_job;
+
   int num_threads_;
+  std::string start_failure_;
   std::mutex mutex_;
   std::condition_variable work_available_;
   std::deque<std::shared_ptr<Job>> jobs_;

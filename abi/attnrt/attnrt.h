@@ -331,7 +331,8 @@ ATTNRT_API void attnrt_op_destroy(attnrt_op* op);
  * for the capacity, and its signature (attnrt_plan_info) ends with "up to" the capacity. The caller
  * releases the returned reference with attnrt_plan_release. Errors: INVALID_ARGUMENT (the message
  * names the input), UNSUPPORTED (no kernel accepts; the message lists each candidate with its
- * reason).
+ * reason), INTERNAL (no kernel accepts and one of them malfunctioned: its supports() threw or
+ * returned neither 0 nor 1, or the chosen kernel's workspace_size() threw; the message names it).
  */
 ATTNRT_API attnrt_status attnrt_op_plan(attnrt_op* op, const attnrt_tensor* const* inputs,
                                         size_t num_inputs, const attnrt_tensor* const* outputs,

@@ -12,7 +12,9 @@
  * Any failure in these steps skips the plugin with a diagnostic naming the file; the process goes
  * on.
  *
- * Rules for plugins: never throw or abort across this ABI; never start threads (use
+ * Rules for plugins: never throw or abort across this ABI (the runtime contains an exception, from
+ * any function or parallel_for callback, as a failure of the plugin or kernel, but the plugin's
+ * state is then unknown); return only attnrt_status values; never start threads (use
  * host->parallel_for); probe() runs code compiled for the baseline ISA and checks that the OS
  * enables the register state (XCR0), not only CPUID; strings returned stay valid until shutdown().
  *
@@ -85,7 +87,8 @@ typedef struct attnrt_probe_result {
  */
 typedef struct attnrt_kernel_desc {
   size_t struct_size;
-  const char* name;    /* "<plugin>.<op>.<algorithm>.<isa>", e.g. "cpu_x86.gqa.naive.avx2" */
+  const char* name;    /* "<plugin>.<op>.<algorithm>.<isa>", e.g. "cpu_x86.gqa.naive.avx2"; names
+                          outside "<plugin>." are refused */
   int32_t op_kind;     /* attnrt_op_kind */
   int32_t device_type; /* attnrt_device_type */
   int32_t priority;    /* higher is tried first */

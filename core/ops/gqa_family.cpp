@@ -12,11 +12,10 @@
 #include "core/ops/paged_gqa_validation.h"
 #include "core/ops/paged_gqa_varlen_validation.h"
 #include "core/ops/sparse_mla_family.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
-
-constexpr size_t kErrorCapacity = 1024;
 
 class GqaProblem final : public Problem {
  public:
@@ -36,17 +35,7 @@ class GqaProblem final : public Problem {
     args.workspace = workspace;
     args.workspace_size = workspace_size;
     args.stream = stream;
-    char error[kErrorCapacity] = {0};
-    int32_t status = ATTNRT_ERROR_INTERNAL;
-    try {
-      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
-    } catch (...) {
-      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
-    }
-    error[sizeof(error) - 1] = '\0';
-    if (status == ATTNRT_OK) return Status::Ok();
-    return {static_cast<attnrt_status>(status),
-            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+    return RunKernel(kernel, &args);
   }
 
  private:

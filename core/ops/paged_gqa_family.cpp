@@ -2,15 +2,12 @@
 // paged_gqa_validation.cpp (which reuses the GroupQueryAttention checks) before any kernel runs.
 #include "core/ops/paged_gqa_family.h"
 
-#include <cstdio>
-
 #include "attnrt/ops/paged_gqa.h"
 #include "core/ops/paged_gqa_validation.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
-
-constexpr size_t kErrorCapacity = 1024;
 
 class PagedGqaProblem final : public Problem {
  public:
@@ -34,17 +31,7 @@ class PagedGqaProblem final : public Problem {
     args.gqa.workspace = workspace;
     args.gqa.workspace_size = workspace_size;
     args.gqa.stream = stream;
-    char error[kErrorCapacity] = {0};
-    int32_t status = ATTNRT_ERROR_INTERNAL;
-    try {
-      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
-    } catch (...) {
-      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
-    }
-    error[sizeof(error) - 1] = '\0';
-    if (status == ATTNRT_OK) return Status::Ok();
-    return {static_cast<attnrt_status>(status),
-            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+    return RunKernel(kernel, &args);
   }
 
  private:

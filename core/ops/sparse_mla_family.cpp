@@ -2,18 +2,16 @@
 // ATTNRT_OP_SPARSE_MLA_METADATA (computed by the core: the int32 [2048] work partition).
 #include "core/ops/sparse_mla_family.h"
 
-#include <cstdio>
 #include <new>
 #include <vector>
 
 #include "attnrt/ops/sparse_mla.h"
 #include "core/ops/sparse_mla_metadata.h"
 #include "core/ops/sparse_mla_validation.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
-
-constexpr size_t kErrorCapacity = 1024;
 
 class SparseMlaProblem final : public Problem {
  public:
@@ -34,17 +32,7 @@ class SparseMlaProblem final : public Problem {
       args.workspace = workspace;
       args.workspace_size = workspace_size;
       args.stream = stream;
-      char error[kErrorCapacity] = {0};
-      int32_t status = ATTNRT_ERROR_INTERNAL;
-      try {
-        status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
-      } catch (...) {
-        std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
-      }
-      error[sizeof(error) - 1] = '\0';
-      if (status == ATTNRT_OK) return Status::Ok();
-      return {static_cast<attnrt_status>(status),
-              "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+      return RunKernel(kernel, &args);
     } catch (const std::bad_alloc&) {
       return {ATTNRT_ERROR_OUT_OF_MEMORY, "sparse_mla: out of memory"};
     }

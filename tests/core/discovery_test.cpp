@@ -227,7 +227,8 @@ TEST_F(DiscoveryTest, DuplicatesLaterInSearchOrderAreDiagnosed) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
       {"libattnrt_dupname.so", {"duplicate"}},
       {"libattnrt_dupkernel.so", {"duplicate", "dupkernel.gqa.same.scalar"}},
-      {"libattnrt_dupforeign.so", {"duplicate", ATTNRT_TEST_CPU_PLUGIN ".gqa.naive.scalar"}},
+      // A kernel named outside its own plugin's prefix is refused as such, whatever the order.
+      {"libattnrt_dupforeign.so", {"prefix"}},
   };
   for (const auto& [file, any_of] : expected) {
     SCOPED_TRACE(file);

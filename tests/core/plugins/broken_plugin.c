@@ -10,7 +10,8 @@
  *   BROKEN_MODE_SMALLSTRUCT  the table's struct_size stops before init()
  *   BROKEN_MODE_DUPNAME      a valid plugin named "cpu_x86"
  *   BROKEN_MODE_DUPKERNEL    a valid plugin with two kernels of the same name
- *   BROKEN_MODE_DUPFOREIGN   a valid plugin with a kernel named like a cpu_x86 kernel
+ *   BROKEN_MODE_DUPFOREIGN   a valid plugin with a kernel named like a cpu_x86 kernel (outside its
+ *                            own prefix "dupforeign.")
  *   BROKEN_MODE_VALID        a valid plugin (built under a name discovery must ignore)
  */
 #include <stddef.h>
