@@ -493,7 +493,8 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
       }
       if (!owned) {
         return {ATTNRT_ERROR_OUT_OF_MEMORY,
-                "workspace: cannot allocate " + std::to_string(workspace_size) + " bytes"};
+                "workspace: cannot allocate " + std::to_string(workspace_size) +
+                    " bytes (the size kernel " + kernel_name() + " asked for)"};
       }
       workspace = owned.get();
     }

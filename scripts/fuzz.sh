@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp),
 # then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp), then sparse
-# MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp).
-# Usage: scripts/fuzz.sh [SECONDS]      (default 60; a quarter of it, at least 1 s, for the paged
-#                                        fuzzer, and a quarter for the sparse MLA one)
+# MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp), then plugin discovery and dispatch
+# facing a plugin made from the input (tests/fuzz/plugin_fuzzer.cpp).
+# Usage: scripts/fuzz.sh [SECONDS]      (default 60, shared: a fifth, at least 1 s, each for the
+#                                        paged, sparse MLA and plugin fuzzers, the rest for GQA)
 #
-# Builds libattnrt, the cpu_x86 plugin and the fuzzer with Clang, AddressSanitizer and
+# Builds libattnrt, the cpu_x86 plugin and the fuzzers with Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
-# the fuzzers over copies of tests/fuzz/corpus and tests/fuzz/paged_corpus (the repository's
-# corpora are never modified). Prints the number of executions; exits non-zero on a crash, a leak, a timeout or an
-# invariant violation, with the path of the saved input in the output.
+# the fuzzers over copies of tests/fuzz/corpus, tests/fuzz/paged_corpus and tests/fuzz/plugin_corpus
+# (the repository's corpora are never modified). Prints the number of executions; exits non-zero on
+# a crash, a leak, a timeout or an invariant violation, with the path of the saved input in the
+# output.
 #   GQA_FUZZER_AVOID=...       masks known findings while fuzzing (see tests/fuzz/gqa_fuzzer.cpp)
 #   ATTNRT_FUZZ_ARTIFACTS=DIR  where crash inputs go (default build-fuzz/fuzz-artifacts)
 # Regression inputs (tests/fuzz/regressions and both corpora, each run once):
@@ -65,7 +67,7 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer sparse_mla_fuzzer \
-  attnrt_cpu_x86 attnrt_sparse_mla
+  plugin_fuzzer attnrt_cpu_x86 attnrt_sparse_mla
 
 # ---- fuzz -------------------------------------------------------------------------------------------
 artifacts="${ATTNRT_FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}"
@@ -95,7 +97,9 @@ fuzz() {
     crash="$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)"
     echo "fuzz: $1 FAILED (exit $rc)${crash:+; input saved to $crash}" >&2
     if [ -n "$crash" ]; then
-      echo "fuzz: reproduce:  GQA_FUZZER_VERBOSE=1 $fuzzer $crash" >&2
+      local verbose=GQA_FUZZER_VERBOSE
+      [ "$1" != plugin_fuzzer ] || verbose=PLUGIN_FUZZER_VERBOSE
+      echo "fuzz: reproduce:  $verbose=1 $fuzzer $crash" >&2
       echo "fuzz: minimize:   $fuzzer -minimize_crash=1 -max_total_time=60 $crash" >&2
     fi
     exit "$rc"
@@ -103,9 +107,11 @@ fuzz() {
   rm -rf "$work"
 }
 
-paged_seconds=$((seconds / 4 > 0 ? seconds / 4 : 1))
-gqa_seconds=$((seconds - 2 * paged_seconds > 0 ? seconds - 2 * paged_seconds : 1))
+# The total stays SECONDS (for SECONDS >= 5): 60 is 24 + 12 + 12 + 12.
+fifth=$((seconds / 5 > 0 ? seconds / 5 : 1))
+gqa_seconds=$((seconds - 3 * fifth > 0 ? seconds - 3 * fifth : 1))
 fuzz gqa_fuzzer corpus "$gqa_seconds"
-fuzz paged_gqa_fuzzer paged_corpus "$paged_seconds"
-fuzz sparse_mla_fuzzer sparse_mla_corpus "$paged_seconds"
+fuzz paged_gqa_fuzzer paged_corpus "$fifth"
+fuzz sparse_mla_fuzzer sparse_mla_corpus "$fifth"
+fuzz plugin_fuzzer plugin_corpus "$fifth"
 echo "fuzz: no crash"

@@ -297,8 +297,10 @@ INSTANTIATE_TEST_SUITE_P(
         // parallel_for with n = SIZE_MAX and grain 0 returns after a few ranges.
         RunCase{"run=parallel:18446744073709551615:0:none:std", ATTNRT_OK, {}},
         // A workspace within one alignment of SIZE_MAX wrapped to a 0-byte buffer when rounded.
-        RunCase{"workspace=18446744073709551615", ATTNRT_ERROR_OUT_OF_MEMORY, {"workspace"}},
-        RunCase{"workspace=18446744073709551605", ATTNRT_ERROR_OUT_OF_MEMORY, {"workspace"}},
+        RunCase{
+            "workspace=18446744073709551615", ATTNRT_ERROR_OUT_OF_MEMORY, {"workspace", kKernel}},
+        RunCase{
+            "workspace=18446744073709551605", ATTNRT_ERROR_OUT_OF_MEMORY, {"workspace", kKernel}},
         RunCase{"workspace=100", ATTNRT_OK, {}}));
 
 TEST_F(HostilePluginTest, CallbackExceptionOnTheCallingThreadFailsTheRunWithItsMessage) {
