@@ -1,16 +1,14 @@
 // Paged GroupQueryAttention over packed variable-length batches as an op family: shapes and
 // values are validated by paged_gqa_varlen_validation.cpp before any kernel runs.
-#include <cstdio>
 #include <vector>
 
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "core/ops/paged_gqa_family.h"
 #include "core/ops/paged_gqa_varlen_validation.h"
+#include "core/plugin_call.h"
 
 namespace attnrt::core {
 namespace {
-
-constexpr size_t kErrorCapacity = 1024;
 
 class PagedGqaVarlenProblem final : public Problem {
  public:
@@ -31,17 +29,7 @@ class PagedGqaVarlenProblem final : public Problem {
     args.paged.gqa.workspace = workspace;
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;
-    char error[kErrorCapacity] = {0};
-    int32_t status = ATTNRT_ERROR_INTERNAL;
-    try {
-      status = kernel.desc->run(kernel.plugin->context, &args, error, sizeof(error));
-    } catch (...) {
-      std::snprintf(error, sizeof(error), "run() threw an exception across the plugin ABI");
-    }
-    error[sizeof(error) - 1] = '\0';
-    if (status == ATTNRT_OK) return Status::Ok();
-    return {static_cast<attnrt_status>(status),
-            "kernel " + kernel.name + " failed: " + (error[0] != '\0' ? error : "no message")};
+    return RunKernel(kernel, &args);
   }
 
  private:
