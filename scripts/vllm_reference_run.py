@@ -14,7 +14,7 @@ peak resident memory of the process tree (the engine and worker processes includ
 
 Usage: vllm_reference_run.py MODEL_DIR [--out run.json] [--compare ref.json] [--seed 0]
          [--num-prompts 8] [--max-prompt-len 2048] [--gen-tokens 64] [--max-batched-tokens 512]
-         [--tp 1] [--compile] [--in-process [--cpu-attention-class MODULE.CLASS]]
+         [--tp 1] [--dtype float32] [--compile] [--in-process [--cpu-attention-class MODULE.CLASS]]
 Run it with the venv of scripts/setup-vllm.sh. VLLM_CPU_KVCACHE_SPACE (GiB) defaults to 1.
 """
 
@@ -40,6 +40,7 @@ def parse_args(argv):
     p.add_argument("--max-batched-tokens", type=int, default=512)
     p.add_argument("--block-size", type=int, default=None, help="KV cache block size (vLLM's CPU default: 128)")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="model dtype")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument(
         "--in-process",
@@ -154,7 +155,7 @@ def run(a):
     t_import = time.perf_counter() - t0
     llm_kwargs = dict(
         model=a.model,
-        dtype="float32",
+        dtype=a.dtype,
         skip_tokenizer_init=True,
         enable_chunked_prefill=True,
         max_num_batched_tokens=a.max_batched_tokens,

@@ -1,0 +1,221 @@
+"""The vLLM 0.32 attention backend classes behind attnrt.vllm (imports vLLM and torch).
+
+KV cache: vLLM gives each layer a view [num_blocks, num_kv_heads, block_size, 2 * head_size] of
+its cache buffer in the model dtype, laid out as the backend declares (KVCacheLayout.LBHNC here,
+as vLLM's CPU backend: block-major, then head). Inside a [block, head] slab the first
+block_size * head_size elements are the K rows of the block's tokens and the next ones the V rows,
+so the K and V pools are the strided BNSH views kv.view(B, Hkv, 2, bs, H)[:, :, 0] and [:, :, 1];
+attnrt reads and writes them in place. (vLLM's own CPU kernels pack K differently inside the slab,
+so a cache is read by the backend that wrote it; both write every row they read.)
+
+q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H); attnrt
+takes compact tensors, so this step's rows are copied once (num_tokens * (N + 2 Nkv) * H elements;
+the cache and the output are not copied).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder,
+                                       AttentionType, CommonAttentionMetadata)
+from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
+
+from ._runtime import Runtime
+from ._varlen import paged_attention_varlen
+
+_lock = threading.Lock()
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """The process's attnrt Runtime, made on first use with vLLM's thread count
+    (torch.get_num_threads(): the OpenMP team vLLM gave this worker)."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime(num_threads=max(1, torch.get_num_threads()))
+        return _runtime
+
+
+def describe() -> str:
+    """One line for vLLM's log: what the backend serves."""
+    return ("decoder layers; prefill, chunked prefill, decode, sliding window, softcap, sinks; "
+            "float32/bfloat16/float16; threads: torch.get_num_threads() of each worker")
+
+
+class AttnrtBackend(AttentionBackend):
+    """attnrt's paged varlen attention in vLLM's CPU_ATTN slot."""
+
+    forward_includes_kv_cache_update: bool = True
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16,
+                                                      torch.float16]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto"]
+
+    @staticmethod
+    def get_name() -> str:
+        return "CPU_ATTN"
+
+    @staticmethod
+    def get_impl_cls() -> type["AttnrtImpl"]:
+        return AttnrtImpl
+
+    @staticmethod
+    def get_builder_cls() -> type["AttnrtMetadataBuilder"]:
+        return AttnrtMetadataBuilder
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return [32, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # [block][kv head][K rows of the block | V rows of the block]: see the module docstring.
+        return (KVCacheLayout.LBHNC,)
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class AttnrtMetadata:
+    """One step's batch: host int tensors as attnrt reads them."""
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor  # int32 [num_reqs + 1]
+    seq_lens: torch.Tensor         # int32 [num_reqs]
+    block_table: torch.Tensor      # int32 [num_reqs, max_blocks]
+    slot_mapping: torch.Tensor     # int64 [num_actual_tokens]
+
+
+def _int_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    t = t.to("cpu", dtype)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
+    """CommonAttentionMetadata -> AttnrtMetadata (no reordering: decodes and prefills mix)."""
+
+    reorder_batch_threshold: ClassVar[int | None] = None
+
+    def __init__(self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config,
+                 device: torch.device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> AttnrtMetadata:
+        m = common_attn_metadata
+        if isinstance(m.causal, torch.Tensor) or not m.causal:
+            raise NotImplementedError("attnrt's vLLM backend: only causal attention is served")
+        n = m.num_reqs
+        tokens = m.num_actual_tokens
+        qsl = getattr(m, "query_start_loc_cpu", None)
+        if qsl is None:
+            qsl = m.query_start_loc
+        return AttnrtMetadata(
+            num_actual_tokens=tokens, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
+            query_start_loc=_int_tensor(qsl[:n + 1], torch.int32),
+            seq_lens=_int_tensor(m.seq_lens[:n], torch.int32),
+            block_table=_int_tensor(m.block_table_tensor[:n], torch.int32),
+            slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64))
+
+
+class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
+    """Runs a decoder attention layer through attnrt.paged_attention_varlen."""
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None = None,
+                 alibi_slopes: list[float] | None = None, sliding_window: int | None = None,
+                 kv_cache_dtype: str = "auto", logits_soft_cap: float | None = None,
+                 attn_type: str = AttentionType.DECODER,
+                 kv_sharing_target_layer_name: str | None = None,
+                 sinks: torch.Tensor | None = None, **unsupported) -> None:
+        def refuse(what: str) -> None:
+            raise NotImplementedError(f"attnrt's vLLM backend (ATTNRT_VLLM=1) cannot serve {what}; "
+                                      f"unset ATTNRT_VLLM to use vLLM's own CPU attention")
+
+        if unsupported:
+            refuse(f"the attention options {sorted(unsupported)}")
+        if alibi_slopes is not None:
+            refuse("ALiBi (alibi_slopes)")
+        if attn_type != AttentionType.DECODER:
+            refuse(f"attn_type {attn_type!r} (only decoder self-attention)")
+        if kv_sharing_target_layer_name is not None:
+            refuse(f"a layer sharing the KV cache of {kv_sharing_target_layer_name!r}")
+        if kv_cache_dtype != "auto":
+            refuse(f"kv_cache_dtype {kv_cache_dtype!r} (only 'auto': the model dtype)")
+        if head_size not in AttnrtBackend.get_supported_head_sizes():
+            refuse(f"head_size {head_size} (supported: {AttnrtBackend.get_supported_head_sizes()})")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            refuse(f"{num_heads} query heads over {num_kv_heads} KV heads (must divide)")
+        if sinks is not None and tuple(sinks.shape) != (num_heads,):
+            refuse(f"sinks of shape {tuple(sinks.shape)} (expected ({num_heads},))")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = None
+        self.alibi_slopes = None
+        # vLLM's sliding_window W: the query at position i sees keys j with i - j < W, that is
+        # FlashAttention's window (W - 1, 0).
+        self.sliding_window = sliding_window
+        self.window_size = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
+        self.logits_soft_cap = float(logits_soft_cap or 0.0)
+        self.sinks = sinks
+
+    def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
+        """FlashAttention-style (left, right) window of this step."""
+        return self.window_size
+
+    def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                kv_cache: torch.Tensor, attn_metadata: AttnrtMetadata | None, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("attnrt's vLLM backend: fused output quantization is not "
+                                      "served")
+        if attn_metadata is None:  # profiling / warm-up run
+            return output
+        n = attn_metadata.num_actual_tokens
+        if n == 0:
+            return output
+        num_blocks, kv_heads, block_size, width = kv_cache.shape
+        if width != 2 * self.head_size or kv_heads != self.num_kv_heads:
+            raise ValueError(f"attnrt's vLLM backend: KV cache of shape {tuple(kv_cache.shape)}, "
+                             f"expected [num_blocks, {self.num_kv_heads}, block_size, "
+                             f"{2 * self.head_size}]")
+        pools = kv_cache.view(num_blocks, kv_heads, 2, block_size, self.head_size)
+        sinks = self.sinks
+        if sinks is not None and sinks.dtype != query.dtype:
+            sinks = sinks.to(query.dtype)
+        k = v = None
+        if key is not None and value is not None:
+            k = key[:n].contiguous()
+            v = value[:n].contiguous()
+        out = output[:n]
+        paged_attention_varlen(
+            runtime(), query[:n].contiguous(), pools[:, :, 0], pools[:, :, 1],
+            attn_metadata.query_start_loc, attn_metadata.seq_lens, attn_metadata.block_table,
+            k=k, v=v, slot_mapping=attn_metadata.slot_mapping if k is not None else None,
+            softmax_scale=self.scale, causal=True, window_size=self.window(attn_metadata),
+            softcap=self.logits_soft_cap, sinks=sinks, out=out, kv_layout="BNSH",
+            block_size=block_size)
+        return output
