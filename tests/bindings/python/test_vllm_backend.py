@@ -1,0 +1,132 @@
+"""attnrt.vllm: the package works without vLLM (nothing imported, the plugin a no-op unless
+ATTNRT_VLLM=1); with vLLM importable, the backend's impl against a float64 reference on a mixed
+batch in vLLM's CPU cache layout, and its refusals."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def test_import_and_plugin_without_opt_in_leave_vllm_alone():
+    code = ("import sys, os; os.environ.pop('ATTNRT_VLLM', None); import attnrt.vllm as v; "
+            "v.register(); assert not v.enabled(); "
+            "assert 'vllm' not in sys.modules, 'attnrt.vllm imported vllm'; print('ok')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_entry_point_is_declared():
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "pyproject.toml")).read()
+    assert '[project.entry-points."vllm.general_plugins"]' in text
+    assert 'attnrt = "attnrt.vllm:register"' in text
+
+
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed")
+
+N, NKV, H, BS = 8, 2, 64, 16
+
+
+def reference(q, keys, values, pos, scale, window, softcap, sinks):
+    """float64 attention of one query row at position pos over keys[0..pos]."""
+    group = N // NKV
+    out = torch.empty(N, H, dtype=torch.float64)
+    for h in range(N):
+        k = keys[: pos + 1, h // group].double()
+        v = values[: pos + 1, h // group].double()
+        s = (k @ q[h].double()) * scale
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        j = torch.arange(pos + 1)
+        if window is not None:
+            s = torch.where(pos - j < window, s, torch.tensor(-math.inf, dtype=torch.float64))
+        m = s.max()
+        e = torch.exp(s - m)
+        den = e.sum() + (torch.exp(sinks[h].double() - m) if sinks is not None else 0)
+        out[h] = (e / den) @ v
+    return out
+
+
+@needs_vllm
+@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
+def test_impl_mixed_batch_in_vllm_cache_layout(features):
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    g = torch.Generator().manual_seed(3)
+    window = 5 if features != "plain" else None
+    softcap = 2.0 if features != "plain" else 0.0
+    sinks = torch.randn(N, generator=g) if features != "plain" else None
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, window, "auto", softcap or None, sinks=sinks)
+    # Sequence 0: 20 cached tokens + a 7-token chunk; sequence 1: a decode after 33 tokens.
+    ctx, q_lens = [20, 33], [7, 1]
+    seq_lens = [c + q for c, q in zip(ctx, q_lens)]
+    tables = [[5, 2], [1, 7, 3]]
+    num_blocks = 9
+    kv = torch.randn(num_blocks, NKV, BS, 2 * H, generator=g)
+    full_k = [torch.randn(s, NKV, H, generator=g) for s in seq_lens]
+    full_v = [torch.randn(s, NKV, H, generator=g) for s in seq_lens]
+    slab = kv.view(num_blocks, NKV, 2, BS, H)
+    for b, s in enumerate(ctx):  # the cached rows, where vLLM's layout puts them
+        for p in range(s):
+            blk = tables[b][p // BS]
+            slab[blk, :, 0, p % BS] = full_k[b][p]
+            slab[blk, :, 1, p % BS] = full_v[b][p]
+    t = sum(q_lens)
+    # q/k/v as vLLM gives them: views of one fused projection (row stride (N + 2 NKV) * H).
+    qkv = torch.randn(t + 2, (N + 2 * NKV) * H, generator=g)
+    q, k, v = qkv.split([N * H, NKV * H, NKV * H], dim=-1)
+    q, k, v = q.view(-1, N, H), k.view(-1, NKV, H), v.view(-1, NKV, H)
+    slots, row = [], 0
+    for b in range(2):
+        for i in range(q_lens[b]):
+            p = ctx[b] + i
+            k[row] = full_k[b][p]
+            v[row] = full_v[b][p]
+            slots.append(tables[b][p // BS] * BS + p % BS)
+            row += 1
+    width = max(len(tb) for tb in tables)
+    md = AttnrtMetadata(
+        num_actual_tokens=t, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+        query_start_loc=torch.tensor([0, q_lens[0], t], dtype=torch.int32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        block_table=torch.tensor([tb + [0] * (width - len(tb)) for tb in tables], dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64))
+    output = torch.full((t + 2, N, H), 7.0)
+    impl.forward(None, q, k, v, kv, md, output)
+    row = 0
+    for b in range(2):
+        for i in range(q_lens[b]):
+            p = ctx[b] + i
+            expect = reference(q[row], full_k[b], full_v[b], p, 0.125, window, softcap, sinks)
+            assert torch.allclose(output[row].double(), expect, atol=2e-5), (b, i)
+            blk = tables[b][p // BS]  # the new row was written into the cache
+            assert torch.equal(slab[blk, :, 0, p % BS], full_k[b][p])
+            assert torch.equal(slab[blk, :, 1, p % BS], full_v[b][p])
+            row += 1
+    assert torch.all(output[t:] == 7.0), "padding rows past num_actual_tokens were written"
+
+
+@needs_vllm
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(alibi_slopes=[0.5] * N), "ALiBi"),
+    (dict(attn_type="encoder_only"), "attn_type"),
+    (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
+    (dict(kv_sharing_target_layer_name="model.layers.0.self_attn.attn"), "sharing"),
+])
+def test_impl_refuses_what_it_cannot_serve(kwargs, reason):
+    from attnrt._vllm_backend import AttnrtImpl
+
+    args = dict(num_heads=N, head_size=H, scale=0.125, num_kv_heads=NKV, alibi_slopes=None,
+                sliding_window=None, kv_cache_dtype="auto")
+    args.update(kwargs)
+    with pytest.raises(NotImplementedError, match=reason):
+        AttnrtImpl(**args)
