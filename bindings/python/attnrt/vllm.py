@@ -45,7 +45,8 @@ def register() -> None:
     if not already:
         from . import _vllm_backend
 
-        init_logger("attnrt.vllm").info(
+        # A logger under "vllm": vLLM's handler prints it.
+        init_logger("vllm.attnrt").info(
             "attnrt serves attention (vLLM's CPU_ATTN slot -> %s; %s)", BACKEND_CLASS,
             _vllm_backend.describe())
 
