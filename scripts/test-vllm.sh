@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# End-to-end check of attnrt as vLLM's attention backend (attnrt.vllm) on CPU.
+#
+# A seeded random Llama checkpoint (scripts/make-llama-checkpoint.py: 4 layers, hidden 512, 8
+# heads, 2 KV heads, head size 64; q/k projections at std 0.08 so attention is far from uniform)
+# runs through vLLM (scripts/vllm_reference_run.py: token-id prompts, skip_tokenizer_init, 8
+# prompts of 16..2048 tokens plus one with a token changed, chunked prefill with a 512-token
+# budget, 64 greedy tokens each, engine and worker in one process) with vLLM's own CPU attention
+# and with attnrt (ATTNRT_VLLM=1, through the package's vllm.general_plugins entry point):
+#   float32   prompt logprobs within 1e-4 and the same greedy tokens;
+#   negative  attnrt with one key dropped (tests/vllm/attnrt_vllm_controls.py) must FAIL the
+#             float32 comparison;
+#   bfloat16  (4 prompts up to 1024 tokens, 16 new) prompt logprobs within $BF16_TOLERANCE (bfloat16 rounding of q, k, v, probabilities
+#             and the other layers, amplified over 4 layers), greedy tokens reported only.
+# With ATTNRT_VLLM_TP2=1 also tensor_parallel_size=2 (worker processes, one CPU each:
+# VLLM_CPU_OMP_THREADS_BIND="0|1"): vLLM's attention and attnrt's, both at TP=2, compared as in
+# float32 (slow: two engine starts of about two minutes each on two CPUs).
+#
+# Usage: scripts/test-vllm.sh [BUILD_DIR]   (default build; the venv is BUILD_DIR/vllm-venv, made by
+# scripts/setup-vllm.sh when missing; attnrt is installed into it with pip install .)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${1:-build}"
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
+cd "$root"
+start=$(date +%s)
+BF16_TOLERANCE="${BF16_TOLERANCE:-0.5}"
+
+"$root/scripts/setup-vllm.sh" "$build_dir"
+py="$build_dir/vllm-venv/bin/python"
+echo "test-vllm: installing attnrt into $build_dir/vllm-venv"
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache")
+fi
+env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
+  -Cbuild-dir="$build_dir/vllm-pip-build" "$root"
+
+# The backend's unit tests with vLLM importable (test_vllm_backend.py skips them without vLLM).
+"$py" -m pip install -q --disable-pip-version-check pytest
+ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
+  "$root/tests/bindings/python/test_vllm_backend.py"
+
+work="$build_dir/vllm-e2e"
+mkdir -p "$work"
+model="$work/llama"
+"$py" scripts/make-llama-checkpoint.py "$model" --qk-std 0.08 --lm-head-std 0.1 >/dev/null
+run=("$py" "$root/scripts/vllm_reference_run.py" "$model" --in-process)
+export VLLM_CPU_KVCACHE_SPACE=1
+
+step() { # name, then the command; its output goes to $work/name.log
+  local name="$1"; shift
+  local t0=$(date +%s) rc=0
+  "$@" >"$work/$name.log" 2>&1 || rc=$?
+  echo "test-vllm: $name: exit $rc in $(( $(date +%s) - t0 )) s; $(grep -E '^compare with' "$work/$name.log" || true)"
+  return $rc
+}
+fail() { echo "test-vllm: FAIL: $*"; exit 1; }
+
+# float32: vLLM's attention, then attnrt's through the entry point.
+step f32-vllm env ATTNRT_VLLM=0 "${run[@]}" --out "$work/f32-vllm.json" ||
+  fail "vLLM's own backend did not run (see $work/f32-vllm.log)"
+step f32-attnrt env ATTNRT_VLLM=1 "${run[@]}" --out "$work/f32-attnrt.json" \
+  --compare "$work/f32-vllm.json" --tolerance 1e-4 ||
+  fail "float32: attnrt differs from vLLM's attention (see $work/f32-attnrt.log)"
+grep -q "attnrt serves attention" "$work/f32-attnrt.log" ||
+  fail "ATTNRT_VLLM=1 but vLLM's log does not say that attnrt serves attention"
+if grep -q "attnrt serves attention" "$work/f32-vllm.log"; then
+  fail "ATTNRT_VLLM=0 but attnrt served attention"
+fi
+
+# Negative control: one key dropped must fail the same comparison.
+if step negative env ATTNRT_VLLM=0 PYTHONPATH="$root/tests/vllm" "${run[@]}" \
+  --cpu-attention-class attnrt_vllm_controls.DropOneKeyBackend --out "$work/negative.json" \
+  --compare "$work/f32-vllm.json" --tolerance 1e-4; then
+  fail "negative control: attnrt with one key dropped passed the comparison"
+fi
+grep -q '^compare with' "$work/negative.log" ||
+  fail "negative control did not get to the comparison (see $work/negative.log)"
+
+# bfloat16: prompt logprobs within BF16_TOLERANCE (4 prompts of 16..1024 tokens, 16 new tokens:
+# the same paths, half the time).
+bf16=(--dtype bfloat16 --num-prompts 4 --max-prompt-len 1024 --gen-tokens 16)
+step bf16-vllm env ATTNRT_VLLM=0 "${run[@]}" "${bf16[@]}" --out "$work/bf16-vllm.json" ||
+  fail "bfloat16: vLLM's own backend did not run"
+step bf16-attnrt env ATTNRT_VLLM=1 "${run[@]}" "${bf16[@]}" --out "$work/bf16-attnrt.json" ||
+  fail "bfloat16: attnrt did not run"
+"$py" - "$work/bf16-vllm.json" "$work/bf16-attnrt.json" "$BF16_TOLERANCE" <<'PY' ||
+import json, sys
+a, b = (json.load(open(p))["results"] for p in sys.argv[1:3])
+tol = float(sys.argv[3])
+worst = max(abs(p - q) for x, y in zip(a, b)
+            for p, q in zip(x["prompt_logprobs"], y["prompt_logprobs"]) if p is not None)
+same = sum(x["gen_ids"] == y["gen_ids"] for x, y in zip(a, b))
+print(f"test-vllm: bfloat16: max |prompt logprob difference| {worst:.3g} (tolerance {tol}); "
+      f"greedy tokens equal in {same} of {len(a)} prompts")
+sys.exit(0 if worst <= tol else 1)
+PY
+  fail "bfloat16: prompt logprobs differ by more than $BF16_TOLERANCE"
+
+if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
+  tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)
+  step tp2-vllm env ATTNRT_VLLM=0 VLLM_CPU_OMP_THREADS_BIND="0|1" "${tp[@]}" \
+    --out "$work/tp2-vllm.json" || fail "TP=2: vLLM's own backend did not run"
+  step tp2-attnrt env ATTNRT_VLLM=1 VLLM_CPU_OMP_THREADS_BIND="0|1" "${tp[@]}" \
+    --out "$work/tp2-attnrt.json" --compare "$work/tp2-vllm.json" --tolerance 1e-4 ||
+    fail "TP=2: attnrt differs from vLLM's attention (see $work/tp2-attnrt.log)"
+  grep -q "attnrt serves attention" "$work/tp2-attnrt.log" ||
+    fail "TP=2: the log does not say that attnrt serves attention"
+fi
+echo "test-vllm: OK in $(( $(date +%s) - start )) s"
