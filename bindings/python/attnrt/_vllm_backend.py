@@ -28,22 +28,51 @@ from ._varlen import paged_attention_varlen
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
+_announced = False
 
 
 def runtime() -> Runtime:
-    """The process's attnrt Runtime, made on first use with vLLM's thread count
-    (torch.get_num_threads(): the OpenMP team vLLM gave this worker)."""
+    """The process's attnrt Runtime with vLLM's thread count: torch.get_num_threads(), the OpenMP
+    team vLLM gave this worker (remade if vLLM changes it, as it does in-process after building
+    the model)."""
     global _runtime
+    threads = max(1, torch.get_num_threads())
     with _lock:
-        if _runtime is None:
-            _runtime = Runtime(num_threads=max(1, torch.get_num_threads()))
+        if _runtime is None or _threads != threads:
+            _runtime = Runtime(num_threads=threads)
+            _set_threads(threads)
         return _runtime
+
+
+_threads = 0
+
+
+def _set_threads(threads: int) -> None:
+    global _threads
+    _threads = threads
+    from vllm.logger import init_logger
+
+    init_logger("vllm.attnrt").info("attnrt: %d threads", threads)
 
 
 def describe() -> str:
     """One line for vLLM's log: what the backend serves."""
     return ("decoder layers; prefill, chunked prefill, decode, sliding window, softcap, sinks; "
             "float32/bfloat16/float16; threads: torch.get_num_threads() of each worker")
+
+
+def _announce() -> None:
+    """Says once per process, in vLLM's log, that attnrt serves its attention layers (when the
+    first layer is built: vLLM's logging is configured by then, unlike when plugins load)."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    from vllm.logger import init_logger
+
+    init_logger("vllm.attnrt").info(
+        "attnrt serves attention (attnrt.vllm.AttnrtBackend in vLLM's CPU_ATTN slot; threads: "
+        "torch.get_num_threads() at each step, now %d)", torch.get_num_threads())
 
 
 class AttnrtBackend(AttentionBackend):
@@ -180,6 +209,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.window_size = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         self.sinks = sinks
+        _announce()
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
         """FlashAttention-style (left, right) window of this step."""
