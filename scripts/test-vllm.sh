@@ -8,6 +8,8 @@
 # budget, 64 greedy tokens each, engine and worker in one process) with vLLM's own CPU attention
 # and with attnrt (ATTNRT_VLLM=1, through the package's vllm.general_plugins entry point):
 #   float32   prompt logprobs within 1e-4 and the same greedy tokens;
+#   gemma2    the same on a Gemma-2-style checkpoint: sliding window 128 on every other layer
+#             (two KV cache groups), attention soft-capping at 5;
 #   negative  attnrt with one key dropped (tests/vllm/attnrt_vllm_controls.py) must FAIL the
 #             float32 comparison;
 #   bfloat16  (4 prompts up to 1024 tokens, 16 new) prompt logprobs within $BF16_TOLERANCE (bfloat16 rounding of q, k, v, probabilities
@@ -77,6 +79,18 @@ if step negative env ATTNRT_VLLM=0 PYTHONPATH="$root/tests/vllm" "${run[@]}" \
 fi
 grep -q '^compare with' "$work/negative.log" ||
   fail "negative control did not get to the comparison (see $work/negative.log)"
+
+# Sliding window, soft-capping and a hybrid KV cache (two cache groups): a Gemma-2-style
+# checkpoint (window 128 on every other layer, attention logits capped at 5), float32.
+gemma="$work/gemma2"
+"$py" scripts/make-llama-checkpoint.py "$gemma" --arch gemma2 --sliding-window 128 --qk-std 0.08 \
+  --embed-std 0.05 --attn-softcap 5 >/dev/null
+grun=("$py" "$root/scripts/vllm_reference_run.py" "$gemma" --in-process)
+step gemma2-vllm env ATTNRT_VLLM=0 "${grun[@]}" --out "$work/gemma2-vllm.json" ||
+  fail "gemma2: vLLM's own backend did not run"
+step gemma2-attnrt env ATTNRT_VLLM=1 "${grun[@]}" --out "$work/gemma2-attnrt.json" \
+  --compare "$work/gemma2-vllm.json" --tolerance 1e-4 ||
+  fail "gemma2 (sliding window, softcap): attnrt differs from vLLM's attention"
 
 # bfloat16: prompt logprobs within BF16_TOLERANCE (4 prompts of 16..1024 tokens, 16 new tokens:
 # the same paths, half the time).

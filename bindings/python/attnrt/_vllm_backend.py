@@ -165,6 +165,27 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
             slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64))
 
 
+# vLLM's null block: block 0 of every KV cache, never written (kv_cache_manager's block pool).
+NULL_BLOCK = 0
+
+
+def _drop_blocks_behind_window(md: AttnrtMetadata, window: int, block_size: int) -> torch.Tensor:
+    """The block table with the slots no query of this step can see (wholly before the first
+    query row's window of `window` keys) set to vLLM's null block. vLLM frees those blocks of
+    sliding-window layers and may give them to newer tokens of the same sequence while the worker's
+    table still names them at the old slots; attnrt checks every slot of a sequence and refuses a
+    block named twice when one of the slots is being written."""
+    q_lens = md.query_start_loc[1:] - md.query_start_loc[:-1]
+    first_key = (md.seq_lens - q_lens - (window - 1)).clamp(min=0)
+    dead = first_key // block_size
+    if int(dead.max()) == 0:
+        return md.block_table
+    slots = torch.arange(md.block_table.shape[1], dtype=torch.int32)
+    table = torch.where(slots[None, :] < dead[:, None],
+                        torch.tensor(NULL_BLOCK, dtype=torch.int32), md.block_table)
+    return table.contiguous()
+
+
 class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
     """Runs a decoder attention layer through attnrt.paged_attention_varlen."""
 
@@ -241,11 +262,15 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             k = key[:n].contiguous()
             v = value[:n].contiguous()
         out = output[:n]
+        window = self.window(attn_metadata)
+        table = attn_metadata.block_table
+        if window[0] >= 0:
+            table = _drop_blocks_behind_window(attn_metadata, window[0] + 1, block_size)
         paged_attention_varlen(
             runtime(), query[:n].contiguous(), pools[:, :, 0], pools[:, :, 1],
-            attn_metadata.query_start_loc, attn_metadata.seq_lens, attn_metadata.block_table,
+            attn_metadata.query_start_loc, attn_metadata.seq_lens, table,
             k=k, v=v, slot_mapping=attn_metadata.slot_mapping if k is not None else None,
-            softmax_scale=self.scale, causal=True, window_size=self.window(attn_metadata),
+            softmax_scale=self.scale, causal=True, window_size=window,
             softcap=self.logits_soft_cap, sinks=sinks, out=out, kv_layout="BNSH",
             block_size=block_size)
         return output
