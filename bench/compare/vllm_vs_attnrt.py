@@ -13,8 +13,8 @@ outside the timing). Both run interleaved (A B A B ...), medians of --reps calls
 vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count.
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels, attnrt.Runtime(num_threads=t).
 
-End to end (--e2e MODEL_DIR): tokens/s of scripts/vllm_reference_run.py with vLLM's backend and
-with attnrt (ATTNRT_VLLM=1), on the mixed workload of the end-to-end check and on a long-context
+End to end (--e2e MODEL_DIR): tokens/s of scripts/vllm_reference_run.py --in-process (engine and
+worker in one process) with vLLM's backend and with attnrt (ATTNRT_VLLM=1), on the mixed workload of the end-to-end check and on a long-context
 decode-heavy one (8 prompts of 4096 tokens, 128 new tokens each); needs a checkpoint with
 max_position_embeddings >= 4224 (make-llama-checkpoint.py --max-pos 8192).
 
@@ -216,11 +216,13 @@ def e2e(args):
     lines = ["| workload | backend | generate s | prompt tok | new tok | tokens/s (all) | new tok/s |",
              "|---|---|---|---|---|---|---|"]
     for name, extra in workloads.items():
+        if args.e2e_only and not name.startswith(args.e2e_only):
+            continue
         for backend in ("vLLM CPU_ATTN", "attnrt"):
             env = dict(os.environ)
             env["ATTNRT_VLLM"] = "1" if backend == "attnrt" else "0"
             out = os.path.join(args.e2e_dir, f"e2e_{len(extra)}_{env['ATTNRT_VLLM']}.json")
-            cmd = [sys.executable, runner, args.e2e, "--no-perturb", "--out", out] + extra
+            cmd = [sys.executable, runner, args.e2e, "--in-process", "--no-perturb", "--out", out] + extra
             print("+", " ".join(cmd), flush=True)
             subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
             with open(out) as f:
@@ -241,6 +243,7 @@ def main():
     p.add_argument("--out", default=None, help="append the markdown table(s) here")
     p.add_argument("--e2e", default=None, metavar="MODEL_DIR", help="end-to-end tokens/s instead")
     p.add_argument("--e2e-dir", default="/tmp", help="where the end-to-end runs write JSON")
+    p.add_argument("--e2e-only", default=None, choices=["mixed", "long"], help="one workload only")
     args = p.parse_args()
     text = e2e(args) if args.e2e else markdown(kernel_table(args))
     print(text)
