@@ -4,6 +4,7 @@
 // text). Every case runs the real binary (under `timeout`, so a hang fails instead of blocking)
 // on files written here byte by byte.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plugin_inspect_fixture.h"
@@ -365,7 +366,8 @@ TEST_F(PluginInspectRobustness, ReferenceTextNamesTheKernelAndWhy) {
   EXPECT_TRUE(Contains(naive.out, "reference: " ATTNRT_TEST_CPU_PLUGIN
                                   ".gqa.naive.scalar (the scalar kernel of the same algorithm)"))
       << naive.out;
-  // The paged naive kernels: the contiguous naive scalar kernel.
+  // The paged naive kernels (cpu_x86 only): the contiguous naive scalar kernel.
+  if (std::string_view(ATTNRT_TEST_CPU_PLUGIN) != "cpu_x86") return;
   const Result paged = Run({"run", "--op", "paged_gqa", "--model", "llama-3.2-1b", "--context", "8",
                             "--steps", "1", "--kernel", ATTNRT_TEST_CPU_PLUGIN ".*.naive.*"});
   ASSERT_EQ(paged.exit_code, 0) << paged.all();
