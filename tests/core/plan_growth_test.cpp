@@ -126,10 +126,13 @@ TEST_F(PlanGrowthTest, GrowingDecodePlansOncePerCapacityWithEveryKernel) {
     options.kernel = kernel.c_str();
     OpPtr op = MakeOp(options);
     ASSERT_TRUE(op);
-    {  // A kernel that declines these problems (an int8-query approximation, say) is left out.
+    {  // A kernel that declines these problems (an int8-query approximation, say) is left out;
+       // asked on an op of its own, so the counts below are this op's.
+      OpPtr probe_op = MakeOp(options);
+      ASSERT_TRUE(probe_op);
       GqaTensors t = MakeGqaTensors(DecodeStep(1), rng_);
       attnrt_plan* probe = nullptr;
-      const attnrt_status st = attnrt_op_plan(op.get(), t.Inputs(), ATTNRT_GQA_NUM_INPUTS,
+      const attnrt_status st = attnrt_op_plan(probe_op.get(), t.Inputs(), ATTNRT_GQA_NUM_INPUTS,
                                               t.Outputs(), ATTNRT_GQA_NUM_OUTPUTS, &probe);
       attnrt_plan_release(probe);
       if (st == ATTNRT_ERROR_UNSUPPORTED) continue;
