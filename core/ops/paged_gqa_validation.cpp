@@ -248,11 +248,6 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   return Status::Ok();
 }
 
-const void* DataOf(const attnrt_tensor* t) {
-  return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
-                                            : nullptr;
-}
-
 // Names the overlap of `what` with a pool, or that it could not be decided.
 Status OverlapError(Overlap overlap, const std::string& what, const char* pool) {
   if (overlap == Overlap::kDisjoint) return Status::Ok();

@@ -188,11 +188,6 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   return Status::Ok();
 }
 
-const void* DataOf(const attnrt_tensor* t) {
-  return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
-                                            : nullptr;
-}
-
 Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_tensor* const* inputs,
                        size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                        attnrt_paged_gqa_varlen_args* out, std::vector<int32_t>* seqlens_k) {

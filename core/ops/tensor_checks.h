@@ -75,6 +75,12 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 56;
 // Largest rank accepted by the generic checks (the ops use ranks 0 to 4).
 inline constexpr int32_t kMaxRank = 8;
 
+// The address of element 0 (data + byte_offset); NULL for an absent tensor or NULL data.
+inline const void* DataOf(const attnrt_tensor* t) {
+  return t != nullptr && t->data != nullptr ? static_cast<const char*>(t->data) + t->byte_offset
+                                            : nullptr;
+}
+
 // Same code, bits and lanes.
 bool DtypeEquals(attnrt_dtype a, attnrt_dtype b);
 

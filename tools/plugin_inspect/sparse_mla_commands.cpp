@@ -20,26 +20,6 @@
 namespace plugin_inspect {
 namespace {
 
-constexpr const char* kInputNames[ATTNRT_SPARSE_MLA_NUM_INPUTS] = {"q",
-                                                                   "ori_kv",
-                                                                   "cmp_kv",
-                                                                   "ori_sparse_indices",
-                                                                   "cmp_sparse_indices",
-                                                                   "ori_block_table",
-                                                                   "cmp_block_table",
-                                                                   "cu_seqlens_q",
-                                                                   "cu_seqlens_ori_kv",
-                                                                   "cu_seqlens_cmp_kv",
-                                                                   "seqused_q",
-                                                                   "seqused_ori_kv",
-                                                                   "seqused_cmp_kv",
-                                                                   "cmp_residual_kv",
-                                                                   "ori_topk_length",
-                                                                   "cmp_topk_length",
-                                                                   "sinks",
-                                                                   "metadata"};
-constexpr const char* kOutputNames[ATTNRT_SPARSE_MLA_NUM_OUTPUTS] = {"attn_out", "softmax_lse"};
-
 int32_t layout_from(const std::string& name, const char* flag) {
   if (name == "bsnd" || name == "BSND") return ATTNRT_SPARSE_MLA_LAYOUT_BSND;
   if (name == "tnd" || name == "TND") return ATTNRT_SPARSE_MLA_LAYOUT_TND;
@@ -117,9 +97,9 @@ nlohmann::ordered_json problem_json(const SparseMlaConfig& c, const SparseMlaWor
   const auto in = w.inputs(true);
   const auto out = w.outputs();
   append_tensors_json(problem["tensors"], in.data(), in.size(),
-                      [](size_t i) { return kInputNames[i]; });
+                      [](size_t i) { return attnrt_op_input_name(ATTNRT_OP_SPARSE_MLA, i); });
   append_tensors_json(problem["tensors"], out.data(), out.size(),
-                      [&](size_t o) { return kOutputNames[o]; });
+                      [](size_t o) { return attnrt_op_output_name(ATTNRT_OP_SPARSE_MLA, o); });
   return problem;
 }
 
