@@ -1,212 +1,252 @@
-// bench_sparse_mla: MixedQuantSparseFlashMla (CSA, quant_mode 1, TND q / PA_BBND KV, 64 heads,
-// top-k 2048, cmp_ratio 4, window 128) through the public C ABI, one row per kernel.
-//   decode:  B sequences x 1 query token at context S2 = 8192.  Reports query tokens/s and the
-//            KV bytes the kernel reads (window + selected compressed tokens, 608 bytes each, once
-//            per row and head group) per second.
-//   prefill: the last 128 query rows of a 4096-token prefill (S1 = 128, S2 = 4096).
-// The metadata op runs once per shape, outside the timed loop (as a decode loop would reuse it).
+// bench_sparse_mla: MixedQuantSparseFlashMla through the public C ABI, one benchmark per (case,
+// kernel). The kernels of ATTNRT_OP_SPARSE_MLA are listed at startup with
+// attnrt_runtime_plugin_kernel and each is pinned by name (attnrt_runtime_options.kernel), so a new
+// kernel gets its rows without an edit here. Benchmark names: <case>/<kernel>, the case being
+//   csa_decode/q<mode>/h<heads>/B<batch>      B sequences x 1 query token, S2 8192, top-k 2048, r 4
+//   swa_decode/q<mode>/h64/B4                 the 128-token window alone, S2 8192
+//   hca_decode/q<mode>/h64/B4                 window + every visible compressed token, r 128, S2
+//   32k csa_prefill128/q<mode>/h64/B1             the last 128 query rows of a 4096-token prompt
+// for quant_mode 1, 2 and 3 (sparse_mla_problem.cpp builds the inputs). The metadata op runs once
+// per benchmark, outside the timed loop (as a decode loop reuses it across layers).
+//
+// Counters: tokens/s (query rows per second), KV_GB/s (bytes of the tokens each row attends, once
+// per row), GFLOP/s (fp32-equivalent: 4 * 512 * heads FLOPs per attended (row, key): QK^T and
+// P.V, 2 FLOP per multiply-add, whatever arithmetic the kernel uses), %fma_peak (GFLOP/s over the
+// FP32 FMA peak of the kernel's ISA, measured at startup on the runtime's thread count: the
+// AVX-512 peak for *.avx512 and *.avx512_bf16 kernels, the latter can exceed 100; the AVX2 peak for
+// *.avx2; none for scalar, NEON or other kernels), threads.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <cstring>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/sparse_mla.h"
+#include "machine_limits.h"
+#include "sparse_mla_problem.h"
 
 namespace {
 
-constexpr int64_t kHeads = 64, kTopk = 2048, kRatio = 4, kWindow = 128, kBlock = 64;
-constexpr int64_t kTokenBytes = ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES;
-constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+using attnrt_bench::SparseMlaCase;
+using attnrt_bench::SparseMlaProblem;
 
-struct Buffer {
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  attnrt_tensor t{};
-  void Make(attnrt_dtype dtype, std::vector<int64_t> s) {
-    shape = std::move(s);
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    bytes.assign(static_cast<size_t>(n * dtype.bits / 8), 0);
-    t = attnrt_tensor{bytes.data(),
-                      {ATTNRT_DEVICE_CPU, 0},
-                      static_cast<int32_t>(shape.size()),
-                      dtype,
-                      shape.data(),
-                      nullptr,
-                      0};
-  }
-  int32_t* i32() { return reinterpret_cast<int32_t*>(bytes.data()); }
-};
+constexpr int kPeakRepetitions = 10;  // best of; other load only slows a repetition
+constexpr double kPeakSeconds = 0.05;
 
-struct Problem {
-  Buffer in[ATTNRT_SPARSE_MLA_NUM_INPUTS];
-  Buffer out, lse, metadata;
-  const attnrt_tensor* inputs[ATTNRT_SPARSE_MLA_NUM_INPUTS] = {};
-  const attnrt_tensor* outputs[ATTNRT_SPARSE_MLA_NUM_OUTPUTS] = {};
-  int64_t kv_bytes_per_run = 0;
-  int64_t query_tokens = 0;
-};
+struct Peaks {
+  double avx2 = 0;    // FLOP/s; 0 when not measured
+  double avx512 = 0;  // FLOP/s; 0 when the CPU/OS lacks AVX-512F
+} g_peaks;
 
-// B sequences of s1 query rows at context s2 each; every cmp index row holds kTopk distinct
-// visible compressed tokens (as an indexer would produce).
-std::unique_ptr<Problem> Build(int64_t batch, int64_t s1, int64_t s2) {
-  auto p = std::make_unique<Problem>();
-  std::mt19937_64 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t rows = batch * s1;
-  p->in[ATTNRT_SPARSE_MLA_INPUT_Q].Make(kBf16, {rows, kHeads, 512});
-  auto* q = reinterpret_cast<uint16_t*>(p->in[ATTNRT_SPARSE_MLA_INPUT_Q].bytes.data());
-  for (int64_t k = 0; k < rows * kHeads * 512; ++k) {
-    const float v = normal(rng);
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    q[k] = static_cast<uint16_t>(bits >> 16);
-  }
-  const int64_t cmp_len = s2 / kRatio;
-  auto build_side = [&](int64_t len, int kv, int table) {
-    const int64_t per_seq = (len + kBlock - 1) / kBlock;
-    p->in[kv].Make(kU8, {batch * per_seq, kBlock, 1, kTokenBytes});
-    p->in[table].Make(kI32, {batch, per_seq});
-    std::vector<int32_t> ids(batch * per_seq);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::copy(ids.begin(), ids.end(), p->in[table].i32());
-    std::vector<float> row(512);
-    for (int64_t tok = 0; tok < batch * per_seq * kBlock; ++tok) {
-      for (float& v : row) v = normal(rng);
-      attnrt_sparse_mla_encode_mode1(row.data(), kF32, 1,
-                                     p->in[kv].bytes.data() + tok * kTokenBytes);
-    }
-  };
-  build_side(s2, ATTNRT_SPARSE_MLA_INPUT_ORI_KV, ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE);
-  build_side(cmp_len, ATTNRT_SPARSE_MLA_INPUT_CMP_KV, ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE);
-  p->in[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q].Make(kI32, {batch + 1});
-  p->in[ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV].Make(kI32, {batch});
-  p->in[ATTNRT_SPARSE_MLA_INPUT_CMP_RESIDUAL_KV].Make(kI32, {batch});
-  for (int64_t b = 0; b <= batch; ++b)
-    p->in[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q].i32()[b] = b * s1;
-  for (int64_t b = 0; b < batch; ++b) {
-    p->in[ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV].i32()[b] = static_cast<int32_t>(s2);
-    p->in[ATTNRT_SPARSE_MLA_INPUT_CMP_RESIDUAL_KV].i32()[b] = static_cast<int32_t>(s2 % kRatio);
-  }
-  p->in[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES].Make(kI32, {rows, 1, kTopk});
-  int32_t* idx = p->in[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES].i32();
-  std::vector<int32_t> all(cmp_len);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = r % s1;
-    const int64_t visible = std::min(cmp_len, (s2 - s1 + i + 1) / kRatio);
-    std::iota(all.begin(), all.begin() + visible, 0);
-    std::shuffle(all.begin(), all.begin() + visible, rng);
-    const int64_t k_used = std::min(kTopk, visible);
-    for (int64_t k = 0; k < kTopk; ++k) idx[r * kTopk + k] = k < k_used ? all[k] : -1;
-    p->kv_bytes_per_run += (std::min<int64_t>(kWindow, s2 - s1 + i + 1) + k_used) * kTokenBytes;
-  }
-  p->in[ATTNRT_SPARSE_MLA_INPUT_SINKS].Make(kF32, {kHeads});
-  p->metadata.Make(kI32, {ATTNRT_SPARSE_MLA_METADATA_SIZE});
-  p->out.Make(kBf16, {rows, kHeads, 512});
-  p->lse.Make(kF32, {1, rows, kHeads});
-  for (int i = 0; i < ATTNRT_SPARSE_MLA_NUM_INPUTS; ++i) {
-    p->inputs[i] = p->in[i].bytes.empty() ? nullptr : &p->in[i].t;
-  }
-  p->outputs[0] = &p->out.t;
-  p->outputs[1] = &p->lse.t;
-  p->query_tokens = rows;
-  return p;
+// The FMA peak a kernel is measured against, from its name's ISA suffix ("...flash.avx2"): the
+// AVX2 one for avx2, the AVX-512 FP32 one for avx512 and avx512_* (bf16 dot products included:
+// fp32-equivalent FLOPs against the fp32 peak); 0 (no %fma_peak) for scalar, neon and the rest.
+double FmaPeakOf(const std::string& kernel) {
+  const std::string isa = kernel.substr(kernel.rfind('.') + 1);
+  if (isa == "avx2") return g_peaks.avx2;
+  if (isa == "avx512" || isa.rfind("avx512_", 0) == 0) return g_peaks.avx512;
+  return 0;
 }
 
-attnrt_sparse_mla_attributes Attributes() {
-  attnrt_sparse_mla_attributes a;
-  attnrt_sparse_mla_attributes_init(&a);
-  a.quant_mode = 1;
-  a.cmp_ratio = kRatio;
-  a.ori_mask_mode = 4;
-  a.cmp_mask_mode = 3;
-  a.ori_win_left = kWindow - 1;
-  a.ori_win_right = 0;
-  a.layout_q = ATTNRT_SPARSE_MLA_LAYOUT_TND;
-  a.layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
-  a.return_softmax_lse = 1;
-  return a;
+struct Handles {
+  attnrt_runtime* runtime = nullptr;
+  attnrt_op* md_op = nullptr;
+  attnrt_op* op = nullptr;
+  attnrt_plan* md_plan = nullptr;
+  attnrt_plan* plan = nullptr;
+  ~Handles() {
+    attnrt_plan_release(plan);
+    attnrt_plan_release(md_plan);
+    attnrt_op_destroy(op);
+    attnrt_op_destroy(md_op);
+    attnrt_runtime_destroy(runtime);
+  }
+};
+
+// The inputs of the case being run, kept while its kernels run one after the other.
+SparseMlaProblem* ProblemOf(const SparseMlaCase& c) {
+  static std::unique_ptr<SparseMlaProblem> problem;
+  if (!problem || problem->c.Name() != c.Name()) {
+    problem.reset();
+    problem = attnrt_bench::BuildSparseMlaProblem(c);
+  }
+  return problem.get();
 }
 
-void Run(benchmark::State& state, const char* kernel, int64_t batch, int64_t s1, int64_t s2) {
+void Run(benchmark::State& state, const std::string& kernel, const SparseMlaCase& c) {
+  SparseMlaProblem* p = nullptr;
+  try {
+    p = ProblemOf(c);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  Handles h;
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
-  options.kernel = kernel;
-  attnrt_runtime* runtime = nullptr;
-  if (attnrt_runtime_create(&options, &runtime) != ATTNRT_OK) {
+  options.kernel = kernel.c_str();  // an exact name is a glob that matches this kernel only
+  const attnrt_sparse_mla_attributes a = c.Attributes();
+  const attnrt_tensor* md_out[1] = {&p->metadata.t};
+  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = nullptr;
+  const size_t n_in = ATTNRT_SPARSE_MLA_NUM_INPUTS;
+  const size_t n_out = ATTNRT_SPARSE_MLA_NUM_OUTPUTS;
+  bool ok =
+      attnrt_runtime_create(&options, &h.runtime) == ATTNRT_OK &&
+      attnrt_op_create(h.runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &h.md_op) == ATTNRT_OK &&
+      attnrt_op_plan(h.md_op, p->inputs, n_in, md_out, 1, &h.md_plan) == ATTNRT_OK &&
+      attnrt_plan_run(h.md_plan, p->inputs, n_in, md_out, 1, nullptr, 0, nullptr) == ATTNRT_OK;
+  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &p->metadata.t;
+  ok = ok && attnrt_op_create(h.runtime, ATTNRT_OP_SPARSE_MLA, &a, &h.op) == ATTNRT_OK &&
+       attnrt_op_plan(h.op, p->inputs, n_in, p->outputs, n_out, &h.plan) == ATTNRT_OK;
+  if (!ok) {
     state.SkipWithError(attnrt_last_error_message());
     return;
   }
-  std::unique_ptr<Problem> p = Build(batch, s1, s2);
-  const attnrt_sparse_mla_attributes a = Attributes();
-  attnrt_op *md_op = nullptr, *op = nullptr;
-  attnrt_plan *md_plan = nullptr, *plan = nullptr;
-  const attnrt_tensor* md_out[1] = {&p->metadata.t};
-  bool ok = attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &md_op) == ATTNRT_OK &&
-            attnrt_op_plan(md_op, p->inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS, md_out, 1, &md_plan) ==
-                ATTNRT_OK &&
-            attnrt_plan_run(md_plan, p->inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS, md_out, 1, nullptr, 0,
-                            nullptr) == ATTNRT_OK;
-  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &p->metadata.t;
-  ok = ok && attnrt_op_create(runtime, ATTNRT_OP_SPARSE_MLA, &a, &op) == ATTNRT_OK &&
-       attnrt_op_plan(op, p->inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS, p->outputs, 2, &plan) ==
-           ATTNRT_OK;
-  if (!ok) {
-    state.SkipWithError(attnrt_last_error_message());
-  } else {
-    for (auto _ : state) {
-      if (attnrt_plan_run(plan, p->inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS, p->outputs, 2, nullptr, 0,
-                          nullptr) != ATTNRT_OK) {
-        state.SkipWithError(attnrt_last_error_message());
-        break;
-      }
-    }
-    state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(p->query_tokens),
-                                                    benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["KV_GB/s"] = benchmark::Counter(static_cast<double>(p->kv_bytes_per_run) * 1e-9,
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+  int32_t threads = 0;
+  attnrt_runtime_num_threads(h.runtime, &threads);
+  attnrt_plan_info info;
+  info.struct_size = sizeof(info);
+  attnrt_plan_get_info(h.plan, &info);
+  const size_t alignment = info.workspace_alignment > 64 ? info.workspace_alignment : 64;
+  const size_t ws_bytes = (info.workspace_size + alignment) / alignment * alignment;
+  std::unique_ptr<void, void (*)(void*)> workspace(std::aligned_alloc(alignment, ws_bytes),
+                                                   &std::free);
+  auto run = [&] {
+    return attnrt_plan_run(h.plan, p->inputs, n_in, p->outputs, n_out, workspace.get(),
+                           info.workspace_size, nullptr);
+  };
+  if (!workspace || run() != ATTNRT_OK) {  // untimed warm-up: thread pool, first-touch pages
+    state.SkipWithError(workspace ? attnrt_last_error_message() : "out of memory (workspace)");
+    return;
   }
-  attnrt_plan_release(plan);
-  attnrt_plan_release(md_plan);
-  attnrt_op_destroy(op);
-  attnrt_op_destroy(md_op);
-  attnrt_runtime_destroy(runtime);
+  bool failed = false;
+  std::chrono::steady_clock::time_point start{};
+  bool started = false;
+  for (auto _ : state) {
+    if (!started) {  // GFLOP/s and %fma_peak from the loop's own wall time
+      start = std::chrono::steady_clock::now();
+      started = true;
+    }
+    if (run() != ATTNRT_OK) {
+      state.SkipWithError(attnrt_last_error_message());
+      failed = true;
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (failed) return;
+  const auto rate = benchmark::Counter::kIsIterationInvariantRate;
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(p->query_tokens), rate);
+  state.counters["KV_GB/s"] = benchmark::Counter(static_cast<double>(p->kv_bytes) * 1e-9, rate);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (started && seconds > 0) {
+    const double flops_per_second = p->Flops() * static_cast<double>(state.iterations()) / seconds;
+    state.counters["GFLOP/s"] = flops_per_second * 1e-9;
+    const double peak = FmaPeakOf(info.kernel);
+    if (peak > 0) state.counters["%fma_peak"] = 100.0 * flops_per_second / peak;
+  }
+  state.counters["threads"] = threads;
+  const double keys = static_cast<double>(p->ori_keys + p->cmp_keys);
+  char text[64];
+  std::snprintf(text, sizeof(text), ", %.0f keys/row", keys / static_cast<double>(p->query_tokens));
+  state.SetLabel(std::string(info.kernel) + " (" + c.Describe() + text + ")");
 }
 
-void RegisterAll() {
-  for (const char* kernel :
-       {"sparse_mla.sparse_mla.flash.avx2", "sparse_mla.sparse_mla.flash.scalar"}) {
-    const std::string isa = std::string(kernel).substr(std::string(kernel).rfind('.') + 1);
-    for (int64_t batch : {1, 4}) {
-      benchmark::RegisterBenchmark(
-          ("decode_csa_top2048_h64/" + isa + "/B" + std::to_string(batch)).c_str(),
-          [=](benchmark::State& s) { Run(s, kernel, batch, 1, 8192); })
+// Sparse MLA kernels from every loaded plugin that can run here, in rank order; the runtime's
+// default thread count in *threads.
+std::vector<std::string> SparseMlaKernels(int32_t* threads) {
+  std::vector<std::string> names;
+  attnrt_runtime* runtime = nullptr;
+  if (attnrt_runtime_create(nullptr, &runtime) != ATTNRT_OK) {
+    std::fprintf(stderr, "attnrt_runtime_create: %s\n", attnrt_last_error_message());
+    return names;
+  }
+  attnrt_runtime_num_threads(runtime, threads);
+  size_t plugins = 0;
+  attnrt_runtime_plugin_count(runtime, &plugins);
+  for (size_t pi = 0; pi < plugins; ++pi) {
+    attnrt_plugin_info plugin;
+    plugin.struct_size = sizeof(plugin);
+    if (attnrt_runtime_plugin_info(runtime, pi, &plugin) != ATTNRT_OK || !plugin.available) {
+      continue;
+    }
+    for (size_t k = 0; k < plugin.num_kernels; ++k) {
+      attnrt_kernel_info kernel;
+      kernel.struct_size = sizeof(kernel);
+      if (attnrt_runtime_plugin_kernel(runtime, pi, k, &kernel) == ATTNRT_OK &&
+          kernel.op_kind == ATTNRT_OP_SPARSE_MLA && kernel.device_type == ATTNRT_DEVICE_CPU) {
+        names.emplace_back(kernel.name);
+      }
+    }
+  }
+  attnrt_runtime_destroy(runtime);
+  return names;
+}
+
+std::string Gflops(double flops_per_second) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GFLOP/s", flops_per_second * 1e-9);
+  return text;
+}
+
+void MeasurePeaks(const std::vector<std::string>& kernels, int32_t threads) {
+  const auto fma = attnrt_bench::MeasureFmaPeak(threads, kPeakSeconds, kPeakRepetitions);
+  const auto fma512 = attnrt_bench::MeasureFmaPeakAvx512(threads, kPeakSeconds, kPeakRepetitions);
+  g_peaks.avx2 = fma.flops_per_second;
+  g_peaks.avx512 = fma512.flops_per_second;
+  std::string names;
+  for (const auto& k : kernels) names += (names.empty() ? "" : ",") + k;
+  benchmark::AddCustomContext("attnrt_kernels", names.empty() ? "(none found)" : names);
+  benchmark::AddCustomContext("attnrt_threads", std::to_string(threads) +
+                                                    " (the runtime's default: ATTNRT_NUM_THREADS, "
+                                                    "else the hardware threads)");
+  const std::string how = " x 2 FLOP x 12 chains, " + std::to_string(threads) +
+                          " threads, best of " + std::to_string(kPeakRepetitions) + ")";
+  benchmark::AddCustomContext(
+      "fma_peak_avx2", fma.avx2_fma ? Gflops(fma.flops_per_second) + " (AVX2 FP32, 8 lanes" + how +
+                                          "; the *.avx2 kernels' %fma_peak"
+                                    : std::string("not measured (no AVX2+FMA)"));
+  benchmark::AddCustomContext(
+      "fma_peak_avx512",
+      fma512.avx512_fma ? Gflops(fma512.flops_per_second) + " (AVX-512 FP32, 16 lanes" + how +
+                              "; the *.avx512 and *.avx512_bf16 kernels' %fma_peak"
+                        : std::string("not measured (no AVX-512F+FMA with OS-enabled ZMM state)"));
+  benchmark::AddCustomContext("flops", "fp32-equivalent: 4 x 512 x heads per attended (row, key)");
+}
+
+void RegisterAll(const std::vector<std::string>& kernels) {
+  for (const SparseMlaCase& c : attnrt_bench::SparseMlaCases()) {
+    for (const std::string& kernel : kernels) {
+      benchmark::RegisterBenchmark((c.Name() + "/" + kernel).c_str(),
+                                   [kernel, c](benchmark::State& s) { Run(s, kernel, c); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
-    benchmark::RegisterBenchmark(("prefill_csa_top2048_h64_s4096_last128/" + isa).c_str(),
-                                 [=](benchmark::State& s) { Run(s, kernel, 1, 128, 4096); })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->Iterations(1);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  RegisterAll();
+  // Listing the benchmarks needs no measurement of the machine (it takes a few seconds).
+  bool list_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    list_only =
+        list_only || arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true";
+  }
   benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int32_t threads = 1;
+  const std::vector<std::string> kernels = SparseMlaKernels(&threads);
+  if (!list_only) MeasurePeaks(kernels, threads);
+  RegisterAll(kernels);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
