@@ -87,8 +87,10 @@ def main():
     for case, kernel in keys:
         name = kernel if args.full_names else kernel.removeprefix(PREFIX)
         s = summary(rows[(case, kernel)])
-        if isinstance(s, str):
-            print(f"| {name} | {case} | — | — | — | {s} |")
+        if isinstance(s, str):  # the error of a failed run, on one line, pipes escaped
+            message = " ".join(s.split()).replace("|", "\\|")
+            message = message if len(message) <= 100 else message[:97] + "..."
+            print(f"| {name} | {case} | — | — | — | failed: {message} |")
             continue
         ms, tokens, gflops, peak = s
         ms_digits = 3 if ms < 10 else 2 if ms < 100 else 1
