@@ -2,10 +2,10 @@
 // kernel). The kernels of ATTNRT_OP_SPARSE_MLA are listed at startup with
 // attnrt_runtime_plugin_kernel and each is pinned by name (attnrt_runtime_options.kernel), so a new
 // kernel gets its rows without an edit here. Benchmark names: <case>/<kernel>, the case being
-//   csa_decode/q<mode>/h<heads>/B<batch>      B sequences x 1 query token, S2 8192, top-k 2048, r 4
-//   swa_decode/q<mode>/h64/B4                 the 128-token window alone, S2 8192
-//   hca_decode/q<mode>/h64/B4                 window + every visible compressed token, r 128, S2
-//   32k csa_prefill128/q<mode>/h64/B1             the last 128 query rows of a 4096-token prompt
+//   csa_decode/q<mode>/h<heads>/B<batch>  B sequences x 1 query token, S2 8192, top-k 2048, r 4
+//   swa_decode/q<mode>/h64/B4             the 128-token window alone, S2 8192
+//   hca_decode/q<mode>/h64/B4             window + every visible compressed token, r 128, S2 32k
+//   csa_prefill128/q<mode>/h64/B1         the last 128 query rows of a 4096-token prompt
 // for quant_mode 1, 2 and 3 (sparse_mla_problem.cpp builds the inputs). The metadata op runs once
 // per benchmark, outside the timed loop (as a decode loop reuses it across layers).
 //
@@ -78,6 +78,35 @@ SparseMlaProblem* ProblemOf(const SparseMlaCase& c) {
   return problem.get();
 }
 
+constexpr size_t kNumIn = ATTNRT_SPARSE_MLA_NUM_INPUTS;
+constexpr size_t kNumOut = ATTNRT_SPARSE_MLA_NUM_OUTPUTS;
+
+// A runtime pinned to `kernel`, the metadata op run for p, and the main op's plan; the status of
+// the first step that fails.
+attnrt_status Plan(const std::string& kernel, SparseMlaProblem* p, Handles* h) {
+  attnrt_runtime_options options;
+  attnrt_runtime_options_init(&options);
+  options.kernel = kernel.c_str();  // an exact name is a glob that matches this kernel only
+  const attnrt_sparse_mla_attributes a = p->c.Attributes();
+  const attnrt_tensor* md_out[1] = {&p->metadata.t};
+  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = nullptr;
+  attnrt_status status = attnrt_runtime_create(&options, &h->runtime);
+  if (status == ATTNRT_OK) {
+    status = attnrt_op_create(h->runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &h->md_op);
+  }
+  if (status == ATTNRT_OK)
+    status = attnrt_op_plan(h->md_op, p->inputs, kNumIn, md_out, 1, &h->md_plan);
+  if (status == ATTNRT_OK) {
+    status = attnrt_plan_run(h->md_plan, p->inputs, kNumIn, md_out, 1, nullptr, 0, nullptr);
+  }
+  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &p->metadata.t;
+  if (status == ATTNRT_OK) status = attnrt_op_create(h->runtime, ATTNRT_OP_SPARSE_MLA, &a, &h->op);
+  if (status == ATTNRT_OK) {
+    status = attnrt_op_plan(h->op, p->inputs, kNumIn, p->outputs, kNumOut, &h->plan);
+  }
+  return status;
+}
+
 void Run(benchmark::State& state, const std::string& kernel, const SparseMlaCase& c) {
   SparseMlaProblem* p = nullptr;
   try {
@@ -87,23 +116,7 @@ void Run(benchmark::State& state, const std::string& kernel, const SparseMlaCase
     return;
   }
   Handles h;
-  attnrt_runtime_options options;
-  attnrt_runtime_options_init(&options);
-  options.kernel = kernel.c_str();  // an exact name is a glob that matches this kernel only
-  const attnrt_sparse_mla_attributes a = c.Attributes();
-  const attnrt_tensor* md_out[1] = {&p->metadata.t};
-  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = nullptr;
-  const size_t n_in = ATTNRT_SPARSE_MLA_NUM_INPUTS;
-  const size_t n_out = ATTNRT_SPARSE_MLA_NUM_OUTPUTS;
-  bool ok =
-      attnrt_runtime_create(&options, &h.runtime) == ATTNRT_OK &&
-      attnrt_op_create(h.runtime, ATTNRT_OP_SPARSE_MLA_METADATA, &a, &h.md_op) == ATTNRT_OK &&
-      attnrt_op_plan(h.md_op, p->inputs, n_in, md_out, 1, &h.md_plan) == ATTNRT_OK &&
-      attnrt_plan_run(h.md_plan, p->inputs, n_in, md_out, 1, nullptr, 0, nullptr) == ATTNRT_OK;
-  p->inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &p->metadata.t;
-  ok = ok && attnrt_op_create(h.runtime, ATTNRT_OP_SPARSE_MLA, &a, &h.op) == ATTNRT_OK &&
-       attnrt_op_plan(h.op, p->inputs, n_in, p->outputs, n_out, &h.plan) == ATTNRT_OK;
-  if (!ok) {
+  if (Plan(kernel, p, &h) != ATTNRT_OK) {
     state.SkipWithError(attnrt_last_error_message());
     return;
   }
@@ -117,7 +130,7 @@ void Run(benchmark::State& state, const std::string& kernel, const SparseMlaCase
   std::unique_ptr<void, void (*)(void*)> workspace(std::aligned_alloc(alignment, ws_bytes),
                                                    &std::free);
   auto run = [&] {
-    return attnrt_plan_run(h.plan, p->inputs, n_in, p->outputs, n_out, workspace.get(),
+    return attnrt_plan_run(h.plan, p->inputs, kNumIn, p->outputs, kNumOut, workspace.get(),
                            info.workspace_size, nullptr);
   };
   if (!workspace || run() != ATTNRT_OK) {  // untimed warm-up: thread pool, first-touch pages
@@ -159,8 +172,9 @@ void Run(benchmark::State& state, const std::string& kernel, const SparseMlaCase
 }
 
 // Sparse MLA kernels from every loaded plugin that can run here, in rank order; the runtime's
-// default thread count in *threads.
-std::vector<std::string> SparseMlaKernels(int32_t* threads) {
+// default thread count in *threads. A kernel that declines a small SWA decode (ATTNRT_ERROR_
+// UNSUPPORTED: an ISA this CPU lacks) is left out, with its reason in *declined.
+std::vector<std::string> SparseMlaKernels(int32_t* threads, std::string* declined) {
   std::vector<std::string> names;
   attnrt_runtime* runtime = nullptr;
   if (attnrt_runtime_create(nullptr, &runtime) != ATTNRT_OK) {
@@ -186,7 +200,27 @@ std::vector<std::string> SparseMlaKernels(int32_t* threads) {
     }
   }
   attnrt_runtime_destroy(runtime);
-  return names;
+  SparseMlaCase probe;
+  probe.scenario = ATTNRT_SPARSE_MLA_SWA;
+  probe.ratio = 1;
+  probe.s2 = 256;
+  std::unique_ptr<SparseMlaProblem> p;
+  try {
+    p = attnrt_bench::BuildSparseMlaProblem(probe);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return names;
+  }
+  std::vector<std::string> runnable;
+  for (const std::string& name : names) {
+    Handles h;
+    if (Plan(name, p.get(), &h) == ATTNRT_ERROR_UNSUPPORTED) {
+      *declined += (declined->empty() ? "" : "; ") + name + ": " + attnrt_last_error_message();
+    } else {
+      runnable.push_back(name);
+    }
+  }
+  return runnable;
 }
 
 std::string Gflops(double flops_per_second) {
@@ -212,7 +246,8 @@ std::string PeakContext(const attnrt_bench::FmaPeak& all, const attnrt_bench::Fm
   return text;
 }
 
-void MeasurePeaks(const std::vector<std::string>& kernels, int32_t threads) {
+void MeasurePeaks(const std::vector<std::string>& kernels, const std::string& declined,
+                  int32_t threads) {
   using attnrt_bench::FmaPeak;
   // The 1-thread peak, then the all-thread one, measured again (up to 3 times in all, the best
   // kept) while it stays below threads x the 1-thread peak.
@@ -234,6 +269,7 @@ void MeasurePeaks(const std::vector<std::string>& kernels, int32_t threads) {
   std::string names;
   for (const auto& k : kernels) names += (names.empty() ? "" : ",") + k;
   benchmark::AddCustomContext("attnrt_kernels", names.empty() ? "(none found)" : names);
+  if (!declined.empty()) benchmark::AddCustomContext("attnrt_kernels_declined", declined);
   benchmark::AddCustomContext("attnrt_threads", std::to_string(threads) +
                                                     " (the runtime's default: ATTNRT_NUM_THREADS, "
                                                     "else the hardware threads)");
@@ -271,8 +307,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   int32_t threads = 1;
-  const std::vector<std::string> kernels = SparseMlaKernels(&threads);
-  if (!list_only) MeasurePeaks(kernels, threads);
+  std::string declined;
+  const std::vector<std::string> kernels = SparseMlaKernels(&threads, &declined);
+  if (!list_only) MeasurePeaks(kernels, declined, threads);
   RegisterAll(kernels);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
