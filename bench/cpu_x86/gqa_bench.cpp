@@ -4,10 +4,13 @@
 // Llama-3-8B layer shapes: num_heads 32, kv_num_heads 8, head_size 128, batch 1.
 //
 //   BM_GqaPrefill/<kernel>/S:<S>            first prompt, S = T in {512, 1024, 2048, 4096}, float32
+//   BM_GqaPrefill/bf16/<kernel>/S:<S>       the same with the whole op in bfloat16 (query, key,
+//                                           value, cache and output)
 //   BM_GqaDecode/<cache>/<kernel>/past:<P>  one decode step over a shared past/present buffer,
-//                                           P in {1k, 4k, 16k, 64k}; cache float32, float16
-//                                           (query, key, value and output float16 too: the
-//                                           op's float16 form), int8 or int4 (PER_CHANNEL scales)
+//                                           P in {1k, 4k, 16k, 64k}; cache float32, float16 or
+//                                           bfloat16 (query, key, value and output of that type
+//                                           too: the op's 16-bit forms), int8 or int4
+//                                           (PER_CHANNEL scales)
 //   BM_GqaDecodeSplitKv/threads:16/...      the same with options.num_threads = 16 > B*Nkv = 8, so
 //                                           that flash decoding splits the KV sequence
 //                                           (oversubscribed on machines with fewer cores: read it
@@ -55,6 +58,7 @@ constexpr int kSplitKvThreads = 16;
 constexpr int kLimitPasses = 20;
 const attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
 const attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+const attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 const attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 const attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 const attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
@@ -67,16 +71,17 @@ struct Limits {
   double fma_avx512_flops_per_second = 0;  // 0 when the CPU/OS lacks AVX-512F
 } g_limits;
 
-// The FMA peak a kernel is measured against: that of its ISA suffix.
+// The FMA peak a kernel is measured against: that of its ISA suffix (.amx kernels against the
+// AVX-512 float32 FMA peak too, so they may exceed 100%).
 double FmaPeakOf(const std::string& kernel) {
-  const std::string suffix = ".avx512";
-  const bool avx512 = kernel.size() > suffix.size() &&
-                      kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const size_t dot = kernel.rfind('.');
+  const std::string isa = dot == std::string::npos ? std::string() : kernel.substr(dot);
+  const bool avx512 = isa == ".avx512" || isa == ".amx";
   return avx512 && g_limits.fma_avx512_flops_per_second > 0 ? g_limits.fma_avx512_flops_per_second
                                                             : g_limits.fma_flops_per_second;
 }
 
-enum class Cache { kFloat32, kFloat16, kInt8, kInt4 };
+enum class Cache { kFloat32, kFloat16, kBFloat16, kInt8, kInt4 };
 
 const char* CacheName(Cache cache) {
   switch (cache) {
@@ -84,6 +89,8 @@ const char* CacheName(Cache cache) {
       return "f32";
     case Cache::kFloat16:
       return "f16";
+    case Cache::kBFloat16:
+      return "bf16";
     case Cache::kInt8:
       return "int8";
     case Cache::kInt4:
@@ -98,6 +105,7 @@ int64_t RowBytes(Cache cache) {
     case Cache::kFloat32:
       return kHeadSize * 4;
     case Cache::kFloat16:
+    case Cache::kBFloat16:
       return kHeadSize * 2;
     case Cache::kInt8:
       return kHeadSize;
@@ -112,11 +120,11 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
-enum class Fill { kFloat32, kFloat16, kBytes };
+enum class Fill { kFloat32, kFloat16, kBFloat16, kBytes };
 
-// 64-byte aligned, filled with pseudo-random data: float32 or float16 values uniform in [-1, 1)
-// (float16: the 11-bit multiples of 2^-10), or raw bytes (any byte is a valid int8 value or pair
-// of int4 values).
+// 64-byte aligned, filled with pseudo-random data: float32, float16 or bfloat16 values uniform in
+// [-1, 1) (float16: the 11-bit multiples of 2^-10; bfloat16: float32 values truncated to their
+// high half), or raw bytes (any byte is a valid int8 value or pair of int4 values).
 Buffer RandomBuffer(size_t bytes, Fill fill, uint64_t seed) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   Buffer buffer(static_cast<unsigned char*>(std::aligned_alloc(64, rounded)));
@@ -132,6 +140,15 @@ Buffer RandomBuffer(size_t bytes, Fill fill, uint64_t seed) {
     auto* f = reinterpret_cast<float*>(buffer.get());
     for (size_t i = 0; i < rounded / 4; ++i) {
       f[i] = static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) / (1 << 23);
+    }
+  } else if (fill == Fill::kBFloat16) {
+    auto* h = reinterpret_cast<uint16_t*>(buffer.get());
+    for (size_t i = 0; i < rounded / 2; ++i) {
+      const float f =
+          static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) / (1 << 23);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, 4);
+      h[i] = static_cast<uint16_t>(bits >> 16);
     }
   } else if (fill == Fill::kFloat16) {
     // m * 2^-10 for m in [-1024, 1024): exact in float16; encoded by hand (sign, exponent, the
@@ -224,10 +241,12 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
   ws->seqlens_tensor = std::make_unique<Tensor>(&ws->seqlens_k, kI32, std::vector<int64_t>{1});
   ws->total_tensor = std::make_unique<Tensor>(&ws->total, kI32, std::vector<int64_t>{1});
   const bool quantized = problem.cache == Cache::kInt8 || problem.cache == Cache::kInt4;
-  const bool half = problem.cache == Cache::kFloat16;  // the whole op in float16
+  // float16 and bfloat16 caches: the whole op in that type.
+  const bool half = problem.cache == Cache::kFloat16 || problem.cache == Cache::kBFloat16;
+  const bool brain = problem.cache == Cache::kBFloat16;
   const size_t float_bytes = half ? 2 : 4;
-  const Fill float_fill = half ? Fill::kFloat16 : Fill::kFloat32;
-  const attnrt_dtype float_dtype = half ? kF16 : kF32;
+  const Fill float_fill = brain ? Fill::kBFloat16 : half ? Fill::kFloat16 : Fill::kFloat32;
+  const attnrt_dtype float_dtype = brain ? kBF16 : half ? kF16 : kF32;
   if (quantized) {
     // PER_CHANNEL: one scale per (KV head, channel); int8 values span about [-1.3, 1.3], int4 [-1,
     // 1].
@@ -509,8 +528,17 @@ void RegisterAll(const std::vector<std::string>& kernels) {
     b->ArgName("S")->Arg(512)->Arg(1024)->Arg(2048)->Arg(4096);
     b->Unit(benchmark::kMillisecond)->UseRealTime();
   }
+  for (const auto& kernel : kernels) {
+    auto* b = benchmark::RegisterBenchmark(
+        ("BM_GqaPrefill/bf16/" + kernel).c_str(), [kernel](benchmark::State& state) {
+          RunGqa(state, kernel, {false, Cache::kBFloat16, state.range(0)}, 0);
+        });
+    b->ArgName("S")->Arg(512)->Arg(1024)->Arg(2048)->Arg(4096);
+    b->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
   for (int threads : {0, kSplitKvThreads}) {
-    for (Cache cache : {Cache::kFloat32, Cache::kFloat16, Cache::kInt8, Cache::kInt4}) {
+    for (Cache cache :
+         {Cache::kFloat32, Cache::kFloat16, Cache::kBFloat16, Cache::kInt8, Cache::kInt4}) {
       for (const auto& kernel : kernels) {
         const std::string prefix =
             threads == 0 ? std::string("BM_GqaDecode/")

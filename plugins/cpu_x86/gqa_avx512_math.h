@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/VL) + FMA float32 helpers shared by the AVX-512 GroupQueryAttention files
-// (gqa_kernels_avx512.cpp, gqa_flash_avx512.cpp): horizontal sums in one fixed order, tail masks,
-// exp and the softmax row operations. Include it only from translation units built with
-// -mavx512f -mavx512bw -mavx512vl -mfma.
+// (gqa_kernels_avx512.cpp, gqa_flash_avx512.cpp, gqa_flash_avx512_bf16.cpp): horizontal sums in
+// one fixed order, tail masks, a 16x16 transpose, exp and the softmax row operations. Include it
+// only from translation units built with -mavx512f -mavx512bw -mavx512vl -mfma.
 //
 // Everything has internal linkage, for the reason gqa_avx2_math.h gives.
 #pragma once
@@ -62,6 +62,39 @@ inline __m512 HorizontalSums16(const __m512* a) {
                                  _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_permutexvar_ps(order, z);
+}
+
+// r[i] = column i of the 16x16 matrix whose rows were r[0..15].
+inline void Transpose16x16(__m512* r) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // Within each 128-bit block: rows 4i..4i+3 of columns (4 per block) now contiguous per lane pair.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = t[4 * i], b = t[4 * i + 1], c = t[4 * i + 2], d = t[4 * i + 3];
+    r[4 * i] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[4i + m], block k = column 4k + m of rows 4i..4i+3; gather the 4 blocks of each column.
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 u0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);       // blocks 0,2 | 0,2
+    const __m512 u1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);       // blocks 1,3 | 1,3
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);  // blocks 0,2 | 0,2
+    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);  // blocks 1,3 | 1,3
+    t[m] = _mm512_shuffle_f32x4(u0, u2, 0x88);                          // column m
+    t[4 + m] = _mm512_shuffle_f32x4(u1, u3, 0x88);                      // column 4 + m
+    t[8 + m] = _mm512_shuffle_f32x4(u0, u2, 0xDD);                      // column 8 + m
+    t[12 + m] = _mm512_shuffle_f32x4(u1, u3, 0xDD);                     // column 12 + m
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // exp(x), the Cephes expf of gqa_avx2_math.h on 16 lanes (same constants, same error: about

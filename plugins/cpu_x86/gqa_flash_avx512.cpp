@@ -349,39 +349,6 @@ void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, fl
 
 // ---- scores, tall tiles -------------------------------------------------------------------------
 
-// r[i] = column i of the 16x16 matrix whose rows were r[0..15].
-void Transpose16x16(__m512* r) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // Within each 128-bit block: rows 4i..4i+3 of columns (4 per block) now contiguous per lane pair.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512 a = t[4 * i], b = t[4 * i + 1], c = t[4 * i + 2], d = t[4 * i + 3];
-    r[4 * i] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  // r[4i + m], block k = column 4k + m of rows 4i..4i+3; gather the 4 blocks of each column.
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) {
-    const __m512 u0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);       // blocks 0,2 | 0,2
-    const __m512 u1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);       // blocks 1,3 | 1,3
-    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);  // blocks 0,2 | 0,2
-    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);  // blocks 1,3 | 1,3
-    t[m] = _mm512_shuffle_f32x4(u0, u2, 0x88);                          // column m
-    t[4 + m] = _mm512_shuffle_f32x4(u1, u3, 0x88);                      // column 4 + m
-    t[8 + m] = _mm512_shuffle_f32x4(u0, u2, 0xDD);                      // column 8 + m
-    t[12 + m] = _mm512_shuffle_f32x4(u1, u3, 0xDD);                     // column 12 + m
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
 // Rows j0..j0+15 of 16 columns from d (the low 8 when mask says so) transposed into kt (row
 // stride kc); rows at or past n read as 0. kFull: all 16 rows exist, no per-row test.
 template <bool kFull, class Kv>

@@ -17,13 +17,15 @@ namespace attnrt::cpu {
 namespace {
 
 // Ranking scheme of the CPU kernels (docs/plugins.md: flash > naive, then AVX-512 > AVX2 > scalar):
-// naive 100, flash 200; +0 scalar, +20 AVX2, +40 AVX-512.
+// naive 100, flash 200; +0 scalar, +20 AVX2, +40 AVX-512, +50 AVX-512 with AMX-BF16 (flash only,
+// bfloat16 problems only).
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
 constexpr int32_t kAvx512Bonus = 40;
+constexpr int32_t kAmxBonus = 50;
 
-enum class Isa { kScalar, kAvx2, kAvx512 };
+enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
 
 std::string Avx2DeclineReason(const CpuFeatures& cpu) {
   if (cpu.avx2 && cpu.fma) return {};
@@ -40,12 +42,25 @@ std::string Avx512DeclineReason(const CpuFeatures& cpu) {
          (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
 }
 
+// gqa_flash_amx.cpp adds -mamx-tile -mamx-bf16 to the AVX-512 flags; the tile data also needs the
+// process's permission (asked for here, once, the first time a kernel needs it).
+std::string AmxDeclineReason(const CpuFeatures& cpu) {
+  if (!(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma && cpu.amx_bf16)) {
+    return "requires AVX-512 F/BW/VL, FMA and AMX-TILE/AMX-BF16 with OS-enabled opmask/ZMM and "
+           "tile state; this CPU/OS provides: " +
+           (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
+  }
+  return AmxTileDataReason();
+}
+
 std::string IsaDeclineReason(Isa isa, const CpuFeatures& cpu) {
   switch (isa) {
     case Isa::kAvx2:
       return Avx2DeclineReason(cpu);
     case Isa::kAvx512:
       return Avx512DeclineReason(cpu);
+    case Isa::kAmx:
+      return AmxDeclineReason(cpu);
     case Isa::kScalar:
       break;
   }
@@ -60,8 +75,21 @@ std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& 
          cpu.isa;
 }
 
+// The bfloat16 tile product serves a bfloat16 query with a bfloat16 cache; gqa.flash.avx512
+// computes every other problem the same way without it.
+std::string BFloat16DeclineReason(const attnrt_gqa_problem& p) {
+  GqaFloatType type = GqaFloatType::kFloat32;
+  GqaCacheType cache_type = GqaCacheType::kFloat32;
+  if (GqaElementTypes(p, &type, &cache_type) && type == GqaFloatType::kBFloat16 &&
+      cache_type == GqaCacheType::kBFloat16) {
+    return {};
+  }
+  return "runs a bfloat16 query with a bfloat16 cache only (AMX-BF16 scores); "
+         "cpu_x86.gqa.flash.avx512 runs the other dtypes";
+}
+
 // A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason); the
-// AVX2 ones need F16C for float16 problems.
+// AVX2 ones need F16C for float16 problems, the AMX one bfloat16 problems.
 template <Isa kIsa, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
@@ -72,6 +100,7 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
     if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
     // After DeclineReason: it checked struct_size before any other field is read.
     if (why.empty() && kIsa == Isa::kAvx2) why = F16cDeclineReason(context.cpu, p);
+    if (why.empty() && kIsa == Isa::kAmx) why = BFloat16DeclineReason(p);
     if (why.empty()) return 1;
     WriteMessage(reason, reason_capacity, why);
   } catch (...) {
@@ -129,6 +158,14 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .supports = &Supports<Isa::kAvx512, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
      .run = &GqaFlashRunWith<kGqaFlashOpsAvx512>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.gqa.flash.amx",
+     .op_kind = ATTNRT_OP_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kFlashPriority + kAmxBonus,
+     .supports = &Supports<Isa::kAmx, true>,
+     .workspace_size = &GqaFlashWorkspaceSize,
+     .run = &GqaFlashRunWith<kGqaFlashOpsAmx>},
 };
 
 }  // namespace
@@ -146,6 +183,11 @@ int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* re
 int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept {
   return Supports<Isa::kAvx512, true>(plugin_context, problem, reason, reason_capacity);
+}
+
+int32_t GqaFlashSupportsAmx(void* plugin_context, const void* problem, char* reason,
+                            size_t reason_capacity) noexcept {
+  return Supports<Isa::kAmx, true>(plugin_context, problem, reason, reason_capacity);
 }
 
 int32_t GqaNaiveSupportsScalar(void* plugin_context, const void* problem, char* reason,

@@ -32,7 +32,12 @@ void GqaAttendRowsPagedAvx512(const GqaRun& run, float* scratch, int64_t unit_be
                               int64_t unit_end);
 extern const GqaFlashOps kGqaFlashOpsAvx512;
 
-// supports() of cpu_x86.gqa.flash.scalar, .avx2 and .avx512, which the paged kernels
+// Block operations of gqa.flash.amx (tall-tile scores on AMX-BF16, the rest gqa.flash.avx512's):
+// use only when the probe found AVX-512 F/BW/VL, FMA and AMX-BF16 usable and the tile data
+// permission was granted (AmxTileDataReason() empty).
+extern const GqaFlashOps kGqaFlashOpsAmx;
+
+// supports() of cpu_x86.gqa.flash.scalar, .avx2, .avx512 and .amx, which the paged kernels
 // (gqa_paged.cpp) apply to the equivalent contiguous problem. plugin_context is a PluginContext*.
 int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept;
@@ -40,6 +45,8 @@ int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* re
                              size_t reason_capacity) noexcept;
 int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept;
+int32_t GqaFlashSupportsAmx(void* plugin_context, const void* problem, char* reason,
+                            size_t reason_capacity) noexcept;
 
 // supports() of cpu_x86.gqa.naive.scalar and cpu_x86.gqa.naive.avx2, which the paged naive kernels
 // (gqa_paged_naive.cpp) apply to the equivalent contiguous problem.

@@ -22,6 +22,7 @@ namespace {
 constexpr int32_t kPagedPriority = 200;
 constexpr int32_t kAvx2Bonus = 20;
 constexpr int32_t kAvx512Bonus = 40;
+constexpr int32_t kAmxBonus = 50;
 
 // The contiguous gqa.flash kernel a paged kernel mirrors: its supports() and block operations.
 using FlashSupportsFn = int32_t (*)(void*, const void*, char*, size_t) noexcept;
@@ -112,6 +113,14 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .supports = &Supports<&GqaFlashSupportsAvx512>,
      .workspace_size = &WorkspaceSize,
      .run = &Run<kGqaFlashOpsAvx512>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "cpu_x86.paged_gqa.flash.amx",
+     .op_kind = ATTNRT_OP_PAGED_GQA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = kPagedPriority + kAmxBonus,
+     .supports = &Supports<&GqaFlashSupportsAmx>,
+     .workspace_size = &WorkspaceSize,
+     .run = &Run<kGqaFlashOpsAmx>},
 };
 
 }  // namespace

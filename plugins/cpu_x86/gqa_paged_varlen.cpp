@@ -27,6 +27,7 @@ constexpr int32_t kFlashPriority = 200;
 constexpr int32_t kNaivePriority = 100;
 constexpr int32_t kAvx2Bonus = 20;
 constexpr int32_t kAvx512Bonus = 40;
+constexpr int32_t kAmxBonus = 50;
 
 using SupportsFn = int32_t (*)(void*, const void*, char*, size_t) noexcept;
 
@@ -188,6 +189,8 @@ constexpr attnrt_kernel_desc kKernels[] = {
            &Supports<&GqaFlashSupportsAvx2>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAvx2>),
     Kernel("cpu_x86.paged_gqa_varlen.flash.avx512", kFlashPriority + kAvx512Bonus,
            &Supports<&GqaFlashSupportsAvx512>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAvx512>),
+    Kernel("cpu_x86.paged_gqa_varlen.flash.amx", kFlashPriority + kAmxBonus,
+           &Supports<&GqaFlashSupportsAmx>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAmx>),
     Kernel("cpu_x86.paged_gqa_varlen.naive.scalar", kNaivePriority,
            &Supports<&GqaNaiveSupportsScalar>, &NaiveWorkspaceSize,
            &NaiveRun<&GqaAttendRowsPagedScalar>),

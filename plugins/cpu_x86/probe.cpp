@@ -3,8 +3,12 @@
 // first VEX instruction even though CPUID advertises AVX2.
 #include <cpuid.h>
 #include <cpuinfo.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "cpuinfo_facts.h"
@@ -16,6 +20,19 @@ namespace {
 // XCR0 state-component bits (Intel SDM vol. 1, 13.1).
 constexpr uint64_t kXcr0SseAvx = (1u << 1) | (1u << 2);              // XMM, upper YMM
 constexpr uint64_t kXcr0Avx512 = (1u << 5) | (1u << 6) | (1u << 7);  // opmask, ZMM_Hi256, Hi16_ZMM
+constexpr uint64_t kXcr0Amx = (1u << 17) | (1u << 18);               // XTILECFG, XTILEDATA
+// CPUID.(EAX=7,ECX=0):EDX (Intel SDM vol. 2A, CPUID).
+constexpr unsigned kCpuidAmxBf16 = 1u << 22;
+constexpr unsigned kCpuidAmxTile = 1u << 24;
+// Linux arch_prctl codes (arch/x86/include/uapi/asm/prctl.h) and the tile data's state component.
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool CpuidAmxBf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (edx & kCpuidAmxBf16) != 0 && (edx & kCpuidAmxTile) != 0;
+}
 
 // XCR0, or 0 when the OS has not enabled XSAVE (XGETBV would then raise #UD).
 uint64_t ReadXcr0() {
@@ -45,6 +62,7 @@ CpuFeatures ProbeCpu() {
     f.avx512vl = os_avx512 && cpuinfo_has_x86_avx512vl();
     f.avx512bf16 = os_avx512 && cpuinfo_has_x86_avx512bf16();
   }
+  f.amx_bf16 = f.avx512f && (xcr0 & kXcr0Amx) == kXcr0Amx && CpuidAmxBf16();
   AppendIsa(f.isa, f.sse42, "sse4.2");
   AppendIsa(f.isa, f.avx2, "avx2");
   AppendIsa(f.isa, f.fma, "fma");
@@ -53,10 +71,21 @@ CpuFeatures ProbeCpu() {
   AppendIsa(f.isa, f.avx512bw, "avx512bw");
   AppendIsa(f.isa, f.avx512vl, "avx512vl");
   AppendIsa(f.isa, f.avx512bf16, "avx512bf16");
+  AppendIsa(f.isa, f.amx_bf16, "amx_bf16");
   f.facts = CpuFacts(f.isa, basics,
                      {{"os_avx_state", os_avx ? "enabled" : "disabled"},
                       {"os_avx512_state", os_avx512 ? "enabled" : "disabled"}});
   return f;
+}
+
+std::string AmxTileDataReason() {
+  // A function-local static: asked once per process, by the first thread that gets here.
+  static const std::string reason = [] {
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return std::string();
+    return "the OS refused this process the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM: " +
+           std::string(std::strerror(errno)) + ")";
+  }();
+  return reason;
 }
 
 }  // namespace attnrt::cpu

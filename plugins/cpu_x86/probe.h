@@ -19,6 +19,10 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512bf16 = false;
+  // AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24 and 22) with the tile state enabled in XCR0
+  // (bits 17 and 18) and AVX-512 usable. Linux still requires each process to ask before it
+  // touches the tile data: AmxTileDataReason().
+  bool amx_bf16 = false;
   // Comma-separated names of the flags above that are set, e.g. "sse4.2,avx2,fma,f16c".
   std::string isa;
   // Probe facts in report order: isa, cpu, cores, l1d/l2/l3_cache_bytes, os_avx_state,
@@ -29,5 +33,10 @@ struct CpuFeatures {
 // Queries cpuinfo and XCR0. Never fails: on a CPU or OS cpuinfo cannot read, only the baseline
 // remains.
 CpuFeatures ProbeCpu();
+
+// Empty when this process may use the AMX tile data: asks Linux once (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA) and remembers the answer; otherwise why not. Call
+// only when CpuFeatures::amx_bf16 is set.
+std::string AmxTileDataReason();
 
 }  // namespace attnrt::cpu

@@ -1,0 +1,390 @@
+// gqa.flash.amx: gqa.flash.avx512's block operations with the scores of tall tiles (prompts) on
+// AMX-BF16 (TDPBF16PS: a 16x16 float32 tile += a 16x32 bfloat16 tile times a 32x16 one). The only
+// file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma); reached
+// only after the kernel's supports() saw all of them usable (CPUID, OS-enabled opmask/ZMM and tile
+// state in XCR0, and the process's permission to use the tile data, which Linux grants on request)
+// and the problem is a bfloat16 query with a bfloat16 cache.
+//
+// Why AMX rather than AVX512_BF16's VDPBF16PS: on the Sapphire Rapids-class cores this was written
+// on, VDPBF16PS retires one instruction per two cycles (32 multiply-adds per instruction), half the
+// multiply-add rate of two float32 FMA ports, while TDPBF16PS reached about 1100 GMAC/s on one
+// core, about 10x the FMA ports (bench/README.md).
+//
+// Numerics (docs/gqa-semantics.md, bfloat16 queries). A bfloat16 query element times a bfloat16 key
+// element is exact in float32 (8-bit significands) and TDPBF16PS accumulates the products in
+// float32, rounding to nearest even: the float32 dot product of the other flash kernels with the
+// sums in another order. What it does not do like float32 arithmetic: it reads subnormal inputs as
+// zero and flushes subnormal results to zero. So a tile whose query holds a bfloat16 subnormal, or
+// a chunk of keys that holds one, is scored by gqa.flash.avx512's float32 kernel instead (a
+// subnormal times a large value can be a normal product, and Inf times a subnormal must stay Inf);
+// partial sums below FLT_MIN in magnitude, which are flushed, are the only difference left (at most
+// head_size * 2^-126 per score before the scale). The operations check what they are given rather
+// than trust the problem: a query element or a float32 key element that is no bfloat16 value takes
+// the float32 kernel too.
+//
+// The scores of a tall tile: the query rows packed once per call as pairs of bfloat16 (the A
+// tiles: 16 rows x 16 pairs, zero-padded to whole tiles), the K block in chunks of 32 keys, each
+// transposed into pairs (the B tiles: 32-bit lane j of row i = elements 2i and 2i + 1 of key j, a
+// 16x16 transpose of 32-bit words), then 32 rows x 32 keys of scores in four accumulator tiles per
+// pass over the pairs; the tiles are stored, scaled and copied into the score block.
+//
+// P·V keeps float32 probabilities: each piece of bfloat16 V rows is widened to float32 once (exact)
+// into a buffer in L1, and gqa.flash.avx512's register-blocked P·V runs on it, so its row blocks
+// read float32 V instead of widening every V vector again: the same products added in the same
+// order, the same bits as gqa.flash.avx512. Short tiles (decode: memory-bound) and every other
+// operation are gqa.flash.avx512's, unchanged.
+//
+// Calls only intrinsics and its own internal functions, never std:: inline or template code (see
+// gqa_flash_avx512.cpp).
+// GCC 12's AVX-512 intrinsics start masked and widening operations from _mm512_undefined_*()
+// values, which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593); the
+// diagnostics are silenced for the header's lines only, not for this file's code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning group (Clang would warn that it does not know it)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <stddef.h>
+#include <stdint.h>
+
+#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+#error "gqa_flash_amx.cpp is built with -mamx-tile -mamx-bf16"
+#endif
+
+#include "gqa_avx512_math.h"
+#include "gqa_flash.h"
+#include "gqa_kernels.h"
+#include "gqa_run.h"
+
+namespace attnrt::cpu {
+namespace {
+
+constexpr size_t kLine = 64;
+// As gqa.flash.avx512: tiles taller than this are prompts (the transposed-K score kernel); shorter
+// ones are decode tiles, which gqa.flash.avx512 runs.
+constexpr int64_t kTallRows = 8;
+// Stack buffers, 32 KiB each: the transposed key chunk (H/2 pairs, rounded up to 16, x 32 keys:
+// H <= 512), the query tile as pairs (row groups of up to kQueryWords / (H/2) rows, rounded to
+// tiles), the widened V piece (kWideKeys keys of H <= 512 floats: at least 16 keys).
+constexpr int64_t kPairWords = 8192;
+constexpr int64_t kQueryWords = 8192;
+constexpr int64_t kWideFloats = 8192;
+constexpr int64_t kWideKeys = 64;
+
+// Spreads the prefetch of a byte range over `steps` calls of Step() (as gqa.flash.avx512's).
+class Prefetcher {
+ public:
+  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
+      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
+    const size_t lines = (bytes + kLine - 1) / kLine;
+    const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
+    per_step_ = (lines + n - 1) / n;
+  }
+  void Step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine) {
+      if (to_l1_) {
+        _mm_prefetch(next_, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(next_, _MM_HINT_T1);
+      }
+    }
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  bool to_l1_;
+  size_t per_step_ = 0;
+};
+
+// Lanes of 16 float32 values (as bits) that are no bfloat16 value (a nonzero low half) or a
+// subnormal.
+inline __mmask16 NotBFloat16Normal(__m512i bits) {
+  const __mmask16 low_half = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0xFFFF));
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  // 0 < magnitude < 0x00800000, as magnitude - 1 < 0x007FFFFF unsigned.
+  const __mmask16 subnormal = _mm512_cmplt_epu32_mask(
+      _mm512_sub_epi32(magnitude, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007FFFFF));
+  return low_half | subnormal;
+}
+
+// Lanes of 32 bfloat16 values that are subnormal.
+inline __mmask32 SubnormalBFloat16(__m512i bits) {
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi16(0x7FFF));
+  return _mm512_cmplt_epu16_mask(_mm512_sub_epi16(magnitude, _mm512_set1_epi16(1)),
+                                 _mm512_set1_epi16(0x7F));
+}
+
+// The high halves of 32 float32 values, lo (elements 0..15) then hi (16..31), in order: the 32
+// bfloat16 values, 32-bit lane i holding elements 2i (low half) and 2i + 1.
+inline __m512i HighHalves(__m512i lo, __m512i hi) {
+  // 16-bit lane k takes 16-bit lane 2k + 1 of (lo, hi).
+  const __m512i index =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
+                        0x001B0019, 0x001F001D, 0x00230021, 0x00270025, 0x002B0029, 0x002F002D,
+                        0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
+  return _mm512_permutex2var_epi16(lo, index, hi);
+}
+
+// 32 float32 values from x (bits), the lanes at or past n zero.
+inline void LoadFloats32(const void* x, int64_t n, __m512i* lo, __m512i* hi) {
+  const auto* f = static_cast<const float*>(x);
+  *lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(Mask16(n), f));
+  *hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(Mask16(n - 16), f + 16));
+}
+
+// qp[r * hpp + i] = elements 2i and 2i + 1 of query row r as bfloat16, for r < rows and
+// i < h / 2; 0 for the padding up to rows_p rows of hpp pairs. False when an element is no
+// bfloat16 value or a subnormal one.
+bool PackQuery(const float* q, int64_t rows, int64_t rows_p, int64_t h, int64_t hpp, uint32_t* qp) {
+  for (int64_t i = 0; i < rows_p * hpp; i += 16) {
+    _mm512_store_si512(qp + i, _mm512_setzero_si512());
+  }
+  __mmask16 bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < h; d += 32) {
+      __m512i lo, hi;
+      LoadFloats32(q + r * h + d, h - d, &lo, &hi);
+      bad = static_cast<__mmask16>(bad | NotBFloat16Normal(lo) | NotBFloat16Normal(hi));
+      _mm512_mask_storeu_epi32(qp + r * hpp + d / 2, Mask16((h - d) / 2), HighHalves(lo, hi));
+    }
+  }
+  return bad == 0;
+}
+
+// kt[i * kc + j] = pair i (elements 2i, 2i + 1) of key j of `k` as bfloat16, for i < hp = h / 2
+// and j < kc; 0 for keys j >= n. Rows of bfloat16, or float32 ones (a paged block's float32 copy)
+// packed to bfloat16. True when a key holds a bfloat16 subnormal, or a float32 element that is no
+// bfloat16 value (kt is then incomplete).
+template <bool kFloatRows>
+bool TransposePairs(const unsigned char* data, size_t row_bytes, int64_t n, int64_t h, uint32_t* kt,
+                    int64_t kc) {
+  const int64_t hp = h / 2;
+  __mmask32 bad = 0;
+  for (int64_t g = 0; g < kc; g += 16) {
+    for (int64_t i0 = 0; i0 < hp; i0 += 16) {
+      const __mmask16 mask = Mask16(hp - i0);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        if (g + k >= n) {
+          r[k] = _mm512_setzero_ps();
+          continue;
+        }
+        const unsigned char* row = data + static_cast<size_t>(g + k) * row_bytes;
+        if constexpr (kFloatRows) {
+          __m512i lo, hi;
+          LoadFloats32(row + 8 * i0, 2 * (hp - i0), &lo, &hi);
+          bad |= NotBFloat16Normal(lo) | NotBFloat16Normal(hi);
+          r[k] = _mm512_castsi512_ps(HighHalves(lo, hi));
+        } else {
+          const __m512i x = _mm512_maskz_loadu_epi32(mask, row + 4 * i0);
+          bad |= SubnormalBFloat16(x);
+          r[k] = _mm512_castsi512_ps(x);
+        }
+      }
+      Transpose16x16(r);
+      const int64_t pairs = hp - i0 < 16 ? hp - i0 : 16;
+      for (int64_t i = 0; i < pairs; ++i) {
+        _mm512_store_si512(kt + (i0 + i) * kc + g, _mm512_castps_si512(r[i]));
+      }
+    }
+  }
+  return bad != 0;
+}
+
+// Prefetches issued while a chunk's scores are computed, one step per block of rows: the driver's
+// range (this block's V rows) and the K rows of the next chunk (into L1).
+struct TallPrefetch {
+  Prefetcher& v;
+  Prefetcher k_next;
+  void Step() {
+    v.Step();
+    k_next.Step();
+  }
+};
+
+// LDTILECFG's operand, palette 1: every tile 16 rows of 64 bytes (16 float32 scores, or 16 pairs
+// of bfloat16).
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t bytes_per_row[16];
+  uint8_t rows[16];
+};
+
+// Tiles: accumulators 0-3 (rows r0 and r0 + 16 x keys 0-15 and 16-31), query rows 4-5, keys 6-7.
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kTilePairs = 16;
+constexpr int64_t kChunkKeys = 32;
+
+// The scores of one chunk of (at most) 32 keys whose pairs are kt (hpp x 32 words): rows
+// [0, rows) of qp (rows_p rows of hpp pairs, zero-padded to whole tiles), keys j < n, written
+// scaled to out (row stride ld).
+void ScoreChunk(const uint32_t* qp, int64_t rows, int64_t rows_p, int64_t hpp, const uint32_t* kt,
+                float scale, float* out, int64_t ld, int64_t n, TallPrefetch& ahead) {
+  alignas(64) float tile[2 * kTileRows * kChunkKeys];
+  const __m512 vs = _mm512_set1_ps(scale);
+  const size_t q_stride = static_cast<size_t>(hpp) * sizeof(uint32_t);
+  const size_t k_stride = kChunkKeys * sizeof(uint32_t);
+  const size_t c_stride = kChunkKeys * sizeof(float);
+  for (int64_t r0 = 0; r0 < rows_p; r0 += 2 * kTileRows) {
+    ahead.Step();
+    const bool two = r0 + kTileRows < rows_p;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint32_t* a0 = qp + r0 * hpp;
+    const uint32_t* a1 = a0 + kTileRows * hpp;
+    for (int64_t i = 0; i < hpp; i += kTilePairs) {
+      _tile_loadd(4, a0 + i, q_stride);
+      _tile_loadd(6, kt + i * kChunkKeys, k_stride);
+      _tile_loadd(7, kt + i * kChunkKeys + 16, k_stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (two) {
+        _tile_loadd(5, a1 + i, q_stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, tile, c_stride);
+    _tile_stored(1, tile + 16, c_stride);
+    if (two) {
+      _tile_stored(2, tile + kTileRows * kChunkKeys, c_stride);
+      _tile_stored(3, tile + kTileRows * kChunkKeys + 16, c_stride);
+    }
+    const int64_t end = rows - r0 < 2 * kTileRows ? rows - r0 : 2 * kTileRows;
+    const __mmask16 lo = Mask16(n), hi = Mask16(n - 16);
+    for (int64_t r = 0; r < end; ++r) {
+      float* o = out + (r0 + r) * ld;
+      const float* t = tile + r * kChunkKeys;
+      _mm512_mask_storeu_ps(o, lo, _mm512_mul_ps(vs, _mm512_load_ps(t)));
+      _mm512_mask_storeu_ps(o + 16, hi, _mm512_mul_ps(vs, _mm512_load_ps(t + 16)));
+    }
+  }
+}
+
+// x rounded up to a multiple of m.
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The tall-tile scores of `rows` query rows (q, and qp as pairs: rows_p x hpp) against the
+// bfloat16 (or bfloat16-valued float32) rows of k.
+void ScoresTall(const float* q, const uint32_t* qp, int64_t rows, int64_t rows_p, int64_t hpp,
+                const GqaFlashKv& k, int64_t keys, int64_t h, float scale, float* scores,
+                int64_t ld, Prefetcher& v_ahead) {
+  alignas(64) uint32_t kt[kPairWords];
+  // Pairs [h / 2, hpp) of every key stay 0.
+  for (int64_t i = h / 2; i < hpp; ++i) {
+    _mm512_store_si512(kt + i * kChunkKeys, _mm512_setzero_si512());
+    _mm512_store_si512(kt + i * kChunkKeys + 16, _mm512_setzero_si512());
+  }
+  const int64_t row_steps = (rows_p + 2 * kTileRows - 1) / (2 * kTileRows);
+  const auto* data = static_cast<const unsigned char*>(k.data);
+  const bool float_rows = k.type == GqaCacheType::kFloat32;
+  for (int64_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
+    const int64_t n = keys - j0 < kChunkKeys ? keys - j0 : kChunkKeys;
+    const unsigned char* rows_j0 = data + static_cast<size_t>(j0) * k.row_bytes;
+    const int64_t next = keys - j0 - n < kChunkKeys ? keys - j0 - n : kChunkKeys;
+    TallPrefetch ahead{v_ahead,
+                       Prefetcher(rows_j0 + static_cast<size_t>(n) * k.row_bytes,
+                                  static_cast<size_t>(next) * k.row_bytes, row_steps, true)};
+    const bool subnormal = float_rows
+                               ? TransposePairs<true>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys)
+                               : TransposePairs<false>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys);
+    if (subnormal) {
+      const GqaFlashKv chunk{rows_j0, k.row_bytes, k.type, k.scale, k.per_channel};
+      kGqaFlashOpsAvx512.scores(q, rows, chunk, n, h, scale, scores + j0, ld, nullptr, 0);
+      for (int64_t s = 0; s < row_steps; ++s) ahead.Step();
+      continue;
+    }
+    ScoreChunk(qp, rows, rows_p, hpp, kt, scale, scores + j0, ld, n, ahead);
+  }
+}
+
+void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h, float scale,
+            float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  const bool pairs = k.type == GqaCacheType::kBFloat16 || k.type == GqaCacheType::kFloat32;
+  const int64_t hpp = RoundUp(h / 2, kTilePairs);
+  if (rows <= kTallRows || !pairs || hpp * kChunkKeys > kPairWords) {
+    return kGqaFlashOpsAvx512.scores(q, rows, k, keys, h, scale, scores, ld, prefetch,
+                                     prefetch_bytes);
+  }
+  // Rows in groups whose pairs fit the buffer (every group of a Llama-sized tile: one).
+  const int64_t group_rows = kQueryWords / hpp / (2 * kTileRows) * (2 * kTileRows);
+  const int64_t groups = (rows + group_rows - 1) / group_rows;
+  Prefetcher v_ahead(prefetch, prefetch_bytes,
+                     groups * ((keys + kChunkKeys - 1) / kChunkKeys) *
+                         ((group_rows + 2 * kTileRows - 1) / (2 * kTileRows)));
+  TileConfig config = {};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) uint32_t qp[kQueryWords];
+  for (int64_t r0 = 0; r0 < rows; r0 += group_rows) {
+    const int64_t n = rows - r0 < group_rows ? rows - r0 : group_rows;
+    const int64_t rows_p = RoundUp(n, kTileRows);
+    const float* qr = q + r0 * h;
+    float* out = scores + r0 * ld;
+    if (PackQuery(qr, n, rows_p, h, hpp, qp)) {
+      ScoresTall(qr, qp, n, rows_p, hpp, k, keys, h, scale, out, ld, v_ahead);
+    } else {
+      kGqaFlashOpsAvx512.scores(qr, n, k, keys, h, scale, out, ld, nullptr, 0);
+    }
+  }
+  _tile_release();
+}
+
+// out[j*h ..] = row j of bfloat16 rows `data` widened to float32, for j < n.
+void WidenRows(const unsigned char* data, size_t row_bytes, int64_t n, int64_t h, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* row = reinterpret_cast<const uint16_t*>(data + static_cast<size_t>(j) * row_bytes);
+    for (int64_t d = 0; d < h; d += 16) {
+      const __mmask16 mask = Mask16(h - d);
+      const __m256i bits = _mm256_maskz_loadu_epi16(mask, row + d);
+      _mm512_mask_storeu_ps(
+          out + j * h + d, mask,
+          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
+    }
+  }
+}
+
+void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
+  if (rows <= kTallRows || v.type != GqaCacheType::kBFloat16 || h * 16 > kWideFloats) {
+    return kGqaFlashOpsAvx512.accumulate(p, rows, ld, v, keys, h, acc, prefetch, prefetch_bytes);
+  }
+  alignas(64) float wide[kWideFloats];
+  const int64_t piece = kWideFloats / h < kWideKeys ? kWideFloats / h : kWideKeys;
+  const auto* data = static_cast<const unsigned char*>(v.data);
+  const auto* ahead = static_cast<const unsigned char*>(prefetch);
+  const GqaFlashKv wide_rows{wide, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
+                             nullptr, false};
+  for (int64_t j0 = 0; j0 < keys; j0 += piece) {
+    const int64_t n = keys - j0 < piece ? keys - j0 : piece;
+    WidenRows(data + static_cast<size_t>(j0) * v.row_bytes, v.row_bytes, n, h, wide);
+    // This piece's share of the range to prefetch.
+    const size_t b0 = prefetch_bytes * static_cast<size_t>(j0) / static_cast<size_t>(keys);
+    const size_t b1 = prefetch_bytes * static_cast<size_t>(j0 + n) / static_cast<size_t>(keys);
+    kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, wide_rows, n, h, acc,
+                                  ahead == nullptr ? nullptr : ahead + b0, b1 - b0);
+  }
+}
+
+void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
+  kGqaFlashOpsAvx512.dequantize(kv, keys, h, out);
+}
+
+}  // namespace
+
+const GqaFlashOps kGqaFlashOpsAmx = {&Scores, &Accumulate, &Dequantize,
+                                     &RowMax, &RowExpSum,  &RowScale};
+
+}  // namespace attnrt::cpu
