@@ -84,8 +84,8 @@ std::string BFloat16DeclineReason(const attnrt_gqa_problem& p) {
       cache_type == GqaCacheType::kBFloat16) {
     return {};
   }
-  return "runs a bfloat16 query with a bfloat16 cache only (AMX-BF16 scores); "
-         "cpu_x86.gqa.flash.avx512 runs the other dtypes";
+  return "runs a bfloat16 query with a bfloat16 cache only (its scores are AMX-BF16 tile "
+         "products); the other flash kernels and the naive ones run the other dtypes";
 }
 
 // A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason); the

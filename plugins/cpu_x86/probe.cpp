@@ -82,7 +82,8 @@ std::string AmxTileDataReason() {
   // A function-local static: asked once per process, by the first thread that gets here.
   static const std::string reason = [] {
     if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return std::string();
-    return "the OS refused this process the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM: " +
+    return "the OS refused this process the AMX tile data, an XCR0 feature (arch_prctl "
+           "ARCH_REQ_XCOMP_PERM: " +
            std::string(std::strerror(errno)) + ")";
   }();
   return reason;
