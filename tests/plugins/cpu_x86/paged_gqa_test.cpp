@@ -2,8 +2,9 @@
 //  - bitwise equality with GroupQueryAttention over a contiguous cache holding the same tokens,
 //    same algorithm (cpu_x86.paged_gqa.flash.<isa> vs cpu_x86.gqa.flash.<isa>), for block sizes
 //    1, 7, 16, 33, 64, 256 and 1024 and blocks placed in random order in the pools, over decode
-//    (with split-KV), first and chunked prompts, rotary, a local window, attention_bias and
-//    int8/int4 caches; the new rows in the pools equal the present rows byte for byte;
+//    (with split-KV), first and chunked prompts, rotary, a local window, attention_bias,
+//    int8/int4 caches and bfloat16 ops (cpu_x86.*.flash.amx too); the new rows in the pools equal
+//    the present rows byte for byte;
 //  - paged float32 outputs against the float64 reference of tests/common (1e-5);
 //  - fork then divergent appends through the block pool, with its copy-on-write copies;
 //  - bad inputs: each error message, and neither the pools nor the output touched.
@@ -22,6 +23,7 @@
 
 #include "attnrt/block_pool.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "common/dtype_reference.h"
 #include "common/gqa_reference.h"
 #include "common/test_support.h"
 
@@ -31,8 +33,10 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 
-enum class Cache { kF32, kInt8PerChannel, kInt4PerTensor };
+// kBF16: the whole op in bfloat16 (query, key, value, cache, output).
+enum class Cache { kF32, kInt8PerChannel, kInt4PerTensor, kBF16 };
 
 struct Case {
   std::string name;
@@ -54,11 +58,53 @@ int64_t TotalLength(const Case& c) {
 }
 bool FirstPrompt(const Case& c) { return c.S == TotalLength(c); }
 int64_t RowBytes(const Case& c) {
-  return c.cache == Cache::kF32 ? c.H * 4 : c.cache == Cache::kInt8PerChannel ? c.H : c.H / 2;
+  switch (c.cache) {
+    case Cache::kF32:
+      return c.H * 4;
+    case Cache::kBF16:
+      return c.H * 2;
+    case Cache::kInt8PerChannel:
+      return c.H;
+    case Cache::kInt4PerTensor:
+      break;
+  }
+  return c.H / 2;
 }
 int64_t LastDim(const Case& c) { return c.cache == Cache::kInt4PerTensor ? c.H / 2 : c.H; }
 attnrt_dtype CacheDtype(const Case& c) {
-  return c.cache == Cache::kF32 ? kF32 : c.cache == Cache::kInt8PerChannel ? kI8 : kU8;
+  switch (c.cache) {
+    case Cache::kF32:
+      return kF32;
+    case Cache::kBF16:
+      return kBFloat16;
+    case Cache::kInt8PerChannel:
+      return kI8;
+    case Cache::kInt4PerTensor:
+      break;
+  }
+  return kU8;
+}
+// A tensor of the op's float type T (bfloat16 for kBF16, else float32).
+Tensor FloatT(const Case& c, std::vector<int64_t> shape) {
+  return c.cache == Cache::kBF16 ? Tensor(kBFloat16, std::move(shape)) : F32(std::move(shape));
+}
+// N(0,1) values of T.
+void FillNormalT(Tensor& t, const Case& c, std::mt19937_64& rng) {
+  if (c.cache != Cache::kBF16) return t.FillNormal(rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto* bits = static_cast<uint16_t*>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i) bits[i] = BFloat16Bits(normal(rng));
+}
+// NaN of T everywhere.
+void FillNaNT(Tensor& t, const Case& c) {
+  if (c.cache != Cache::kBF16) return t.Fill(kNaN);
+  auto* bits = static_cast<uint16_t*>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i) bits[i] = 0x7FC0;
+}
+// Element i of a T tensor.
+float ValueT(const Tensor& t, const Case& c, int64_t i) {
+  if (c.cache != Cache::kBF16) return t.f32()[i];
+  return BFloat16Value(static_cast<const uint16_t*>(const_cast<Tensor&>(t).data())[i]);
 }
 
 attnrt_gqa_attributes Attributes(const Case& c) {
@@ -77,8 +123,10 @@ attnrt_gqa_attributes Attributes(const Case& c) {
 
 // Fills a cache tensor's bytes: N(0,1) floats, or random bytes for the quantized types.
 void FillCache(Tensor& t, Cache cache, std::mt19937_64& rng) {
-  if (cache == Cache::kF32) {
-    t.FillNormal(rng);
+  if (cache == Cache::kF32 || cache == Cache::kBF16) {
+    Case c;
+    c.cache = cache;
+    FillNormalT(t, c, rng);
     return;
   }
   auto* p = static_cast<unsigned char*>(t.data());
@@ -134,11 +182,11 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
 
   // Contiguous call.
   GqaTensors& g = s.gqa;
-  g[ATTNRT_GQA_INPUT_QUERY] = F32({c.B, c.S, c.N * c.H});
-  g[ATTNRT_GQA_INPUT_KEY] = F32({c.B, c.S, c.Nkv * c.H});
-  g[ATTNRT_GQA_INPUT_VALUE] = F32({c.B, c.S, c.Nkv * c.H});
+  g[ATTNRT_GQA_INPUT_QUERY] = FloatT(c, {c.B, c.S, c.N * c.H});
+  g[ATTNRT_GQA_INPUT_KEY] = FloatT(c, {c.B, c.S, c.Nkv * c.H});
+  g[ATTNRT_GQA_INPUT_VALUE] = FloatT(c, {c.B, c.S, c.Nkv * c.H});
   for (auto i : {ATTNRT_GQA_INPUT_QUERY, ATTNRT_GQA_INPUT_KEY, ATTNRT_GQA_INPUT_VALUE}) {
-    g[i].FillNormal(rng);
+    FillNormalT(g[i], c, rng);
   }
   g[ATTNRT_GQA_INPUT_PAST_KEY] = Tensor(CacheDtype(c), {c.B, c.Nkv, s.capacity, LastDim(c)});
   g[ATTNRT_GQA_INPUT_PAST_VALUE] = Tensor(CacheDtype(c), {c.B, c.Nkv, s.capacity, LastDim(c)});
@@ -160,7 +208,7 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
     g[ATTNRT_GQA_INPUT_ATTENTION_BIAS] = F32({c.B, c.N, c.S, T});
     g[ATTNRT_GQA_INPUT_ATTENTION_BIAS].FillNormal(rng);
   }
-  if (c.cache != Cache::kF32) {
+  if (c.cache != Cache::kF32 && c.cache != Cache::kBF16) {
     const int64_t count = c.cache == Cache::kInt8PerChannel ? c.Nkv * c.H : 1;
     std::uniform_real_distribution<float> scale(0.01f, 0.05f);
     for (auto i : {ATTNRT_GQA_INPUT_K_SCALE, ATTNRT_GQA_INPUT_V_SCALE}) {
@@ -168,8 +216,8 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
       for (int64_t k = 0; k < count; ++k) g[i].f32()[k] = scale(rng);
     }
   }
-  g[ATTNRT_GQA_OUTPUT_OUTPUT] = F32({c.B, c.S, c.N * c.H});
-  g[ATTNRT_GQA_OUTPUT_OUTPUT].Fill(kNaN);
+  g[ATTNRT_GQA_OUTPUT_OUTPUT] = FloatT(c, {c.B, c.S, c.N * c.H});
+  FillNaNT(g[ATTNRT_GQA_OUTPUT_OUTPUT], c);
   g[ATTNRT_GQA_OUTPUT_PRESENT_KEY] = g[ATTNRT_GQA_INPUT_PAST_KEY];  // shared buffer
   g[ATTNRT_GQA_OUTPUT_PRESENT_VALUE] = g[ATTNRT_GQA_INPUT_PAST_VALUE];
   s.past_key_before = g[ATTNRT_GQA_INPUT_PAST_KEY].Clone();
@@ -196,8 +244,8 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
         c.layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
             ? Tensor(CacheDtype(c), {s.num_blocks, c.Nkv, c.block_size, LastDim(c)})
             : Tensor(CacheDtype(c), {s.num_blocks, c.block_size, c.Nkv, LastDim(c)});
-    if (c.cache == Cache::kF32) {
-      s.paged_in[static_cast<size_t>(k)].Fill(kNaN);
+    if (c.cache == Cache::kF32 || c.cache == Cache::kBF16) {
+      FillNaNT(s.paged_in[static_cast<size_t>(k)], c);
     } else {
       FillCache(s.paged_in[static_cast<size_t>(k)], c.cache, rng);
     }
@@ -217,8 +265,8 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
       }
     }
   }
-  s.paged_out.push_back(F32({c.B, c.S, c.N * c.H}));
-  s.paged_out[0].Fill(kNaN);
+  s.paged_out.push_back(FloatT(c, {c.B, c.S, c.N * c.H}));
+  FillNaNT(s.paged_out[0], c);
   return s;
 }
 
@@ -329,6 +377,21 @@ std::vector<Case> Cases() {
     bnsh.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
     v.push_back(bnsh);
   }
+  // bfloat16 ops: the prompts take the AMX kernels' tile scores (over float32 copies of the paged
+  // K blocks, over the cache itself when contiguous), the decode their AVX-512 operations.
+  for (size_t i : {2, 8, 7}) {
+    Case bf16 = v[i];
+    const size_t rotary = bf16.name.find("_rotary");
+    if (rotary != std::string::npos) bf16.name.erase(rotary, 7);
+    bf16.name += "_bf16";
+    bf16.cache = Cache::kBF16;
+    bf16.rotary = false;
+    v.push_back(bf16);
+  }
+  Case bf16_bnsh = v.back();
+  bf16_bnsh.name += "_bnsh";
+  bf16_bnsh.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  v.push_back(bf16_bnsh);
   return v;
 }
 
@@ -384,8 +447,8 @@ void ExpectPagedEqualsContiguous(const std::string& isa, const Case& c, int32_t 
   int64_t unwritten = 0, different = 0;
   double max_error = 0.0;
   for (int64_t i = 0; i < actual.numel(); ++i) {
-    const float e = expected.f32()[i];
-    const float a = actual.f32()[i];
+    const float e = ValueT(expected, c, i);
+    const float a = ValueT(actual, c, i);
     if (std::isnan(a)) ++unwritten;
     if (std::memcmp(&e, &a, sizeof(float)) != 0) ++different;
     max_error = std::max(max_error, std::fabs(static_cast<double>(e) - a));
@@ -425,7 +488,7 @@ TEST_P(PagedEqualsContiguous, BitwiseForTheSameAlgorithm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuX86, PagedEqualsContiguous,
-                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
+                         ::testing::Combine(::testing::Values("amx", "avx512", "avx2", "scalar"),
                                             ::testing::ValuesIn(Cases())),
                          [](const auto& param_info) {
                            return std::get<0>(param_info.param) + "_" +
@@ -440,7 +503,7 @@ TEST(PagedGqa, MatchesTheFloat64Reference) {
   RuntimePtr runtime = CreateRuntime();
   ASSERT_TRUE(runtime);
   for (const Case& c : Cases()) {
-    if (c.cache != Cache::kF32) continue;
+    if (c.cache != Cache::kF32) continue;  // the bfloat16 ones: gqa_dtype_conformance_test
     SCOPED_TRACE(c.name);
     PagedCall s = MakePagedCall(c, rng);
     OpPtr paged = PagedOp(runtime.get(), c);
