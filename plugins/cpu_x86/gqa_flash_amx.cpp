@@ -216,6 +216,17 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
+// Every tile 16 rows of 64 bytes.
+void LoadTileConfig() {
+  TileConfig config = {};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
 // Tiles: accumulators 0-3 (rows r0 and r0 + 16 x keys 0-15 and 16-31), query rows 4-5, keys 6-7.
 constexpr int64_t kTileRows = 16;
 constexpr int64_t kTilePairs = 16;
@@ -320,13 +331,7 @@ void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int
   Prefetcher v_ahead(prefetch, prefetch_bytes,
                      groups * ((keys + kChunkKeys - 1) / kChunkKeys) *
                          ((group_rows + 2 * kTileRows - 1) / (2 * kTileRows)));
-  TileConfig config = {};
-  config.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = kTileRows;
-  }
-  _tile_loadconfig(&config);
+  LoadTileConfig();
   alignas(64) uint32_t qp[kQueryWords];
   for (int64_t r0 = 0; r0 < rows; r0 += group_rows) {
     const int64_t n = rows - r0 < group_rows ? rows - r0 : group_rows;
@@ -356,11 +361,9 @@ void WidenRows(const unsigned char* data, size_t row_bytes, int64_t n, int64_t h
   }
 }
 
-void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
-                int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
-  if (rows <= kTallRows || v.type != GqaCacheType::kBFloat16 || h * 16 > kWideFloats) {
-    return kGqaFlashOpsAvx512.accumulate(p, rows, ld, v, keys, h, acc, prefetch, prefetch_bytes);
-  }
+// gqa.flash.avx512's P·V over bfloat16 V rows widened to float32 a piece at a time.
+void AccumulateWidened(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                       int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
   alignas(64) float wide[kWideFloats];
   const int64_t piece = kWideFloats / h < kWideKeys ? kWideFloats / h : kWideKeys;
   const auto* data = static_cast<const unsigned char*>(v.data);
@@ -376,6 +379,177 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
     kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, wide_rows, n, h, acc,
                                   ahead == nullptr ? nullptr : ahead + b0, b1 - b0);
   }
+}
+
+// ---- P·V on tiles
+// ---------------------------------------------------------------------------------
+
+// Most query rows and columns of one tiled P·V pass (larger tiles go in row groups, or widened).
+constexpr int64_t kPvRows = 64;
+constexpr int64_t kPvColumns = 256;
+
+// Lanes of 32 bfloat16 values that are infinite or NaN.
+inline __mmask32 NonFiniteBFloat16(__m512i bits) {
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  return _mm512_cmpeq_epi16_mask(_mm512_and_si512(bits, exponent), exponent);
+}
+
+// vt[(c / 16) * 256 + i * 16 + c % 16] = (value 2i, value 2i + 1) of column c, for the n <= 32 V
+// rows of a chunk (rows past n read as 0) and c < h: the B tiles, 16 pairs of keys x 16 columns
+// each. True when a value is subnormal, infinite or NaN, or (float32 rows) no bfloat16 value: the
+// chunk then goes through float32 FMAs (0 * Inf must stay NaN and Inf * p Inf whatever the split of
+// p, and a subnormal must count as its value).
+template <bool kFloatRows>
+bool PackValues(const unsigned char* data, size_t row_bytes, int64_t n, int64_t h, uint32_t* vt) {
+  const __m512i even =
+      _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                        0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002A000A, 0x002B000B,
+                        0x002C000C, 0x002D000D, 0x002E000E, 0x002F000F);
+  const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(16));
+  __mmask32 bad = 0;
+  for (int64_t i = 0; i < kChunkKeys / 2; ++i) {
+    for (int64_t c = 0; c < h; c += 32) {
+      __m512i x[2];
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t j = 2 * i + k;
+        if (j >= n) {
+          x[k] = _mm512_setzero_si512();
+          continue;
+        }
+        const unsigned char* row = data + static_cast<size_t>(j) * row_bytes;
+        if constexpr (kFloatRows) {
+          __m512i lo, hi;
+          LoadFloats32(row + 4 * c, 32, &lo, &hi);
+          bad |= NotBFloat16Normal(lo) | NotBFloat16Normal(hi);
+          x[k] = HighHalves(lo, hi);
+        } else {
+          x[k] = _mm512_loadu_si512(row + 2 * c);
+        }
+        bad |= SubnormalBFloat16(x[k]) | NonFiniteBFloat16(x[k]);
+      }
+      uint32_t* out = vt + (c / 16) * 256 + i * 16;
+      _mm512_store_si512(out, _mm512_permutex2var_epi16(x[0], even, x[1]));
+      _mm512_store_si512(out + 256, _mm512_permutex2var_epi16(x[0], odd, x[1]));
+    }
+  }
+  return bad != 0;
+}
+
+// ap[s * rows_p * 16 + r * 16 + i] = part s of the pair (p[r][2i], p[r][2i + 1]) for the n <= 32
+// keys of a chunk (0 past n and for rows [rows, rows_p)): p = hi + mid + lo exactly, each a
+// bfloat16 value (hi the high half of p's bits, mid that of p - hi, lo the rest: 8 + 8 + 8 bits).
+void PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld, int64_t n,
+                       uint32_t* ap) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t r = 0; r < rows_p; ++r) {
+    __m512 x[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (r < rows) {
+      x[0] = _mm512_maskz_loadu_ps(Mask16(n), p + r * ld);
+      x[1] = _mm512_maskz_loadu_ps(Mask16(n - 16), p + r * ld + 16);
+    }
+    __m512i part[3][2];
+    for (int k = 0; k < 2; ++k) {
+      const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x[k]), high));
+      const __m512 rest = _mm512_sub_ps(x[k], hi);
+      const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), high));
+      part[0][k] = _mm512_castps_si512(hi);
+      part[1][k] = _mm512_castps_si512(mid);
+      part[2][k] = _mm512_castps_si512(_mm512_sub_ps(rest, mid));
+    }
+    for (int s = 0; s < 3; ++s) {
+      _mm512_store_si512(ap + (s * rows_p + r) * 16, HighHalves(part[s][0], part[s][1]));
+    }
+  }
+}
+
+// acc rows [0, 16) (stride `stride` floats) += the three parts of A (tiles 2-4, loaded by the
+// caller) times the B tiles of vt, two column tiles at a time.
+void AccumulateRowTile(const uint32_t* vt, int64_t h, float* acc, size_t stride) {
+  const size_t bytes = stride * sizeof(float);
+  for (int64_t c = 0; c < h; c += 32) {
+    _tile_loadd(0, acc + c, bytes);
+    _tile_loadd(1, acc + c + 16, bytes);
+    _tile_loadd(5, vt + (c / 16) * 256, 64);
+    _tile_loadd(6, vt + (c / 16 + 1) * 256, 64);
+    _tile_dpbf16ps(0, 2, 5);
+    _tile_dpbf16ps(0, 3, 5);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 2, 6);
+    _tile_dpbf16ps(1, 3, 6);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_stored(0, acc + c, bytes);
+    _tile_stored(1, acc + c + 16, bytes);
+  }
+}
+
+// P·V of at most kPvRows rows on tiles, 32 keys at a time; a chunk whose V holds a value the split
+// of p cannot multiply exactly goes through AccumulateWidened.
+void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                     int64_t h, float* acc, Prefetcher& ahead) {
+  alignas(64) uint32_t vt[kPvColumns * kChunkKeys / 2];
+  alignas(64) uint32_t ap[3 * kPvRows * 16];
+  alignas(64) float tail[kTileRows * kPvColumns];
+  const int64_t rows_p = RoundUp(rows, kTileRows);
+  const int64_t full = rows / kTileRows * kTileRows;
+  const auto* data = static_cast<const unsigned char*>(v.data);
+  for (int64_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
+    const int64_t n = keys - j0 < kChunkKeys ? keys - j0 : kChunkKeys;
+    const unsigned char* rows_j0 = data + static_cast<size_t>(j0) * v.row_bytes;
+    const bool exact = v.type == GqaCacheType::kFloat32
+                           ? !PackValues<true>(rows_j0, v.row_bytes, n, h, vt)
+                           : !PackValues<false>(rows_j0, v.row_bytes, n, h, vt);
+    if (!exact) {
+      if (v.type == GqaCacheType::kFloat32) {
+        const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
+        kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, chunk, n, h, acc, nullptr, 0);
+      } else {
+        const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
+        AccumulateWidened(p + j0, rows, ld, chunk, n, h, acc, nullptr, 0);
+      }
+      continue;
+    }
+    PackProbabilities(p + j0, rows, rows_p, ld, n, ap);
+    for (int64_t r0 = 0; r0 < rows_p; r0 += kTileRows) {
+      ahead.Step();
+      _tile_loadd(2, ap + r0 * 16, 64);
+      _tile_loadd(3, ap + (rows_p + r0) * 16, 64);
+      _tile_loadd(4, ap + (2 * rows_p + r0) * 16, 64);
+      if (r0 < full) {
+        AccumulateRowTile(vt, h, acc + r0 * h, static_cast<size_t>(h));
+        continue;
+      }
+      // The last rows, fewer than a tile: through a tile-sized copy.
+      const int64_t rest = rows - r0;
+      for (int64_t i = 0; i < kTileRows * h; i += 16) {
+        _mm512_store_ps(tail + i,
+                        i < rest * h ? _mm512_loadu_ps(acc + r0 * h + i) : _mm512_setzero_ps());
+      }
+      AccumulateRowTile(vt, h, tail, static_cast<size_t>(h));
+      for (int64_t i = 0; i < rest * h; i += 16) {
+        _mm512_storeu_ps(acc + r0 * h + i, _mm512_load_ps(tail + i));
+      }
+    }
+  }
+}
+
+void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
+                int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
+  const bool pairs = v.type == GqaCacheType::kBFloat16 || v.type == GqaCacheType::kFloat32;
+  if (rows <= kTallRows || !pairs || h % 32 != 0 || h > kPvColumns) {
+    if (rows <= kTallRows || v.type != GqaCacheType::kBFloat16 || h * 16 > kWideFloats) {
+      return kGqaFlashOpsAvx512.accumulate(p, rows, ld, v, keys, h, acc, prefetch, prefetch_bytes);
+    }
+    return AccumulateWidened(p, rows, ld, v, keys, h, acc, prefetch, prefetch_bytes);
+  }
+  const int64_t groups = (rows + kPvRows - 1) / kPvRows;
+  Prefetcher ahead(prefetch, prefetch_bytes,
+                   groups * ((keys + kChunkKeys - 1) / kChunkKeys) * (kPvRows / kTileRows));
+  LoadTileConfig();
+  for (int64_t r0 = 0; r0 < rows; r0 += kPvRows) {
+    const int64_t n = rows - r0 < kPvRows ? rows - r0 : kPvRows;
+    AccumulateTiles(p + r0 * ld, n, ld, v, keys, h, acc + r0 * h, ahead);
+  }
+  _tile_release();
 }
 
 void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {

@@ -3,7 +3,8 @@
 // and a partial one, query rows padded to whole tiles, pairs padded for head sizes that are not a
 // multiple of 32, row groups of large heads), the non-finite rules of docs/gqa-semantics.md on that
 // path, and the bfloat16 subnormals the tile product would read as zero, which must count as their
-// value (docs/gqa-semantics.md, bfloat16 queries). Skipped where the CPU or OS has no AMX.
+// value (docs/gqa-semantics.md, bfloat16 queries), in the scores and in P·V. Skipped where the CPU
+// or OS has no AMX.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,6 +69,12 @@ Tensor BFloat16Tensor(const std::vector<float>& values, std::vector<int64_t> sha
 // A bfloat16 subnormal: m * 2^-133, 0 < m < 128.
 float Subnormal(int m) { return BFloat16Value(static_cast<uint16_t>(m)); }
 
+// The output's bfloat16 rounding and float32 slack; relative only for values far below 1e-5, which
+// a flushed subnormal would otherwise hide.
+double Bound(double w) {
+  return std::ldexp(std::fabs(w), -8) + (std::fabs(w) < 1e-30 ? 0.0 : 1e-5);
+}
+
 // Runs the pinned kernel on x and checks every output element against the float64 reference: NaN
 // where it is NaN, within the bfloat16 rounding of the output (plus float32 slack) elsewhere.
 void ExpectMatchesReference(const Shape& s, const Values& x) {
@@ -128,10 +135,9 @@ void ExpectMatchesReference(const Shape& s, const Values& x) {
   for (size_t i = 0; i < ref.output.size(); ++i) {
     const double g = BFloat16Value(got[i]);
     const double w = ref.output[i];
-    const bool ok = std::isnan(w) ? std::isnan(g)
-                    : std::isinf(w)
-                        ? g == w
-                        : !std::isnan(g) && std::fabs(g - w) <= std::ldexp(std::fabs(w), -8) + 1e-5;
+    const bool ok = std::isnan(w)   ? std::isnan(g)
+                    : std::isinf(w) ? g == w
+                                    : !std::isnan(g) && std::fabs(g - w) <= Bound(w);
     if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
   }
   EXPECT_EQ(bad, 0) << bad << " output elements off; first (token, head, d) = ("
@@ -181,6 +187,12 @@ std::vector<Case> Cases() {
          for (int64_t t = 0; t < s.S; ++t) x.K(s, t, 0, 9) = 0.0f;
          x.K(s, 7, 0, 9) = 0x1p127f;
        }});
+  // Subnormal values: every output of kv head 0's heads is that value, not 0.
+  v.push_back({"subnormal_values", {40, 8, 2, 64}, [](const Shape& s, Values& x) {
+                 for (int64_t t = 0; t < s.S; ++t) {
+                   for (int64_t d = 0; d < s.H; ++d) x.V(s, t, 0, d) = Subnormal(50);
+                 }
+               }});
   // -inf times every key's positive element: every score -inf, a zero row (rule 4); with the
   // subnormal read as zero, -inf * 0 would make one NaN score and a NaN row.
   v.push_back(
