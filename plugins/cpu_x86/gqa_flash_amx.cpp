@@ -1,5 +1,6 @@
-// gqa.flash.amx: gqa.flash.avx512's block operations with the scores of tall tiles (prompts) on
-// AMX-BF16 (TDPBF16PS: a 16x16 float32 tile += a 16x32 bfloat16 tile times a 32x16 one). The only
+// gqa.flash.amx: gqa.flash.avx512's block operations with the scores and P·V of tall tiles
+// (prompts) on AMX-BF16 (TDPBF16PS: a 16x16 float32 tile += a 16x32 bfloat16 tile times a 32x16
+// one). The only
 // file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma); reached
 // only after the kernel's supports() saw all of them usable (CPUID, OS-enabled opmask/ZMM and tile
 // state in XCR0, and the process's permission to use the tile data, which Linux grants on request)
@@ -28,11 +29,17 @@
 // 16x16 transpose of 32-bit words), then 32 rows x 32 keys of scores in four accumulator tiles per
 // pass over the pairs; the tiles are stored, scaled and copied into the score block.
 //
-// P·V keeps float32 probabilities: each piece of bfloat16 V rows is widened to float32 once (exact)
-// into a buffer in L1, and gqa.flash.avx512's register-blocked P·V runs on it, so its row blocks
-// read float32 V instead of widening every V vector again: the same products added in the same
-// order, the same bits as gqa.flash.avx512. Short tiles (decode: memory-bound) and every other
-// operation are gqa.flash.avx512's, unchanged.
+// P·V keeps float32 probabilities: p = hi + mid + lo exactly, each part a bfloat16 value (the high
+// half of p's bits, of the rest, and the last 8 bits), so three tile products against bfloat16 V
+// give p * v exactly, summed in float32. V is packed 32 keys at a time into pairs of keys per
+// column (the B tiles), the probabilities into their three parts (the A tiles), and each 16-row
+// tile of the accumulator is loaded, added to and stored back. What the split cannot do exactly is
+// left to float32 FMAs: a chunk of V holding a subnormal (read as zero), an infinity or a NaN
+// (Inf * p must stay Inf when a part of p is 0, and 0 * Inf NaN). A part of p below FLT_MIN (p
+// below about 2^-103) is flushed: an error below 2^-126 * |v| per key. Heads that are not a
+// multiple of 32 (or above 256) widen each piece of V to float32 once (exact) into a buffer in L1
+// and run gqa.flash.avx512's register-blocked P·V on it: the same bits as gqa.flash.avx512. Short
+// tiles (decode: memory-bound) and every other operation are gqa.flash.avx512's, unchanged.
 //
 // Calls only intrinsics and its own internal functions, never std:: inline or template code (see
 // gqa_flash_avx512.cpp).
