@@ -61,6 +61,8 @@ class Runtime:
         for op in self._ops.values():
             op.close()
         self._ops.clear()
+        for hook in self.__dict__.pop("_close_hooks", ()):  # the C++ torch operators' registry
+            hook()
         self._handle = None
 
     def __enter__(self) -> "Runtime":

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import attnrt_c as _c
-from . import _arrays
+from . import _arrays, _torch_lib
 from ._errors import InvalidArgumentError
 from ._gqa import GQA_ATTRIBUTES, set_gqa_attributes
 from ._op import Op, io_names
@@ -103,9 +103,34 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     is token seq_lens[b] - q_len_b + i, causal. window_size (left, right) as FlashAttention's;
     softcap > 0 caps the scores; sinks [N] are per-head sink logits. Returns out (allocated like q
     unless given).
+
+    Torch tensors go through the C++ operator library when it is built (attnrt._torch_lib: a few
+    microseconds a call); anything else, or quantized caches, through the Python path.
     """
     if not causal:
         raise InvalidArgumentError("causal: only causal attention is supported (got False)")
+    if _torch_lib.for_tensor(q) and k_scale is None and v_scale is None:
+        window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size)
+        done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
+                                 k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
+                                 sinks, slot_mapping, out, kv_layout, block_size)
+        if done is not None:
+            return done
+    return paged_attention_varlen_python(
+        runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
+        softmax_scale=softmax_scale, window_size=window_size, softcap=softcap, sinks=sinks,
+        slot_mapping=slot_mapping, out=out, kv_layout=kv_layout, block_size=block_size,
+        k_scale=k_scale, v_scale=v_scale)
+
+
+def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
+                                  block_table, *, k=None, v=None,
+                                  softmax_scale: float | None = None, window_size=(-1, -1),
+                                  softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
+                                  kv_layout: str = "BSNH", block_size: int | None = None,
+                                  k_scale=None, v_scale=None):
+    """paged_attention_varlen through PagedGqaVarlenOp (SWIG, DLPack): numpy, DLPack and torch
+    inputs alike, quantized caches too (the path the C++ operator shortens for torch tensors)."""
     if block_size is None:
         cache = _arrays.shape_of(k_cache, "k_cache")
         if len(cache) != 4:

@@ -5,7 +5,10 @@
 - ``torch.ops.attnrt.paged_gqa`` — the same over a paged KV cache: key_cache / value_cache (the
   block pools) are updated in place;
 - ``torch.ops.attnrt.paged_attention_varlen`` — packed variable-length batches over a paged cache
-  (FlashAttention/vLLM convention) into a given ``out``; the caches are updated in place;
+  (FlashAttention/vLLM convention) into a given ``out``; the caches are updated in place. A C++
+  operator (libattnrt_torch.so, same schema, a few microseconds a call) when the package was built
+  with it, else a Python one; the C++ operator raises ValueError (invalid argument) or
+  RuntimeError with the library's message after its status name;
 - ``torch.ops.attnrt.sparse_mla`` — CANN's MixedQuantSparseFlashMla (its metadata computed inside),
   returning (attn_out, softmax_lse).
 
@@ -22,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from . import _gqa, _paged_gqa, _sparse_mla, _varlen
+from . import _gqa, _paged_gqa, _sparse_mla, _torch_lib, _varlen
 from ._runtime import Runtime
 
 __all__ = ["runtime", "set_runtime"]
@@ -37,13 +40,18 @@ def runtime() -> Runtime:
     with _lock:
         if _runtime is None:
             _runtime = Runtime()
+            if _CPP_VARLEN:
+                _torch_lib.use_runtime(_runtime)
         return _runtime
 
 
 def set_runtime(rt: Runtime) -> None:
-    """Makes the custom ops run on `rt` (for example one with other kernel pins or threads)."""
+    """Makes the custom ops run on `rt` (for example one with other kernel pins or threads); it
+    must stay open while they do."""
     global _runtime
     with _lock:
+        if _CPP_VARLEN:
+            _torch_lib.use_runtime(rt)
         _runtime = rt
 
 
@@ -146,16 +154,18 @@ def _(query, key, value, key_cache, value_cache, seqlens_k, total_sequence_lengt
 
 # ---- paged attention over packed variable-length batches -----------------------------------------
 
-@torch.library.custom_op("attnrt::paged_attention_varlen",
-                         mutates_args=("k_cache", "v_cache", "out"), device_types="cpu")
-def paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                           block_table: torch.Tensor, out: torch.Tensor,
-                           k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
-                           slot_mapping: Optional[torch.Tensor] = None,
-                           sinks: Optional[torch.Tensor] = None, softmax_scale: float = 0.0,
-                           window_left: int = -1, softcap: float = 0.0,
-                           kv_layout: str = "BSNH") -> None:
+# The C++ operator (libattnrt_torch.so, same schema) when it is built; else this one.
+_CPP_VARLEN = _torch_lib.load()
+
+
+def _paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                            block_table: torch.Tensor, out: torch.Tensor,
+                            k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                            slot_mapping: Optional[torch.Tensor] = None,
+                            sinks: Optional[torch.Tensor] = None, softmax_scale: float = 0.0,
+                            window_left: int = -1, softcap: float = 0.0,
+                            kv_layout: str = "BSNH") -> None:
     """attnrt.paged_attention_varlen into `out` (FlashAttention/vLLM convention): q [num_tokens,
     N, H]; k_cache/v_cache block pools (views of one cache tensor are fine), written in place where
     slot_mapping says (k, v given); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]; block_table int32
@@ -168,12 +178,25 @@ def paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout)
 
 
-@paged_attention_varlen.register_fake
-def _(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k=None, v=None,
-      slot_mapping=None, sinks=None, softmax_scale=0.0, window_left=-1, softcap=0.0,
-      kv_layout="BSNH"):
+def _paged_attention_varlen_fake(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out,
+                                 k=None, v=None, slot_mapping=None, sinks=None, softmax_scale=0.0,
+                                 window_left=-1, softcap=0.0, kv_layout="BSNH"):
     _same_device(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
                  slot_mapping, sinks)
+
+
+if _CPP_VARLEN:
+    paged_attention_varlen = torch.ops.attnrt.paged_attention_varlen
+    torch.library.register_fake("attnrt::paged_attention_varlen")(_paged_attention_varlen_fake)
+
+    @torch.library.register_fake("attnrt::_paged_attention_varlen_on")
+    def _(runtime_id, *args, **kwargs):
+        _paged_attention_varlen_fake(*args, **kwargs)
+else:
+    paged_attention_varlen = torch.library.custom_op(
+        "attnrt::paged_attention_varlen", mutates_args=("k_cache", "v_cache", "out"),
+        device_types="cpu")(_paged_attention_varlen)
+    paged_attention_varlen.register_fake(_paged_attention_varlen_fake)
 
 
 # ---- sparse MLA -------------------------------------------------------------------------------------

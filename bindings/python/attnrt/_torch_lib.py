@@ -1,0 +1,155 @@
+"""The C++ torch operator library (libattnrt_torch.so beside this package, bindings/torch/).
+
+When it is there and loads into this process's torch, torch.ops.attnrt.paged_attention_varlen is
+its C++ operator (a few microseconds a call: no DLPack, no Python between the call and the
+kernel) and attnrt.paged_attention_varlen calls it for torch tensors; otherwise both keep the
+Python implementation. ATTNRT_TORCH_OPS=0 in the environment leaves the library unloaded.
+
+Runtimes: the C++ operators run on the library's own runtime (default options) unless
+attnrt.torch.set_runtime / attnrt.torch.runtime() name one; attnrt.paged_attention_varlen passes
+its runtime with each call (registered once per attnrt.Runtime, by its handle).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import warnings
+import weakref
+
+from . import _errors
+
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_torch.so")
+
+_lock = threading.Lock()
+_state: bool | None = None  # None: not tried yet; then whether the library is loaded
+_ids: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_BY_STATUS = {cls.status: cls for cls in _errors._BY_CODE.values()}
+_STATUS = re.compile(r"(ATTNRT_[A-Z_]+): (.*)", re.S)
+
+
+def load() -> bool:
+    """Loads libattnrt_torch.so into torch once (imports torch); True when its operators are
+    registered. A library that does not load (built for another torch) is reported once as a
+    warning, and the Python operators are used."""
+    global _state
+    if _state is not None:
+        return _state
+    with _lock:
+        if _state is None:
+            _state = _load()
+    return _state
+
+
+def _load() -> bool:
+    if os.environ.get("ATTNRT_TORCH_OPS", "1").strip() == "0" or not os.path.isfile(LIBRARY):
+        return False
+    import torch
+
+    try:
+        torch.ops.load_library(LIBRARY)
+    except (OSError, RuntimeError) as e:
+        warnings.warn(f"attnrt: {LIBRARY} does not load into torch {torch.__version__} ({e}); "
+                      f"using the Python torch operators", RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
+def loaded() -> bool:
+    """Whether the C++ operators are registered (without loading them)."""
+    return bool(_state)
+
+
+def for_tensor(x) -> bool:
+    """True when `x` is a torch tensor and the C++ operators are loaded (loading them the first
+    time a torch tensor comes by; numpy callers never import torch here)."""
+    if _state is False:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return False
+    return _state or load()
+
+
+def runtime_id(runtime) -> int:
+    """The C++ library's id of an attnrt.Runtime (registered on first use, released when the
+    Runtime object goes). Raises attnrt's error for a closed runtime."""
+    handle = runtime._h()  # raises InvalidArgumentError("runtime is closed")
+    rid = _ids.get(runtime)
+    if rid is None:
+        import torch
+
+        with _lock:
+            rid = _ids.get(runtime)
+            if rid is None:
+                rid = torch.ops.attnrt._register_runtime(int(handle.this))
+                _ids[runtime] = rid
+                weakref.finalize(runtime, _release, rid)
+                runtime.__dict__.setdefault("_close_hooks", []).append(lambda: _release(rid))
+    return rid
+
+
+def _release(rid: int) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.ops.attnrt._release_runtime(rid)
+        except Exception:  # interpreter exit: torch may be half torn down
+            pass
+
+
+def use_runtime(runtime) -> None:
+    """Makes torch.ops.attnrt.paged_attention_varlen (the C++ operator) run on `runtime`."""
+    import torch
+
+    torch.ops.attnrt._use_runtime(runtime_id(runtime))
+
+
+def raise_attnrt_error(e: Exception):
+    """Re-raises a C++ operator's error ("ATTNRT_ERROR_...: message") as the attnrt.Error subclass
+    of its status, as the Python path raises it; anything else as it is."""
+    m = _STATUS.match(str(e))
+    cls = _BY_STATUS.get(m.group(1)) if m else None
+    if cls is None:
+        raise e
+    raise cls(m.group(2)) from None
+
+
+def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k, v,
+           softmax_scale, window_left, softcap, sinks, slot_mapping, out, kv_layout, block_size):
+    """attnrt.paged_attention_varlen through the C++ operator on `runtime`; returns out, or None
+    when the call is not one for it (an argument that is not a tensor, a kv_layout given as a
+    number, a block_size other than the cache's), which the Python path then serves."""
+    torch = sys.modules["torch"]
+    tensor = torch.Tensor
+    if not (isinstance(k_cache, tensor) and isinstance(v_cache, tensor)
+            and isinstance(cu_seqlens_q, tensor) and isinstance(seq_lens, tensor)
+            and isinstance(block_table, tensor) and type(kv_layout) is str):
+        return None
+    for x in (k, v, sinks, slot_mapping, out):
+        if x is not None and not isinstance(x, tensor):
+            return None
+    if block_size is not None and (
+            k_cache.dim() != 4 or k_cache.shape[2 if kv_layout.upper() == "BNSH" else 1]
+            != block_size):
+        return None
+    rid = runtime_id(runtime)
+    if out is None:
+        out = q.new_empty(q.shape)
+    try:
+        _varlen_on(rid, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
+                   slot_mapping, sinks, 0.0 if softmax_scale is None else float(softmax_scale),
+                   window_left, float(softcap), kv_layout)
+    except (RuntimeError, ValueError) as e:
+        raise_attnrt_error(e)
+    return out
+
+
+def _varlen_on(*args):
+    """torch.ops.attnrt._paged_attention_varlen_on.default, resolved on first call."""
+    global _varlen_on
+    import torch
+
+    _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
+    return _varlen_on(*args)

@@ -1,0 +1,199 @@
+// torch.ops.attnrt.paged_attention_varlen in C++: the schema of the Python-registered operator
+// (attnrt/torch.py), on attnrt's C ABI (attnrt/ops/paged_gqa_varlen.h). Tensors are described
+// from at::Tensor as they are (data pointer, sizes, strides, dtype; nothing copied), the op comes
+// from the runtime's ops by attributes and the plan from the op's plans by signature
+// (runtimes.h), so a call costs the descriptors, two lookups and the kernel.
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
+#include <torch/library.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "attnrt/attnrt.h"
+#include "attnrt/ops/paged_gqa_varlen.h"
+#include "bindings/torch/runtimes.h"
+
+namespace attnrt_torch {
+namespace {
+
+attnrt_dtype Dtype(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+    case at::kHalf:
+      return {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+    case at::kBFloat16:
+      return {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+    case at::kInt:
+      return {ATTNRT_DTYPE_CODE_INT, 32, 1};
+    case at::kLong:
+      return {ATTNRT_DTYPE_CODE_INT, 64, 1};
+    case at::kChar:
+      return {ATTNRT_DTYPE_CODE_INT, 8, 1};
+    case at::kByte:
+      return {ATTNRT_DTYPE_CODE_UINT, 8, 1};
+    case at::kFloat8_e4m3fn:
+      return {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+    default:
+      TORCH_CHECK_VALUE(false, name, ": dtype ", t.scalar_type(),
+                        " is not one attnrt takes (float32, float16, bfloat16, int8, uint8, int32, "
+                        "int64, float8_e4m3fn)");
+  }
+}
+
+// A borrowed descriptor of `t`: its data, sizes and strides (in elements) as they are.
+attnrt_tensor Describe(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, name, ": expected a strided (dense) tensor, got ",
+                    t.layout());
+  attnrt_tensor d{};
+  d.data = t.data_ptr();
+  if (t.is_cpu()) {
+    d.device = {ATTNRT_DEVICE_CPU, 0};
+  } else if (t.is_cuda()) {
+    d.device = {ATTNRT_DEVICE_CUDA, t.get_device()};
+  } else {
+    TORCH_CHECK_VALUE(false, name, ": expected a CPU or CUDA tensor, got one on ", t.device());
+  }
+  d.ndim = static_cast<int32_t>(t.dim());
+  d.dtype = Dtype(t, name);
+  d.shape = t.sizes().data();
+  d.strides = t.strides().data();
+  return d;
+}
+
+int32_t KvLayout(const std::string& layout) {
+  std::string upper = layout;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper == "BSNH") return ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  if (upper == "BNSH") return ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  TORCH_CHECK_VALUE(false, "kv_layout: expected one of BSNH, BNSH, got '", layout, "'");
+}
+
+// Aligned scratch memory per thread for the kernels' workspace, grown as plans ask.
+void* Workspace(size_t size, size_t alignment) {
+  struct Buffer {
+    std::unique_ptr<char[]> bytes;
+    size_t capacity = 0;
+  };
+  thread_local Buffer buffer;
+  if (size == 0) return nullptr;
+  const size_t need = size + alignment;
+  if (buffer.capacity < need) {
+    buffer.bytes.reset(new char[need]);
+    buffer.capacity = need;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(buffer.bytes.get());
+  return reinterpret_cast<void*>((base + alignment - 1) / alignment * alignment);
+}
+
+void Run(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+         const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& block_table,
+         const at::Tensor& out, const c10::optional<at::Tensor>& k,
+         const c10::optional<at::Tensor>& v, const c10::optional<at::Tensor>& slot_mapping,
+         const c10::optional<at::Tensor>& sinks, double softmax_scale, int64_t window_left,
+         double softcap, const std::string& kv_layout) {
+  // The attributes, from the shapes as attnrt.paged_attention_varlen derives them.
+  OpKey key;
+  key.kv_layout = KvLayout(kv_layout);
+  TORCH_CHECK_VALUE(k_cache.dim() == 4,
+                    "k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
+                    "[num_blocks, Nkv, block_size, H] (BNSH), got ",
+                    k_cache.sizes());
+  TORCH_CHECK_VALUE(q.dim() == 2 || q.dim() == 3,
+                    "q: expected [num_tokens, N, H] or [num_tokens, N * H], got ", q.sizes());
+  const bool bnsh = key.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  const int64_t head_size = k_cache.size(3);
+  TORCH_CHECK_VALUE(head_size > 0, "k_cache: head size (the last dimension) must be > 0, got ",
+                    k_cache.sizes());
+  key.num_heads = static_cast<int32_t>(q.dim() == 3 ? q.size(1) : q.size(1) / head_size);
+  key.kv_num_heads = static_cast<int32_t>(bnsh ? k_cache.size(1) : k_cache.size(2));
+  key.block_size = static_cast<int32_t>(bnsh ? k_cache.size(2) : k_cache.size(1));
+  key.scale = static_cast<float>(softmax_scale);
+  key.softcap = static_cast<float>(softcap);
+  key.local_window_size = window_left >= 0 ? static_cast<int32_t>(window_left + 1) : -1;
+  const std::shared_ptr<CachedOp> op = VarlenOp(runtime, key);
+
+  attnrt_tensor t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS + 1];
+  const attnrt_tensor* inputs[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS] = {};
+  auto set = [&](int i, const at::Tensor& x, const char* name) {
+    t[i] = Describe(x, name);
+    inputs[i] = &t[i];
+  };
+  auto set_optional = [&](int i, const c10::optional<at::Tensor>& x, const char* name) {
+    if (x.has_value()) set(i, *x, name);
+  };
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY, q, "q");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY, k, "k");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE, v, "v");
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE, k_cache, "k_cache");
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE, v_cache, "v_cache");
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC, cu_seqlens_q, "cu_seqlens_q");
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS, seq_lens, "seq_lens");
+  set(ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, block_table, "block_table");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING, slot_mapping, "slot_mapping");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK, sinks, "sinks");
+  attnrt_tensor& output = t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS];
+  output = Describe(out, "out");
+  const attnrt_tensor* outputs[1] = {&output};
+
+  const CachedPlan plan = op->Plan(inputs, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, outputs, 1);
+  void* workspace = Workspace(plan.workspace_size, plan.workspace_alignment);
+  const attnrt_status status =
+      attnrt_plan_run(plan.plan.get(), inputs, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, outputs, 1,
+                      workspace, plan.workspace_size, nullptr);
+  if (status != ATTNRT_OK) ThrowStatus(status);
+}
+
+void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
+                          const at::Tensor& block_table, const at::Tensor& out,
+                          const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
+                          const c10::optional<at::Tensor>& slot_mapping,
+                          const c10::optional<at::Tensor>& sinks, double softmax_scale,
+                          int64_t window_left, double softcap, c10::string_view kv_layout) {
+  Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
+      slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout));
+}
+
+void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, const at::Tensor& cu_seqlens_q,
+                            const at::Tensor& seq_lens, const at::Tensor& block_table,
+                            const at::Tensor& out, const c10::optional<at::Tensor>& k,
+                            const c10::optional<at::Tensor>& v,
+                            const c10::optional<at::Tensor>& slot_mapping,
+                            const c10::optional<at::Tensor>& sinks, double softmax_scale,
+                            int64_t window_left, double softcap, c10::string_view kv_layout) {
+  Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
+      sinks, softmax_scale, window_left, softcap, std::string(kv_layout));
+}
+
+}  // namespace
+
+// The schema of the Python-registered operator, so that callers do not change; window_left is a
+// SymInt as torch.library.custom_op declares an int.
+#define ATTNRT_VARLEN_ARGS                                                                     \
+  "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
+  "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
+  "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
+  "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\""
+
+TORCH_LIBRARY_FRAGMENT(attnrt, m) {
+  m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");
+  // The same on a given runtime (an id from _register_runtime; 0 = the library's own).
+  m.def("_paged_attention_varlen_on(int runtime, " ATTNRT_VARLEN_ARGS ") -> ()");
+  m.def("_register_runtime(int handle) -> int", &RegisterRuntime);
+  m.def("_release_runtime(int runtime) -> ()", &ReleaseRuntime);
+  m.def("_use_runtime(int runtime) -> ()", &UseRuntime);
+  m.def("_runtime_stats(int runtime) -> int[]", &RuntimeStats);
+}
+
+TORCH_LIBRARY_IMPL(attnrt, CPU, m) {
+  m.impl("paged_attention_varlen", &PagedAttentionVarlen);
+  m.impl("_paged_attention_varlen_on", &PagedAttentionVarlenOn);
+}
+
+}  // namespace attnrt_torch

@@ -1,0 +1,109 @@
+// The runtimes the torch operators run on, the attnrt ops made from them (one per attribute set)
+// and each op's plans (one per tensor signature), kept between calls so that a call only describes
+// its tensors, looks its plan up and runs.
+//
+// A runtime is either the library's own (made on first use with the default options, so the
+// ATTNRT_* environment applies) or one of the Python package's attnrt.Runtime objects, registered
+// by its handle and borrowed: the handle is only used to make ops, which stay valid after the
+// runtime is closed (they keep its plugins loaded), and the Python package checks that a runtime
+// is open before it names it in a call.
+#ifndef ATTNRT_BINDINGS_TORCH_RUNTIMES_H_
+#define ATTNRT_BINDINGS_TORCH_RUNTIMES_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "attnrt/attnrt.h"
+#include "attnrt/ops/paged_gqa.h"
+
+namespace attnrt_torch {
+
+// Throws c10::ValueError (INVALID_ARGUMENT) or c10::Error (every other status) carrying
+// "<status name>: <the runtime's message for this thread>", as attnrt.Error prints.
+[[noreturn]] void ThrowStatus(attnrt_status status);
+
+// What a plan depends on: per tensor slot its presence, dtype, device, shape and strides.
+struct PlanKey {
+  static constexpr size_t kCapacity = 192;
+  std::array<int64_t, kCapacity> values;
+  size_t size = 0;
+  size_t hash = 0;
+
+  // Appends a tensor's signature; false when the key is full (the call is then planned uncached).
+  bool Add(const attnrt_tensor* t);
+  void Finish();
+  bool operator==(const PlanKey& other) const;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const { return k.hash; }
+};
+
+// A plan and the workspace its runs need.
+struct CachedPlan {
+  std::shared_ptr<attnrt_plan> plan;
+  size_t workspace_size = 0;
+  size_t workspace_alignment = 1;
+};
+
+// An attnrt op and its plans by signature.
+class CachedOp {
+ public:
+  explicit CachedOp(attnrt_op* op) : op_(op) {}
+  ~CachedOp() { attnrt_op_destroy(op_); }
+  CachedOp(const CachedOp&) = delete;
+  CachedOp& operator=(const CachedOp&) = delete;
+
+  // The plan for these tensors: from the cache, else attnrt_op_plan (throws its error).
+  CachedPlan Plan(const attnrt_tensor* const* inputs, size_t num_inputs,
+                  const attnrt_tensor* const* outputs, size_t num_outputs);
+
+  uint64_t hits() const;
+  uint64_t misses() const;
+
+ private:
+  static constexpr size_t kMaxPlans = 64;
+  attnrt_op* op_;
+  mutable std::mutex mutex_;
+  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
+  uint64_t hits_ = 0;
+  uint64_t misses_ = 0;
+};
+
+// The attributes an op is made from (the paged varlen op's, as the torch operator sets them).
+struct OpKey {
+  int32_t num_heads = 0;
+  int32_t kv_num_heads = 0;
+  int32_t block_size = 0;
+  int32_t kv_layout = 0;
+  float scale = 0.0f;
+  float softcap = 0.0f;
+  int32_t local_window_size = -1;
+  bool operator==(const OpKey& other) const;
+};
+
+// Runtime ids: 0 is the library's own runtime; the ids RegisterRuntime returns are > 0, never
+// reused. kDefaultRuntime names the one UseRuntime chose (0 until then).
+constexpr int64_t kDefaultRuntime = -1;
+
+// ReleaseRuntime drops the runtime's ops and forgets its handle (the runtime is closing); calls
+// that name it then fail with "runtime is closed".
+int64_t RegisterRuntime(int64_t handle);
+void ReleaseRuntime(int64_t id);
+void UseRuntime(int64_t id);
+
+// The paged varlen op of runtime `id` for these attributes, made on first use (throws the
+// runtime's error when the attributes are invalid, c10::ValueError for an unknown id).
+std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key);
+
+// [ops, plan cache hits, plan cache misses] of runtime `id` (for tests and benchmarks).
+std::vector<int64_t> RuntimeStats(int64_t id);
+
+}  // namespace attnrt_torch
+
+#endif  // ATTNRT_BINDINGS_TORCH_RUNTIMES_H_
