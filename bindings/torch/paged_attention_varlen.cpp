@@ -39,16 +39,17 @@ attnrt_dtype Dtype(const at::Tensor& t, const char* name) {
     case at::kFloat8_e4m3fn:
       return {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
     default:
-      TORCH_CHECK_VALUE(false, name, ": dtype ", t.scalar_type(),
-                        " is not one attnrt takes (float32, float16, bfloat16, int8, uint8, int32, "
-                        "int64, float8_e4m3fn)");
+      ATTNRT_TORCH_CHECK_ARG(
+          false, name, ": dtype ", t.scalar_type(),
+          " is not one attnrt takes (float32, float16, bfloat16, int8, uint8, int32, "
+          "int64, float8_e4m3fn)");
   }
 }
 
 // A borrowed descriptor of `t`: its data, sizes and strides (in elements) as they are.
 attnrt_tensor Describe(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, name, ": expected a strided (dense) tensor, got ",
-                    t.layout());
+  ATTNRT_TORCH_CHECK_ARG(t.layout() == at::kStrided, name,
+                         ": expected a strided (dense) tensor, got ", t.layout());
   attnrt_tensor d{};
   d.data = t.data_ptr();
   if (t.is_cpu()) {
@@ -56,7 +57,7 @@ attnrt_tensor Describe(const at::Tensor& t, const char* name) {
   } else if (t.is_cuda()) {
     d.device = {ATTNRT_DEVICE_CUDA, t.get_device()};
   } else {
-    TORCH_CHECK_VALUE(false, name, ": expected a CPU or CUDA tensor, got one on ", t.device());
+    ATTNRT_TORCH_CHECK_ARG(false, name, ": expected a CPU or CUDA tensor, got one on ", t.device());
   }
   d.ndim = static_cast<int32_t>(t.dim());
   d.dtype = Dtype(t, name);
@@ -70,7 +71,7 @@ int32_t KvLayout(const std::string& layout) {
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (upper == "BSNH") return ATTNRT_PAGED_KV_LAYOUT_BSNH;
   if (upper == "BNSH") return ATTNRT_PAGED_KV_LAYOUT_BNSH;
-  TORCH_CHECK_VALUE(false, "kv_layout: expected one of BSNH, BNSH, got '", layout, "'");
+  ATTNRT_TORCH_CHECK_ARG(false, "kv_layout: expected one of BSNH, BNSH, got '", layout, "'");
 }
 
 // Aligned scratch memory per thread for the kernels' workspace, grown as plans ask.
@@ -99,16 +100,17 @@ void Run(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache, const 
   // The attributes, from the shapes as attnrt.paged_attention_varlen derives them.
   OpKey key;
   key.kv_layout = KvLayout(kv_layout);
-  TORCH_CHECK_VALUE(k_cache.dim() == 4,
-                    "k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
-                    "[num_blocks, Nkv, block_size, H] (BNSH), got ",
-                    k_cache.sizes());
-  TORCH_CHECK_VALUE(q.dim() == 2 || q.dim() == 3,
-                    "q: expected [num_tokens, N, H] or [num_tokens, N * H], got ", q.sizes());
+  ATTNRT_TORCH_CHECK_ARG(
+      k_cache.dim() == 4,
+      "k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
+      "[num_blocks, Nkv, block_size, H] (BNSH), got ",
+      k_cache.sizes());
+  ATTNRT_TORCH_CHECK_ARG(q.dim() == 2 || q.dim() == 3,
+                         "q: expected [num_tokens, N, H] or [num_tokens, N * H], got ", q.sizes());
   const bool bnsh = key.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
   const int64_t head_size = k_cache.size(3);
-  TORCH_CHECK_VALUE(head_size > 0, "k_cache: head size (the last dimension) must be > 0, got ",
-                    k_cache.sizes());
+  ATTNRT_TORCH_CHECK_ARG(head_size > 0, "k_cache: head size (the last dimension) must be > 0, got ",
+                         k_cache.sizes());
   key.num_heads = static_cast<int32_t>(q.dim() == 3 ? q.size(1) : q.size(1) / head_size);
   key.kv_num_heads = static_cast<int32_t>(bnsh ? k_cache.size(1) : k_cache.size(2));
   key.block_size = static_cast<int32_t>(bnsh ? k_cache.size(2) : k_cache.size(1));

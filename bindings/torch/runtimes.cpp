@@ -133,12 +133,12 @@ RuntimeEntry& Entry(Registry& r, int64_t id) {
   if (id == kDefaultRuntime) id = r.default_id;
   auto it = r.runtimes.find(id);
   if (it != r.runtimes.end()) {
-    TORCH_CHECK_VALUE(it->second.handle != nullptr, "runtime is closed (the attnrt.Runtime ",
-                      "registered as ", id, " was closed or released)");
+    ATTNRT_TORCH_CHECK_ARG(it->second.handle != nullptr, "runtime is closed (the attnrt.Runtime ",
+                           "registered as ", id, " was closed or released)");
     return it->second;
   }
-  TORCH_CHECK_VALUE(id == 0, "runtime: no attnrt runtime is registered under id ", id,
-                    " (ids come from attnrt._register_runtime)");
+  ATTNRT_TORCH_CHECK_ARG(id == 0, "runtime: no attnrt runtime is registered under id ", id,
+                         " (ids come from attnrt._register_runtime)");
   attnrt_runtime* handle = nullptr;
   const attnrt_status status = attnrt_runtime_create(nullptr, &handle);
   if (status != ATTNRT_OK) ThrowStatus(status);
@@ -150,7 +150,7 @@ RuntimeEntry& Entry(Registry& r, int64_t id) {
 }  // namespace
 
 int64_t RegisterRuntime(int64_t handle) {
-  TORCH_CHECK_VALUE(handle != 0, "handle: expected the address of an attnrt_runtime, got 0");
+  ATTNRT_TORCH_CHECK_ARG(handle != 0, "handle: expected the address of an attnrt_runtime, got 0");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   const int64_t id = r.next_id++;
@@ -173,8 +173,8 @@ void ReleaseRuntime(int64_t id) {
 void UseRuntime(int64_t id) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  TORCH_CHECK_VALUE(id == 0 || r.runtimes.count(id) != 0,
-                    "runtime: no attnrt runtime is registered under id ", id);
+  ATTNRT_TORCH_CHECK_ARG(id == 0 || r.runtimes.count(id) != 0,
+                         "runtime: no attnrt runtime is registered under id ", id);
   r.default_id = id;
 }
 

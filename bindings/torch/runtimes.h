@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/paged_gqa.h"
 
@@ -26,6 +28,10 @@ namespace attnrt_torch {
 // Throws c10::ValueError (INVALID_ARGUMENT) or c10::Error (every other status) carrying
 // "<status name>: <the runtime's message for this thread>", as attnrt.Error prints.
 [[noreturn]] void ThrowStatus(attnrt_status status);
+
+// TORCH_CHECK_VALUE for the operators' own argument checks, with the same status prefix.
+#define ATTNRT_TORCH_CHECK_ARG(cond, ...) \
+  TORCH_CHECK_VALUE(cond, "ATTNRT_ERROR_INVALID_ARGUMENT: ", __VA_ARGS__)
 
 // What a plan depends on: per tensor slot its presence, dtype, device, shape and strides.
 struct PlanKey {

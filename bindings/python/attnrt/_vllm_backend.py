@@ -8,14 +8,21 @@ so the K and V pools are the strided BNSH views kv.view(B, Hkv, 2, bs, H)[:, :, 
 attnrt reads and writes them in place. (vLLM's own CPU kernels pack K differently inside the slab,
 so a cache is read by the backend that wrote it; both write every row they read.)
 
-q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H); attnrt
-takes compact tensors, so this step's rows are copied once (num_tokens * (N + 2 Nkv) * H elements;
-the cache and the output are not copied).
+q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H). The C ABI
+takes the query, the new K/V rows and the output as compact rows (only the block pools may be
+strided views), so this step's q/k/v rows are copied when they are not compact (num_tokens *
+(N + 2 Nkv) * H elements; nothing when vLLM hands compact tensors); the cache and the output are
+never copied.
+
+Each layer calls torch.ops.attnrt._paged_attention_varlen_on, the C++ operator of
+libattnrt_torch.so (attnrt._torch_lib), directly: the pool views, the sinks and the runtime id are
+kept between steps, so a call costs a few microseconds besides the kernel. Without the library the
+layer calls attnrt.paged_attention_varlen's Python path.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -23,11 +30,13 @@ from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, Attentio
                                        AttentionType, CommonAttentionMetadata)
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
+from . import _torch_lib
 from ._runtime import Runtime
 from ._varlen import paged_attention_varlen
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
+_runtime_id = 0
 _announced = False
 
 
@@ -35,11 +44,15 @@ def runtime() -> Runtime:
     """The process's attnrt Runtime with vLLM's thread count: torch.get_num_threads(), the OpenMP
     team vLLM gave this worker (remade if vLLM changes it, as it does in-process after building
     the model)."""
-    global _runtime
+    global _runtime, _runtime_id
     threads = max(1, torch.get_num_threads())
+    if _runtime is not None and _threads == threads:
+        return _runtime
     with _lock:
         if _runtime is None or _threads != threads:
-            _runtime = Runtime(num_threads=threads)
+            rt = Runtime(num_threads=threads)
+            _runtime_id = _torch_lib.runtime_id(rt) if _torch_lib.load() else 0
+            _runtime = rt
             _set_threads(threads)
         return _runtime
 
@@ -131,6 +144,8 @@ class AttnrtMetadata:
     seq_lens: torch.Tensor         # int32 [num_reqs]
     block_table: torch.Tensor      # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor     # int64 [num_actual_tokens]
+    # Block tables of sliding-window layers by (window, block_size), made once per step.
+    window_tables: dict = field(default_factory=dict)
 
 
 def _int_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -230,7 +245,30 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.window_size = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         self.sinks = sinks
+        self._sinks_cast: torch.Tensor | None = None
+        self._kv_cache: torch.Tensor | None = None
+        self._pools: tuple = ()
         _announce()
+
+    def _set_kv_cache(self, kv_cache: torch.Tensor) -> None:
+        """The layer's K and V pools: BNSH views of the slab halves (kept while vLLM passes the
+        same cache tensor)."""
+        num_blocks, kv_heads, block_size, width = kv_cache.shape
+        if width != 2 * self.head_size or kv_heads != self.num_kv_heads:
+            raise ValueError(f"attnrt's vLLM backend: KV cache of shape {tuple(kv_cache.shape)}, "
+                             f"expected [num_blocks, {self.num_kv_heads}, block_size, "
+                             f"{2 * self.head_size}]")
+        pools = kv_cache.view(num_blocks, kv_heads, 2, block_size, self.head_size)
+        self._pools = (pools[:, :, 0], pools[:, :, 1], block_size)
+        self._kv_cache = kv_cache
+
+    def _window_table(self, md: AttnrtMetadata, block_size: int) -> torch.Tensor:
+        """This step's block table for this layer's window (made once per step and window)."""
+        key = (self.window_size[0] + 1, block_size)
+        table = md.window_tables.get(key)
+        if table is None:
+            table = md.window_tables[key] = _drop_blocks_behind_window(md, key[0], block_size)
+        return table
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
         """FlashAttention-style (left, right) window of this step."""
@@ -248,29 +286,50 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         n = attn_metadata.num_actual_tokens
         if n == 0:
             return output
-        num_blocks, kv_heads, block_size, width = kv_cache.shape
-        if width != 2 * self.head_size or kv_heads != self.num_kv_heads:
-            raise ValueError(f"attnrt's vLLM backend: KV cache of shape {tuple(kv_cache.shape)}, "
-                             f"expected [num_blocks, {self.num_kv_heads}, block_size, "
-                             f"{2 * self.head_size}]")
-        pools = kv_cache.view(num_blocks, kv_heads, 2, block_size, self.head_size)
+        if kv_cache is not self._kv_cache:
+            self._set_kv_cache(kv_cache)
+        k_pool, v_pool, block_size = self._pools
         sinks = self.sinks
         if sinks is not None and sinks.dtype != query.dtype:
-            sinks = sinks.to(query.dtype)
-        k = v = None
+            if self._sinks_cast is None or self._sinks_cast.dtype != query.dtype:
+                self._sinks_cast = sinks.to(query.dtype)
+            sinks = self._sinks_cast
+        q = _rows(query, n)
+        out = output if output.shape[0] == n else output[:n]
+        k = v = slots = None
         if key is not None and value is not None:
-            k = key[:n].contiguous()
-            v = value[:n].contiguous()
-        out = output[:n]
-        window = self.window(attn_metadata)
+            k, v, slots = _rows(key, n), _rows(value, n), attn_metadata.slot_mapping
         table = attn_metadata.block_table
-        if window[0] >= 0:
-            table = _drop_blocks_behind_window(attn_metadata, window[0] + 1, block_size)
+        if self.window_size[0] >= 0:
+            table = self._window_table(attn_metadata, block_size)
+        rt = runtime()
+        if _runtime_id:
+            try:
+                _varlen_on(_runtime_id, q, k_pool, v_pool, attn_metadata.query_start_loc,
+                           attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
+                           self.window_size[0], self.logits_soft_cap, "BNSH")
+            except (RuntimeError, ValueError) as e:
+                _torch_lib.raise_attnrt_error(e)
+            return output
         paged_attention_varlen(
-            runtime(), query[:n].contiguous(), pools[:, :, 0], pools[:, :, 1],
-            attn_metadata.query_start_loc, attn_metadata.seq_lens, table,
-            k=k, v=v, slot_mapping=attn_metadata.slot_mapping if k is not None else None,
-            softmax_scale=self.scale, causal=True, window_size=window,
-            softcap=self.logits_soft_cap, sinks=sinks, out=out, kv_layout="BNSH",
-            block_size=block_size)
+            rt, q, k_pool, v_pool, attn_metadata.query_start_loc, attn_metadata.seq_lens, table,
+            k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
+            window_size=self.window_size, softcap=self.logits_soft_cap, sinks=sinks, out=out,
+            kv_layout="BNSH", block_size=block_size)
         return output
+
+
+def _rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    """The first n rows of x as a compact tensor (the C ABI's query/key/value rows are compact):
+    x itself when it is, else a copy."""
+    if x.shape[0] != n:
+        x = x[:n]
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def _varlen_on(*args):
+    """torch.ops.attnrt._paged_attention_varlen_on.default (the C++ operator), resolved on first
+    call."""
+    global _varlen_on
+    _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
+    return _varlen_on(*args)

@@ -1,0 +1,265 @@
+"""The C++ torch operator (libattnrt_torch.so, bindings/torch/): torch.ops.attnrt.paged_attention_varlen
+and attnrt.paged_attention_varlen through it give what the Python path gives (bitwise, same kernel)
+and what a float64 reference written from the definition gives; caches and out are written in
+place, cache views of every layout are read without copies; the runtime's errors come back with
+its message (the status name first; attnrt.Error subclasses from the function), and the runtime
+a call names (or attnrt.torch.set_runtime's) is the one it runs on.
+
+Skipped when the library was not built (no torch at configure), unless ATTNRT_REQUIRE_TORCH_OPS=1
+(scripts/test.sh builds it and sets it)."""
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import attnrt  # noqa: E402
+from attnrt import _torch_lib, _varlen  # noqa: E402
+
+if not _torch_lib.load():
+    if os.environ.get("ATTNRT_REQUIRE_TORCH_OPS") == "1":
+        raise RuntimeError(f"ATTNRT_REQUIRE_TORCH_OPS=1 but {_torch_lib.LIBRARY} is not loaded")
+    pytest.skip("libattnrt_torch.so is not built", allow_module_level=True)
+import attnrt.torch  # noqa: E402,F401
+
+N, NKV, H, BS = 8, 2, 64, 16
+SEED = int(os.environ.get("ATTNRT_TEST_SEED", random.randrange(2**31)))
+SEQUENCES = [(1, 50), (7, 7), (1, 130), (5, 21), (0, 9)]  # (q_len, seq_len)
+
+
+def reference(q, keys, values, past, window, softcap, sink, scale):
+    """float64 attention of q [q_len, N, H] over keys/values [T, Nkv, H]; row i at position
+    past + i sees keys (position - window, position] (window -1: every earlier key)."""
+    k = keys.double().repeat_interleave(N // NKV, dim=1)
+    v = values.double().repeat_interleave(N // NKV, dim=1)
+    scores = torch.einsum("qnh,tnh->nqt", q.double(), k) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    pos = past + torch.arange(q.shape[0]).reshape(-1, 1)
+    j = torch.arange(keys.shape[0]).reshape(1, -1)
+    visible = (j <= pos) & ((j > pos - window) if window > 0 else True)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    if sink is not None:
+        sinks = sink.double().reshape(N, 1, 1).expand(N, q.shape[0], 1)
+        p = torch.softmax(torch.cat([scores, sinks], -1), -1)[..., :-1]
+    else:
+        p = torch.softmax(scores, -1)
+    return torch.einsum("nqt,tnh->qnh", p, v)
+
+
+def make_cache(layout, num_blocks, dtype, g):
+    """(owner tensor, k view, v view, kv_layout) of one cache tensor in an engine's layout."""
+    if layout == "vllm_cpu":  # [blocks, Nkv, block_size, 2H]: K then V columns per row
+        kv = torch.randn(num_blocks, NKV, BS, 2 * H, generator=g).to(dtype)
+        return kv, kv[..., :H], kv[..., H:], "BNSH"
+    if layout == "vllm_cpu_slab":  # [blocks, Nkv, 2 * block_size, H]: K rows then V rows
+        kv = torch.randn(num_blocks, NKV, 2, BS, H, generator=g).to(dtype)
+        return kv, kv[:, :, 0], kv[:, :, 1], "BNSH"
+    if layout == "flash_attention":  # [2, blocks, block_size, Nkv, H]
+        kv = torch.randn(2, num_blocks, BS, NKV, H, generator=g).to(dtype)
+        return kv, kv[0], kv[1], "BSNH"
+    kv = torch.randn(num_blocks, 2, NKV, BS, H, generator=g).to(dtype)  # flashinfer_hnd
+    return kv, kv[:, 0], kv[:, 1], "BNSH"
+
+
+class Batch:
+    """A mixed batch (decodes, a first prompt, prefill chunks, a sequence without new rows) with
+    its new K/V rows, slot mapping and a permuted block table; two padding rows at the end."""
+
+    def __init__(self, layout, dtype, g):
+        self.q_lens = [s[0] for s in SEQUENCES]
+        self.seq_lens = torch.tensor([s[1] for s in SEQUENCES], dtype=torch.int32)
+        cu = [0]
+        for q_len in self.q_lens:
+            cu.append(cu[-1] + q_len)
+        self.cu = torch.tensor(cu, dtype=torch.int32)
+        self.num_tokens = cu[-1] + 2
+        slots = max((t + BS - 1) // BS for t in self.seq_lens.tolist())
+        num_blocks = len(SEQUENCES) * slots + 3
+        self.kv, self.k_cache, self.v_cache, self.kv_layout = make_cache(layout, num_blocks,
+                                                                          dtype, g)
+        self.table = torch.randperm(num_blocks, generator=g)[:len(SEQUENCES) * slots]
+        self.table = self.table.to(torch.int32).reshape(len(SEQUENCES), slots)
+        self.q = (2 * torch.randn(self.num_tokens, N, H, generator=g)).to(dtype)
+        self.k = torch.randn(self.num_tokens, NKV, H, generator=g).to(dtype)
+        self.v = torch.randn(self.num_tokens, NKV, H, generator=g).to(dtype)
+        self.slot_mapping = torch.full((self.num_tokens,), -1, dtype=torch.int64)
+        for b, (q_len, t) in enumerate(SEQUENCES):
+            for i in range(q_len):
+                pos = t - q_len + i
+                self.slot_mapping[cu[b] + i] = int(self.table[b, pos // BS]) * BS + pos % BS
+        self.sinks = torch.randn(N, generator=g).to(dtype)
+
+    def rows(self, cache, b, length):
+        out = []
+        for j in range(length):
+            block, o = int(self.table[b, j // BS]), j % BS
+            out.append(cache[block, :, o] if self.kv_layout == "BNSH" else cache[block, o])
+        return torch.stack(out)
+
+
+@pytest.mark.parametrize("layout", ["vllm_cpu", "vllm_cpu_slab", "flash_attention",
+                                    "flashinfer_hnd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
+def test_same_as_python_path_and_reference(layout, dtype, features):
+    print(f"seed {SEED} (ATTNRT_TEST_SEED reproduces)")
+    g = torch.Generator().manual_seed(SEED)
+    batch = Batch(layout, dtype, g)
+    window, softcap, sinks = (24, 30.0, batch.sinks) if features != "plain" else (-1, 0.0, None)
+    kw = dict(k=batch.k, v=batch.v, slot_mapping=batch.slot_mapping, sinks=sinks,
+              window_size=(window - 1, 0) if window > 0 else (-1, -1), softcap=softcap,
+              kv_layout=batch.kv_layout)
+    kv_before = batch.kv.clone()
+    out_py = torch.full((batch.num_tokens, N, H), 7.0, dtype=dtype)
+    with attnrt.Runtime(num_threads=2) as rt:
+        _varlen.paged_attention_varlen_python(rt, batch.q, batch.k_cache, batch.v_cache, batch.cu,
+                                              batch.seq_lens, batch.table, out=out_py, **kw)
+        kv_py = batch.kv.clone()
+        batch.kv.copy_(kv_before)
+        out_cpp = torch.full_like(out_py, 7.0)
+        result = attnrt.paged_attention_varlen(rt, batch.q, batch.k_cache, batch.v_cache,
+                                               batch.cu, batch.seq_lens, batch.table, out=out_cpp,
+                                               **kw)
+        stats = torch.ops.attnrt._runtime_stats(_torch_lib.runtime_id(rt))
+    assert stats == [1, 0, 1], "the call did not go through the C++ operator"
+    assert result is out_cpp
+    assert torch.equal(out_cpp, out_py), "the C++ operator differs from the Python path"
+    assert torch.equal(batch.kv, kv_py), "the caches differ from the Python path's"
+    assert not torch.equal(batch.kv, kv_before)
+    assert torch.all(out_cpp[int(batch.cu[-1]):] == 7.0), "padding rows were written"
+
+    tol = 2e-5 if dtype == torch.float32 else 3e-2
+    scale = 1 / math.sqrt(H)
+    cu = batch.cu.tolist()
+    for b, (q_len, t) in enumerate(SEQUENCES):
+        if q_len == 0:
+            continue
+        keys, values = batch.rows(batch.k_cache, b, t), batch.rows(batch.v_cache, b, t)
+        # The new rows are where slot_mapping says.
+        assert torch.equal(keys[t - q_len:], batch.k[cu[b]:cu[b] + q_len])
+        assert torch.equal(values[t - q_len:], batch.v[cu[b]:cu[b] + q_len])
+        want = reference(batch.q[cu[b]:cu[b] + q_len], keys, values, t - q_len, window, softcap,
+                         sinks, scale)
+        err = (out_cpp[cu[b]:cu[b] + q_len].double() - want).abs().max().item()
+        assert err <= tol, f"sequence {b}: max |error| {err} > {tol}"
+
+
+def test_torch_op_writes_in_place_also_compiled():
+    """torch.ops.attnrt.paged_attention_varlen (the C++ operator) on the runtime set_runtime gives,
+    eagerly and under torch.compile(fullgraph), the function's result in out and the caches."""
+    assert "_paged_attention_varlen_on" in dir(torch.ops.attnrt)
+    g = torch.Generator().manual_seed(SEED)
+    batch = Batch("vllm_cpu", torch.float32, g)
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.cu, batch.seq_lens, batch.table)
+    kw = dict(k=batch.k, v=batch.v, slot_mapping=batch.slot_mapping, kv_layout="BNSH")
+    kv_before = batch.kv.clone()
+    with attnrt.Runtime(num_threads=1) as rt:
+        expected = _varlen.paged_attention_varlen_python(rt, *args, **kw)
+    kv_expected = batch.kv.clone()
+
+    previous = attnrt.torch.runtime()
+    with attnrt.Runtime(num_threads=1) as rt:
+        attnrt.torch.set_runtime(rt)
+        try:
+            rid = _torch_lib.runtime_id(rt)
+            batch.kv.copy_(kv_before)
+            out = torch.zeros_like(batch.q)
+            ptr = out.data_ptr()
+            torch.ops.attnrt.paged_attention_varlen(*args, out, **kw)
+            assert out.data_ptr() == ptr and torch.equal(out[:-2], expected[:-2])
+            assert torch.equal(batch.kv, kv_expected)
+
+            @torch.compile(fullgraph=True, backend="eager")
+            def step(q, kc, vc, out):
+                torch.ops.attnrt.paged_attention_varlen(q, kc, vc, batch.cu, batch.seq_lens,
+                                                        batch.table, out, **kw)
+                return out * 1
+
+            batch.kv.copy_(kv_before)
+            out2 = torch.zeros_like(batch.q)
+            got = step(batch.q, batch.k_cache, batch.v_cache, out2)
+            assert torch.equal(got[:-2], expected[:-2]) and torch.equal(out2[:-2], expected[:-2])
+            assert torch.equal(batch.kv, kv_expected), "compiled: the caches were not written"
+            ops, hits, misses = torch.ops.attnrt._runtime_stats(rid)
+            assert (ops, hits, misses) == (1, 1, 1), "one op, one plan, reused"
+        finally:
+            attnrt.torch.set_runtime(previous)
+
+
+def test_errors_carry_the_runtime_message_and_nothing_is_written():
+    g = torch.Generator().manual_seed(SEED)
+    kv = torch.randn(6, NKV, BS, 2 * H, generator=g)
+    k_cache, v_cache = kv[..., :H], kv[..., H:]
+    q = torch.randn(2, N, H, generator=g)
+    k = torch.randn(2, NKV, H, generator=g)
+    cu = torch.tensor([0, 2], dtype=torch.int32)
+    lens = torch.tensor([20], dtype=torch.int32)
+    table = torch.tensor([[3, 4]], dtype=torch.int32)
+    bad_slots = torch.tensor([4 * BS + 2, 5], dtype=torch.int64)
+    out = torch.full_like(q, 7.0)
+    before = kv.clone()
+    message = r"slot_mapping\[1\] = 5 but"
+    # The torch operator: ValueError with the status name and the runtime's message.
+    with pytest.raises(ValueError, match=r"^ATTNRT_ERROR_INVALID_ARGUMENT: .*" + message):
+        torch.ops.attnrt.paged_attention_varlen(q, k_cache, v_cache, cu, lens, table, out, k=k,
+                                                v=k, slot_mapping=bad_slots, kv_layout="BNSH")
+    with attnrt.Runtime(num_threads=1) as rt:
+        # The function: the attnrt.Error subclass of the status, as the Python path raises.
+        with pytest.raises(attnrt.InvalidArgumentError, match=message) as e:
+            attnrt.paged_attention_varlen(rt, q, k_cache, v_cache, cu, lens, table, k=k, v=k,
+                                          slot_mapping=bad_slots, out=out, kv_layout="BNSH")
+        assert not e.value.message.startswith("ATTNRT_")
+        with pytest.raises(attnrt.InvalidArgumentError,
+                           match=r"seq_lens\[0\] = 1 must be at least 2"):
+            attnrt.paged_attention_varlen(rt, q, k_cache, v_cache, cu,
+                                          torch.tensor([1], dtype=torch.int32), table, k=k, v=k,
+                                          out=out, kv_layout="BNSH")
+        # Query rows must be compact (the C ABI takes strided views for the block pools only).
+        strided_q = torch.randn(2, 2 * N, H, generator=g)[:, ::2]
+        with pytest.raises(attnrt.InvalidArgumentError, match="query: only compact row-major"):
+            attnrt.paged_attention_varlen(rt, strided_q, k_cache, v_cache, cu, lens, table,
+                                          out=out, kv_layout="BNSH")
+        # The operator's own checks (before the runtime sees the call) read the same way.
+        with pytest.raises(attnrt.InvalidArgumentError, match=r"k_cache: expected 4 dimensions"):
+            attnrt.paged_attention_varlen(rt, q, k_cache[0], v_cache, cu, lens, table, out=out)
+    with pytest.raises(ValueError, match=r"^ATTNRT_ERROR_INVALID_ARGUMENT: kv_layout: expected "
+                                         r"one of BSNH, BNSH, got 'NHSB'"):
+        torch.ops.attnrt.paged_attention_varlen(q, k_cache, v_cache, cu, lens, table, out,
+                                                kv_layout="NHSB")
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: dtype Double is not one attnrt takes"):
+        torch.ops.attnrt.paged_attention_varlen(q, k_cache, v_cache, cu.double(), lens, table, out,
+                                                kv_layout="BNSH")
+    assert torch.equal(kv, before) and torch.all(out == 7.0)
+
+
+def test_runtime_of_the_call_is_used_and_a_closed_one_is_refused():
+    g = torch.Generator().manual_seed(SEED)
+    batch = Batch("flash_attention", torch.float32, g)
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.cu, batch.seq_lens, batch.table)
+    # A runtime that pins no paged varlen kernel: no kernel accepts, the plan fails with each
+    # kernel's reason.
+    with attnrt.Runtime(kernel="cpu_x86.gqa.*") as rt:
+        with pytest.raises(attnrt.UnsupportedError, match="not-pinned|pins|pinned"):
+            attnrt.paged_attention_varlen(rt, *args, kv_layout="BSNH")
+        previous = attnrt.torch.runtime()
+        attnrt.torch.set_runtime(rt)
+        try:
+            with pytest.raises(RuntimeError, match="^ATTNRT_ERROR_UNSUPPORTED: "):
+                torch.ops.attnrt.paged_attention_varlen(*args, torch.empty_like(batch.q))
+        finally:
+            attnrt.torch.set_runtime(previous)
+    # The same call on a runtime with that kernel runs; a closed runtime is refused by name.
+    rt = attnrt.Runtime(kernel="cpu_x86.paged_gqa_varlen.naive.scalar", num_threads=1)
+    out = attnrt.paged_attention_varlen(rt, *args, kv_layout="BSNH")
+    expected = _varlen.paged_attention_varlen_python(rt, *args, kv_layout="BSNH")
+    assert torch.equal(out[:-2], expected[:-2])  # the two padding rows are not written
+    rid = _torch_lib.runtime_id(rt)
+    rt.close()
+    with pytest.raises(attnrt.InvalidArgumentError, match="runtime is closed"):
+        attnrt.paged_attention_varlen(rt, *args, kv_layout="BSNH")
+    with pytest.raises(ValueError, match="runtime is closed"):
+        torch.ops.attnrt._paged_attention_varlen_on(rid, *args, torch.empty_like(batch.q))
