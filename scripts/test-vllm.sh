@@ -37,13 +37,17 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache")
 fi
+# The C++ torch operators (libattnrt_torch.so) are built against this venv's torch.
 env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
-  -Cbuild-dir="$build_dir/vllm-pip-build" "$root"
+  -Cbuild-dir="$build_dir/vllm-pip-build" -Ccmake.define.ATTNRT_TORCH_PYTHON="$py" \
+  -Ccmake.define.ATTNRT_BUILD_TORCH_OPS=ON "$root"
+"$py" -c "import attnrt._torch_lib as t; assert t.load(), 'libattnrt_torch.so does not load'" ||
+  { echo "test-vllm: FAIL: the installed attnrt has no C++ torch operators"; exit 1; }
 
 # The backend's unit tests with vLLM importable (test_vllm_backend.py skips them without vLLM).
 "$py" -m pip install -q --disable-pip-version-check pytest
 ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
-  "$root/tests/bindings/python/test_vllm_backend.py"
+  "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py"
 
 work="$build_dir/vllm-e2e"
 mkdir -p "$work"

@@ -40,6 +40,14 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$root/tests/python/requirements.txt"
+  # The C++ torch operators (bindings/torch/) build against the venv's torch, configured now that
+  # the venv exists; the binding tests then require them (test_torch_op.py).
+  if "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    cmake -S "$root" -B "$root/$build_dir" -DATTNRT_TORCH_PYTHON="$venv/bin/python" \
+      -DATTNRT_BUILD_TORCH_OPS=ON >/dev/null
+    cmake --build "$root/$build_dir" -j "$(nproc)" --target attnrt_torch
+    export ATTNRT_REQUIRE_TORCH_OPS=1
+  fi
   # Two runs: each suite has its own conftest.py.
   for suite in tests/python tests/bindings/python; do
     ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \

@@ -12,6 +12,8 @@ call alone (vLLM's scheduler metadata is built once per step by its metadata bui
 outside the timing). Both run interleaved (A B A B ...), medians of --reps calls each; the ratio is
 vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count.
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels, attnrt.Runtime(num_threads=t).
+attnrt.paged_attention_varlen goes through the C++ torch operator (libattnrt_torch.so) when it is
+built; --python-path adds its Python path (SWIG and DLPack) as a third column, interleaved.
 
 End to end (--e2e MODEL_DIR): tokens/s of scripts/vllm_reference_run.py --in-process (engine and
 worker in one process) with vLLM's backend and with attnrt (ATTNRT_VLLM=1), on the mixed workload of the end-to-end check and on a long-context
@@ -101,13 +103,14 @@ class Cell:
             causal=True, alibi_slopes=None, sliding_window=-1, block_table=self.block_table,
             softcap=0.0, scheduler_metadata=metadata, s_aux=None)
 
-    def run_attnrt(self, rt):
+    def run_attnrt(self, rt, python_path=False):
         import attnrt
+        from attnrt import _varlen
 
-        attnrt.paged_attention_varlen(
-            rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
-            self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
-            block_size=self.block_size)
+        fn = _varlen.paged_attention_varlen_python if python_path else attnrt.paged_attention_varlen
+        fn(rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
+           self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
+           block_size=self.block_size)
 
 
 def reference(cell):
@@ -125,19 +128,17 @@ def reference(cell):
     return out
 
 
-def time_pair(cell, rt, metadata, reps):
-    a, b = [], []
-    for fn in (lambda: cell.run_vllm(metadata), lambda: cell.run_attnrt(rt)):
-        fn()  # warm-up
+def time_interleaved(fns, reps):
+    """Median seconds of each callable, called in turn (A B C A B C ...) after a warm-up call."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        cell.run_vllm(metadata)
-        t1 = time.perf_counter()
-        cell.run_attnrt(rt)
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
-    return statistics.median(a), statistics.median(b)
+        for fn, t in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def kernel_table(args):
@@ -165,20 +166,36 @@ def kernel_table(args):
                 raise SystemExit(f"outputs differ: {dtype} bs {block_size} batch {batch} ctx "
                                  f"{context} threads {t}: max |vllm - attnrt| {diff:.3g} > {tol} "
                                  f"(vs float64: vllm {err_v:.3g}, attnrt {err_a:.3g})")
+            if args.python_path:
+                got = cell.attnrt_out.clone()
+                cell.run_attnrt(runtimes[t], python_path=True)
+                if not torch.equal(got, cell.attnrt_out):
+                    raise SystemExit("attnrt's C++ operator and Python path differ")
             reps = args.reps if batch * context <= 32768 else max(3, args.reps // 2)
-            tv, ta = time_pair(cell, runtimes[t], metadata_by_t[t], reps)
+            rt, md = runtimes[t], metadata_by_t[t]
+            fns = [lambda: cell.run_vllm(md), lambda: cell.run_attnrt(rt)]
+            if args.python_path:
+                fns.append(lambda: cell.run_attnrt(rt, python_path=True))
+            times = time_interleaved(fns, reps)
+            tv, ta = times[0], times[1]
             row = dict(dtype=str(dtype).replace("torch.", ""), block_size=block_size, batch=batch,
                        context=context, threads=t, vllm_ms=tv * 1e3, attnrt_ms=ta * 1e3,
                        ratio=tv / ta, max_diff=diff, err_vllm=err_v, err_attnrt=err_a)
+            if args.python_path:
+                row.update(attnrt_py_ms=times[2] * 1e3, ratio_py=tv / times[2])
             rows.append(row)
+            py = (f"  attnrt (Python path) {row['attnrt_py_ms']:8.3f} ms ratio "
+                  f"{row['ratio_py']:5.2f}" if args.python_path else "")
             print(f"{row['dtype']:8s} bs {block_size:3d} batch {batch} ctx {context:5d} "
                   f"t {t}: vLLM {row['vllm_ms']:8.3f} ms  attnrt {row['attnrt_ms']:8.3f} ms  "
-                  f"ratio {row['ratio']:5.2f}  (max |diff| {diff:.2g})", flush=True)
+                  f"ratio {row['ratio']:5.2f}{py}  (max |diff| {diff:.2g})", flush=True)
         del cell
     return rows
 
 
 def markdown(rows):
+    if "ratio_py" in rows[0]:
+        return markdown_paths(rows)
     threads = sorted({r["threads"] for r in rows})
     lines = ["| dtype | block | batch | context | " +
              " | ".join(f"vLLM ms ({t}t) | attnrt ms ({t}t) | ratio ({t}t)" for t in threads) + " |",
@@ -201,6 +218,25 @@ def markdown(rows):
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         lines.append(f"\n{t} thread(s): geomean ratio {geo:.2f}, min {min(ratios):.2f}, "
                      f"max {max(ratios):.2f} over {len(ratios)} cells")
+    return "\n".join(lines)
+
+
+def markdown_paths(rows):
+    """The --python-path table: per cell and thread count, vLLM, attnrt through the C++ operator
+    and through the Python path, with both ratios."""
+    lines = ["| dtype | block | batch | context | threads | vLLM ms | attnrt ms | ratio | "
+             "attnrt Python path ms | ratio (Python path) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dtype']} | {r['block_size']} | {r['batch']} | {r['context']} | "
+                     f"{r['threads']} | {r['vllm_ms']:.3f} | {r['attnrt_ms']:.3f} | "
+                     f"{r['ratio']:.2f} | {r['attnrt_py_ms']:.3f} | {r['ratio_py']:.2f} |")
+    for t in sorted({r["threads"] for r in rows}):
+        for key, what in (("ratio", "C++ operator"), ("ratio_py", "Python path")):
+            ratios = [r[key] for r in rows if r["threads"] == t]
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            lines.append(f"\n{t} thread(s), {what}: geomean ratio {geo:.2f}, min {min(ratios):.2f}, "
+                         f"max {max(ratios):.2f} over {len(ratios)} cells")
     return "\n".join(lines)
 
 
@@ -240,6 +276,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--python-path", action="store_true",
+                   help="also time attnrt's Python path (PagedGqaVarlenOp through SWIG and DLPack, "
+                        "as before the C++ operator), interleaved")
     p.add_argument("--out", default=None, help="append the markdown table(s) here")
     p.add_argument("--e2e", default=None, metavar="MODEL_DIR", help="end-to-end tokens/s instead")
     p.add_argument("--e2e-dir", default="/tmp", help="where the end-to-end runs write JSON")
