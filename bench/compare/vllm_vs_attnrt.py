@@ -21,7 +21,8 @@ decode-heavy one (8 prompts of 4096 tokens, 128 new tokens each); needs a checkp
 max_position_embeddings >= 4224 (make-llama-checkpoint.py --max-pos 8192).
 
 Usage (in the venv of scripts/setup-vllm.sh, with attnrt installed or on PYTHONPATH):
-  bench/compare/vllm_vs_attnrt.py [--quick] [--reps 7] [--threads 1,2] [--out table.md]
+  bench/compare/vllm_vs_attnrt.py [--quick | --contexts 1024] [--reps 7] [--threads 1,2]
+      [--python-path] [--out table.md]
   bench/compare/vllm_vs_attnrt.py --e2e build/vllm-bench/llama
 """
 from __future__ import annotations
@@ -146,6 +147,8 @@ def kernel_table(args):
 
     threads = [int(t) for t in args.threads.split(",")]
     contexts = [1024, 4096] if args.quick else [1024, 4096, 16384]
+    if args.contexts:
+        contexts = [int(c) for c in args.contexts.split(",")]
     rows = []
     runtimes = {t: attnrt.Runtime(num_threads=t) for t in threads}
     for dtype, block_size, batch, context in itertools.product(
@@ -274,6 +277,7 @@ def e2e(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
+    p.add_argument("--contexts", default=None, help="comma-separated contexts (e.g. 1024)")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--python-path", action="store_true",

@@ -187,9 +187,10 @@ def vllm_decode(q, k_pool, v_pool, cu, lens, table_, out):
     total = int(lens[0])
     pos = torch.arange(total)
     slots = table_[0].long()[pos // block] * block + pos % block
-    ops.cpu_attn_reshape_and_cache(k_pool.permute(0, 2, 1, 3).reshape(-1, KV_NUM_HEADS, HEAD_SIZE)[slots],
-                                   v_pool.permute(0, 2, 1, 3).reshape(-1, KV_NUM_HEADS, HEAD_SIZE)[slots],
-                                   vk, vv, slots, isa)
+    def rows(pool):  # [blocks, Nkv, block, H] -> the rows of the slots, [tokens, Nkv, H]
+        return pool.permute(0, 2, 1, 3).reshape(-1, KV_NUM_HEADS, HEAD_SIZE)[slots]
+
+    ops.cpu_attn_reshape_and_cache(rows(k_pool), rows(v_pool), vk, vv, slots, isa)
     metadata = ops.cpu_attn_get_scheduler_metadata(
         num_reqs=1, num_heads=NUM_HEADS, num_kv_heads=KV_NUM_HEADS, head_dim=HEAD_SIZE,
         seq_lens=lens, dtype=q.dtype, query_start_loc=cu, causal=True, sliding_window_size=-1,

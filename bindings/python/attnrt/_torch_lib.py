@@ -24,9 +24,11 @@ LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_to
 
 _lock = threading.Lock()
 _state: bool | None = None  # None: not tried yet; then whether the library is loaded
-_ids: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _BY_STATUS = {cls.status: cls for cls in _errors._BY_CODE.values()}
 _STATUS = re.compile(r"(ATTNRT_[A-Z_]+): (.*)", re.S)
+# Set when the library loads: torch.Tensor and the operator overload called per call.
+_Tensor = None
+_varlen_on = None
 
 
 def load() -> bool:
@@ -53,6 +55,9 @@ def _load() -> bool:
         warnings.warn(f"attnrt: {LIBRARY} does not load into torch {torch.__version__} ({e}); "
                       f"using the Python torch operators", RuntimeWarning, stacklevel=3)
         return False
+    global _Tensor, _varlen_on
+    _Tensor = torch.Tensor
+    _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
     return True
 
 
@@ -64,29 +69,31 @@ def loaded() -> bool:
 def for_tensor(x) -> bool:
     """True when `x` is a torch tensor and the C++ operators are loaded (loading them the first
     time a torch tensor comes by; numpy callers never import torch here)."""
+    if _state:
+        return isinstance(x, _Tensor)
     if _state is False:
         return False
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor):
-        return False
-    return _state or load()
+    return torch is not None and isinstance(x, torch.Tensor) and load()
 
 
 def runtime_id(runtime) -> int:
-    """The C++ library's id of an attnrt.Runtime (registered on first use, released when the
-    Runtime object goes). Raises attnrt's error for a closed runtime."""
+    """The C++ library's id of an attnrt.Runtime, registered on first use and kept on the object;
+    released when the runtime is closed (calls naming it then fail with "runtime is closed") or
+    when the object goes."""
+    rid = runtime.__dict__.get("_torch_runtime_id")
+    if rid is not None:
+        return rid
     handle = runtime._h()  # raises InvalidArgumentError("runtime is closed")
-    rid = _ids.get(runtime)
-    if rid is None:
-        import torch
+    import torch
 
-        with _lock:
-            rid = _ids.get(runtime)
-            if rid is None:
-                rid = torch.ops.attnrt._register_runtime(int(handle.this))
-                _ids[runtime] = rid
-                weakref.finalize(runtime, _release, rid)
-                runtime.__dict__.setdefault("_close_hooks", []).append(lambda: _release(rid))
+    with _lock:
+        rid = runtime.__dict__.get("_torch_runtime_id")
+        if rid is None:
+            rid = torch.ops.attnrt._register_runtime(int(handle.this))
+            weakref.finalize(runtime, _release, rid)
+            runtime.__dict__.setdefault("_close_hooks", []).append(lambda: _release(rid))
+            runtime._torch_runtime_id = rid
     return rid
 
 
@@ -121,8 +128,7 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
     """attnrt.paged_attention_varlen through the C++ operator on `runtime`; returns out, or None
     when the call is not one for it (an argument that is not a tensor, a kv_layout given as a
     number, a block_size other than the cache's), which the Python path then serves."""
-    torch = sys.modules["torch"]
-    tensor = torch.Tensor
+    tensor = _Tensor
     if not (isinstance(k_cache, tensor) and isinstance(v_cache, tensor)
             and isinstance(cu_seqlens_q, tensor) and isinstance(seq_lens, tensor)
             and isinstance(block_table, tensor) and type(kv_layout) is str):
@@ -144,12 +150,3 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
     except (RuntimeError, ValueError) as e:
         raise_attnrt_error(e)
     return out
-
-
-def _varlen_on(*args):
-    """torch.ops.attnrt._paged_attention_varlen_on.default, resolved on first call."""
-    global _varlen_on
-    import torch
-
-    _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
-    return _varlen_on(*args)

@@ -305,9 +305,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         rt = runtime()
         if _runtime_id:
             try:
-                _varlen_on(_runtime_id, q, k_pool, v_pool, attn_metadata.query_start_loc,
-                           attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                           self.window_size[0], self.logits_soft_cap, "BNSH")
+                _torch_lib._varlen_on(
+                    _runtime_id, q, k_pool, v_pool, attn_metadata.query_start_loc,
+                    attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
+                    self.window_size[0], self.logits_soft_cap, "BNSH")
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
@@ -325,11 +326,3 @@ def _rows(x: torch.Tensor, n: int) -> torch.Tensor:
     if x.shape[0] != n:
         x = x[:n]
     return x if x.is_contiguous() else x.contiguous()
-
-
-def _varlen_on(*args):
-    """torch.ops.attnrt._paged_attention_varlen_on.default (the C++ operator), resolved on first
-    call."""
-    global _varlen_on
-    _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
-    return _varlen_on(*args)

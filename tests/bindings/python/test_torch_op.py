@@ -1,5 +1,5 @@
-"""The C++ torch operator (libattnrt_torch.so, bindings/torch/): torch.ops.attnrt.paged_attention_varlen
-and attnrt.paged_attention_varlen through it give what the Python path gives (bitwise, same kernel)
+"""The C++ torch operator (libattnrt_torch.so, bindings/torch/):
+torch.ops.attnrt.paged_attention_varlen and attnrt.paged_attention_varlen through it give what the Python path gives (bitwise, same kernel)
 and what a float64 reference written from the definition gives; caches and out are written in
 place, cache views of every layout are read without copies; the runtime's errors come back with
 its message (the status name first; attnrt.Error subclasses from the function), and the runtime
