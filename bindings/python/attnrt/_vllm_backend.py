@@ -262,16 +262,19 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self._pools = (pools[:, :, 0], pools[:, :, 1], block_size)
         self._kv_cache = kv_cache
 
-    def _window_table(self, md: AttnrtMetadata, block_size: int) -> torch.Tensor:
-        """This step's block table for this layer's window (made once per step and window)."""
-        key = (self.window_size[0] + 1, block_size)
+    @staticmethod
+    def _window_table(md: AttnrtMetadata, window: int, block_size: int) -> torch.Tensor:
+        """This step's block table for a window of `window` keys (made once per step and
+        window)."""
+        key = (window, block_size)
         table = md.window_tables.get(key)
         if table is None:
-            table = md.window_tables[key] = _drop_blocks_behind_window(md, key[0], block_size)
+            table = md.window_tables[key] = _drop_blocks_behind_window(md, window, block_size)
         return table
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
-        """FlashAttention-style (left, right) window of this step."""
+        """FlashAttention-style (left, right) window of this step (called every step: the end-to-end
+        check's negative control overrides it)."""
         return self.window_size
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -299,23 +302,24 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         k = v = slots = None
         if key is not None and value is not None:
             k, v, slots = _rows(key, n), _rows(value, n), attn_metadata.slot_mapping
+        window = self.window(attn_metadata)
         table = attn_metadata.block_table
-        if self.window_size[0] >= 0:
-            table = self._window_table(attn_metadata, block_size)
+        if window[0] >= 0:
+            table = self._window_table(attn_metadata, window[0] + 1, block_size)
         rt = runtime()
         if _runtime_id:
             try:
                 _torch_lib._varlen_on(
                     _runtime_id, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                    self.window_size[0], self.logits_soft_cap, "BNSH")
+                    window[0], self.logits_soft_cap, "BNSH")
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
         paged_attention_varlen(
             rt, q, k_pool, v_pool, attn_metadata.query_start_loc, attn_metadata.seq_lens, table,
             k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
-            window_size=self.window_size, softcap=self.logits_soft_cap, sinks=sinks, out=out,
+            window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
             kv_layout="BNSH", block_size=block_size)
         return output
 

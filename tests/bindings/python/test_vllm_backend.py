@@ -57,15 +57,25 @@ def reference(q, keys, values, pos, scale, window, softcap, sinks):
 
 
 @needs_vllm
-@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
+@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks", "window_hook"])
 def test_impl_mixed_batch_in_vllm_cache_layout(features):
     from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
 
+    class WindowHookImpl(AttnrtImpl):
+        """A window from the window() hook alone, as the end-to-end check's negative control
+        sets one: forward must ask it every step."""
+
+        def window(self, attn_metadata):
+            return (4, 0)
+
     g = torch.Generator().manual_seed(3)
     window = 5 if features != "plain" else None
-    softcap = 2.0 if features != "plain" else 0.0
-    sinks = torch.randn(N, generator=g) if features != "plain" else None
-    impl = AttnrtImpl(N, H, 0.125, NKV, None, window, "auto", softcap or None, sinks=sinks)
+    softcap = 2.0 if features == "window_softcap_sinks" else 0.0
+    sinks = torch.randn(N, generator=g) if features == "window_softcap_sinks" else None
+    if features == "window_hook":
+        impl = WindowHookImpl(N, H, 0.125, NKV, None, None, "auto", None)
+    else:
+        impl = AttnrtImpl(N, H, 0.125, NKV, None, window, "auto", softcap or None, sinks=sinks)
     # Sequence 0: 20 cached tokens + a 7-token chunk; sequence 1: a decode after 33 tokens.
     ctx, q_lens = [20, 33], [7, 1]
     seq_lens = [c + q for c, q in zip(ctx, q_lens)]
