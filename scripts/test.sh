@@ -42,7 +42,8 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
     -r "$root/tests/python/requirements.txt"
   # The C++ torch operators (bindings/torch/) build against the venv's torch, configured now that
   # the venv exists; the binding tests then require them (test_torch_op.py).
-  if "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  if [ -f "$root/$build_dir/python/attnrt/__init__.py" ] &&
+    "$venv/bin/python" -c "import torch" 2>/dev/null; then
     cmake -S "$root" -B "$root/$build_dir" -DATTNRT_TORCH_PYTHON="$venv/bin/python" \
       -DATTNRT_BUILD_TORCH_OPS=ON >/dev/null
     cmake --build "$root/$build_dir" -j "$(nproc)" --target attnrt_torch
