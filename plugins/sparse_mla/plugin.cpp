@@ -1,8 +1,9 @@
-// Entry point of libattnrt_sparse_mla.so: the plugin table (abi/attnrt/plugin.h) with two kernels
-// of ATTNRT_OP_SPARSE_MLA, sparse_mla.sparse_mla.flash.avx2 (priority 20) and
-// sparse_mla.sparse_mla.flash.scalar (priority 10). Both compute the reference's tiled online
-// softmax with the same rounding points; they differ only in float reassociation. Nothing throws
-// across the ABI.
+// Entry point of libattnrt_sparse_mla.so: the plugin table (abi/attnrt/plugin.h) with three
+// kernels of ATTNRT_OP_SPARSE_MLA, sparse_mla.sparse_mla.flash.avx512 (priority 30),
+// sparse_mla.sparse_mla.flash.avx2 (priority 20) and sparse_mla.sparse_mla.flash.scalar (priority
+// 10); the gap above 30 is for kernels on wider dot-product instructions. All compute the
+// reference's tiled online softmax with the same rounding points; they differ only in float
+// reassociation (and the exp of the vector builds). Nothing throws across the ABI.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -69,8 +70,11 @@ int32_t Probe(void* plugin_context, attnrt_probe_result* out) noexcept {
   return ATTNRT_OK;
 }
 
-// Both kernels compute every problem the core validates on the CPU; AVX2 needs AVX2 and FMA.
-template <bool kAvx2>
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+// Every kernel computes every problem the core validates on the CPU; the vector builds need their
+// instructions with the OS saving their register state (the probe checks XCR0).
+template <Isa kIsa>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
   const auto* p = static_cast<const attnrt_sparse_mla_problem*>(problem);
@@ -82,20 +86,26 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
     Write(reason, reason_capacity, "tensors are not on the CPU");
     return 0;
   }
-  if (kAvx2) {
-    const auto& cpu = static_cast<const PluginContext*>(plugin_context)->cpu;
-    if (!cpu.avx2 || !cpu.fma) {
-      Write(reason, reason_capacity,
-            "needs AVX2 and FMA with OS-enabled YMM state; this CPU has: " + cpu.isa);
-      return 0;
-    }
+  const auto& cpu = static_cast<const PluginContext*>(plugin_context)->cpu;
+  if (kIsa == Isa::kAvx2 && !(cpu.avx2 && cpu.fma && cpu.f16c)) {
+    Write(reason, reason_capacity,
+          "needs AVX2, FMA and F16C with OS-enabled YMM state; this CPU has: " + cpu.isa);
+    return 0;
+  }
+  if (kIsa == Isa::kAvx512 &&
+      !(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma && cpu.f16c)) {
+    Write(reason, reason_capacity,
+          "needs AVX-512 F/BW/VL, FMA and F16C with OS-enabled ZMM and opmask state; this CPU "
+          "has: " +
+              cpu.isa);
+    return 0;
   }
   return 1;
 }
 
 size_t WorkspaceSize(void*, const void*) noexcept { return 0; }
 
-template <bool kAvx2>
+template <Isa kIsa>
 int32_t Run(void* plugin_context, const void* args, char* error, size_t error_capacity) noexcept {
   if (plugin_context == nullptr || args == nullptr) {
     Write(error, error_capacity, "sparse_mla run: NULL context or args");
@@ -108,8 +118,14 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
   }
   const auto& host = static_cast<const PluginContext*>(plugin_context)->host;
   try {
-    return kAvx2 ? RunAvx2(host, a, error, error_capacity)
-                 : RunScalar(host, a, error, error_capacity);
+    switch (kIsa) {
+      case Isa::kAvx512:
+        return RunAvx512(host, a, error, error_capacity);
+      case Isa::kAvx2:
+        return RunAvx2(host, a, error, error_capacity);
+      default:
+        return RunScalar(host, a, error, error_capacity);
+    }
   } catch (...) {
     Write(error, error_capacity, "sparse_mla run: unexpected exception");
     return ATTNRT_ERROR_INTERNAL;
@@ -118,21 +134,29 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
 
 const attnrt_kernel_desc kKernels[] = {
     {.struct_size = sizeof(attnrt_kernel_desc),
+     .name = "sparse_mla.sparse_mla.flash.avx512",
+     .op_kind = ATTNRT_OP_SPARSE_MLA,
+     .device_type = ATTNRT_DEVICE_CPU,
+     .priority = 30,
+     .supports = &Supports<Isa::kAvx512>,
+     .workspace_size = &WorkspaceSize,
+     .run = &Run<Isa::kAvx512>},
+    {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "sparse_mla.sparse_mla.flash.avx2",
      .op_kind = ATTNRT_OP_SPARSE_MLA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = 20,
-     .supports = &Supports<true>,
+     .supports = &Supports<Isa::kAvx2>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<true>},
+     .run = &Run<Isa::kAvx2>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "sparse_mla.sparse_mla.flash.scalar",
      .op_kind = ATTNRT_OP_SPARSE_MLA,
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = 10,
-     .supports = &Supports<false>,
+     .supports = &Supports<Isa::kScalar>,
      .workspace_size = &WorkspaceSize,
-     .run = &Run<false>},
+     .run = &Run<Isa::kScalar>},
 };
 
 size_t KernelCount(void*) noexcept { return sizeof(kKernels) / sizeof(kKernels[0]); }

@@ -1,7 +1,8 @@
 // Token formats of the sparse MLA KV caches and the 16-bit conversions (CANN's
 // MixedQuantSparseFlashMla README): decoding one token into its 512-value logical K (= V) vector,
 // nope (448) then rope (64), every value rounded to the 16-bit type the golden computes in.
-// Included by sparse_mla_kernel.h inside the ISA namespace, so each ISA build has its own copy.
+// Included by each ISA file before its Math (inside the ISA namespace, so each ISA build has its
+// own copy); it uses nothing of Math.
 
 #include <cmath>
 #include <cstdint>
@@ -107,7 +108,7 @@ inline int64_t TokenBytes(int quant_mode, bool cmp) {
 }
 
 // Scalar reference decoders; Math (of the ISA file) provides the vector versions with the same
-// results, and DecodeToken goes through Math.
+// results, and the kernel body's DecodeToken goes through Math.
 // Nope dims: bf16(fp8 * scale), the product in fp32 (exact before the one rounding, modes 1/2).
 inline void ScalarDecodeNope(const uint8_t* nope, const float* scales, float* dst) {
   const Fp8Table& t = Fp8();
@@ -129,47 +130,16 @@ inline void ScalarDecodeTq4Bf16(const uint8_t* codes, float scale, float* dst) {
   }
 }
 
-inline void DecodeRope(const uint8_t* rope, float* dst) {
-  Math::DecodeBf16(rope, ATTNRT_SPARSE_MLA_ROPE_DIM, dst + ATTNRT_SPARSE_MLA_NOPE_DIM);
+// n fp16 values (little-endian) to fp32, exact.
+inline void ScalarDecodeFp16(const uint8_t* src, int n, float* dst) {
+  for (int d = 0; d < n; ++d) dst[d] = Fp16ToFloat(LoadU16(src + 2 * d));
 }
 
-// quant_mode 2: feature record (nope e4m3[448] | rope bf16[64]) and scale record (e8m0[7] | pad).
-inline void DecodeMode2(const uint8_t* feature, const uint8_t* scale_record, float* dst) {
-  float scales[7];
-  for (int g = 0; g < 7; ++g) {
-    scales[g] = scale_record[g] == 0xFF ? NAN : std::ldexp(1.0f, int{scale_record[g]} - 127);
-  }
-  Math::DecodeNope(feature, scales, dst);
-  DecodeRope(feature + ATTNRT_SPARSE_MLA_NOPE_DIM, dst);
-}
-
-// quant_mode 1 tokens, quant_mode 3 ori (16-bit, q's dtype) and cmp (TQ4) tokens.
-inline void DecodeToken(const uint8_t* token, int quant_mode, bool cmp, bool fp16, float* dst) {
-  if (quant_mode == 1) {
-    float scales[7];
-    for (int g = 0; g < 7; ++g) scales[g] = Bf16ToFloat(LoadU16(token + 576 + 2 * g));
-    Math::DecodeNope(token + 128, scales, dst);
-    DecodeRope(token, dst);
-    return;
-  }
-  if (!cmp) {
-    if (!fp16) {
-      Math::DecodeBf16(token, ATTNRT_SPARSE_MLA_HEAD_DIM, dst);
-      return;
-    }
-    for (int d = 0; d < ATTNRT_SPARSE_MLA_HEAD_DIM; ++d)
-      dst[d] = Fp16ToFloat(LoadU16(token + 2 * d));
-    return;
-  }
-  // TQ4: byte t holds dim 2t in its low nibble, 2t+1 in its high nibble (CANN's TQ4 format).
-  const float scale = Fp16ToFloat(LoadU16(token + 256));
-  if (!fp16) {
-    Math::DecodeTq4Bf16(token, scale, dst);
-    return;
-  }
+// TQ4 codes to fp16(codebook[n] * scale) (an fp16 quant_mode 3 problem).
+inline void ScalarDecodeTq4Fp16(const uint8_t* codes, float scale, float* dst) {
   for (int t = 0; t < 256; ++t) {
-    dst[2 * t] = RoundFp16(kTq4Codebook[token[t] & 15] * scale);
-    dst[2 * t + 1] = RoundFp16(kTq4Codebook[token[t] >> 4] * scale);
+    dst[2 * t] = RoundFp16(kTq4Codebook[codes[t] & 15] * scale);
+    dst[2 * t + 1] = RoundFp16(kTq4Codebook[codes[t] >> 4] * scale);
   }
 }
 

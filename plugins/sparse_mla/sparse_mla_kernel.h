@@ -1,16 +1,55 @@
-// The sparse MLA kernel body (the algorithm of CANN's golden, docs/sparse-mla.md), shared by the
-// scalar and the AVX2 builds: each ISA file defines SPARSE_MLA_ISA (a namespace name, so the two
-// instantiations never merge at link time) and a Math struct with Dot / Axpy / Scale over 512
-// floats, then includes this file. Everything else (masks, index scan, token decoding, rounding) is
-// one code.
+// The sparse MLA kernel body (the algorithm of CANN's golden, docs/sparse-mla.md), shared by every
+// ISA build. Masks, index scan, token addressing, the online softmax, split-KV and the output
+// rules are one code; the ISA file supplies the arithmetic through the tile interface below.
 //
-// Per work item (query row, head group) from the metadata: the row's keys are the ori window
-// [lo, hi) in position order, then the selected compressed tokens in index order (HCA: the causal
-// prefix; CSA: the golden's top-k scan). Keys are decoded to bf16-exact floats (fp16 for an fp16
-// quant_mode 3 problem) in tiles of 128, and each head runs the golden's tiled online softmax:
-// m starts at the sink (or -inf), l at 1 (or 0); per tile m' = max(m, max s), P = exp(s - m'),
-// l = exp(m - m') l + sum P, O = exp(m - m') O + sum round(P) v. out = round(O / l),
-// lse = m + ln l. Rows with no key, NaN scores and non-finite sinks: docs/sparse-mla.md.
+// Per work unit (a query row and a range of heads, or a part of the row's keys under split-KV):
+// the row's keys are the ori window [lo, hi) in position order, then the selected compressed
+// tokens in index order (HCA: the causal prefix; CSA: the golden's top-k scan). Keys are decoded to
+// bf16-exact floats (fp16 for an fp16 quant_mode 3 problem) in tiles of 128, and each head runs the
+// golden's tiled online softmax: m starts at the sink (or -inf), l at 1 (or 0); per tile
+// m' = max(m, max s), P = exp(s - m'), l = exp(m - m') l + sum P, O = exp(m - m') O + sum round(P)
+// v. out = round(O / l), lse = m + ln l. Rows with no key, NaN scores and non-finite sinks:
+// docs/sparse-mla.md.
+//
+// ---- The tile interface: what an ISA file provides -------------------------------------------
+// The ISA file defines SPARSE_MLA_ISA (a namespace name, so instantiations never merge at link
+// time), includes sparse_mla_format.h, defines in namespace attnrt::sparse_mla::SPARSE_MLA_ISA:
+//
+//   struct Vec {            // one vector of fp32 lanes; heads lie in lanes in the softmax
+//     using V = ...;  static constexpr int kLanes;     // 1 (scalar), 4 (NEON), 8 (AVX2), 16
+//     Zero, Set1(float), Load/Store(float*) (unaligned), Broadcast(const float*),
+//     Fma(a, b, c) = a*b + c, Add, Sub, Mul,
+//     Max(x, y): y when either is NaN (x86 MAXPS), Exp (NaN stays NaN, exp(-inf) = 0,
+//       exp(0) = 1 exactly, <= 2 ulp), RoundBf16 / RoundFp16 (nearest even, kept as fp32)
+//   };
+//   struct Math {
+//     static constexpr int kLanes = Vec::kLanes;
+//     static constexpr int kKeyPad;   // tile rows are computed in multiples of this (<= 128);
+//                                     // rows [nt, padded) are zero keys whose scores are unused
+//     // The tile: rows of 512 KeyT values, row j = decoded key j (K = V), row stride 512.
+//     using KeyT = float;             // a bf16 Math may store uint16_t pairs instead
+//     // Decoding one token into tile row `dst` (values exactly the scalar decoders' of
+//     // sparse_mla_format.h, as fp32 or as the Math's KeyT):
+//     static void DecodeNope(const uint8_t* fp8, const float* scales7, KeyT* dst);  // dims 0..447
+//     static void DecodeBf16(const uint8_t* src, int n, KeyT* dst);
+//     static void DecodeFp16(const uint8_t* src, int n, KeyT* dst);
+//     static void DecodeTq4(const uint8_t* codes256, float scale, bool fp16, KeyT* dst);
+//     static void ZeroRow(KeyT* dst);
+//     // Scores: s[j * hp + h] = sum_d qt[d * hp + h] * k_j[d], j < rows (a multiple of kKeyPad),
+//     // h < hp (heads padded to kLanes; qt's padding lanes are zero). Unscaled.
+//     static void ScoreTile(const float* qt, int hp, const KeyT* tile, int rows, float* s);
+//     // P·V with the rescale: o[h][d] = alpha[h] * o[h][d] + sum_{j < nt} p[j * hp + h] * k_j[d]
+//     // for h < nh (o row stride 512); p holds round(P) (bf16- or fp16-exact floats).
+//     static void PvTile(const float* p, int hp, int nt, const KeyT* tile, const float* alpha,
+//                        int nh, float* o);
+//   };
+// then includes this file. sparse_mla_tile.h has register-blocked ScoreTile / PvTile written over
+// Vec (ScoreTileBlocked, PvTileBlocked; blocking from a Cfg of the ISA file); a Math may use its
+// own instead (e.g. a bf16 Math storing the tile as bf16 pairs for a dot-product instruction and
+// repacking p). The query layout qt[d][hp] (fp32, heads in lanes) and the softmax (SoftmaxTile over
+// Vec) are the body's. Every lane computes its head with the same operations, so a head's result
+// never depends on which heads share its vectors: outputs do not depend on the partition.
+// ----------------------------------------------------------------------------------------------
 #ifndef SPARSE_MLA_ISA
 #error "define SPARSE_MLA_ISA before including sparse_mla_kernel.h"
 #endif
@@ -25,19 +64,32 @@
 
 #include "attnrt/ops/sparse_mla.h"
 #include "attnrt/plugin.h"
-#include "sparse_mla_format.h"
+#include "sparse_mla_tile.h"
 
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
-constexpr int64_t kTile = 128;      // the golden's S2 tile
-constexpr int64_t kHeadBlock = 16;  // heads sharing each decoded key while it is in L1
+constexpr int64_t kTile = 128;  // the golden's S2 tile
 constexpr float kInf = std::numeric_limits<float>::infinity();
+static_assert(kTile % Math::kKeyPad == 0, "kKeyPad must divide the tile");
 
 struct Row {
   bool valid = false;
   int64_t b = 0;
   int64_t lo = 0, hi = 0;  // ori window
+};
+
+// The softmax state of one (row, head range, key range): O (nh rows of 512), m and l per head.
+struct Partial {
+  float* o = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+};
+
+// A token's bytes: the record (and, for quant_mode 2 in blocks, its scale record).
+struct TokenRef {
+  const uint8_t* data = nullptr;
+  const uint8_t* scale = nullptr;
 };
 
 // Logical position of a physical slot (topk_value_mode 2) through the batch's used cmp blocks,
@@ -54,107 +106,173 @@ inline int64_t PhysicalToLogical(const attnrt_sparse_mla_args& a, int64_t b, int
   return -1;
 }
 
+template <typename T>
+class AlignedBuffer {
+ public:
+  void Resize(size_t n) {
+    if (n <= size_) return;
+    std::free(data_);
+    data_ = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
+    if (data_ == nullptr) throw std::bad_alloc();
+    size_ = n;
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  T* data() { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+inline int64_t PadHeads(int64_t nh) {
+  return (nh + Math::kLanes - 1) / Math::kLanes * Math::kLanes;
+}
+
 class Worker {
  public:
-  Worker(const attnrt_sparse_mla_args& args, int64_t heads_per_group)
+  explicit Worker(const attnrt_sparse_mla_args& args)
       : a_(args), p_(*args.problem), attr_(p_.attributes) {
     fp16_ = p_.q_dtype.code == ATTNRT_DTYPE_CODE_FLOAT;
-    keys_.resize(static_cast<size_t>(kTile) * kD);
-    q_.resize(static_cast<size_t>(heads_per_group) * kD);
-    o_.resize(static_cast<size_t>(heads_per_group) * kD);
-    scores_.resize(static_cast<size_t>(kHeadBlock * kTile));
-    probs_.resize(static_cast<size_t>(kHeadBlock * kTile));
+    const int64_t hp = PadHeads(p_.num_heads);
+    tile_.Resize(static_cast<size_t>(kTile) * kD);
+    qt_.Resize(static_cast<size_t>(hp) * kD);
+    s_.Resize(static_cast<size_t>(kTile * hp));
+    o_.Resize(static_cast<size_t>(p_.num_heads) * kD);
+    state_.Resize(static_cast<size_t>(3 * hp));
   }
 
-  void RunItem(int64_t item, int64_t heads_per_group, int64_t groups) {
-    const int64_t row = item / groups;
-    const int64_t h0 = (item % groups) * heads_per_group;
-    const int64_t h1 = std::min(p_.num_heads, h0 + heads_per_group);
+  // Heads [h0, h1) of `row` over all its keys, written to the outputs.
+  void RunHeads(int64_t row, int64_t h0, int64_t h1) {
     Row r;
     int64_t i = 0;
     if (!Locate(row, &r, &i)) {
       WriteZero(row, h0, h1);
       return;
     }
-    const attnrt_sparse_mla_batch& x = a_.batches[r.b];
-    Select(r, i, x);
-    const int64_t n_ori = r.hi - r.lo;
-    const int64_t n_keys = n_ori + static_cast<int64_t>(cmp_.size());
+    Select(r, i, a_.batches[r.b]);
+    const int64_t hp = PadHeads(h1 - h0);
+    Partial part{o_.data(), state_.data(), state_.data() + hp};
+    Compute(row, r, h0, h1, 0, NumKeys(r), true, part);
+    Finish(row, h0, h1, part);
+  }
+
+  // Split-KV, phase 1: part `part` of `parts` of the row's key tiles for heads [h0, h1), sinks in
+  // part 0 only, into `out` (O unnormalized, m, l). False for a row with no output.
+  bool RunPart(int64_t row, int64_t h0, int64_t h1, int64_t part, int64_t parts, Partial out) {
+    Row r;
+    int64_t i = 0;
+    if (!Locate(row, &r, &i)) return false;
+    Select(r, i, a_.batches[r.b]);
+    const int64_t n = NumKeys(r);
+    const int64_t tiles = (n + kTile - 1) / kTile;
+    const int64_t k0 = std::min(n, tiles * part / parts * kTile);
+    const int64_t k1 = std::min(n, tiles * (part + 1) / parts * kTile);
+    Compute(row, r, h0, h1, k0, k1, part == 0, out);
+    return true;
+  }
+
+  // Split-KV, phase 2: the LSE merge of the parts (m = max m_i, l = sum w_i l_i, O = sum w_i O_i,
+  // w_i = exp(m_i - m)), then the outputs as for an unsplit row.
+  void MergeParts(int64_t row, int64_t h0, int64_t h1, const Partial* parts, int64_t n) {
+    Row r;
+    int64_t i = 0;
+    if (!Locate(row, &r, &i)) {
+      WriteZero(row, h0, h1);
+      return;
+    }
     const int64_t nh = h1 - h0;
-    // q rows to fp32 (exact), O to zero, softmax state from the sinks.
+    Partial out{o_.data(), state_.data(), state_.data() + PadHeads(nh)};
+    for (int64_t h = 0; h < nh; ++h) {
+      float m = parts[0].m[h];
+      for (int64_t k = 1; k < n; ++k) m = std::max(m, parts[k].m[h]);
+      float l = 0.0f;
+      float* o = out.o + h * kD;
+      std::fill(o, o + kD, 0.0f);
+      for (int64_t k = 0; k < n; ++k) {
+        // m_i == m also for m = -inf (a part with no key): weight 1 of a zero O and l.
+        const float w = parts[k].m[h] == m ? 1.0f : std::exp(parts[k].m[h] - m);
+        l += w * parts[k].l[h];
+        const float* ok = parts[k].o + h * kD;
+        for (int d = 0; d < kD; ++d) o[d] += w * ok[d];
+      }
+      out.m[h] = m;
+      out.l[h] = l;
+    }
+    Finish(row, h0, h1, out);
+  }
+
+ private:
+  int64_t NumKeys(const Row& r) const { return r.hi - r.lo + static_cast<int64_t>(cmp_.size()); }
+
+  // The online softmax over keys [k0, k1) (tile-aligned at k0) for heads [h0, h1) into `st`.
+  void Compute(int64_t row, const Row& r, int64_t h0, int64_t h1, int64_t k0, int64_t k1,
+               bool with_sink, Partial st) {
+    const attnrt_sparse_mla_batch& x = a_.batches[r.b];
+    const int64_t n_ori = r.hi - r.lo;
+    const int nh = static_cast<int>(h1 - h0);
+    const int hp = static_cast<int>(PadHeads(nh));
+    // q rows to fp32 (exact), transposed: qt[d][h], padding heads zero.
     const uint16_t* q = static_cast<const uint16_t*>(a_.q) + (row * p_.num_heads + h0) * kD;
-    for (int64_t k = 0; k < nh * kD; ++k) q_[k] = fp16_ ? Fp16ToFloat(q[k]) : Bf16ToFloat(q[k]);
-    std::fill(o_.begin(), o_.begin() + nh * kD, 0.0f);
-    float m[ATTNRT_SPARSE_MLA_MAX_HEADS], l[ATTNRT_SPARSE_MLA_MAX_HEADS];
-    for (int64_t h = 0; h < nh; ++h) {
-      m[h] = a_.sinks != nullptr ? a_.sinks[h0 + h] : -std::numeric_limits<float>::infinity();
-      l[h] = a_.sinks != nullptr ? 1.0f : 0.0f;
+    float* qt = qt_.data();
+    for (int h = 0; h < nh; ++h) {
+      for (int d = 0; d < kD; ++d) {
+        const uint16_t bits = q[h * kD + d];
+        qt[d * hp + h] = fp16_ ? Fp16ToFloat(bits) : Bf16ToFloat(bits);
+      }
     }
-    for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
-      const int64_t nt = std::min(kTile, n_keys - t0);
-      for (int64_t j = 0; j < nt; ++j) {
+    for (int h = nh; h < hp; ++h) {
+      for (int d = 0; d < kD; ++d) qt[d * hp + h] = 0.0f;
+    }
+    std::fill(st.o, st.o + static_cast<int64_t>(nh) * kD, 0.0f);
+    float* alpha = state_.data() + 2 * hp;
+    for (int h = 0; h < hp; ++h) {
+      const bool sink = with_sink && a_.sinks != nullptr && h < nh;
+      st.m[h] = sink ? a_.sinks[h0 + h] : -kInf;
+      st.l[h] = sink ? 1.0f : 0.0f;
+    }
+    auto token = [&](int64_t key) {
+      return key < n_ori ? Ori(r.b, r.lo + key, x) : Cmp(r.b, cmp_[key - n_ori], x);
+    };
+    for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
+      const int nt = static_cast<int>(std::min(kTile, k1 - t0));
+      const int rows = (nt + Math::kKeyPad - 1) / Math::kKeyPad * Math::kKeyPad;
+      typename Math::KeyT* tile = tile_.data();
+      for (int j = 0; j < nt; ++j) {
         const int64_t key = t0 + j;
-        float* dst = keys_.data() + j * kD;
-        if (key < n_ori) {
-          DecodeOri(r.b, r.lo + key, x, dst);
-        } else {
-          DecodeCmp(r.b, cmp_[key - n_ori], x, dst);
-        }
+        Decode(token(key), key >= n_ori, tile + j * kD);
       }
-      // Blocks of kHeadBlock heads: each decoded key (2 KiB) is used by every head of the block
-      // while it is in L1, instead of streaming the whole tile once per head.
-      for (int64_t hb = 0; hb < nh; hb += kHeadBlock) {
-        const int64_t nb = std::min(kHeadBlock, nh - hb);
-        for (int64_t j = 0; j < nt; ++j) {
-          const float* k = keys_.data() + j * kD;
-          for (int64_t h = 0; h < nb; ++h) {
-            scores_[h * kTile + j] = attr_.softmax_scale * Math::Dot(q_.data() + (hb + h) * kD, k);
-          }
-        }
-        for (int64_t h = 0; h < nb; ++h) {
-          float* s = scores_.data() + h * kTile;
-          float* pr = probs_.data() + h * kTile;
-          float tile_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < nt; ++j) tile_max = std::max(tile_max, s[j]);
-          const float m_new = std::max(m[hb + h], tile_max);
-          const float alpha = std::exp(m[hb + h] - m_new);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < nt; ++j) {
-            const float pj = std::exp(s[j] - m_new);
-            sum += pj;
-            pr[j] = fp16_ ? RoundFp16(pj) : RoundBf16(pj);
-          }
-          l[hb + h] = alpha * l[hb + h] + sum;
-          m[hb + h] = m_new;
-          if (alpha != 1.0f) Math::Scale(o_.data() + (hb + h) * kD, alpha);
-        }
-        for (int64_t j = 0; j < nt; ++j) {
-          const float* k = keys_.data() + j * kD;
-          for (int64_t h = 0; h < nb; ++h) {
-            const float pj = probs_[h * kTile + j];
-            if (pj != 0.0f) Math::Axpy(o_.data() + (hb + h) * kD, pj, k);
-          }
-        }
-      }
+      for (int j = nt; j < rows; ++j) Math::ZeroRow(tile + j * kD);
+      // The next tile's token rows (gathered through the indices: no hardware prefetcher follows
+      // them) are fetched toward L2 while this tile computes.
+      const int64_t next_end = std::min(k1, t0 + 2 * kTile);
+      for (int64_t key = t0 + kTile; key < next_end; ++key) Prefetch(token(key), key >= n_ori);
+      Math::ScoreTile(qt, hp, tile, rows, s_.data());
+      SoftmaxTile<Vec>(s_.data(), hp, nt, attr_.softmax_scale, fp16_, st.m, st.l, alpha);
+      Math::PvTile(s_.data(), hp, nt, tile, alpha, nh, st.o);
     }
+  }
+
+  // attn_out and softmax_lse of heads [h0, h1) from the final state.
+  void Finish(int64_t row, int64_t h0, int64_t h1, Partial st) const {
     uint16_t* out = static_cast<uint16_t*>(a_.attn_out) + (row * p_.num_heads + h0) * kD;
-    for (int64_t h = 0; h < nh; ++h) {
-      const float* oh = o_.data() + h * kD;
+    for (int64_t h = 0; h < h1 - h0; ++h) {
+      const float* oh = st.o + h * kD;
       uint16_t* dst = out + h * kD;
+      const float l = st.l[h];
       // Non-finite sinks and scores (docs/sparse-mla.md): decided once per (row, head).
       const float sink = a_.sinks != nullptr ? a_.sinks[h0 + h] : 0.0f;
-      float lse = m[h] + std::log(l[h]);
+      float lse = st.m[h] + std::log(l);
       if (a_.sinks != nullptr && !(sink < kInf)) {  // NaN or +inf: the sink is the answer
         lse = sink;
         WriteConstant(dst, sink == kInf ? 0.0f : sink);
-      } else if (!(l[h] == l[h])) {  // a NaN score (or +inf: inf - inf)
-        lse = l[h];
-        WriteConstant(dst, l[h]);
-      } else if (!(l[h] > 0.0f)) {  // no key and no sink: weight 0 in an LSE merge
+      } else if (!(l == l)) {  // a NaN score (or +inf: inf - inf)
+        lse = l;
+        WriteConstant(dst, l);
+      } else if (!(l > 0.0f)) {  // no key and no sink: weight 0 in an LSE merge
         lse = -kInf;
         WriteConstant(dst, 0.0f);
       } else {
-        const float inv = 1.0f / l[h];
+        const float inv = 1.0f / l;
         for (int d = 0; d < kD; ++d) {
           const float v = oh[d] * inv;
           dst[d] = fp16_ ? FloatToFp16(v) : FloatToBf16(v);
@@ -164,7 +282,6 @@ class Worker {
     }
   }
 
- private:
   // Row -> (batch, i) and the ori window; false for rows with no output (zeroed).
   bool Locate(int64_t row, Row* r, int64_t* i_out) const {
     int64_t b = 0, i = 0;
@@ -232,35 +349,72 @@ class Worker {
     }
   }
 
-  // Address of logical token j of a KV side (PA: through the block table).
-  void DecodeOri(int64_t b, int64_t j, const attnrt_sparse_mla_batch& x, float* dst) const {
-    DecodeSide(a_.ori_kv, a_.ori_block_table, p_.ori_block_size, p_.ori_max_blocks, x.ori_start, b,
-               j, false, dst);
+  // Logical token j of a KV side (PA: through the block table).
+  TokenRef Ori(int64_t b, int64_t j, const attnrt_sparse_mla_batch& x) const {
+    return Side(a_.ori_kv, a_.ori_block_table, p_.ori_block_size, p_.ori_max_blocks, x.ori_start, b,
+                j, false);
   }
-  void DecodeCmp(int64_t b, int64_t j, const attnrt_sparse_mla_batch& x, float* dst) const {
-    DecodeSide(a_.cmp_kv, a_.cmp_block_table, p_.cmp_block_size, p_.cmp_max_blocks, x.cmp_start, b,
-               j, true, dst);
+  TokenRef Cmp(int64_t b, int64_t j, const attnrt_sparse_mla_batch& x) const {
+    return Side(a_.cmp_kv, a_.cmp_block_table, p_.cmp_block_size, p_.cmp_max_blocks, x.cmp_start, b,
+                j, true);
   }
 
-  void DecodeSide(const uint8_t* base, const int32_t* table, int64_t bs, int64_t max_blocks,
-                  int64_t start, int64_t b, int64_t j, bool cmp, float* dst) const {
+  TokenRef Side(const uint8_t* base, const int32_t* table, int64_t bs, int64_t max_blocks,
+                int64_t start, int64_t b, int64_t j, bool cmp) const {
     const int qm = attr_.quant_mode;
     const int64_t token_bytes = TokenBytes(qm, cmp);
-    if (attr_.layout_kv == ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
-      const int64_t block = table[b * max_blocks + j / bs];
-      const int64_t off = j % bs;
-      const uint8_t* block_base = base + block * bs * token_bytes;
-      if (qm == 2) {
-        DecodeMode2(block_base + off * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES,
-                    block_base + bs * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES +
-                        off * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES,
-                    dst);
-        return;
+    if (attr_.layout_kv != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
+      return {base + (start + j) * token_bytes, nullptr};
+    }
+    const int64_t block = table[b * max_blocks + j / bs];
+    const int64_t off = j % bs;
+    const uint8_t* block_base = base + block * bs * token_bytes;
+    if (qm != 2) return {block_base + off * token_bytes, nullptr};
+    // quant_mode 2: feature records (nope e4m3[448] | rope bf16[64]), then scale records.
+    return {block_base + off * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES,
+            block_base + bs * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES +
+                off * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES};
+  }
+
+  void Prefetch(TokenRef t, bool cmp) const {
+    const int qm = attr_.quant_mode;
+    const int64_t bytes = qm == 2 ? ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES : TokenBytes(qm, cmp);
+    for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(t.data + k, 0, 2);
+    __builtin_prefetch(t.data + bytes - 1, 0, 2);
+    if (t.scale != nullptr) __builtin_prefetch(t.scale, 0, 2);
+  }
+
+  // One token into a tile row: quant_mode 1, quant_mode 2 (feature + e8m0 scale records),
+  // quant_mode 3 ori (16-bit, q's dtype) and cmp (TQ4) tokens.
+  void Decode(TokenRef t, bool cmp, typename Math::KeyT* dst) const {
+    const int qm = attr_.quant_mode;
+    constexpr int kNope = ATTNRT_SPARSE_MLA_NOPE_DIM, kRope = ATTNRT_SPARSE_MLA_ROPE_DIM;
+    if (qm == 2 && t.scale != nullptr) {
+      float scales[7];
+      for (int g = 0; g < 7; ++g) {
+        scales[g] = t.scale[g] == 0xFF ? NAN : std::ldexp(1.0f, int{t.scale[g]} - 127);
       }
-      DecodeToken(block_base + off * token_bytes, qm, cmp, fp16_, dst);
+      Math::DecodeNope(t.data, scales, dst);
+      Math::DecodeBf16(t.data + kNope, kRope, dst + kNope);
       return;
     }
-    DecodeToken(base + (start + j) * token_bytes, qm, cmp, fp16_, dst);
+    if (qm == 1) {
+      float scales[7];
+      for (int g = 0; g < 7; ++g) scales[g] = Bf16ToFloat(LoadU16(t.data + 576 + 2 * g));
+      Math::DecodeNope(t.data + 128, scales, dst);
+      Math::DecodeBf16(t.data, kRope, dst + kNope);
+      return;
+    }
+    if (!cmp) {
+      if (fp16_) {
+        Math::DecodeFp16(t.data, kD, dst);
+      } else {
+        Math::DecodeBf16(t.data, kD, dst);
+      }
+      return;
+    }
+    // TQ4: byte t holds dim 2t in its low nibble, 2t+1 in its high nibble (CANN's TQ4 format).
+    Math::DecodeTq4(t.data, Fp16ToFloat(LoadU16(t.data + 256)), fp16_, dst);
   }
 
   // A row that sees no key: attn_out 0 and softmax_lse -inf (an LSE merge weights it 0), or with
@@ -283,39 +437,114 @@ class Worker {
   const attnrt_sparse_mla_problem& p_;
   const attnrt_sparse_mla_attributes& attr_;
   bool fp16_ = false;
-  std::vector<float> keys_, q_, o_, scores_, probs_;
+  AlignedBuffer<typename Math::KeyT> tile_;
+  AlignedBuffer<float> qt_, s_, o_, state_;
   std::vector<int64_t> cmp_;
 };
 
 struct Job {
   const attnrt_sparse_mla_args* args = nullptr;
+  // Split-KV: parts per item and the partial states (item * parts + part).
+  int64_t parts = 1;
+  int64_t heads_per_group = 0;
+  std::vector<Partial> partials;
+  std::vector<float> partial_storage;
   std::atomic<bool> failed{false};
 };
 
+// The metadata's workers; consecutive items of one row in a worker's range run as one head range
+// (wider head vectors, one decode of the row's keys).
 inline void RunWorkers(void* user_data, size_t begin, size_t end) {
   auto* job = static_cast<Job*>(user_data);
   const attnrt_sparse_mla_args& a = *job->args;
   const int32_t* md = a.metadata;
-  const int64_t hpg = md[5], groups = md[6];
+  const int64_t hpg = md[5], groups = md[6], heads = a.problem->num_heads;
   try {
-    Worker worker(a, hpg);
+    Worker worker(a);
     for (size_t w = begin; w < end; ++w) {
       const int64_t first = md[ATTNRT_SPARSE_MLA_METADATA_HEADER_WORDS + 2 * w];
       const int64_t last = md[ATTNRT_SPARSE_MLA_METADATA_HEADER_WORDS + 2 * w + 1];
-      for (int64_t item = first; item < last; ++item) worker.RunItem(item, hpg, groups);
+      for (int64_t item = first; item < last;) {
+        const int64_t row = item / groups;
+        const int64_t stop = std::min(last, (row + 1) * groups);
+        worker.RunHeads(row, (item % groups) * hpg,
+                        std::min(heads, ((stop - 1) % groups + 1) * hpg));
+        item = stop;
+      }
     }
   } catch (...) {
     job->failed = true;  // only std::bad_alloc can come here; reported by Run
   }
 }
 
-// Runs every work item of the metadata on the host's pool.
+inline void RunParts(void* user_data, size_t begin, size_t end) {
+  auto* job = static_cast<Job*>(user_data);
+  const attnrt_sparse_mla_args& a = *job->args;
+  const int64_t groups = a.metadata[6], hpg = job->heads_per_group;
+  try {
+    Worker worker(a);
+    for (size_t t = begin; t < end; ++t) {
+      const int64_t item = static_cast<int64_t>(t) / job->parts, part = t % job->parts;
+      const int64_t h0 = (item % groups) * hpg;
+      worker.RunPart(item / groups, h0, std::min(a.problem->num_heads, h0 + hpg), part, job->parts,
+                     job->partials[t]);
+    }
+  } catch (...) {
+    job->failed = true;
+  }
+}
+
+inline void MergeItems(void* user_data, size_t begin, size_t end) {
+  auto* job = static_cast<Job*>(user_data);
+  const attnrt_sparse_mla_args& a = *job->args;
+  const int64_t groups = a.metadata[6], hpg = job->heads_per_group;
+  try {
+    Worker worker(a);
+    for (size_t item = begin; item < end; ++item) {
+      const int64_t h0 = (static_cast<int64_t>(item) % groups) * hpg;
+      worker.MergeParts(static_cast<int64_t>(item) / groups, h0,
+                        std::min(a.problem->num_heads, h0 + hpg),
+                        job->partials.data() + item * job->parts, job->parts);
+    }
+  } catch (...) {
+    job->failed = true;
+  }
+}
+
+// Runs every work item of the metadata on the host's pool. Split-KV (docs/sparse-mla.md): when the
+// items (rows × head groups) are fewer than the pool's threads, each item's key tiles are split in
+// threads / items contiguous parts (part 0 carries the sink), computed in parallel and merged.
 inline int32_t Run(const attnrt_host_services& host, const attnrt_sparse_mla_args& args,
                    char* error, size_t error_capacity) {
   Job job;
   job.args = &args;
-  const size_t workers = static_cast<size_t>(args.metadata[7]);
-  host.parallel_for(host.host_context, workers, 1, &RunWorkers, &job);
+  const int32_t* md = args.metadata;
+  const int64_t items = md[8];
+  const int64_t threads = host.num_threads != nullptr ? host.num_threads(host.host_context) : 1;
+  try {
+    if (items > 0 && items < threads) {
+      job.parts = threads / items;
+      job.heads_per_group = md[5];
+      const int64_t tasks = items * job.parts;
+      const int64_t hp = PadHeads(job.heads_per_group);
+      const int64_t stride = job.heads_per_group * kD + 2 * hp;
+      job.partial_storage.assign(static_cast<size_t>(tasks * stride), 0.0f);
+      for (int64_t t = 0; t < tasks; ++t) {
+        float* base = job.partial_storage.data() + t * stride;
+        job.partials.push_back(
+            {base, base + job.heads_per_group * kD, base + job.heads_per_group * kD + hp});
+      }
+      host.parallel_for(host.host_context, static_cast<size_t>(tasks), 1, &RunParts, &job);
+      if (!job.failed) {
+        host.parallel_for(host.host_context, static_cast<size_t>(items), 1, &MergeItems, &job);
+      }
+    } else {
+      const size_t workers = static_cast<size_t>(md[7]);
+      host.parallel_for(host.host_context, workers, 1, &RunWorkers, &job);
+    }
+  } catch (const std::bad_alloc&) {
+    job.failed = true;
+  }
   if (job.failed) {
     WriteError(error, error_capacity, "out of memory for the per-worker key tiles");
     return ATTNRT_ERROR_OUT_OF_MEMORY;

@@ -20,6 +20,8 @@ struct PluginContext {
 
 int32_t RunScalar(const attnrt_host_services& host, const attnrt_sparse_mla_args& args, char* error,
                   size_t error_capacity);
+int32_t RunAvx512(const attnrt_host_services& host, const attnrt_sparse_mla_args& args, char* error,
+                  size_t error_capacity);
 int32_t RunAvx2(const attnrt_host_services& host, const attnrt_sparse_mla_args& args, char* error,
                 size_t error_capacity);
 

@@ -30,14 +30,15 @@ Result RunTool(const std::string& arguments) {
   return r;
 }
 
-TEST(PluginInspectSparseMla, ExplainRanksBothKernels) {
+TEST(PluginInspectSparseMla, ExplainRanksEveryKernel) {
   const Result r = RunTool("explain --op sparse_mla --kv-len 512 --topk 64 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["op"], "sparse_mla");
-  ASSERT_EQ(j["candidates"].size(), 2u) << r.out;
-  EXPECT_EQ(j["candidates"][1]["kernel"], "sparse_mla.sparse_mla.flash.scalar");
-  EXPECT_EQ(j["candidates"][0]["kernel"], "sparse_mla.sparse_mla.flash.avx2");
+  ASSERT_EQ(j["candidates"].size(), 3u) << r.out;
+  EXPECT_EQ(j["candidates"][0]["kernel"], "sparse_mla.sparse_mla.flash.avx512");
+  EXPECT_EQ(j["candidates"][1]["kernel"], "sparse_mla.sparse_mla.flash.avx2");
+  EXPECT_EQ(j["candidates"][2]["kernel"], "sparse_mla.sparse_mla.flash.scalar");
 }
 
 TEST(PluginInspectSparseMla, RunEveryScenarioAgreesWithTheScalarKernel) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 namespace attnrt_test {
 namespace {
@@ -342,12 +343,13 @@ ref::SparseMlaRefInputs SparseMlaCase::RefInputs() const {
 
 namespace {
 
-// One runtime per kernel pin, for the whole test process.
-attnrt_runtime* RuntimeFor(const std::string& kernel) {
-  static std::map<std::string, RuntimePtr> runtimes;
-  auto it = runtimes.find(kernel);
+// One runtime per (kernel pin, thread count), for the whole test process.
+attnrt_runtime* RuntimeFor(const std::string& kernel, int32_t num_threads) {
+  static std::map<std::pair<std::string, int32_t>, RuntimePtr> runtimes;
+  auto it = runtimes.find({kernel, num_threads});
   if (it != runtimes.end()) return it->second.get();
   attnrt_runtime_options options = DefaultOptions();
+  if (num_threads > 0) options.num_threads = num_threads;
   const char* paths[] = {ATTNRT_TEST_DEFAULT_PLUGIN_DIR};
   options.plugin_paths = paths;
   options.num_plugin_paths = 1;
@@ -356,15 +358,44 @@ attnrt_runtime* RuntimeFor(const std::string& kernel) {
   options.disable = "";
   RuntimePtr runtime = CreateRuntime(options);
   attnrt_runtime* raw = runtime.get();
-  runtimes.emplace(kernel, std::move(runtime));
+  runtimes.emplace(std::make_pair(kernel, num_threads), std::move(runtime));
   return raw;
 }
 
 }  // namespace
 
+const std::vector<std::string>& SparseMlaKernels() {
+  static const std::vector<std::string> kernels = {"sparse_mla.sparse_mla.flash.scalar",
+                                                   "sparse_mla.sparse_mla.flash.avx2",
+                                                   "sparse_mla.sparse_mla.flash.avx512"};
+  return kernels;
+}
+
+bool SparseMlaKernelRuns(const std::string& kernel) {
+  std::vector<std::string> needs;
+  if (kernel.find("avx512") != std::string::npos) {
+    needs = {"avx512f", "avx512bw", "avx512vl", "fma", "f16c"};
+  } else if (kernel.find("avx2") != std::string::npos) {
+    needs = {"avx2", "fma", "f16c"};
+  } else {
+    return true;
+  }
+  RuntimePtr runtime = CreateRuntime();
+  for (const auto& plugin : ListPlugins(runtime.get())) {
+    for (const auto& [key, value] : plugin.facts) {
+      if (key != "isa") continue;
+      const std::string isa = "," + value + ",";
+      bool all = true;
+      for (const auto& n : needs) all = all && isa.find("," + n + ",") != std::string::npos;
+      if (all) return true;
+    }
+  }
+  return false;
+}
+
 attnrt_status RunSparseMlaMetadata(SparseMlaCase& c, const std::string& kernel,
                                    std::string* error) {
-  attnrt_runtime* runtime = RuntimeFor(kernel);
+  attnrt_runtime* runtime = RuntimeFor(kernel, c.spec().num_threads);
   if (runtime == nullptr) {
     *error = "no runtime";
     return ATTNRT_ERROR_INTERNAL;
@@ -390,7 +421,7 @@ attnrt_status RunSparseMlaMetadata(SparseMlaCase& c, const std::string& kernel,
 
 attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std::string* error,
                                std::string* chosen_kernel) {
-  attnrt_runtime* runtime = RuntimeFor(kernel);
+  attnrt_runtime* runtime = RuntimeFor(kernel, c.spec().num_threads);
   if (runtime == nullptr) {
     *error = "no runtime";
     return ATTNRT_ERROR_INTERNAL;

@@ -42,6 +42,7 @@ struct SparseMlaSpec {
   bool seqused_cmp = false;  // pass cmp lengths (else derived from seqused_ori / cu / shape)
   bool residual = true;
   float softmax_scale = 0.04419417382415922f;
+  int32_t num_threads = 0;  // the runtime's num_threads option (0: its default)
 };
 
 class SparseMlaCase {
@@ -68,6 +69,10 @@ class SparseMlaCase {
   std::array<const attnrt_tensor*, ATTNRT_SPARSE_MLA_NUM_OUTPUTS> out_ptrs_{};
   int64_t q_rows_ = 0, ori_rows_ = 0, cmp_rows_ = 0, ori_cols_ = 0, cmp_cols_ = 0;
 };
+
+// Every sparse MLA kernel, and whether this CPU runs it (the plugin's "isa" fact has its features).
+const std::vector<std::string>& SparseMlaKernels();
+bool SparseMlaKernelRuns(const std::string& kernel);
 
 // Runs the metadata op then the main op through the ABI, with `kernel` pinned ("" = default).
 // Returns the status of the first failing call; `error` gets its message.

@@ -14,26 +14,11 @@
 namespace attnrt_test {
 namespace {
 
-const std::vector<std::string> kKernels = {"sparse_mla.sparse_mla.flash.scalar",
-                                           "sparse_mla.sparse_mla.flash.avx2"};
-
-bool Avx2Available(const std::string& kernel) {
-  if (kernel.find("avx2") == std::string::npos) return true;
-  RuntimePtr runtime = CreateRuntime();
-  for (const auto& plugin : ListPlugins(runtime.get())) {
-    for (const auto& [key, value] : plugin.facts) {
-      if (key == "isa" && value.find("avx2") != std::string::npos &&
-          value.find("fma") != std::string::npos) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
+const std::vector<std::string>& kKernels = SparseMlaKernels();
 
 void Check(SparseMlaSpec spec, const std::string& kernel) {
   SCOPED_TRACE(SeedTrace());
-  if (!Avx2Available(kernel)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaCase c(spec, rng);
   std::string error, chosen;
@@ -192,7 +177,7 @@ TEST_P(SparseMlaVariants, CraftedIndexRows) {
   // ones, valid entries after a -1 (never read), index 0 only.
   SCOPED_TRACE(SeedTrace());
   const std::string& kernel = GetParam();
-  if (!Avx2Available(kernel)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaSpec s;
   s.scenario = ATTNRT_SPARSE_MLA_CSA;

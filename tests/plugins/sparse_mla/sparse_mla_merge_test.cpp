@@ -20,22 +20,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 
-const std::vector<std::string> kKernels = {"sparse_mla.sparse_mla.flash.scalar",
-                                           "sparse_mla.sparse_mla.flash.avx2"};
-
-bool KernelRuns(const std::string& kernel) {
-  if (kernel.find("avx2") == std::string::npos) return true;
-  RuntimePtr runtime = CreateRuntime();
-  for (const auto& plugin : ListPlugins(runtime.get())) {
-    for (const auto& [key, value] : plugin.facts) {
-      if (key == "isa" && value.find("avx2") != std::string::npos &&
-          value.find("fma") != std::string::npos) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
+const std::vector<std::string>& kKernels = SparseMlaKernels();
 
 double Bf16(uint16_t bits) {
   const uint32_t x = static_cast<uint32_t>(bits) << 16;
@@ -87,7 +72,7 @@ class SparseMlaMerge : public ::testing::TestWithParam<std::tuple<std::string, b
 TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
   const auto& [kernel, sinks] = GetParam();
   SCOPED_TRACE(SeedTrace());
-  if (!KernelRuns(kernel)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaCase c(MergeSpec(sinks), rng);
   const Result whole = RunCall(c, kernel);
@@ -168,7 +153,7 @@ class SparseMlaSinks : public ::testing::TestWithParam<std::string> {};
 TEST_P(SparseMlaSinks, NonFiniteSinksAreDefined) {
   const std::string& kernel = GetParam();
   SCOPED_TRACE(SeedTrace());
-  if (!KernelRuns(kernel)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaCase c(MergeSpec(true), rng);
   Tensor sinks = c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS];  // keeps the storage after the reset below

@@ -1,0 +1,173 @@
+// Register-blocked fp32 micro-kernels of the sparse MLA tile, written once over a small vector type
+// (the ISA file's Vec, see the interface in sparse_mla_kernel.h) and instantiated by each ISA file
+// for its Math::ScoreTile / Math::PvTile. Heads lie in vector lanes:
+//   qt  [512][hp]   the query block transposed (hp = heads padded to Vec::kLanes, zero padding)
+//   k   [rows][512] the decoded key tile, row-major (K = V in MLA: the same rows serve P·V)
+//   s/p [rows][hp]  scores, then the rounded probabilities, one row per key
+//   o   [nh][512]   the fp32 output accumulators
+// Scores: for each d, kHv head vectors of qt are loaded and kKb key values broadcast; kHv * kKb
+// accumulators stay in registers across all 512 dims, and each lane sums its head's products in
+// dim order (one FMA chain per (head, key), as the scalar build's loop). P·V: kHb heads × kDv
+// d-vectors of O stay in registers across the tile's keys; per key, kDv vectors of the key row
+// are loaded and P[j][h] broadcast. Included inside the ISA namespace (one copy per ISA build).
+#pragma once
+
+#include <cstdint>
+
+namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
+
+constexpr int kTileDim = ATTNRT_SPARSE_MLA_HEAD_DIM;
+
+template <class Vec, int kHv, int kKb>
+inline void ScoreBlock(const float* qt, int hp, const float* k, float* s) {
+  using V = typename Vec::V;
+  constexpr int L = Vec::kLanes;
+  V acc[kKb][kHv];
+  for (int j = 0; j < kKb; ++j) {
+    for (int v = 0; v < kHv; ++v) acc[j][v] = Vec::Zero();
+  }
+  for (int d = 0; d < kTileDim; ++d) {
+    V q[kHv];
+    for (int v = 0; v < kHv; ++v) q[v] = Vec::Load(qt + d * hp + v * L);
+    for (int j = 0; j < kKb; ++j) {
+      const V b = Vec::Broadcast(k + j * kTileDim + d);
+      for (int v = 0; v < kHv; ++v) acc[j][v] = Vec::Fma(q[v], b, acc[j][v]);
+    }
+  }
+  for (int j = 0; j < kKb; ++j) {
+    for (int v = 0; v < kHv; ++v) Vec::Store(s + j * hp + v * L, acc[j][v]);
+  }
+}
+
+// Keys [0, rows) (rows a multiple of kKb) against kHv head vectors starting at qt.
+template <class Vec, int kHv, int kKb>
+inline void ScoreHeads(const float* qt, int hp, const float* k, int rows, float* s) {
+  for (int j = 0; j < rows; j += kKb)
+    ScoreBlock<Vec, kHv, kKb>(qt, hp, k + j * kTileDim, s + j * hp);
+}
+
+// s[j][h] = q_h · k_j for j < rows (a multiple of Cfg::kScoreKeys[*]) and every padded head.
+// Cfg::kScoreHv: head vectors per block (1..4); Cfg::kScoreKeys[v]: keys per block for v vectors.
+template <class Vec, class Cfg>
+inline void ScoreTileBlocked(const float* qt, int hp, const float* k, int rows, float* s) {
+  constexpr int L = Vec::kLanes;
+  constexpr int H = Cfg::kScoreHv;
+  const int nv = hp / L;
+  int v = 0;
+  for (; v + H <= nv; v += H) {
+    ScoreHeads<Vec, H, Cfg::kScoreKeys[H]>(qt + v * L, hp, k, rows, s + v * L);
+  }
+  const int rest = nv - v;
+  if constexpr (H > 3) {
+    if (rest == 3)
+      return ScoreHeads<Vec, 3, Cfg::kScoreKeys[3]>(qt + v * L, hp, k, rows, s + v * L);
+  }
+  if constexpr (H > 2) {
+    if (rest == 2)
+      return ScoreHeads<Vec, 2, Cfg::kScoreKeys[2]>(qt + v * L, hp, k, rows, s + v * L);
+  }
+  if constexpr (H > 1) {
+    if (rest == 1)
+      return ScoreHeads<Vec, 1, Cfg::kScoreKeys[1]>(qt + v * L, hp, k, rows, s + v * L);
+  }
+}
+
+template <class Vec, int kHb, int kDv>
+inline void PvBlock(const float* p, int hp, int nt, const float* k, const float* alpha, float* o) {
+  using V = typename Vec::V;
+  constexpr int L = Vec::kLanes;
+  V acc[kHb][kDv];
+  for (int h = 0; h < kHb; ++h) {
+    const V a = Vec::Set1(alpha[h]);
+    for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Mul(a, Vec::Load(o + h * kTileDim + v * L));
+  }
+  for (int j = 0; j < nt; ++j) {
+    V x[kDv];
+    for (int v = 0; v < kDv; ++v) x[v] = Vec::Load(k + j * kTileDim + v * L);
+    for (int h = 0; h < kHb; ++h) {
+      const V b = Vec::Broadcast(p + j * hp + h);
+      for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Fma(b, x[v], acc[h][v]);
+    }
+  }
+  for (int h = 0; h < kHb; ++h) {
+    for (int v = 0; v < kDv; ++v) Vec::Store(o + h * kTileDim + v * L, acc[h][v]);
+  }
+}
+
+template <class Vec, int kHb, int kDv>
+inline void PvHeads(const float* p, int hp, int nt, const float* k, const float* alpha, float* o) {
+  for (int d = 0; d < kTileDim; d += kDv * Vec::kLanes)
+    PvBlock<Vec, kHb, kDv>(p, hp, nt, k + d, alpha, o + d);
+}
+
+// o[h] = alpha[h] o[h] + sum_{j < nt} p[j][h] k_j for h < nh: Cfg::kPvHeads heads (1..8) ×
+// Cfg::kPvDv d-vectors per block (kPvDv * kLanes divides 512).
+template <class Vec, class Cfg>
+inline void PvTileBlocked(const float* p, int hp, int nt, const float* k, const float* alpha,
+                          int nh, float* o) {
+  constexpr int H = Cfg::kPvHeads, D = Cfg::kPvDv;
+  int h = 0;
+  for (; h + H <= nh; h += H) PvHeads<Vec, H, D>(p + h, hp, nt, k, alpha + h, o + h * kTileDim);
+  const int rest = nh - h;
+  p += h;
+  alpha += h;
+  o += h * kTileDim;
+  // The tail: fewer heads, the same d-vectors.
+  switch (rest) {
+    case 7:
+      if constexpr (H > 7) PvHeads<Vec, 7, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 6:
+      if constexpr (H > 6) PvHeads<Vec, 6, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 5:
+      if constexpr (H > 5) PvHeads<Vec, 5, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 4:
+      if constexpr (H > 4) PvHeads<Vec, 4, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 3:
+      if constexpr (H > 3) PvHeads<Vec, 3, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 2:
+      if constexpr (H > 2) PvHeads<Vec, 2, D>(p, hp, nt, k, alpha, o);
+      break;
+    case 1:
+      if constexpr (H > 1) PvHeads<Vec, 1, D>(p, hp, nt, k, alpha, o);
+      break;
+    default:
+      break;
+  }
+}
+
+// The golden's online softmax step for one tile, heads in lanes (every lane the same arithmetic,
+// so a head's result does not depend on its lane): s (raw dot products, rows [0, nt)) becomes the
+// rounded P in place; m, l per padded head are updated and alpha = exp(m_old - m_new) written.
+// Vec::Max(x, y) returns y when either is NaN (a NaN score never raises the max; a NaN sink stays).
+template <class Vec>
+inline void SoftmaxTile(float* s, int hp, int nt, float scale, bool fp16, float* m, float* l,
+                        float* alpha) {
+  using V = typename Vec::V;
+  constexpr int L = Vec::kLanes;
+  const V sc = Vec::Set1(scale);
+  for (int h = 0; h < hp; h += L) {
+    V mx = Vec::Load(m + h);
+    for (int j = 0; j < nt; ++j) {
+      const V x = Vec::Mul(sc, Vec::Load(s + j * hp + h));
+      Vec::Store(s + j * hp + h, x);
+      mx = Vec::Max(x, mx);
+    }
+    const V a = Vec::Exp(Vec::Sub(Vec::Load(m + h), mx));
+    V sum = Vec::Zero();
+    for (int j = 0; j < nt; ++j) {
+      const V pj = Vec::Exp(Vec::Sub(Vec::Load(s + j * hp + h), mx));
+      sum = Vec::Add(sum, pj);
+      Vec::Store(s + j * hp + h, fp16 ? Vec::RoundFp16(pj) : Vec::RoundBf16(pj));
+    }
+    Vec::Store(l + h, Vec::Add(Vec::Mul(a, Vec::Load(l + h)), sum));
+    Vec::Store(m + h, mx);
+    Vec::Store(alpha + h, a);
+  }
+}
+
+}  // namespace attnrt::sparse_mla::SPARSE_MLA_ISA
