@@ -92,11 +92,9 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
           "needs AVX2, FMA and F16C with OS-enabled YMM state; this CPU has: " + cpu.isa);
     return 0;
   }
-  if (kIsa == Isa::kAvx512 &&
-      !(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma && cpu.f16c)) {
+  if (kIsa == Isa::kAvx512 && !(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma)) {
     Write(reason, reason_capacity,
-          "needs AVX-512 F/BW/VL, FMA and F16C with OS-enabled ZMM and opmask state; this CPU "
-          "has: " +
+          "needs AVX-512 F/BW/VL and FMA with OS-enabled ZMM and opmask state; this CPU has: " +
               cpu.isa);
     return 0;
   }

@@ -36,6 +36,7 @@ struct Vec {
 struct Blocking {
   static constexpr int kScoreHv = 2;
   static constexpr int kScoreKeys[3] = {0, 8, 4};
+  static constexpr int kScoreDims = 32, kPvKeys = 64;
   static constexpr int kPvHeads = 6, kPvDv = 2;
 };
 

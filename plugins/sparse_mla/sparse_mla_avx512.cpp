@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/VL) + FMA build of the sparse MLA kernel (compiled with -mavx512f -mavx512bw
-// -mavx512vl -mfma -mf16c; chosen only when the probe reports them and XCR0 shows the OS saves
-// the ZMM and opmask state): 16 heads per vector, register-blocked score and P·V micro-kernels of
-// sparse_mla_tile.h within the 32 ZMM registers; token decoding shares the x86 decoders.
+// -mavx512vl -mfma; chosen only when the probe reports them and XCR0 shows the OS saves the ZMM
+// and opmask state): 16 heads per vector, register-blocked score and P·V micro-kernels of
+// sparse_mla_tile.h within the 32 ZMM registers, tokens decoded 16 values per instruction (fp16
+// through the AVX512F forms of VCVTPH2PS/VCVTPS2PH, so no F16C is needed).
 // GCC 12's AVX-512 intrinsics start masked and widening operations from _mm512_undefined_*()
 // values, which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593); the
 // diagnostics are silenced for the header's lines only, not for this file's code.
@@ -19,7 +20,6 @@
 #define SPARSE_MLA_ISA avx512
 
 #include "sparse_mla_format.h"
-#include "sparse_mla_x86.h"
 
 namespace attnrt::sparse_mla::avx512 {
 
@@ -67,11 +67,69 @@ struct Vec {
   }
 };
 
+// Token decoders, 16 values per step (the x86 decoders' arithmetic on ZMM registers).
+inline __m512 Fp8ToFloatx16(const uint8_t* p) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+  const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)),
+                                 _mm512_set1_ps(1.329227995784916e36f));  // 2^120
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
+  const __m512i bits = _mm512_or_si512(_mm512_castps_si512(v), sign);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, nan, _mm512_set1_epi32(-1)));
+}
+
+inline void DecodeNopex16(const uint8_t* nope, const float* scales, float* dst) {
+  for (int g = 0; g < 7; ++g) {
+    const __m512 s = _mm512_set1_ps(scales[g]);
+    for (int d = g * 64; d < (g + 1) * 64; d += 16) {
+      _mm512_storeu_ps(dst + d, Vec::RoundBf16(_mm512_mul_ps(Fp8ToFloatx16(nope + d), s)));
+    }
+  }
+}
+
+inline void DecodeBf16x16(const uint8_t* src, int n, float* dst) {
+  for (int d = 0; d < n; d += 16) {
+    const __m512i h =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
+    _mm512_storeu_ps(dst + d, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+  }
+}
+
+inline void DecodeFp16x16(const uint8_t* src, int n, float* dst) {
+  for (int d = 0; d < n; d += 16) {
+    _mm512_storeu_ps(
+        dst + d,
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d))));
+  }
+}
+
+// 16 code bytes -> 32 values through the 16-entry codebook in one register.
+inline void DecodeTq4x16(const uint8_t* codes, float scale, bool fp16, float* dst) {
+  const __m512 book = _mm512_loadu_ps(kTq4Codebook);
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  auto value = [&](__m512i n) {
+    const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(n, book), s);
+    return fp16 ? Vec::RoundFp16(v) : Vec::RoundBf16(v);
+  };
+  for (int t = 0; t < 256; t += 16) {
+    const __m512i b =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + t)));
+    const __m512 even = value(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    const __m512 odd = value(_mm512_srli_epi32(b, 4));
+    _mm512_storeu_ps(dst + 2 * t, _mm512_permutex2var_ps(even, lo, odd));
+    _mm512_storeu_ps(dst + 2 * t + 16, _mm512_permutex2var_ps(even, hi, odd));
+  }
+}
+
 // Scores: 4 head vectors (64 heads) × 4 keys, 3 × 8, 2 × 8 or 1 × 16 (16-24 accumulators, the
 // key values broadcast from memory); P·V: 6 heads × 4 d-vectors (24 accumulators).
 struct Blocking {
   static constexpr int kScoreHv = 4;
   static constexpr int kScoreKeys[5] = {0, 16, 8, 8, 4};
+  static constexpr int kScoreDims = 32, kPvKeys = 64;
   static constexpr int kPvHeads = 6, kPvDv = 4;
 };
 
@@ -86,14 +144,17 @@ struct Math {
   static constexpr int kKeyPad = 16;
   using KeyT = float;
   static void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
-    DecodeNopeX86(nope, scales, dst);
+    DecodeNopex16(nope, scales, dst);
   }
-  static void DecodeBf16(const uint8_t* src, int n, float* dst) { DecodeBf16X86(src, n, dst); }
-  static void DecodeFp16(const uint8_t* src, int n, float* dst) { DecodeFp16X86(src, n, dst); }
+  // n is 64 (rope) or 512.
+  static void DecodeBf16(const uint8_t* src, int n, float* dst) { DecodeBf16x16(src, n, dst); }
+  static void DecodeFp16(const uint8_t* src, int n, float* dst) { DecodeFp16x16(src, n, dst); }
   static void DecodeTq4(const uint8_t* codes, float scale, bool fp16, float* dst) {
-    DecodeTq4X86(codes, scale, fp16, dst);
+    DecodeTq4x16(codes, scale, fp16, dst);
   }
-  static void ZeroRow(float* dst) { ZeroRowX86(dst); }
+  static void ZeroRow(float* dst) {
+    for (int d = 0; d < kTileDim; d += 16) _mm512_storeu_ps(dst + d, _mm512_setzero_ps());
+  }
   static void ScoreTile(const float* qt, int hp, const float* tile, int rows, float* s) {
     ScoreTileBlocked<Vec, Blocking>(qt, hp, tile, rows, s);
   }

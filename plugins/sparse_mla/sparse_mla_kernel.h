@@ -70,6 +70,7 @@ namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 constexpr int64_t kTile = 128;  // the golden's S2 tile
+constexpr int kAhead = 4;       // keys between a token's L1 prefetch and its decoding
 constexpr float kInf = std::numeric_limits<float>::infinity();
 static_assert(kTile % Math::kKeyPad == 0, "kKeyPad must divide the tile");
 
@@ -84,6 +85,16 @@ struct Partial {
   float* o = nullptr;
   float* m = nullptr;
   float* l = nullptr;
+};
+
+enum class Pass { kAll, kScores, kAttend };
+
+// One part of a split row: its raw scores and per-tile maxima (pass 1), its state (pass 2).
+struct SplitPart {
+  int64_t tiles = 0;
+  std::vector<float> scores;  // [tile][kTile][hp]
+  std::vector<float> maxima;  // [tile][hp]: max of the scaled scores (NaN ignored)
+  Partial state;
 };
 
 // A token's bytes: the record (and, for quant_mode 2 in blocks, its scale record).
@@ -151,14 +162,20 @@ class Worker {
     }
     Select(r, i, a_.batches[r.b]);
     const int64_t hp = PadHeads(h1 - h0);
-    Partial part{o_.data(), state_.data(), state_.data() + hp};
-    Compute(row, r, h0, h1, 0, NumKeys(r), true, part);
-    Finish(row, h0, h1, part);
+    SplitPart whole;
+    whole.state = {o_.data(), state_.data(), state_.data() + hp};
+    Compute(row, r, h0, h1, 0, NumKeys(r), true, nullptr, Pass::kAll, whole);
+    Finish(row, h0, h1, whole.state);
   }
 
-  // Split-KV, phase 1: part `part` of `parts` of the row's key tiles for heads [h0, h1), sinks in
-  // part 0 only, into `out` (O unnormalized, m, l). False for a row with no output.
-  bool RunPart(int64_t row, int64_t h0, int64_t h1, int64_t part, int64_t parts, Partial out) {
+  // Split-KV (docs/sparse-mla.md): part `part` of `parts` of the row's key tiles for heads
+  // [h0, h1). Pass 1 (kScores) stores the part's raw scores and per-tile maxima in `split`; pass 2
+  // (kAttend) starts from m = the running max the golden has at the part's first tile (the sink
+  // and every earlier part's tile maxima, `m_start`), so every P is the golden's, and leaves the
+  // part's O, m, l in `split.state` (l and O from 0, the sink's 1 in part 0). False for a row with
+  // no output.
+  bool RunPart(int64_t row, int64_t h0, int64_t h1, int64_t part, int64_t parts, Pass pass,
+               const float* m_start, SplitPart& split) {
     Row r;
     int64_t i = 0;
     if (!Locate(row, &r, &i)) return false;
@@ -167,13 +184,19 @@ class Worker {
     const int64_t tiles = (n + kTile - 1) / kTile;
     const int64_t k0 = std::min(n, tiles * part / parts * kTile);
     const int64_t k1 = std::min(n, tiles * (part + 1) / parts * kTile);
-    Compute(row, r, h0, h1, k0, k1, part == 0, out);
+    const int64_t hp = PadHeads(h1 - h0);
+    if (pass == Pass::kScores) {
+      split.tiles = (k1 - k0 + kTile - 1) / kTile;
+      split.scores.resize(static_cast<size_t>(split.tiles * kTile * hp));
+      split.maxima.resize(static_cast<size_t>(split.tiles * hp));
+    }
+    Compute(row, r, h0, h1, k0, k1, part == 0, m_start, pass, split);
     return true;
   }
 
   // Split-KV, phase 2: the LSE merge of the parts (m = max m_i, l = sum w_i l_i, O = sum w_i O_i,
   // w_i = exp(m_i - m)), then the outputs as for an unsplit row.
-  void MergeParts(int64_t row, int64_t h0, int64_t h1, const Partial* parts, int64_t n) {
+  void MergeParts(int64_t row, int64_t h0, int64_t h1, const SplitPart* split, int64_t n) {
     Row r;
     int64_t i = 0;
     if (!Locate(row, &r, &i)) {
@@ -182,17 +205,18 @@ class Worker {
     }
     const int64_t nh = h1 - h0;
     Partial out{o_.data(), state_.data(), state_.data() + PadHeads(nh)};
+    auto part = [&](int64_t k) -> const Partial& { return split[k].state; };
     for (int64_t h = 0; h < nh; ++h) {
-      float m = parts[0].m[h];
-      for (int64_t k = 1; k < n; ++k) m = std::max(m, parts[k].m[h]);
+      float m = part(0).m[h];
+      for (int64_t k = 1; k < n; ++k) m = std::max(m, part(k).m[h]);
       float l = 0.0f;
       float* o = out.o + h * kD;
       std::fill(o, o + kD, 0.0f);
       for (int64_t k = 0; k < n; ++k) {
         // m_i == m also for m = -inf (a part with no key): weight 1 of a zero O and l.
-        const float w = parts[k].m[h] == m ? 1.0f : std::exp(parts[k].m[h] - m);
-        l += w * parts[k].l[h];
-        const float* ok = parts[k].o + h * kD;
+        const float w = part(k).m[h] == m ? 1.0f : std::exp(part(k).m[h] - m);
+        l += w * part(k).l[h];
+        const float* ok = part(k).o + h * kD;
         for (int d = 0; d < kD; ++d) o[d] += w * ok[d];
       }
       out.m[h] = m;
@@ -204,9 +228,12 @@ class Worker {
  private:
   int64_t NumKeys(const Row& r) const { return r.hi - r.lo + static_cast<int64_t>(cmp_.size()); }
 
-  // The online softmax over keys [k0, k1) (tile-aligned at k0) for heads [h0, h1) into `st`.
+  // The online softmax over keys [k0, k1) (tile-aligned at k0) for heads [h0, h1) into
+  // split.state (kAll, kAttend: m from m_start when given), or the raw scores and tile maxima
+  // into split (kScores).
   void Compute(int64_t row, const Row& r, int64_t h0, int64_t h1, int64_t k0, int64_t k1,
-               bool with_sink, Partial st) {
+               bool with_sink, const float* m_start, Pass pass, SplitPart& split) {
+    const Partial st = split.state;
     const attnrt_sparse_mla_batch& x = a_.batches[r.b];
     const int64_t n_ori = r.hi - r.lo;
     const int nh = static_cast<int>(h1 - h0);
@@ -223,12 +250,14 @@ class Worker {
     for (int h = nh; h < hp; ++h) {
       for (int d = 0; d < kD; ++d) qt[d * hp + h] = 0.0f;
     }
-    std::fill(st.o, st.o + static_cast<int64_t>(nh) * kD, 0.0f);
     float* alpha = state_.data() + 2 * hp;
-    for (int h = 0; h < hp; ++h) {
-      const bool sink = with_sink && a_.sinks != nullptr && h < nh;
-      st.m[h] = sink ? a_.sinks[h0 + h] : -kInf;
-      st.l[h] = sink ? 1.0f : 0.0f;
+    if (pass != Pass::kScores) {
+      std::fill(st.o, st.o + static_cast<int64_t>(nh) * kD, 0.0f);
+      for (int h = 0; h < hp; ++h) {
+        const bool sink = with_sink && a_.sinks != nullptr && h < nh;
+        st.m[h] = m_start != nullptr ? m_start[h] : sink ? a_.sinks[h0 + h] : -kInf;
+        st.l[h] = sink ? 1.0f : 0.0f;
+      }
     }
     auto token = [&](int64_t key) {
       return key < n_ori ? Ori(r.b, r.lo + key, x) : Cmp(r.b, cmp_[key - n_ori], x);
@@ -239,16 +268,23 @@ class Worker {
       typename Math::KeyT* tile = tile_.data();
       for (int j = 0; j < nt; ++j) {
         const int64_t key = t0 + j;
+        if (j + kAhead < nt) Prefetch<3>(token(key + kAhead), key + kAhead >= n_ori);  // to L1
         Decode(token(key), key >= n_ori, tile + j * kD);
       }
       for (int j = nt; j < rows; ++j) Math::ZeroRow(tile + j * kD);
       // The next tile's token rows (gathered through the indices: no hardware prefetcher follows
       // them) are fetched toward L2 while this tile computes.
       const int64_t next_end = std::min(k1, t0 + 2 * kTile);
-      for (int64_t key = t0 + kTile; key < next_end; ++key) Prefetch(token(key), key >= n_ori);
-      Math::ScoreTile(qt, hp, tile, rows, s_.data());
-      SoftmaxTile<Vec>(s_.data(), hp, nt, attr_.softmax_scale, fp16_, st.m, st.l, alpha);
-      Math::PvTile(s_.data(), hp, nt, tile, alpha, nh, st.o);
+      for (int64_t key = t0 + kTile; key < next_end; ++key) Prefetch<2>(token(key), key >= n_ori);
+      const int64_t t = (t0 - k0) / kTile;
+      float* s = pass == Pass::kAll ? s_.data() : split.scores.data() + t * kTile * hp;
+      if (pass != Pass::kAttend) Math::ScoreTile(qt, hp, tile, rows, s);
+      if (pass == Pass::kScores) {
+        TileMax<Vec>(s, hp, nt, attr_.softmax_scale, split.maxima.data() + t * hp);
+        continue;
+      }
+      SoftmaxTile<Vec>(s, hp, nt, attr_.softmax_scale, fp16_, st.m, st.l, alpha);
+      Math::PvTile(s, hp, nt, tile, alpha, nh, st.o);
     }
   }
 
@@ -376,12 +412,13 @@ class Worker {
                 off * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES};
   }
 
+  template <int kLocality>
   void Prefetch(TokenRef t, bool cmp) const {
     const int qm = attr_.quant_mode;
     const int64_t bytes = qm == 2 ? ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES : TokenBytes(qm, cmp);
-    for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(t.data + k, 0, 2);
-    __builtin_prefetch(t.data + bytes - 1, 0, 2);
-    if (t.scale != nullptr) __builtin_prefetch(t.scale, 0, 2);
+    for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(t.data + k, 0, kLocality);
+    __builtin_prefetch(t.data + bytes - 1, 0, kLocality);
+    if (t.scale != nullptr) __builtin_prefetch(t.scale, 0, kLocality);
   }
 
   // One token into a tile row: quant_mode 1, quant_mode 2 (feature + e8m0 scale records),
@@ -444,11 +481,12 @@ class Worker {
 
 struct Job {
   const attnrt_sparse_mla_args* args = nullptr;
-  // Split-KV: parts per item and the partial states (item * parts + part).
+  // Split-KV: parts per item, the pass being run and the parts (item * parts + part).
   int64_t parts = 1;
   int64_t heads_per_group = 0;
-  std::vector<Partial> partials;
-  std::vector<float> partial_storage;
+  Pass pass = Pass::kAll;
+  std::vector<SplitPart> split;
+  std::vector<float> state_storage;
   std::atomic<bool> failed{false};
 };
 
@@ -477,17 +515,37 @@ inline void RunWorkers(void* user_data, size_t begin, size_t end) {
   }
 }
 
+// Split-KV passes 1 and 2 over (item, part) tasks.
 inline void RunParts(void* user_data, size_t begin, size_t end) {
   auto* job = static_cast<Job*>(user_data);
   const attnrt_sparse_mla_args& a = *job->args;
   const int64_t groups = a.metadata[6], hpg = job->heads_per_group;
+  const int64_t hp = PadHeads(hpg);
   try {
     Worker worker(a);
+    std::vector<float> m_start(static_cast<size_t>(hp));
     for (size_t t = begin; t < end; ++t) {
       const int64_t item = static_cast<int64_t>(t) / job->parts, part = t % job->parts;
-      const int64_t h0 = (item % groups) * hpg;
-      worker.RunPart(item / groups, h0, std::min(a.problem->num_heads, h0 + hpg), part, job->parts,
-                     job->partials[t]);
+      const int64_t h0 = (item % groups) * hpg, h1 = std::min(a.problem->num_heads, h0 + hpg);
+      const float* start = nullptr;
+      if (job->pass == Pass::kAttend) {
+        // The golden's running max at the part's first tile: the sink, then every earlier tile
+        // (a NaN maximum never raises it, as in SoftmaxTile).
+        for (int64_t h = 0; h < hp; ++h) {
+          m_start[h] = a.sinks != nullptr && h0 + h < h1 ? a.sinks[h0 + h] : -kInf;
+        }
+        for (int64_t k = 0; k < part; ++k) {
+          const SplitPart& earlier = job->split[item * job->parts + k];
+          for (int64_t tile = 0; tile < earlier.tiles; ++tile) {
+            for (int64_t h = 0; h < hp; ++h) {
+              const float x = earlier.maxima[tile * hp + h];
+              m_start[h] = m_start[h] < x ? x : m_start[h];
+            }
+          }
+        }
+        start = m_start.data();
+      }
+      worker.RunPart(item / groups, h0, h1, part, job->parts, job->pass, start, job->split[t]);
     }
   } catch (...) {
     job->failed = true;
@@ -504,7 +562,7 @@ inline void MergeItems(void* user_data, size_t begin, size_t end) {
       const int64_t h0 = (static_cast<int64_t>(item) % groups) * hpg;
       worker.MergeParts(static_cast<int64_t>(item) / groups, h0,
                         std::min(a.problem->num_heads, h0 + hpg),
-                        job->partials.data() + item * job->parts, job->parts);
+                        job->split.data() + item * job->parts, job->parts);
     }
   } catch (...) {
     job->failed = true;
@@ -513,7 +571,9 @@ inline void MergeItems(void* user_data, size_t begin, size_t end) {
 
 // Runs every work item of the metadata on the host's pool. Split-KV (docs/sparse-mla.md): when the
 // items (rows × head groups) are fewer than the pool's threads, each item's key tiles are split in
-// threads / items contiguous parts (part 0 carries the sink), computed in parallel and merged.
+// threads / items contiguous parts: pass 1 scores every part's tiles in parallel, pass 2 runs each
+// part's softmax and P·V from the golden's running max at its first tile, and the parts' states
+// are merged (O and l rescaled to the common max) into the outputs.
 inline int32_t Run(const attnrt_host_services& host, const attnrt_sparse_mla_args& args,
                    char* error, size_t error_capacity) {
   Job job;
@@ -528,13 +588,19 @@ inline int32_t Run(const attnrt_host_services& host, const attnrt_sparse_mla_arg
       const int64_t tasks = items * job.parts;
       const int64_t hp = PadHeads(job.heads_per_group);
       const int64_t stride = job.heads_per_group * kD + 2 * hp;
-      job.partial_storage.assign(static_cast<size_t>(tasks * stride), 0.0f);
+      job.state_storage.assign(static_cast<size_t>(tasks * stride), 0.0f);
+      job.split.resize(static_cast<size_t>(tasks));
       for (int64_t t = 0; t < tasks; ++t) {
-        float* base = job.partial_storage.data() + t * stride;
-        job.partials.push_back(
-            {base, base + job.heads_per_group * kD, base + job.heads_per_group * kD + hp});
+        float* base = job.state_storage.data() + t * stride;
+        job.split[t].state = {base, base + job.heads_per_group * kD,
+                              base + job.heads_per_group * kD + hp};
       }
-      host.parallel_for(host.host_context, static_cast<size_t>(tasks), 1, &RunParts, &job);
+      for (Pass pass : {Pass::kScores, Pass::kAttend}) {
+        job.pass = pass;
+        if (!job.failed) {
+          host.parallel_for(host.host_context, static_cast<size_t>(tasks), 1, &RunParts, &job);
+        }
+      }
       if (!job.failed) {
         host.parallel_for(host.host_context, static_cast<size_t>(items), 1, &MergeItems, &job);
       }

@@ -33,6 +33,7 @@ struct Vec {
 struct Blocking {
   static constexpr int kScoreHv = 4;
   static constexpr int kScoreKeys[5] = {0, 8, 4, 4, 4};
+  static constexpr int kScoreDims = 64, kPvKeys = 64;
   static constexpr int kPvHeads = 4, kPvDv = 4;
 };
 

@@ -19,14 +19,16 @@ namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 constexpr int kTileDim = ATTNRT_SPARSE_MLA_HEAD_DIM;
 
 template <class Vec, int kHv, int kKb>
-inline void ScoreBlock(const float* qt, int hp, const float* k, float* s) {
+inline void ScoreBlock(const float* qt, int hp, const float* k, int d0, int d1, float* s) {
   using V = typename Vec::V;
   constexpr int L = Vec::kLanes;
   V acc[kKb][kHv];
   for (int j = 0; j < kKb; ++j) {
-    for (int v = 0; v < kHv; ++v) acc[j][v] = Vec::Zero();
+    for (int v = 0; v < kHv; ++v) {
+      acc[j][v] = d0 == 0 ? Vec::Zero() : Vec::Load(s + j * hp + v * L);
+    }
   }
-  for (int d = 0; d < kTileDim; ++d) {
+  for (int d = d0; d < d1; ++d) {
     V q[kHv];
     for (int v = 0; v < kHv; ++v) q[v] = Vec::Load(qt + d * hp + v * L);
     for (int j = 0; j < kKb; ++j) {
@@ -39,49 +41,60 @@ inline void ScoreBlock(const float* qt, int hp, const float* k, float* s) {
   }
 }
 
-// Keys [0, rows) (rows a multiple of kKb) against kHv head vectors starting at qt.
+// Keys [0, rows) (rows a multiple of kKb) against kHv head vectors starting at qt, dims [d0, d1)
+// added to s (started at d0 = 0).
 template <class Vec, int kHv, int kKb>
-inline void ScoreHeads(const float* qt, int hp, const float* k, int rows, float* s) {
-  for (int j = 0; j < rows; j += kKb)
-    ScoreBlock<Vec, kHv, kKb>(qt, hp, k + j * kTileDim, s + j * hp);
+inline void ScoreHeads(const float* qt, int hp, const float* k, int rows, int d0, int d1,
+                       float* s) {
+  for (int j = 0; j < rows; j += kKb) {
+    ScoreBlock<Vec, kHv, kKb>(qt, hp, k + j * kTileDim, d0, d1, s + j * hp);
+  }
 }
 
 // s[j][h] = q_h · k_j for j < rows (a multiple of Cfg::kScoreKeys[*]) and every padded head.
-// Cfg::kScoreHv: head vectors per block (1..4); Cfg::kScoreKeys[v]: keys per block for v vectors.
+// Cfg::kScoreHv: head vectors per block (1..4); Cfg::kScoreKeys[v]: keys per block for v vectors;
+// Cfg::kScoreDims: dims per pass, so that the pass's slice of qt and of the tile stay in L1 while
+// every key block uses them (the sums continue through s between passes: the same dim order).
 template <class Vec, class Cfg>
 inline void ScoreTileBlocked(const float* qt, int hp, const float* k, int rows, float* s) {
   constexpr int L = Vec::kLanes;
   constexpr int H = Cfg::kScoreHv;
   const int nv = hp / L;
-  int v = 0;
-  for (; v + H <= nv; v += H) {
-    ScoreHeads<Vec, H, Cfg::kScoreKeys[H]>(qt + v * L, hp, k, rows, s + v * L);
-  }
-  const int rest = nv - v;
-  if constexpr (H > 3) {
-    if (rest == 3)
-      return ScoreHeads<Vec, 3, Cfg::kScoreKeys[3]>(qt + v * L, hp, k, rows, s + v * L);
-  }
-  if constexpr (H > 2) {
-    if (rest == 2)
-      return ScoreHeads<Vec, 2, Cfg::kScoreKeys[2]>(qt + v * L, hp, k, rows, s + v * L);
-  }
-  if constexpr (H > 1) {
-    if (rest == 1)
-      return ScoreHeads<Vec, 1, Cfg::kScoreKeys[1]>(qt + v * L, hp, k, rows, s + v * L);
+  for (int d0 = 0; d0 < kTileDim; d0 += Cfg::kScoreDims) {
+    const int d1 = d0 + Cfg::kScoreDims;
+    int v = 0;
+    for (; v + H <= nv; v += H) {
+      ScoreHeads<Vec, H, Cfg::kScoreKeys[H]>(qt + v * L, hp, k, rows, d0, d1, s + v * L);
+    }
+    const int rest = nv - v;
+    const float* q = qt + v * L;
+    float* sv = s + v * L;
+    if constexpr (H > 3) {
+      if (rest == 3) ScoreHeads<Vec, 3, Cfg::kScoreKeys[3]>(q, hp, k, rows, d0, d1, sv);
+    }
+    if constexpr (H > 2) {
+      if (rest == 2) ScoreHeads<Vec, 2, Cfg::kScoreKeys[2]>(q, hp, k, rows, d0, d1, sv);
+    }
+    if constexpr (H > 1) {
+      if (rest == 1) ScoreHeads<Vec, 1, Cfg::kScoreKeys[1]>(q, hp, k, rows, d0, d1, sv);
+    }
   }
 }
 
 template <class Vec, int kHb, int kDv>
-inline void PvBlock(const float* p, int hp, int nt, const float* k, const float* alpha, float* o) {
+inline void PvBlock(const float* p, int hp, int j0, int j1, const float* k, const float* alpha,
+                    float* o) {
   using V = typename Vec::V;
   constexpr int L = Vec::kLanes;
   V acc[kHb][kDv];
   for (int h = 0; h < kHb; ++h) {
-    const V a = Vec::Set1(alpha[h]);
-    for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Mul(a, Vec::Load(o + h * kTileDim + v * L));
+    for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Load(o + h * kTileDim + v * L);
+    if (j0 == 0) {
+      const V a = Vec::Set1(alpha[h]);
+      for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Mul(a, acc[h][v]);
+    }
   }
-  for (int j = 0; j < nt; ++j) {
+  for (int j = j0; j < j1; ++j) {
     V x[kDv];
     for (int v = 0; v < kDv; ++v) x[v] = Vec::Load(k + j * kTileDim + v * L);
     for (int h = 0; h < kHb; ++h) {
@@ -94,49 +107,71 @@ inline void PvBlock(const float* p, int hp, int nt, const float* k, const float*
   }
 }
 
+// Heads [0, kHb) of p / alpha / o, keys [j0, j1), every d-block.
 template <class Vec, int kHb, int kDv>
-inline void PvHeads(const float* p, int hp, int nt, const float* k, const float* alpha, float* o) {
-  for (int d = 0; d < kTileDim; d += kDv * Vec::kLanes)
-    PvBlock<Vec, kHb, kDv>(p, hp, nt, k + d, alpha, o + d);
+inline void PvHeads(const float* p, int hp, int j0, int j1, const float* k, const float* alpha,
+                    float* o) {
+  for (int d = 0; d < kTileDim; d += kDv * Vec::kLanes) {
+    PvBlock<Vec, kHb, kDv>(p, hp, j0, j1, k + d, alpha, o + d);
+  }
 }
 
 // o[h] = alpha[h] o[h] + sum_{j < nt} p[j][h] k_j for h < nh: Cfg::kPvHeads heads (1..8) ×
-// Cfg::kPvDv d-vectors per block (kPvDv * kLanes divides 512).
+// Cfg::kPvDv d-vectors per block (kPvDv * kLanes divides 512), keys in chunks of Cfg::kPvKeys so
+// that the chunk's key rows and probabilities stay in L1 while every head block uses them (O
+// continues through memory between chunks: the same key order).
 template <class Vec, class Cfg>
 inline void PvTileBlocked(const float* p, int hp, int nt, const float* k, const float* alpha,
                           int nh, float* o) {
   constexpr int H = Cfg::kPvHeads, D = Cfg::kPvDv;
-  int h = 0;
-  for (; h + H <= nh; h += H) PvHeads<Vec, H, D>(p + h, hp, nt, k, alpha + h, o + h * kTileDim);
-  const int rest = nh - h;
-  p += h;
-  alpha += h;
-  o += h * kTileDim;
-  // The tail: fewer heads, the same d-vectors.
-  switch (rest) {
-    case 7:
-      if constexpr (H > 7) PvHeads<Vec, 7, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 6:
-      if constexpr (H > 6) PvHeads<Vec, 6, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 5:
-      if constexpr (H > 5) PvHeads<Vec, 5, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 4:
-      if constexpr (H > 4) PvHeads<Vec, 4, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 3:
-      if constexpr (H > 3) PvHeads<Vec, 3, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 2:
-      if constexpr (H > 2) PvHeads<Vec, 2, D>(p, hp, nt, k, alpha, o);
-      break;
-    case 1:
-      if constexpr (H > 1) PvHeads<Vec, 1, D>(p, hp, nt, k, alpha, o);
-      break;
-    default:
-      break;
+  for (int j0 = 0; j0 < nt; j0 += Cfg::kPvKeys) {
+    const int j1 = j0 + Cfg::kPvKeys < nt ? j0 + Cfg::kPvKeys : nt;
+    int h = 0;
+    for (; h + H <= nh; h += H) {
+      PvHeads<Vec, H, D>(p + h, hp, j0, j1, k, alpha + h, o + h * kTileDim);
+    }
+    const float* ph = p + h;
+    const float* ah = alpha + h;
+    float* oh = o + h * kTileDim;
+    // The tail: fewer heads, the same d-vectors.
+    switch (nh - h) {
+      case 7:
+        if constexpr (H > 7) PvHeads<Vec, 7, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 6:
+        if constexpr (H > 6) PvHeads<Vec, 6, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 5:
+        if constexpr (H > 5) PvHeads<Vec, 5, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 4:
+        if constexpr (H > 4) PvHeads<Vec, 4, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 3:
+        if constexpr (H > 3) PvHeads<Vec, 3, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 2:
+        if constexpr (H > 2) PvHeads<Vec, 2, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      case 1:
+        if constexpr (H > 1) PvHeads<Vec, 1, D>(ph, hp, j0, j1, k, ah, oh);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// Per padded head: the max over keys [0, nt) of scale * s (a NaN score never raises it).
+template <class Vec>
+inline void TileMax(const float* s, int hp, int nt, float scale, float* out) {
+  using V = typename Vec::V;
+  constexpr int L = Vec::kLanes;
+  const V sc = Vec::Set1(scale);
+  for (int h = 0; h < hp; h += L) {
+    V mx = Vec::Set1(-__builtin_inff());
+    for (int j = 0; j < nt; ++j) mx = Vec::Max(Vec::Mul(sc, Vec::Load(s + j * hp + h)), mx);
+    Vec::Store(out + h, mx);
   }
 }
 

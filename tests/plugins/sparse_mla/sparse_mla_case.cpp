@@ -374,7 +374,7 @@ const std::vector<std::string>& SparseMlaKernels() {
 bool SparseMlaKernelRuns(const std::string& kernel) {
   std::vector<std::string> needs;
   if (kernel.find("avx512") != std::string::npos) {
-    needs = {"avx512f", "avx512bw", "avx512vl", "fma", "f16c"};
+    needs = {"avx512f", "avx512bw", "avx512vl", "fma"};
   } else if (kernel.find("avx2") != std::string::npos) {
     needs = {"avx2", "fma", "f16c"};
   } else {

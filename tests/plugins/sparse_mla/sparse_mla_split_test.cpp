@@ -1,0 +1,189 @@
+// Split-KV decode (docs/sparse-mla.md): when the metadata's work items (rows × head groups) are
+// fewer than the runtime's threads, the kernels split each row's key tiles across threads and merge
+// the parts by their log-sum-exp. Checked per kernel with the runtime's num_threads option at 2 and
+// 4: every split call within CANN's tolerance of the float64 reference (attn_out and
+// softmax_lse), split and unsplit (1 thread) calls agreeing within the same tolerance, and the
+// sinks (finite, -inf, +inf, NaN) and rows that see no key keeping their defined results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sparse_mla_case.h"
+
+namespace attnrt_test {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
+
+double Bf16(uint16_t bits) {
+  const uint32_t x = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+struct Result {
+  std::vector<double> out;  // rows * heads * kD
+  std::vector<double> lse;  // rows * heads
+};
+
+Result RunCall(SparseMlaCase& c, const std::string& kernel) {
+  c.Poison();
+  std::string error, chosen;
+  EXPECT_EQ(RunSparseMla(c, kernel, &error, &chosen), ATTNRT_OK) << error;
+  EXPECT_EQ(chosen, kernel);
+  Result r;
+  const Tensor& o = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT];
+  const auto* bits = static_cast<const uint16_t*>(const_cast<Tensor&>(o).data());
+  for (int64_t i = 0; i < o.numel(); ++i) r.out.push_back(Bf16(bits[i]));
+  Tensor& l = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE];
+  for (int64_t i = 0; i < l.numel(); ++i) r.lse.push_back(l.f32()[i]);
+  return r;
+}
+
+// One decode row (B = 1, BSND), CSA with a 256-key window and top-k 1024 over 1200 compressed
+// tokens: about 1280 keys, ten tiles of 128, so every part of a 4-way split has keys. 4 heads make
+// one head group (one work item), 8 heads two.
+SparseMlaSpec SplitSpec(int64_t heads, int32_t threads) {
+  SparseMlaSpec s;
+  s.scenario = ATTNRT_SPARSE_MLA_CSA;
+  s.quant_mode = 1;
+  s.num_heads = heads;
+  s.s1 = {1};
+  s.s2 = {4800};
+  s.q_extra = 0;
+  s.topk = 1024;
+  s.ori_win_left = 255;
+  s.block_size = 64;
+  s.sinks = true;
+  s.lse = true;
+  s.num_threads = threads;
+  return s;
+}
+
+// attn_out within rtol 2^-7 + atol 1e-4 on >= 99.5% of the elements, lse within 1e-4 + 2e-5 |lse|
+// (equal where infinite or NaN).
+void ExpectClose(const Result& got, const Result& want) {
+  ASSERT_EQ(got.out.size(), want.out.size());
+  ASSERT_EQ(got.lse.size(), want.lse.size());
+  int64_t close = 0;
+  for (size_t i = 0; i < got.out.size(); ++i) {
+    const double g = got.out[i], w = want.out[i];
+    if ((std::isnan(g) && std::isnan(w)) || std::fabs(g - w) <= 1e-4 + std::fabs(w) / 128.0) {
+      ++close;
+    }
+  }
+  EXPECT_GE(static_cast<double>(close), 0.995 * static_cast<double>(got.out.size()));
+  for (size_t i = 0; i < got.lse.size(); ++i) {
+    const double g = got.lse[i], w = want.lse[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << "lse " << i;
+    } else if (std::isinf(w)) {
+      EXPECT_EQ(g, w) << "lse " << i;
+    } else {
+      EXPECT_NEAR(g, w, 1e-4 + 2e-5 * std::fabs(w)) << "lse " << i;
+    }
+  }
+}
+
+class SparseMlaSplitKv
+    : public ::testing::TestWithParam<std::tuple<std::string, int64_t, int32_t>> {};
+
+TEST_P(SparseMlaSplitKv, SplitDecodeMatchesTheReferenceAndTheUnsplitCall) {
+  const auto& [kernel, heads, threads] = GetParam();
+  SCOPED_TRACE(SeedTrace());
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaCase split(SplitSpec(heads, threads), rng);
+  const Result got = RunCall(split, kernel);
+  std::string report;
+  EXPECT_TRUE(CompareWithReference(split, &report)) << report;
+  // The same inputs on one thread (no split).
+  std::mt19937_64 rng1(TestSeed());
+  SparseMlaCase whole(SplitSpec(heads, 1), rng1);
+  ExpectClose(got, RunCall(whole, kernel));
+}
+
+TEST_P(SparseMlaSplitKv, NonFiniteSinksSurviveTheSplit) {
+  const auto& [kernel, heads, threads] = GetParam();
+  SCOPED_TRACE(SeedTrace());
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaCase c(SplitSpec(heads, threads), rng);
+  Tensor sinks = c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS];  // keeps the storage after the reset
+  float* sink = sinks.f32();
+  sink[0] = -std::numeric_limits<float>::infinity();
+  sink[1] = std::numeric_limits<float>::infinity();
+  sink[2] = std::numeric_limits<float>::quiet_NaN();
+  const Result got = RunCall(c, kernel);
+  c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
+  const Result none = RunCall(c, kernel);
+  // Head 0 (-inf sink) equals the call without sinks, head 1 takes the +inf sink, head 2 is NaN.
+  EXPECT_EQ(got.lse[0], none.lse[0]);
+  EXPECT_EQ(got.lse[1], kInf);
+  EXPECT_TRUE(std::isnan(got.lse[2]));
+  for (int64_t d = 0; d < kD; ++d) {
+    ASSERT_EQ(got.out[d], none.out[d]) << d;
+    ASSERT_EQ(got.out[kD + d], 0.0) << d;
+    ASSERT_TRUE(std::isnan(got.out[2 * kD + d])) << d;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSplitKv,
+                         ::testing::Combine(::testing::ValuesIn(SparseMlaKernels()),
+                                            ::testing::Values(int64_t{4}, int64_t{8}),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& x) {
+                           std::string name = std::get<0>(x.param).substr(28) + "_heads" +
+                                              std::to_string(std::get<1>(x.param)) + "_threads" +
+                                              std::to_string(std::get<2>(x.param));
+                           for (char& ch : name) {
+                             if (ch == '.') ch = '_';
+                           }
+                           return name;
+                         });
+
+// A second query row that takes no part (seqused_q 1 of 2): 2 items on 4 threads, each split in
+// two; the empty row reports the sink alone (lse = sink, attn_out 0), -inf without sinks.
+class SparseMlaSplitKvEmptyRow : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SparseMlaSplitKvEmptyRow, EmptyRowsReportTheSinkAlone) {
+  const std::string& kernel = GetParam();
+  SCOPED_TRACE(SeedTrace());
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaSpec spec = SplitSpec(4, 4);
+  spec.seqused_q = true;
+  spec.q_extra = 1;
+  SparseMlaCase c(spec, rng);
+  const Result got = RunCall(c, kernel);
+  std::string report;
+  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+  const float* sink = c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS].f32();
+  for (int64_t h = 0; h < 4; ++h) {
+    EXPECT_EQ(got.lse[4 + h], static_cast<double>(sink[h])) << "head " << h;
+    for (int64_t d = 0; d < kD; ++d) ASSERT_EQ(got.out[(4 + h) * kD + d], 0.0) << d;
+  }
+  c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
+  const Result none = RunCall(c, kernel);
+  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+  for (int64_t h = 0; h < 4; ++h) EXPECT_EQ(none.lse[4 + h], -kInf) << "head " << h;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSplitKvEmptyRow, ::testing::ValuesIn(SparseMlaKernels()),
+                         [](const auto& x) {
+                           std::string name = x.param.substr(28);
+                           for (char& ch : name) {
+                             if (ch == '.') ch = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace attnrt_test
