@@ -36,6 +36,7 @@ struct Vec {
 struct Blocking {
   static constexpr int kScoreHv = 2;
   static constexpr int kScoreKeys[3] = {0, 8, 4};
+  static constexpr int kScoreTail = 4;
   static constexpr int kScoreDims = 32, kPvKeys = 64;
   static constexpr int kPvHeads = 6, kPvDv = 2;
 };
@@ -48,7 +49,7 @@ namespace attnrt::sparse_mla::avx2 {
 
 struct Math {
   static constexpr int kLanes = Vec::kLanes;
-  static constexpr int kKeyPad = 8;
+  static constexpr int kKeyPad = 4;
   using KeyT = float;
   static void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
     DecodeNopeX86(nope, scales, dst);

@@ -128,8 +128,9 @@ inline void DecodeTq4x16(const uint8_t* codes, float scale, bool fp16, float* ds
 // key values broadcast from memory); P·V: 6 heads × 4 d-vectors (24 accumulators).
 struct Blocking {
   static constexpr int kScoreHv = 4;
-  static constexpr int kScoreKeys[5] = {0, 16, 8, 8, 4};
-  static constexpr int kScoreDims = 32, kPvKeys = 64;
+  static constexpr int kScoreKeys[5] = {0, 16, 8, 8, 6};
+  static constexpr int kScoreTail = 2;
+  static constexpr int kScoreDims = 128, kPvKeys = 64;
   static constexpr int kPvHeads = 6, kPvDv = 4;
 };
 
@@ -141,7 +142,7 @@ namespace attnrt::sparse_mla::avx512 {
 
 struct Math {
   static constexpr int kLanes = Vec::kLanes;
-  static constexpr int kKeyPad = 16;
+  static constexpr int kKeyPad = 2;
   using KeyT = float;
   static void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
     DecodeNopex16(nope, scales, dst);

@@ -26,7 +26,8 @@
 //     static constexpr int kLanes = Vec::kLanes;
 //     static constexpr int kKeyPad;   // tile rows are computed in multiples of this (<= 128);
 //                                     // rows [nt, padded) are zero keys whose scores are unused
-//     // The tile: rows of 512 KeyT values, row j = decoded key j (K = V), row stride 512.
+//     // The tile: rows of 512 KeyT values, row j = decoded key j (K = V), row stride kTileStride
+//     // (sparse_mla_tile.h: 528, against L1 set conflicts).
 //     using KeyT = float;             // a bf16 Math may store uint16_t pairs instead
 //     // Decoding one token into tile row `dst` (values exactly the scalar decoders' of
 //     // sparse_mla_format.h, as fp32 or as the Math's KeyT):
@@ -145,7 +146,7 @@ class Worker {
       : a_(args), p_(*args.problem), attr_(p_.attributes) {
     fp16_ = p_.q_dtype.code == ATTNRT_DTYPE_CODE_FLOAT;
     const int64_t hp = PadHeads(p_.num_heads);
-    tile_.Resize(static_cast<size_t>(kTile) * kD);
+    tile_.Resize(static_cast<size_t>(kTile) * kTileStride);
     qt_.Resize(static_cast<size_t>(hp) * kD);
     s_.Resize(static_cast<size_t>(kTile * hp));
     o_.Resize(static_cast<size_t>(p_.num_heads) * kD);
@@ -269,9 +270,9 @@ class Worker {
       for (int j = 0; j < nt; ++j) {
         const int64_t key = t0 + j;
         if (j + kAhead < nt) Prefetch<3>(token(key + kAhead), key + kAhead >= n_ori);  // to L1
-        Decode(token(key), key >= n_ori, tile + j * kD);
+        Decode(token(key), key >= n_ori, tile + j * kTileStride);
       }
-      for (int j = nt; j < rows; ++j) Math::ZeroRow(tile + j * kD);
+      for (int j = nt; j < rows; ++j) Math::ZeroRow(tile + j * kTileStride);
       // The next tile's token rows (gathered through the indices: no hardware prefetcher follows
       // them) are fetched toward L2 while this tile computes.
       const int64_t next_end = std::min(k1, t0 + 2 * kTile);

@@ -33,6 +33,7 @@ struct Vec {
 struct Blocking {
   static constexpr int kScoreHv = 4;
   static constexpr int kScoreKeys[5] = {0, 8, 4, 4, 4};
+  static constexpr int kScoreTail = 4;
   static constexpr int kScoreDims = 64, kPvKeys = 64;
   static constexpr int kPvHeads = 4, kPvDv = 4;
 };
@@ -45,7 +46,7 @@ namespace attnrt::sparse_mla::scalar {
 
 struct Math {
   static constexpr int kLanes = 1;
-  static constexpr int kKeyPad = 8;
+  static constexpr int kKeyPad = 4;
   using KeyT = float;
   static void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
     ScalarDecodeNope(nope, scales, dst);

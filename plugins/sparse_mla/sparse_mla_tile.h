@@ -2,7 +2,8 @@
 // (the ISA file's Vec, see the interface in sparse_mla_kernel.h) and instantiated by each ISA file
 // for its Math::ScoreTile / Math::PvTile. Heads lie in vector lanes:
 //   qt  [512][hp]   the query block transposed (hp = heads padded to Vec::kLanes, zero padding)
-//   k   [rows][512] the decoded key tile, row-major (K = V in MLA: the same rows serve P·V)
+//   k   [rows][512] the decoded key tile, row-major (K = V in MLA: the same rows serve P·V), rows
+//                   kTileStride floats apart
 //   s/p [rows][hp]  scores, then the rounded probabilities, one row per key
 //   o   [nh][512]   the fp32 output accumulators
 // Scores: for each d, kHv head vectors of qt are loaded and kKb key values broadcast; kHv * kKb
@@ -17,6 +18,9 @@
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
 
 constexpr int kTileDim = ATTNRT_SPARSE_MLA_HEAD_DIM;
+// Floats between tile rows: 512 + 16, so that rows 2 KiB apart do not all map to the same few L1
+// sets (a P·V pass reuses 64 rows × 256 bytes across every head block).
+constexpr int kTileStride = kTileDim + 16;
 
 template <class Vec, int kHv, int kKb>
 inline void ScoreBlock(const float* qt, int hp, const float* k, int d0, int d1, float* s) {
@@ -32,7 +36,7 @@ inline void ScoreBlock(const float* qt, int hp, const float* k, int d0, int d1, 
     V q[kHv];
     for (int v = 0; v < kHv; ++v) q[v] = Vec::Load(qt + d * hp + v * L);
     for (int j = 0; j < kKb; ++j) {
-      const V b = Vec::Broadcast(k + j * kTileDim + d);
+      const V b = Vec::Broadcast(k + j * kTileStride + d);
       for (int v = 0; v < kHv; ++v) acc[j][v] = Vec::Fma(q[v], b, acc[j][v]);
     }
   }
@@ -41,17 +45,23 @@ inline void ScoreBlock(const float* qt, int hp, const float* k, int d0, int d1, 
   }
 }
 
-// Keys [0, rows) (rows a multiple of kKb) against kHv head vectors starting at qt, dims [d0, d1)
-// added to s (started at d0 = 0).
-template <class Vec, int kHv, int kKb>
+// Keys [0, rows) (rows a multiple of kTail, a divisor of kKb) against kHv head vectors starting at
+// qt, dims [d0, d1) added to s (started at d0 = 0): blocks of kKb keys, then of kTail.
+template <class Vec, int kHv, int kKb, int kTail>
 inline void ScoreHeads(const float* qt, int hp, const float* k, int rows, int d0, int d1,
                        float* s) {
-  for (int j = 0; j < rows; j += kKb) {
-    ScoreBlock<Vec, kHv, kKb>(qt, hp, k + j * kTileDim, d0, d1, s + j * hp);
+  int j = 0;
+  for (; j + kKb <= rows; j += kKb) {
+    ScoreBlock<Vec, kHv, kKb>(qt, hp, k + j * kTileStride, d0, d1, s + j * hp);
+  }
+  if constexpr (kTail < kKb) {
+    for (; j < rows; j += kTail) {
+      ScoreBlock<Vec, kHv, kTail>(qt, hp, k + j * kTileStride, d0, d1, s + j * hp);
+    }
   }
 }
 
-// s[j][h] = q_h · k_j for j < rows (a multiple of Cfg::kScoreKeys[*]) and every padded head.
+// s[j][h] = q_h · k_j for j < rows (a multiple of Cfg::kScoreTail) and every padded head.
 // Cfg::kScoreHv: head vectors per block (1..4); Cfg::kScoreKeys[v]: keys per block for v vectors;
 // Cfg::kScoreDims: dims per pass, so that the pass's slice of qt and of the tile stay in L1 while
 // every key block uses them (the sums continue through s between passes: the same dim order).
@@ -64,19 +74,23 @@ inline void ScoreTileBlocked(const float* qt, int hp, const float* k, int rows, 
     const int d1 = d0 + Cfg::kScoreDims;
     int v = 0;
     for (; v + H <= nv; v += H) {
-      ScoreHeads<Vec, H, Cfg::kScoreKeys[H]>(qt + v * L, hp, k, rows, d0, d1, s + v * L);
+      ScoreHeads<Vec, H, Cfg::kScoreKeys[H], Cfg::kScoreTail>(qt + v * L, hp, k, rows, d0, d1,
+                                                              s + v * L);
     }
     const int rest = nv - v;
     const float* q = qt + v * L;
     float* sv = s + v * L;
     if constexpr (H > 3) {
-      if (rest == 3) ScoreHeads<Vec, 3, Cfg::kScoreKeys[3]>(q, hp, k, rows, d0, d1, sv);
+      if (rest == 3)
+        ScoreHeads<Vec, 3, Cfg::kScoreKeys[3], Cfg::kScoreTail>(q, hp, k, rows, d0, d1, sv);
     }
     if constexpr (H > 2) {
-      if (rest == 2) ScoreHeads<Vec, 2, Cfg::kScoreKeys[2]>(q, hp, k, rows, d0, d1, sv);
+      if (rest == 2)
+        ScoreHeads<Vec, 2, Cfg::kScoreKeys[2], Cfg::kScoreTail>(q, hp, k, rows, d0, d1, sv);
     }
     if constexpr (H > 1) {
-      if (rest == 1) ScoreHeads<Vec, 1, Cfg::kScoreKeys[1]>(q, hp, k, rows, d0, d1, sv);
+      if (rest == 1)
+        ScoreHeads<Vec, 1, Cfg::kScoreKeys[1], Cfg::kScoreTail>(q, hp, k, rows, d0, d1, sv);
     }
   }
 }
@@ -96,7 +110,7 @@ inline void PvBlock(const float* p, int hp, int j0, int j1, const float* k, cons
   }
   for (int j = j0; j < j1; ++j) {
     V x[kDv];
-    for (int v = 0; v < kDv; ++v) x[v] = Vec::Load(k + j * kTileDim + v * L);
+    for (int v = 0; v < kDv; ++v) x[v] = Vec::Load(k + j * kTileStride + v * L);
     for (int h = 0; h < kHb; ++h) {
       const V b = Vec::Broadcast(p + j * hp + h);
       for (int v = 0; v < kDv; ++v) acc[h][v] = Vec::Fma(b, x[v], acc[h][v]);

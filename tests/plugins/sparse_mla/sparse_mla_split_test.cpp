@@ -149,6 +149,43 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSplitKv,
                            return name;
                          });
 
+// Without a split (items >= threads), every thread count gives the same bits: the metadata groups
+// heads differently per thread count, and a head's lanes compute the same whatever its neighbours.
+class SparseMlaThreads : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SparseMlaThreads, UnsplitCallsAreIdenticalAcrossThreadCounts) {
+  const std::string& kernel = GetParam();
+  SCOPED_TRACE(SeedTrace());
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::vector<Result> results;
+  for (int32_t threads : {1, 2, 3}) {
+    std::mt19937_64 rng(TestSeed());
+    SparseMlaSpec spec;  // 16 heads, two batches of 2 and 3 rows: at least 5 items
+    spec.scenario = ATTNRT_SPARSE_MLA_CSA;
+    spec.num_threads = threads;
+    SparseMlaCase c(spec, rng);
+    results.push_back(RunCall(c, kernel));
+  }
+  for (size_t k = 1; k < results.size(); ++k) {
+    ASSERT_EQ(results[k].out.size(), results[0].out.size());
+    for (size_t i = 0; i < results[0].out.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&results[k].out[i], &results[0].out[i], sizeof(double)), 0) << i;
+    }
+    for (size_t i = 0; i < results[0].lse.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&results[k].lse[i], &results[0].lse[i], sizeof(double)), 0) << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaThreads, ::testing::ValuesIn(SparseMlaKernels()),
+                         [](const auto& x) {
+                           std::string name = x.param.substr(28);
+                           for (char& ch : name) {
+                             if (ch == '.') ch = '_';
+                           }
+                           return name;
+                         });
+
 // A second query row that takes no part (seqused_q 1 of 2): 2 items on 4 threads, each split in
 // two; the empty row reports the sink alone (lse = sink, attn_out 0), -inf without sinks.
 class SparseMlaSplitKvEmptyRow : public ::testing::TestWithParam<std::string> {};
