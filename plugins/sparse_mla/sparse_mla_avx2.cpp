@@ -31,12 +31,12 @@ struct Vec {
   static V RoundFp16(V x) { return RoundFp16x8(x); }
 };
 
-// Scores: 2 head vectors × 4 keys (8 accumulators, 2 loads and 4 broadcasts per dim), or one
-// head vector × 8 keys; P·V: 6 heads × 2 d-vectors (12 accumulators).
+// Scores: 2 head vectors × 6 keys (12 accumulators, 2 loads and 6 broadcasts per dim), or one
+// head vector × 12 keys, 2-key blocks for the tail; P·V: 6 heads × 2 d-vectors (12 accumulators).
 struct Blocking {
   static constexpr int kScoreHv = 2;
-  static constexpr int kScoreKeys[3] = {0, 8, 4};
-  static constexpr int kScoreTail = 4;
+  static constexpr int kScoreKeys[3] = {0, 12, 6};
+  static constexpr int kScoreTail = 2;
   static constexpr int kScoreDims = 32, kPvKeys = 64;
   static constexpr int kPvHeads = 6, kPvDv = 2;
 };
@@ -49,7 +49,7 @@ namespace attnrt::sparse_mla::avx2 {
 
 struct Math {
   static constexpr int kLanes = Vec::kLanes;
-  static constexpr int kKeyPad = 4;
+  static constexpr int kKeyPad = 2;
   using KeyT = float;
   static void DecodeNope(const uint8_t* nope, const float* scales, float* dst) {
     DecodeNopeX86(nope, scales, dst);

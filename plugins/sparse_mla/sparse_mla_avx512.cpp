@@ -124,8 +124,9 @@ inline void DecodeTq4x16(const uint8_t* codes, float scale, bool fp16, float* ds
   }
 }
 
-// Scores: 4 head vectors (64 heads) × 4 keys, 3 × 8, 2 × 8 or 1 × 16 (16-24 accumulators, the
-// key values broadcast from memory); P·V: 6 heads × 4 d-vectors (24 accumulators).
+// Scores: 4 head vectors (64 heads) × 6 keys, 3 × 8, 2 × 8 or 1 × 16 (16-24 accumulators, the
+// key values broadcast from memory), 2-key blocks for the tail, passes of 128 dims; P·V: 6 heads ×
+// 4 d-vectors (24 accumulators) over chunks of 64 keys.
 struct Blocking {
   static constexpr int kScoreHv = 4;
   static constexpr int kScoreKeys[5] = {0, 16, 8, 8, 6};
