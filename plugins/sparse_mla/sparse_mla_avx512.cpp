@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -68,22 +69,36 @@ struct Vec {
 };
 
 // Token decoders, 16 values per step (the x86 decoders' arithmetic on ZMM registers).
-inline __m512 Fp8ToFloatx16(const uint8_t* p) {
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-  const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)),
-                                 _mm512_set1_ps(1.329227995784916e36f));  // 2^120
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
-  const __m512i bits = _mm512_or_si512(_mm512_castps_si512(v), sign);
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, nan, _mm512_set1_epi32(-1)));
-}
-
+// Nope dims: the 7 magnitude bits of a float8_e4m3fn byte shifted into an fp32 pattern are the
+// value times 2^-120 (fp32 subnormals cover the e4m3 subnormals exactly), so one multiply by
+// scale * 2^120 gives value * scale exactly (both products are exact: at most 4 × 8 significant
+// bits) when scale * 2^120 is finite, else two multiplies. The product is rounded to bf16 without
+// a NaN test (a NaN product comes from a NaN scale, whose low 16 bits are 0, or from 0 × inf: the
+// rounding keeps it NaN); 0x7F/0xFF bytes are NaN (all-ones) afterwards.
 inline void DecodeNopex16(const uint8_t* nope, const float* scales, float* dst) {
+  const __m512i mag_mask = _mm512_set1_epi32(0x7F);
+  const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
+  const __m512i high = _mm512_set1_epi32(-65536), nan = _mm512_set1_epi32(-1);
+  const __m512 two120 = _mm512_set1_ps(1.329227995784916e36f);  // 2^120
   for (int g = 0; g < 7; ++g) {
-    const __m512 s = _mm512_set1_ps(scales[g]);
+    const float scale = scales[g];
+    const bool fold = !(std::fabs(scale) >= 256.0f && std::isfinite(scale));
+    const __m512 s = _mm512_set1_ps(fold ? scale * 1.329227995784916e36f : scale);
     for (int d = g * 64; d < (g + 1) * 64; d += 16) {
-      _mm512_storeu_ps(dst + d, Vec::RoundBf16(_mm512_mul_ps(Fp8ToFloatx16(nope + d), s)));
+      const __m512i b =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nope + d)));
+      const __m512i mag = _mm512_and_si512(b, mag_mask);
+      __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(mag, 20));
+      if (!fold) v = _mm512_mul_ps(v, two120);
+      v = _mm512_mul_ps(v, s);
+      // The byte's sign (bit 7 to bit 31) flips the product's: A ^ (B & C).
+      const __m512i x = _mm512_ternarylogic_epi32(_mm512_castps_si512(v), _mm512_slli_epi32(b, 24),
+                                                  sign_bit, 0x78);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+      const __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, half), lsb), high);
+      const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, mag_mask);
+      _mm512_storeu_ps(dst + d, _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, is_nan, nan)));
     }
   }
 }

@@ -5,6 +5,7 @@
 // atol 1e-4 on >= 99.5% of attn_out, every element written; softmax_lse in fp32.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -215,6 +216,46 @@ TEST_P(SparseMlaVariants, CraftedIndexRows) {
       default:
         r[0] = 0;
         break;
+    }
+  }
+  std::string error;
+  ASSERT_EQ(RunSparseMla(c, kernel, &error), ATTNRT_OK) << error;
+  std::string report;
+  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+}
+
+TEST_P(SparseMlaVariants, RawMode1TokensWithNegativeLargeAndTinyScales) {
+  // quant_mode 1 tokens written byte by byte: every finite e4m3 code (subnormals and negatives
+  // included) under group scales of both signs, above 256 (where scale * 2^120 would overflow),
+  // and tiny, so that the vector decoders' sign, scale and rounding paths all meet the reference.
+  SCOPED_TRACE(SeedTrace());
+  const std::string& kernel = GetParam();
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaSpec s;
+  s.s1 = {3};
+  s.s2 = {24};
+  SparseMlaCase c(s, rng);
+  Tensor& kv = c.in()[ATTNRT_SPARSE_MLA_INPUT_ORI_KV];
+  auto* bytes = static_cast<uint8_t*>(kv.data());
+  const int64_t tokens = kv.numel() / ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES;
+  const uint16_t scales[] = {0xBFC0 /* -1.5 */,
+                             0x4396 /* 300 */,
+                             0xBC24 /* -0.01 */,
+                             0x0D80 /* 2^-100 */,
+                             0xC382 /* -260 */,
+                             0x3F00 /* 0.5 */,
+                             0xBA83 /* -0.001 */};
+  for (int64_t t = 0; t < tokens; ++t) {
+    uint8_t* token = bytes + t * ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES;
+    for (int d = 0; d < ATTNRT_SPARSE_MLA_NOPE_DIM; ++d) {
+      uint8_t code = static_cast<uint8_t>(t * 37 + d * 11);
+      if ((code & 0x7F) == 0x7F) code ^= 1;  // NaN codes: their own test (the fuzzer's)
+      token[128 + d] = code;
+    }
+    for (int g = 0; g < 7; ++g) {
+      const uint16_t scale = scales[(g + t) % 7];
+      std::memcpy(token + 576 + 2 * g, &scale, 2);
     }
   }
   std::string error;
