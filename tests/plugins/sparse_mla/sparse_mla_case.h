@@ -86,8 +86,10 @@ attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std:
                                std::string* chosen_kernel = nullptr);
 
 // Element-wise check of attn_out against the reference (rtol 2^-7, atol 1e-4 on >= 99.5% of the
-// elements, and every element written), softmax_lse in fp32; writes a summary to *report.
-bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error = nullptr);
+// elements, or min_close_fraction, and every element written), softmax_lse in fp32; writes a
+// summary to *report.
+bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error = nullptr,
+                          double min_close_fraction = 0.995);
 
 inline constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
