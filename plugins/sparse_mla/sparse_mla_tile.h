@@ -11,6 +11,10 @@
 // dim order (one FMA chain per (head, key), as the scalar build's loop). P·V: kHb heads × kDv
 // d-vectors of O stay in registers across the tile's keys; per key, kDv vectors of the key row
 // are loaded and P[j][h] broadcast. Included inside the ISA namespace (one copy per ISA build).
+// The blocking comes from the ISA file's Cfg: kScoreHv (head vectors per score block, 1..4),
+// kScoreKeys[v] (keys per block for v head vectors), kScoreTail (keys per tail block, dividing
+// them; Math::kKeyPad), kScoreDims (dims per score pass), kPvHeads (1..8), kPvDv (d-vectors per
+// P·V block), kPvKeys (keys per P·V chunk).
 #pragma once
 
 #include <cstdint>
