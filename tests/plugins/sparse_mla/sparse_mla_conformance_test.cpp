@@ -269,6 +269,34 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaVariants, ::testing::ValuesIn(kKernel
                            return p.param.substr(p.param.rfind('.') + 1);
                          });
 
+// ---- Head counts that are no multiple of a vector: padded head lanes, the score kernels' 1-3
+// vector blocks and the P·V kernels' 1-5 head tails (the CSA quant_mode 1 and 3 paths)
+
+class SparseMlaHeads : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
+
+TEST_P(SparseMlaHeads, OddHeadCounts) {
+  const auto& [heads, kernel] = GetParam();
+  for (int32_t mode : {1, 3}) {
+    SCOPED_TRACE("quant_mode " + std::to_string(mode));
+    SparseMlaSpec s;
+    s.scenario = ATTNRT_SPARSE_MLA_CSA;
+    s.quant_mode = mode;
+    s.num_heads = heads;
+    s.s1 = {3, 4};
+    Check(s, kernel);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, SparseMlaHeads,
+                         ::testing::Combine(::testing::Values(int64_t{1}, int64_t{3}, int64_t{20},
+                                                              int64_t{37}, int64_t{61}),
+                                            ::testing::ValuesIn(kKernels)),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, std::string>>& p) {
+                           const std::string& k = std::get<1>(p.param);
+                           return "heads" + std::to_string(std::get<0>(p.param)) + "_" +
+                                  k.substr(k.rfind('.') + 1);
+                         });
+
 // ---- DeepSeek-V3.2 / V4-like shapes (reduced batch and query counts)
 // -------------------------------
 
