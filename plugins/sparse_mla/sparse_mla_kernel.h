@@ -430,7 +430,10 @@ class Worker {
     if (qm == 2 && t.scale != nullptr) {
       float scales[7];
       for (int g = 0; g < 7; ++g) {
-        scales[g] = t.scale[g] == 0xFF ? NAN : std::ldexp(1.0f, int{t.scale[g]} - 127);
+        // e8m0: 2^(e - 127) built from its bits (e = 0: the subnormal 2^-127), 0xFF NaN.
+        const uint32_t e = t.scale[g];
+        const uint32_t bits = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : e << 23;
+        std::memcpy(&scales[g], &bits, 4);
       }
       Math::DecodeNope(t.data, scales, dst);
       Math::DecodeBf16(t.data + kNope, kRope, dst + kNope);

@@ -264,6 +264,44 @@ TEST_P(SparseMlaVariants, RawMode1TokensWithNegativeLargeAndTinyScales) {
   EXPECT_TRUE(CompareWithReference(c, &report)) << report;
 }
 
+TEST_P(SparseMlaVariants, RawMode2TokensWithExtremeExponents) {
+  // quant_mode 2 blocks written byte by byte: e8m0 group scales from 2^-127 (byte 0, a subnormal)
+  // to 2^13 under every finite e4m3 code (larger ones overflow the scores to inf and NaN).
+  SCOPED_TRACE(SeedTrace());
+  const std::string& kernel = GetParam();
+  if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
+  std::mt19937_64 rng(TestSeed());
+  SparseMlaSpec s;
+  s.quant_mode = 2;
+  s.layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
+  s.s1 = {3};
+  s.s2 = {40};
+  SparseMlaCase c(s, rng);
+  Tensor& kv = c.in()[ATTNRT_SPARSE_MLA_INPUT_ORI_KV];
+  auto* bytes = static_cast<uint8_t*>(kv.data());
+  const int64_t bs = s.block_size;
+  const int64_t blocks = kv.numel() / (bs * ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES);
+  const uint8_t exponents[] = {0, 1, 60, 100, 127, 133, 140};
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* block = bytes + b * bs * ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES;
+    for (int64_t t = 0; t < bs; ++t) {
+      uint8_t* feature = block + t * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES;
+      for (int d = 0; d < ATTNRT_SPARSE_MLA_NOPE_DIM; ++d) {
+        uint8_t code = static_cast<uint8_t>((b * bs + t) * 29 + d * 7);
+        if ((code & 0x7F) == 0x7F) code ^= 1;  // NaN codes: the fuzzer's
+        feature[d] = code;
+      }
+      uint8_t* scale = block + bs * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES +
+                       t * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES;
+      for (int g = 0; g < 7; ++g) scale[g] = exponents[(g + b * bs + t) % 7];
+    }
+  }
+  std::string error;
+  ASSERT_EQ(RunSparseMla(c, kernel, &error), ATTNRT_OK) << error;
+  std::string report;
+  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaVariants, ::testing::ValuesIn(kKernels),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return p.param.substr(p.param.rfind('.') + 1);
