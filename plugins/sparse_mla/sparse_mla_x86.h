@@ -1,11 +1,12 @@
-// x86 pieces shared by the AVX2 and AVX-512 builds (both compile with AVX2, FMA and F16C): token
-// decoders writing 8 floats per step straight into a tile row, with the scalar decoders' results
-// (sparse_mla_format.h), and the Cephes-style exp of the softmax. Included inside the ISA namespace
-// after sparse_mla_format.h.
+// The AVX2 build's x86 pieces (AVX2, FMA and F16C; the AVX-512 build has its own on ZMM registers):
+// token decoders writing 8 floats per step straight into a tile row, with the scalar decoders'
+// results (sparse_mla_format.h), and the Cephes-style exp of the softmax. Included inside the ISA
+// namespace after sparse_mla_format.h.
 #pragma once
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
@@ -24,25 +25,35 @@ inline __m256 RoundFp16x8(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// float8_e4m3fn bytes to fp32: the 7 magnitude bits shifted into an fp32 pattern are the value
-// times 2^-120 (fp32 subnormals cover the e4m3 subnormals exactly); 0x7F/0xFF are NaN.
-inline __m256 Fp8ToFloatx8(const uint8_t* p) {
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)),
-                           _mm256_set1_ps(1.329227995784916e36f));  // 2^120
-  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
-  v = _mm256_or_ps(v, nan);  // all-ones bits: a NaN
-  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
-}
-
-// Nope dims: bf16(fp8 * scale) with one scale per 64 dims.
+// Nope dims: bf16(fp8 * scale) with one scale per 64 dims. The 7 magnitude bits of a
+// float8_e4m3fn byte shifted into an fp32 pattern are the value times 2^-120 (fp32 subnormals
+// cover the e4m3 subnormals exactly); 2^120 is folded into the scale where scale * 2^120 is finite
+// (value * scale is exact either way: at most 4 × 8 significant bits), the byte's sign is applied
+// after the multiply, the bf16 rounding without a NaN
+// test (a NaN product comes from a NaN scale, whose low 16 bits are 0, or from 0 × inf: the
+// rounding keeps it NaN), and the 0x7F/0xFF codes set to NaN (all-ones) last.
 inline void DecodeNopeX86(const uint8_t* nope, const float* scales, float* dst) {
+  const __m256i mag_mask = _mm256_set1_epi32(0x7F), sign_bit = _mm256_set1_epi32(INT32_MIN);
+  const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+  const __m256i high = _mm256_set1_epi32(-65536);
+  const __m256 two120 = _mm256_set1_ps(1.329227995784916e36f);  // 2^120
   for (int g = 0; g < 7; ++g) {
-    const __m256 s = _mm256_set1_ps(scales[g]);
+    const float scale = scales[g];
+    const bool fold = !(std::fabs(scale) >= 256.0f && std::isfinite(scale));
+    const __m256 s = _mm256_set1_ps(fold ? scale * 1.329227995784916e36f : scale);
     for (int d = g * 64; d < (g + 1) * 64; d += 8) {
-      _mm256_storeu_ps(dst + d, RoundBf16x8(_mm256_mul_ps(Fp8ToFloatx8(nope + d), s)));
+      const __m256i b =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nope + d)));
+      const __m256i mag = _mm256_and_si256(b, mag_mask);
+      __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(mag, 20));
+      if (!fold) v = _mm256_mul_ps(v, two120);
+      v = _mm256_mul_ps(v, s);
+      const __m256i x = _mm256_xor_si256(_mm256_castps_si256(v),
+                                         _mm256_and_si256(_mm256_slli_epi32(b, 24), sign_bit));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+      const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, half), lsb), high);
+      const __m256i is_nan = _mm256_cmpeq_epi32(mag, mag_mask);
+      _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_or_si256(r, is_nan)));
     }
   }
 }
