@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Cross-builds attnrt for aarch64 Linux (runtime, cpu_arm plugin, plugin-inspect, GoogleTest suite)
-# into build-arm/ and runs ctest under qemu-aarch64 user emulation. Debian 12 packages: the cross
-# compiler, qemu-user, and the arm64 multiarch libraries the build links (installed once; a no-op
-# when present).
+# Cross-builds attnrt for aarch64 Linux (runtime, cpu_arm and sparse_mla plugins, plugin-inspect,
+# GoogleTest suite) into build-arm/ and runs ctest under qemu-aarch64 user emulation. Debian 12
+# packages: the cross compiler, qemu-user, and the arm64 multiarch libraries the build links
+# (installed once; a no-op when present).
 #   scripts/test-arm.sh [BUILD_DIR]     default build-arm
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -44,12 +44,15 @@ struct Peaks {
 } g_peaks;
 
 // The FMA peak a kernel is measured against, from its name's ISA suffix ("...flash.avx2"): the
-// AVX2 one for avx2, the AVX-512 FP32 one for avx512 and avx512_* (bf16 dot products included:
-// fp32-equivalent FLOPs against the fp32 peak); 0 (no %fma_peak) for scalar, neon and the rest.
+// AVX2 one for avx2, the AVX-512 FP32 one for avx512, avx512_* and amx_bf16 (bf16 dot products
+// and AMX tiles included: fp32-equivalent FLOPs against the fp32 peak); 0 (no %fma_peak) for
+// scalar, neon and the rest.
 double FmaPeakOf(const std::string& kernel) {
   const std::string isa = kernel.substr(kernel.rfind('.') + 1);
   if (isa == "avx2") return g_peaks.avx2;
-  if (isa == "avx512" || isa.rfind("avx512_", 0) == 0) return g_peaks.avx512;
+  if (isa == "avx512" || isa.rfind("avx512_", 0) == 0 || isa == "amx_bf16") {
+    return g_peaks.avx512;
+  }
   return 0;
 }
 

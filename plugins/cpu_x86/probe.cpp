@@ -28,6 +28,19 @@ constexpr unsigned kCpuidAmxTile = 1u << 24;
 constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtiledata = 18;
 
+// AVX512_BF16 (VCVTNE2PS2BF16, VCVTNEPS2BF16, VDPBF16PS): CPUID.(EAX=7, ECX=1):EAX bit 5 (Intel
+// SDM vol. 2, CPUID). Read here rather than through cpuinfo, whose older releases do not know the
+// bit; subleaf 1 exists only when the maximum basic leaf is at least 7 and CPUID.(7, 0):EAX (the
+// highest subleaf of leaf 7) is at least 1.
+bool CpuidAvx512Bf16() {
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  if (eax < 1) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return (eax & (1u << 5)) != 0;
+}
+
 bool CpuidAmxBf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
@@ -60,9 +73,12 @@ CpuFeatures ProbeCpu() {
     f.avx512f = os_avx512 && cpuinfo_has_x86_avx512f();
     f.avx512bw = os_avx512 && cpuinfo_has_x86_avx512bw();
     f.avx512vl = os_avx512 && cpuinfo_has_x86_avx512vl();
-    f.avx512bf16 = os_avx512 && cpuinfo_has_x86_avx512bf16();
   }
-  f.amx_bf16 = f.avx512f && (xcr0 & kXcr0Amx) == kXcr0Amx && CpuidAmxBf16();
+  // The bf16 instructions use the AVX-512 registers: usable only where the OS saves ZMM state.
+  const bool cpuid_bf16 = CpuidAvx512Bf16();
+  f.avx512bf16 = os_avx512 && cpuid_bf16;
+  const bool cpuid_amx = CpuidAmxBf16();
+  f.amx_bf16 = f.avx512f && (xcr0 & kXcr0Amx) == kXcr0Amx && cpuid_amx;
   AppendIsa(f.isa, f.sse42, "sse4.2");
   AppendIsa(f.isa, f.avx2, "avx2");
   AppendIsa(f.isa, f.fma, "fma");
@@ -74,7 +90,13 @@ CpuFeatures ProbeCpu() {
   AppendIsa(f.isa, f.amx_bf16, "amx_bf16");
   f.facts = CpuFacts(f.isa, basics,
                      {{"os_avx_state", os_avx ? "enabled" : "disabled"},
-                      {"os_avx512_state", os_avx512 ? "enabled" : "disabled"}});
+                      {"os_avx512_state", os_avx512 ? "enabled" : "disabled"},
+                      {"avx512_bf16", f.avx512bf16 ? "usable"
+                                      : cpuid_bf16 ? "no ZMM state enabled by the OS"
+                                                   : "not reported by CPUID"},
+                      {"amx_bf16", f.amx_bf16  ? "usable"
+                                   : cpuid_amx ? "no tile state (or AVX-512) enabled by the OS"
+                                               : "not reported by CPUID"}});
   return f;
 }
 

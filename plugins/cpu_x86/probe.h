@@ -18,7 +18,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
-  bool avx512bf16 = false;
+  bool avx512bf16 = false;  // CPUID.(EAX=7, ECX=1):EAX[5] read directly, and ZMM state saved
   // AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24 and 22) with the tile state enabled in XCR0
   // (bits 17 and 18) and AVX-512 usable. Linux still requires each process to ask before it
   // touches the tile data: AmxTileDataReason().
@@ -26,7 +26,8 @@ struct CpuFeatures {
   // Comma-separated names of the flags above that are set, e.g. "sse4.2,avx2,fma,f16c".
   std::string isa;
   // Probe facts in report order: isa, cpu, cores, l1d/l2/l3_cache_bytes, os_avx_state,
-  // os_avx512_state, and "cpuinfo" when its initialization failed.
+  // os_avx512_state, avx512_bf16 and amx_bf16 ("usable", or why not), and "cpuinfo" when its
+  // initialization failed.
   std::vector<std::pair<std::string, std::string>> facts;
 };
 

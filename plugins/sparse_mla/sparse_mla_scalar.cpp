@@ -1,6 +1,6 @@
 // Scalar build of the sparse MLA kernel: the portable reference implementation of the tile
-// interface (sparse_mla_kernel.h), baseline x86-64, every CPU. One lane per vector, the same
-// blocked loops as the vector builds, std::exp, and the reference decoders of
+// interface (sparse_mla_kernel.h), baseline ISA (x86-64 or AArch64), every CPU. One lane per
+// vector, the same blocked loops as the vector builds, std::exp, and the reference decoders of
 // sparse_mla_format.h.
 #include <cmath>
 #include <cstddef>

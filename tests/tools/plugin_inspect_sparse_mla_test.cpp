@@ -19,7 +19,8 @@ struct Result {
 
 Result RunTool(const std::string& arguments) {
   Result r;
-  const std::string command = std::string(ATTNRT_TEST_PLUGIN_INSPECT) + " " + arguments + " 2>&1";
+  const std::string command =
+      std::string(ATTNRT_TEST_EMULATOR) + ATTNRT_TEST_PLUGIN_INSPECT + " " + arguments + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
   char buffer[4096];
@@ -35,10 +36,18 @@ TEST(PluginInspectSparseMla, ExplainRanksEveryKernel) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["op"], "sparse_mla");
-  ASSERT_EQ(j["candidates"].size(), 3u) << r.out;
-  EXPECT_EQ(j["candidates"][0]["kernel"], "sparse_mla.sparse_mla.flash.avx512");
-  EXPECT_EQ(j["candidates"][1]["kernel"], "sparse_mla.sparse_mla.flash.avx2");
-  EXPECT_EQ(j["candidates"][2]["kernel"], "sparse_mla.sparse_mla.flash.scalar");
+#if defined(__aarch64__)
+  ASSERT_EQ(j["candidates"].size(), 2u) << r.out;
+  EXPECT_EQ(j["candidates"][0]["kernel"], "sparse_mla.sparse_mla.flash.neon");
+  EXPECT_EQ(j["candidates"][1]["kernel"], "sparse_mla.sparse_mla.flash.scalar");
+#else
+  ASSERT_EQ(j["candidates"].size(), 5u) << r.out;
+  EXPECT_EQ(j["candidates"][0]["kernel"], "sparse_mla.sparse_mla.flash.amx_bf16");
+  EXPECT_EQ(j["candidates"][1]["kernel"], "sparse_mla.sparse_mla.flash.avx512");
+  EXPECT_EQ(j["candidates"][2]["kernel"], "sparse_mla.sparse_mla.flash.avx512_bf16");
+  EXPECT_EQ(j["candidates"][3]["kernel"], "sparse_mla.sparse_mla.flash.avx2");
+  EXPECT_EQ(j["candidates"][4]["kernel"], "sparse_mla.sparse_mla.flash.scalar");
+#endif
 }
 
 TEST(PluginInspectSparseMla, RunEveryScenarioAgreesWithTheScalarKernel) {

@@ -365,23 +365,38 @@ attnrt_runtime* RuntimeFor(const std::string& kernel, int32_t num_threads) {
 }  // namespace
 
 const std::vector<std::string>& SparseMlaKernels() {
-  static const std::vector<std::string> kernels = {"sparse_mla.sparse_mla.flash.scalar",
-                                                   "sparse_mla.sparse_mla.flash.avx2",
-                                                   "sparse_mla.sparse_mla.flash.avx512"};
+  static const std::vector<std::string> kernels = {
+    "sparse_mla.sparse_mla.flash.scalar",
+#if defined(__aarch64__)
+    "sparse_mla.sparse_mla.flash.neon",
+#else
+    "sparse_mla.sparse_mla.flash.avx2",
+    "sparse_mla.sparse_mla.flash.avx512",
+    "sparse_mla.sparse_mla.flash.avx512_bf16",
+    "sparse_mla.sparse_mla.flash.amx_bf16",
+#endif
+  };
   return kernels;
 }
 
 bool SparseMlaKernelRuns(const std::string& kernel) {
   std::vector<std::string> needs;
-  if (kernel.find("avx512") != std::string::npos) {
+  if (kernel.find("amx_bf16") != std::string::npos) {
+    needs = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "amx_bf16", "fma", "f16c"};
+  } else if (kernel.find("avx512_bf16") != std::string::npos) {
+    needs = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "fma", "f16c"};
+  } else if (kernel.find("avx512") != std::string::npos) {
     needs = {"avx512f", "avx512bw", "avx512vl", "fma"};
   } else if (kernel.find("avx2") != std::string::npos) {
     needs = {"avx2", "fma", "f16c"};
+  } else if (kernel.find("neon") != std::string::npos) {
+    needs = {"neon"};
   } else {
     return true;
   }
   RuntimePtr runtime = CreateRuntime();
   for (const auto& plugin : ListPlugins(runtime.get())) {
+    if (plugin.name != "sparse_mla") continue;
     for (const auto& [key, value] : plugin.facts) {
       if (key != "isa") continue;
       const std::string isa = "," + value + ",";
