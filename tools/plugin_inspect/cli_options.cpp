@@ -23,10 +23,11 @@ po::options_description common_options(bool op_default) {
   po::options_description desc("Every op");
   desc.add_options()  //
       ("op", po::value<std::string>(),
-       op_default ? "op family: gqa (default), paged_gqa or sparse_mla"
-                  : "op family: gqa, paged_gqa or sparse_mla (default: every op)")  //
-      ("help", "show this help and exit")                                           //
-      ("json", "print machine-readable JSON")                                       //
+       op_default ? "op family: gqa (default), paged_gqa, sparse_mla or paged_gqa_varlen"
+                  : "op family: gqa, paged_gqa, sparse_mla or paged_gqa_varlen (default: every "
+                    "op)")                     //
+      ("help", "show this help and exit")      //
+      ("json", "print machine-readable JSON")  //
       ("plugin-path", po::value<std::vector<std::string>>()->composing(),
        "folder searched first for libattnrt_*.so (repeatable, in order)")  //
       ("kernel", po::value<std::string>(),
@@ -67,15 +68,19 @@ const char* op_name(OpFamily op) {
       return "paged_gqa";
     case OpFamily::kSparseMla:
       return "sparse_mla";
+    case OpFamily::kPagedGqaVarlen:
+      return "paged_gqa_varlen";
   }
   return "?";
 }
 
 OpFamily op_from_name(std::string_view name) {
-  for (OpFamily op : {OpFamily::kGqa, OpFamily::kPagedGqa, OpFamily::kSparseMla}) {
+  for (OpFamily op :
+       {OpFamily::kGqa, OpFamily::kPagedGqa, OpFamily::kSparseMla, OpFamily::kPagedGqaVarlen}) {
     if (name == op_name(op)) return op;
   }
-  throw UsageError("unknown --op '" + std::string(name) + "' (known: gqa, paged_gqa, sparse_mla)");
+  throw UsageError("unknown --op '" + std::string(name) +
+                   "' (known: gqa, paged_gqa, sparse_mla, paged_gqa_varlen)");
 }
 
 OpFamily requested_op(const std::vector<std::string>& args) {

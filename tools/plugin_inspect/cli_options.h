@@ -27,15 +27,15 @@ struct CommonFlags {
 CommonFlags read_common_flags(const po::variables_map& vm);
 
 // The op families every subcommand names with --op.
-enum class OpFamily { kGqa, kPagedGqa, kSparseMla };
-inline constexpr const char* kOpNames = "gqa|paged_gqa|sparse_mla";
+enum class OpFamily { kGqa, kPagedGqa, kSparseMla, kPagedGqaVarlen };
+inline constexpr const char* kOpNames = "gqa|paged_gqa|sparse_mla|paged_gqa_varlen";
 const char* op_name(OpFamily op);
 // Throws UsageError naming --op and the known ops.
 OpFamily op_from_name(std::string_view name);
 
 // The op the words after the subcommand ask for, read before parsing since the op decides which
 // options exist: --op NAME or --op=NAME, else gqa; --paged BLOCK_SIZE is short for --op paged_gqa
-// --block-size BLOCK_SIZE (UsageError with --op gqa or sparse_mla, or with --block-size).
+// --block-size BLOCK_SIZE (UsageError with any other --op, or with --block-size).
 OpFamily requested_op(const std::vector<std::string>& args);
 
 // Options of a subcommand and the ops they apply to (empty: every op). The caption names them.

@@ -1,6 +1,6 @@
 // plugin-inspect explain: every kernel registered for a problem of the chosen op (--op gqa,
-// paged_gqa or sparse_mla), in rank order, with "selected", "eligible" or the reason it declines.
-// Only descriptors are built (data NULL).
+// paged_gqa, sparse_mla or paged_gqa_varlen), in rank order, with "selected", "eligible" or the
+// reason it declines. Only descriptors are built (data NULL).
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -20,7 +20,8 @@ namespace plugin_inspect {
 namespace {
 
 std::string usage() {
-  return "usage: plugin-inspect explain [--op gqa|paged_gqa|sparse_mla] [options]\n"
+  return "usage: plugin-inspect explain [--op gqa|paged_gqa|sparse_mla|paged_gqa_varlen] "
+         "[options]\n"
          "       plugin-inspect explain [--op gqa] [--model NAME] [--batch B] [--seq-len S]\n"
          "           [--past-len P] [--total-len T] [--device cpu|cuda] [attribute flags]\n"
          "       plugin-inspect explain --op paged_gqa [--block-size BS] [--paged-layout "
@@ -29,6 +30,9 @@ std::string usage() {
          "       plugin-inspect explain --op sparse_mla [--scenario csa|hca|swa] [--quant-mode "
          "1|2|3]\n"
          "           [the sparse MLA options below] [--device cpu|cuda]\n"
+         "       plugin-inspect explain --op paged_gqa_varlen [--q-lens 1,1,37,1] [--seq-lens "
+         "L,...]\n"
+         "           [--block-size BS] [the packed-batch options below] [--device cpu|cuda]\n"
          "\n"
          "Ranks every kernel of the op for these shapes without running anything.\n"
          "gqa, paged_gqa: --model (default " +
@@ -39,7 +43,9 @@ std::string usage() {
          "have max(T, P) rows. paged_gqa ranks the paged kernels for the same call over block\n"
          "pools of --block-size tokens (--paged BS is short for --op paged_gqa --block-size BS)\n"
          "holding max(T, P) tokens per sequence. sparse_mla: MixedQuantSparseFlashMla shapes\n"
-         "(see its options). --device describes the tensors (not the host-read lengths and\n"
+         "(see its options). paged_gqa_varlen: one packed batch of sequences with --q-lens new\n"
+         "query rows and --seq-lens context lengths each (prefill chunks and decodes mixed).\n"
+         "--device describes the tensors (not the host-read lengths and\n"
          "tables) as living on that device, for every op. An option of another op is an error.";
 }
 
@@ -70,6 +76,7 @@ std::vector<OptionGroup> explain_groups() {
           {paged_cache_options(/*shorthand=*/true), {OpFamily::kPagedGqa}},
           {gqa_flag_options(), {OpFamily::kGqa, OpFamily::kPagedGqa}},
           {sparse_mla_options(/*run=*/false), {OpFamily::kSparseMla}},
+          {varlen_options(/*run=*/false), {OpFamily::kPagedGqaVarlen}},
           {device_options(), {}},
           {common_options(), {}}};
 }
@@ -158,6 +165,7 @@ int cmd_explain(const Args& args) {
   po::variables_map vm;
   if (!parse_command_line(args, explain_groups(), op, usage(), vm)) return 0;
   if (op == OpFamily::kSparseMla) return explain_sparse_mla(vm);
+  if (op == OpFamily::kPagedGqaVarlen) return explain_varlen(vm);
   const CommonFlags common = read_common_flags(vm);
   const attnrt_device device = device_from_flags(vm);
   const PagedFlags paged = op == OpFamily::kPagedGqa ? read_paged_flags(vm) : PagedFlags{};

@@ -15,7 +15,7 @@ namespace plugin_inspect {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: plugin-inspect list [--op gqa|paged_gqa|sparse_mla] [options]\n"
+    "usage: plugin-inspect list [--op gqa|paged_gqa|sparse_mla|paged_gqa_varlen] [options]\n"
     "\n"
     "Lists the library's version, ABI version and thread count, the plugins the runtime loaded\n"
     "(name, path, version, ABI version, availability or the reason, probe facts), their kernels\n"

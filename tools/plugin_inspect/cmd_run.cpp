@@ -16,7 +16,7 @@ namespace plugin_inspect {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: plugin-inspect run [--op gqa|paged_gqa|sparse_mla] [options]\n"
+    "usage: plugin-inspect run [--op gqa|paged_gqa|sparse_mla|paged_gqa_varlen] [options]\n"
     "       plugin-inspect run [--op gqa] [--model NAME] [--context N] [--steps N] [--batch N]\n"
     "                          [--seed N] [--check|--no-check] [--check-prompt] [--tolerance X]\n"
     "                          [attribute flags]\n"
@@ -26,6 +26,8 @@ constexpr const char* kUsage =
     "       plugin-inspect run [--op gqa] --inputs DIR --outputs DIR [--num-heads N\n"
     "                          --kv-num-heads K] [attribute flags]\n"
     "       plugin-inspect run --op sparse_mla [--scenario csa|hca|swa] [the sparse MLA options]\n"
+    "       plugin-inspect run --op paged_gqa_varlen [--q-lens 1,1,37,1] [--seq-lens L,...]\n"
+    "                          [--steps N] [the packed-batch options]\n"
     "\n"
     "Model mode (gqa, paged_gqa): a first prompt of --context tokens fills a KV cache of capacity\n"
     "context+steps (past and present share one buffer, RoPE from the preset's theta), then\n"
@@ -54,6 +56,10 @@ constexpr const char* kUsage =
     "\n"
     "Sparse MLA (sparse_mla): the metadata op and --steps timed runs on random data, checked\n"
     "against the scalar kernel.\n"
+    "\n"
+    "Packed variable-length batch (paged_gqa_varlen): one call over sequences of --q-lens new\n"
+    "rows and --seq-lens context lengths on random data, timed over --steps runs (median), its\n"
+    "output checked against the scalar kernel of the same algorithm.\n"
     "\n"
     "An option of another op is an error. Sizes are checked before anything is allocated: a run\n"
     "that needs more than this machine's physical memory is refused with the size it needs. With\n"
@@ -88,6 +94,7 @@ std::vector<OptionGroup> run_groups() {
           {paged_cache_options(/*shorthand=*/true), {OpFamily::kPagedGqa}},
           {gqa_flag_options(), {OpFamily::kGqa, OpFamily::kPagedGqa}},
           {sparse_mla_options(/*run=*/true), {OpFamily::kSparseMla}},
+          {varlen_options(/*run=*/true), {OpFamily::kPagedGqaVarlen}},
           {common_options(), {}}};
 }
 
@@ -113,6 +120,7 @@ int cmd_run(const Args& args) {
   po::variables_map vm;
   if (!parse_command_line(args, run_groups(), op, kUsage, vm)) return 0;
   if (op == OpFamily::kSparseMla) return run_sparse_mla(vm);
+  if (op == OpFamily::kPagedGqaVarlen) return run_varlen(vm);
 
   RunOptions options;
   options.common = read_common_flags(vm);

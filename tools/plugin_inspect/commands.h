@@ -24,6 +24,12 @@ po::options_description sparse_mla_options(bool run);
 int explain_sparse_mla(const po::variables_map& vm);
 int run_sparse_mla(const po::variables_map& vm);
 
+// explain/run --op paged_gqa_varlen (varlen_commands.cpp): the options (run adds --steps, --seed)
+// and the commands on parsed options.
+po::options_description varlen_options(bool run);
+int explain_varlen(const po::variables_map& vm);
+int run_varlen(const po::variables_map& vm);
+
 // Shared by explain's ops (cmd_explain.cpp): --device, the candidates as JSON, and the text table
 // of result["candidates"] under a headline.
 attnrt_device device_from_flags(const po::variables_map& vm);

@@ -1,6 +1,6 @@
 // plugin-inspect: lists attnrt plugins and kernels, explains kernel choice for a problem of an op
-// (gqa, paged_gqa, sparse_mla), and runs workloads of the op (model presets, .npy inputs, sparse
-// MLA shapes) checked against the scalar kernel of the same algorithm.
+// (gqa, paged_gqa, sparse_mla, paged_gqa_varlen), and runs workloads of the op (model presets, .npy
+// inputs, sparse MLA shapes) checked against the scalar kernel of the same algorithm.
 #include <exception>
 #include <iostream>
 #include <new>
@@ -31,7 +31,9 @@ void print_help(std::ostream& os) {
         "\n"
         "ops (--op, on every command): gqa (default), paged_gqa (paged KV cache; --paged\n"
         "BLOCK_SIZE is short for --op paged_gqa --block-size BLOCK_SIZE), sparse_mla\n"
-        "(MixedQuantSparseFlashMla). An option that does not apply to the op is an error.\n"
+        "(MixedQuantSparseFlashMla), paged_gqa_varlen (packed variable-length batches over a\n"
+        "paged KV cache: --q-lens, --seq-lens). An option that does not apply to the op is an\n"
+        "error.\n"
         "\n"
         "Every command takes --op, --json, --help and the runtime options --plugin-path DIR\n"
         "(repeatable), --kernel GLOBS, --disable GLOBS, --threads N, --no-default-paths.\n"
