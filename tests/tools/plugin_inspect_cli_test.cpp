@@ -1,4 +1,5 @@
-// plugin-inspect's command-line grammar and checks, black-box: one --op gqa|paged_gqa|sparse_mla
+// plugin-inspect's command-line grammar and checks, black-box: one --op
+// gqa|paged_gqa|sparse_mla|paged_gqa_varlen
 // on list, explain and run (--paged as a shorthand); an option of another op is an error naming
 // it; --device for every op; --dtype errors list only valid dtypes; explain and run default to
 // one preset; list/explain JSON carry the library version, ABI version, threads and the problem;
@@ -115,7 +116,7 @@ TEST_F(PluginInspectCli, ListTakesOp) {
   }
   EXPECT_EQ(kernels > 0, kPagedKernels) << r.out;
   ExpectUsageError({"list", "--op", "mla"},
-                   "unknown --op 'mla' (known: gqa, paged_gqa, sparse_mla)");
+                   "unknown --op 'mla' (known: gqa, paged_gqa, sparse_mla, paged_gqa_varlen)");
 }
 
 TEST_F(PluginInspectCli, EveryHelpListsEveryOp) {
@@ -123,10 +124,11 @@ TEST_F(PluginInspectCli, EveryHelpListsEveryOp) {
                                                {"list", "--help"},
                                                {"explain", "--help"},
                                                {"run", "--help"},
-                                               {"explain", "--op", "sparse_mla", "--help"}}) {
+                                               {"explain", "--op", "sparse_mla", "--help"},
+                                               {"run", "--op", "paged_gqa_varlen", "--help"}}) {
     const Result r = Run(args);
     EXPECT_EQ(r.exit_code, 0) << args[0] << "\n" << r.all();
-    for (const char* op : {"gqa", "paged_gqa", "sparse_mla"}) {
+    for (const char* op : {"gqa", "paged_gqa", "sparse_mla", "paged_gqa_varlen"}) {
       EXPECT_TRUE(Contains(r.out, std::string(" ") + op) || Contains(r.out, std::string("|") + op))
           << args[0] << " --help lacks " << op << ":\n"
           << r.out;
