@@ -158,6 +158,29 @@ void TensorList::release(size_t index) {
     return new Tensors(PagedGqaOutput.NUM_OUTPUTS.swigValue());
   }
 
+  /** An empty list of the 12 packed varlen paged GQA input positions ({@link PagedGqaVarlenInput}). */
+  public static Tensors pagedGqaVarlenInputs() {
+    return new Tensors(PagedGqaVarlenInput.NUM_INPUTS.swigValue());
+  }
+
+  /** An empty list of the packed varlen paged GQA output position ({@link PagedGqaVarlenOutput}). */
+  public static Tensors pagedGqaVarlenOutputs() {
+    return new Tensors(PagedGqaVarlenOutput.NUM_OUTPUTS.swigValue());
+  }
+
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a packed varlen paged GQA input. */
+  public Tensors set(PagedGqaVarlenInput input, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return setNamed(input.swigValue(), input.name().toLowerCase(java.util.Locale.ROOT), buffer, dtype,
+        shape);
+  }
+
+  /** {@link #set(long, java.nio.Buffer, DType, long...)} at a packed varlen paged GQA output. */
+  public Tensors set(PagedGqaVarlenOutput output, java.nio.Buffer buffer, DType dtype,
+      long... shape) {
+    return setNamed(output.swigValue(), output.name().toLowerCase(java.util.Locale.ROOT), buffer,
+        dtype, shape);
+  }
+
   /** An empty list of the 18 sparse MLA input positions ({@link SparseMlaInput}), also the
    *  metadata op's. */
   public static Tensors sparseMlaInputs() {
