@@ -110,6 +110,21 @@ TEST_F(PluginInspectVarlen, ExplainRanksTheKernelsForThePackedBatch) {
       << text.out;
 }
 
+TEST_F(PluginInspectVarlen, DeviceDescribesTheTensorsButNotTheHostReadOnes) {
+  std::vector<std::string> args = Problem("explain");
+  args.insert(args.end(), {"--json", "--device", "cuda"});
+  const Result r = Run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const json doc = ParseJson(r);
+  EXPECT_EQ(doc["device"], "cuda");
+  for (const char* name : {"query", "key", "value", "key_cache", "value_cache", "output"}) {
+    EXPECT_EQ(Tensor(doc["problem"], name)["device"], "cuda") << name << "\n" << r.out;
+  }
+  for (const char* name : {"query_start_loc", "seq_lens", "block_table"}) {
+    EXPECT_EQ(Tensor(doc["problem"], name)["device"], "cpu") << name << "\n" << r.out;
+  }
+}
+
 TEST_F(PluginInspectVarlen, RunTimesTheOpAndChecksItAgainstTheScalarKernel) {
   std::vector<std::string> args = Problem("run");
   args.insert(args.end(), {"--json", "--steps", "3", "--seed", "5"});
@@ -162,6 +177,12 @@ TEST_F(PluginInspectVarlen, BadLengthsAndOptionsOfOtherOpsAreUsageErrors) {
                    "paged_gqa_varlen)");
   ExpectUsageError({"run", "--op", "gqa", "--seq-lens", "4"},
                    "--seq-lens does not apply to --op gqa (an option of --op paged_gqa_varlen)");
+  ExpectUsageError({"explain", "--op", "paged_gqa_varlen", "--q-lens", "2000000000,2000000000",
+                    "--seq-lens", "2000000000,2000000000"},
+                   "--q-lens: the query rows add up to 4000000000, more than query_start_loc");
+  ExpectUsageError({"explain", "--op", "paged_gqa_varlen", "--q-lens", "1,1", "--seq-lens",
+                    "2000000000,2000000000", "--block-size", "1"},
+                   "--seq-lens: the sequences need 4000000000 blocks of --block-size 1");
   ExpectUsageError({"explain", "--op", "paged_gqa_varlen", "--paged", "8"},
                    "does not apply to --op paged_gqa_varlen");
 }

@@ -5,6 +5,7 @@
 // chosen kernel's algorithm on the same inputs.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -119,6 +120,16 @@ VarlenConfig config_from(const po::variables_map& vm) {
     const int64_t blocks = (c.seq_lens[b] + c.attributes.block_size - 1) / c.attributes.block_size;
     c.max_blocks = std::max(c.max_blocks, blocks);
     c.num_blocks += blocks;
+  }
+  // query_start_loc and the block table are int32.
+  if (c.num_tokens > INT32_MAX) {
+    throw UsageError("--q-lens: the query rows add up to " + std::to_string(c.num_tokens) +
+                     ", more than query_start_loc (int32) holds (2147483647)");
+  }
+  if (c.num_blocks > INT32_MAX) {
+    throw UsageError("--seq-lens: the sequences need " + std::to_string(c.num_blocks) +
+                     " blocks of --block-size " + std::to_string(c.attributes.block_size) +
+                     ", more than block_table (int32) numbers (2147483647)");
   }
   return c;
 }
