@@ -274,7 +274,19 @@ def e2e(args):
     return "\n".join(lines)
 
 
+def request_amx_permission():
+    """vLLM's bfloat16 kernel uses AMX tiles without asking Linux for the tile-data state (attnrt's
+    plugins ask when they load); a run of vLLM's cells alone would die of SIGILL. Ask here, once."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+    libc.syscall(arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata)  # fails harmlessly without AMX
+
+
 def main():
+    request_amx_permission()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
     p.add_argument("--contexts", default=None, help="comma-separated contexts (e.g. 1024)")
