@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -91,12 +92,37 @@ void* Workspace(size_t size, size_t alignment) {
   return reinterpret_cast<void*>((base + alignment - 1) / alignment * alignment);
 }
 
-void Run(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-         const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& block_table,
-         const at::Tensor& out, const c10::optional<at::Tensor>& k,
-         const c10::optional<at::Tensor>& v, const c10::optional<at::Tensor>& slot_mapping,
-         const c10::optional<at::Tensor>& sinks, double softmax_scale, int64_t window_left,
-         double softcap, const std::string& kv_layout) {
+// The operator takes negative and conjugate views itself (the Negative and Conjugate keys fall
+// through to it: torch's fallback for them cannot write a mutable argument back): a read-only
+// one is materialized, one the call writes is refused by name.
+at::Tensor Resolved(const at::Tensor& t) {
+  return t.is_neg() || t.is_conj() ? t.resolve_conj().resolve_neg() : t;
+}
+c10::optional<at::Tensor> Resolved(const c10::optional<at::Tensor>& t) {
+  if (!t.has_value()) return t;
+  return Resolved(*t);
+}
+void CheckWritable(const at::Tensor& t, const char* name) {
+  ATTNRT_TORCH_CHECK_ARG(
+      !t.is_neg() && !t.is_conj(), name, ": expected a tensor the call can write, got a ",
+      t.is_neg() ? "negative" : "conjugate", " view (torch._neg_view / conj); resolve it first");
+}
+
+void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
+         const at::Tensor& v_cache, const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
+         const at::Tensor& block_table, const at::Tensor& out,
+         const c10::optional<at::Tensor>& k_view, const c10::optional<at::Tensor>& v_view,
+         const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks_view,
+         double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout) {
+  CheckWritable(k_cache, "k_cache");
+  CheckWritable(v_cache, "v_cache");
+  CheckWritable(out, "out");
+  const at::Tensor q = Resolved(q_view);
+  const c10::optional<at::Tensor> k = Resolved(k_view), v = Resolved(v_view);
+  const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
+  // window_left + 1 is the op's int32 local_window_size (as the Python path refuses more).
+  ATTNRT_TORCH_CHECK_ARG(window_left < int64_t{INT32_MAX}, "window_left: expected -1 (off) or 0..",
+                         int64_t{INT32_MAX} - 1, ", got ", window_left);
   // The attributes, from the shapes as attnrt.paged_attention_varlen derives them.
   OpKey key;
   key.kv_layout = KvLayout(kv_layout);
@@ -191,6 +217,16 @@ TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("_release_runtime(int runtime) -> ()", &ReleaseRuntime);
   m.def("_use_runtime(int runtime) -> ()", &UseRuntime);
   m.def("_runtime_stats(int runtime) -> int[]", &RuntimeStats);
+}
+
+// Negative and conjugate views reach the CPU kernel as they are (Resolved, CheckWritable).
+TORCH_LIBRARY_IMPL(attnrt, Negative, m) {
+  m.impl("paged_attention_varlen", torch::CppFunction::makeFallthrough());
+  m.impl("_paged_attention_varlen_on", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(attnrt, Conjugate, m) {
+  m.impl("paged_attention_varlen", torch::CppFunction::makeFallthrough());
+  m.impl("_paged_attention_varlen_on", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(attnrt, CPU, m) {

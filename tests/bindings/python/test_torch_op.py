@@ -263,3 +263,53 @@ def test_runtime_of_the_call_is_used_and_a_closed_one_is_refused():
         attnrt.paged_attention_varlen(rt, *args, kv_layout="BSNH")
     with pytest.raises(ValueError, match="runtime is closed"):
         torch.ops.attnrt._paged_attention_varlen_on(rid, *args, torch.empty_like(batch.q))
+
+
+def _small_call(g):
+    """A valid small call (BSNH, two sequences) as keyword arguments of the operator."""
+    return dict(q=torch.randn(3, N, H, generator=g),
+                k_cache=torch.randn(4, BS, NKV, H, generator=g),
+                v_cache=torch.randn(4, BS, NKV, H, generator=g),
+                cu_seqlens_q=torch.tensor([0, 1, 3], dtype=torch.int32),
+                seq_lens=torch.tensor([5, 18], dtype=torch.int32),
+                block_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+                out=torch.full((3, N, H), 7.0), kv_layout="BSNH")
+
+
+def test_negative_views_read_as_their_values_and_are_refused_where_written():
+    """A negative view (torch._neg_view) of q is read as its values; one of a cache or out (torch's
+    own fallback cannot write it back: an internal assert, then an abort at exit) is refused by
+    name and nothing is written."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    expected = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, q=-call["q"], out=expected))
+    got = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, q=torch._neg_view(call["q"]), out=got))
+    assert torch.equal(got, expected)
+    for name in ("k_cache", "v_cache", "out"):
+        kw = dict(call)
+        kw[name] = torch._neg_view(call[name])
+        before = {n: call[n].clone() for n in ("k_cache", "v_cache", "out")}
+        with pytest.raises(ValueError, match=rf"^ATTNRT_ERROR_INVALID_ARGUMENT: {name}: expected "
+                                             r"a tensor the call can write, got a negative view"):
+            torch.ops.attnrt.paged_attention_varlen(**kw)
+        assert all(torch.equal(call[n], before[n]) for n in before)
+
+
+@pytest.mark.parametrize("window_left", [2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**40])
+def test_window_left_past_int32_is_refused_not_wrapped(window_left):
+    """window_left + 1 is the op's int32 local_window_size: 2**32 + 1 had wrapped to a window of 2
+    keys (a silently different result), 2**31 - 1 to a negative size; the Python path refuses
+    them too."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    with pytest.raises(ValueError, match=r"window_left: expected -1 \(off\) or 0\.\.2147483646, "
+                                         rf"got {window_left}"):
+        torch.ops.attnrt.paged_attention_varlen(**call, window_left=window_left)
+    assert torch.all(call["out"] == 7.0)
+    # The largest window there is sees every key: the result without a window.
+    full = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, out=full))
+    torch.ops.attnrt.paged_attention_varlen(**call, window_left=2**31 - 2)
+    assert torch.equal(call["out"], full)
