@@ -313,3 +313,15 @@ def test_window_left_past_int32_is_refused_not_wrapped(window_left):
     torch.ops.attnrt.paged_attention_varlen(**dict(call, out=full))
     torch.ops.attnrt.paged_attention_varlen(**call, window_left=2**31 - 2)
     assert torch.equal(call["out"], full)
+
+
+@pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
+def test_a_value_that_rounds_to_zero_in_float32_is_refused(name):
+    """0 means the default scale and no softcap; 1e-50 (a valid double) became float32 0 and was
+    silently read as that."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    with pytest.raises(ValueError, match=rf"^ATTNRT_ERROR_INVALID_ARGUMENT: {name}: 1e-50 rounds "
+                                         r"to 0 in float32"):
+        torch.ops.attnrt.paged_attention_varlen(**call, **{name: 1e-50})
+    assert torch.all(call["out"] == 7.0)
