@@ -147,10 +147,10 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   ATTNRT_TORCH_CHECK_ARG(softmax_scale == 0.0 || key.scale != 0.0f,
                          "softmax_scale: ", softmax_scale,
                          " rounds to 0 in float32, which means the default 1/sqrt(head_size); "
-                         "expected 0 or a magnitude of at least 1.4e-45");
+                         "expected 0 or a magnitude above 2^-150 (7.0e-46)");
   ATTNRT_TORCH_CHECK_ARG(softcap == 0.0 || key.softcap != 0.0f, "softcap: ", softcap,
                          " rounds to 0 in float32, which means no softcap; expected 0 or a "
-                         "magnitude of at least 1.4e-45");
+                         "magnitude above 2^-150 (7.0e-46)");
   key.local_window_size = window_left >= 0 ? static_cast<int32_t>(window_left + 1) : -1;
   const std::shared_ptr<CachedOp> op = VarlenOp(runtime, key);
 

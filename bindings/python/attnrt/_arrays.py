@@ -114,13 +114,19 @@ def integer(value: Any, name: str, bits: int = 64) -> int:
 
 
 def attribute(value: Any, kind: type, name: str) -> Any:
-    """An attribute value converted to `kind` (int: 32-bit; float: any real), or
-    InvalidArgumentError naming the attribute."""
+    """An attribute value converted to `kind` (int: 32-bit; float: any real that does not round
+    to 0 in float32, the attributes' type, unless it is 0), or InvalidArgumentError naming the
+    attribute."""
     if kind is int:
         return integer(value, name, 32)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{name}: expected a number, got {value!r}")
-    return float(value)
+    value = float(value)
+    if value != 0.0 and abs(value) <= 2.0**-150:  # float32 rounds it to 0 (0 means the default)
+        raise InvalidArgumentError(
+            f"{name}: {value!r} rounds to 0 in float32, which the op reads as 0; expected 0 or a "
+            f"magnitude above 2^-150 (7.0e-46)")
+    return value
 
 
 def set_attributes(native: Any, values: dict[str, Any], types: dict[str, type],

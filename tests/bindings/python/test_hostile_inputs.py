@@ -3,6 +3,8 @@
 memory the caller marked read-only."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,18 @@ def test_meta_tensors_mixed_with_cpu_tensors_are_an_error():
                              torch.zeros(1, 1, NKV * H), torch.empty(1, NKV, 8, H, device="meta"),
                              torch.zeros(1, NKV, 8, H), torch.tensor([3], dtype=torch.int32), 4,
                              N, NKV)
+
+
+@pytest.mark.parametrize("name", ["scale", "softcap"])
+@pytest.mark.parametrize("value", [1e-50, -1e-46, 2.0**-150])
+def test_float_attributes_that_round_to_zero_are_refused(rt, name, value):
+    """The float attributes are float32, where 0 means the default (scale 1/sqrt(H), no softcap):
+    a nonzero value that rounds to 0 was silently read as that; 2^-150 + one step is the smallest
+    one float32 keeps (as 2^-149)."""
+    q, k, v = decode_inputs()
+    with pytest.raises(attnrt.InvalidArgumentError, match=rf"{name}: .* rounds to 0 in float32"):
+        attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
+                   kv_num_heads=NKV, **{name: value})
+    kept = math.nextafter(2.0**-150, 1.0)
+    attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
+               kv_num_heads=NKV, **{name: kept})
