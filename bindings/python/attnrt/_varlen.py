@@ -84,6 +84,8 @@ def _window(window_size) -> int:
             f"window_size: right must be 0 or -1 (causal attention sees no later key), got {right}")
     if left < -1:
         raise InvalidArgumentError(f"window_size: left must be -1 (off) or >= 0, got {left}")
+    if left >= 2**31 - 1:  # left + 1 is the op's int32 local_window_size
+        raise InvalidArgumentError(f"window_size: left must be below 2^31 - 1, got {left}")
     return -1 if left < 0 else left + 1
 
 

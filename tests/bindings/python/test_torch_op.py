@@ -325,3 +325,20 @@ def test_a_value_that_rounds_to_zero_in_float32_is_refused(name):
                                          r"to 0 in float32"):
         torch.ops.attnrt.paged_attention_varlen(**call, **{name: 1e-50})
     assert torch.all(call["out"] == 7.0)
+
+
+@pytest.mark.parametrize("through", ["function", "python_path"])
+def test_window_size_past_int32_names_window_size(through):
+    """attnrt.paged_attention_varlen's window_size (left, 0) past int32 is refused naming
+    window_size on both paths (the C++ operator's path had reported it as its window_left)."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    args = [call[n] for n in ("q", "k_cache", "v_cache", "cu_seqlens_q", "seq_lens",
+                              "block_table")]
+    fn = (attnrt.paged_attention_varlen if through == "function"
+          else _varlen.paged_attention_varlen_python)
+    with attnrt.Runtime(num_threads=1) as rt:
+        with pytest.raises(attnrt.InvalidArgumentError,
+                           match=r"window_size: left must be below 2\^31 - 1, got 2147483647"):
+            fn(rt, *args, out=call["out"], window_size=(2**31 - 1, 0), kv_layout="BSNH")
+    assert torch.all(call["out"] == 7.0)
