@@ -51,6 +51,25 @@ attnrt_dtype Dtype(const at::Tensor& t, const char* name) {
 attnrt_tensor Describe(const at::Tensor& t, const char* name) {
   ATTNRT_TORCH_CHECK_ARG(t.layout() == at::kStrided, name,
                          ": expected a strided (dense) tensor, got ", t.layout());
+  // The elements must lie in the tensor's storage: torch does not check it again after a view was
+  // made, and a storage resized under its views (untyped_storage().resize_) would have the kernel
+  // read or write past the allocation.
+  if (t.numel() > 0) {
+    int64_t last = t.storage_offset();  // the farthest element, in elements (strides are >= 0)
+    bool overflow = false;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      int64_t step = 0;
+      overflow |= __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &step);
+      overflow |= __builtin_add_overflow(last, step, &last);
+    }
+    int64_t end = 0;
+    overflow |= __builtin_add_overflow(last, int64_t{1}, &end);
+    overflow |= __builtin_mul_overflow(end, static_cast<int64_t>(t.element_size()), &end);
+    const int64_t held = t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+    ATTNRT_TORCH_CHECK_ARG(!overflow && end <= held, name, ": its elements (shape ", t.sizes(),
+                           ", strides ", t.strides(), ", storage offset ", t.storage_offset(),
+                           ") reach past its storage of ", held, " bytes");
+  }
   attnrt_tensor d{};
   d.data = t.data_ptr();
   if (t.is_cpu()) {

@@ -342,3 +342,17 @@ def test_window_size_past_int32_names_window_size(through):
                            match=r"window_size: left must be below 2\^31 - 1, got 2147483647"):
             fn(rt, *args, out=call["out"], window_size=(2**31 - 1, 0), kv_layout="BSNH")
     assert torch.all(call["out"] == 7.0)
+
+
+@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache", "block_table", "out"])
+def test_a_storage_smaller_than_the_view_is_refused(name):
+    """A storage resized under its view (untyped_storage().resize_, as sharded-parameter code
+    does) keeps the view's shape: the kernels had read or written past the allocation (heap
+    corruption); with no storage at all the C ABI saw a NULL pointer."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    call[name] = call[name].clone()
+    call[name].untyped_storage().resize_(4)
+    with pytest.raises(ValueError, match=rf"^ATTNRT_ERROR_INVALID_ARGUMENT: {name}: its elements "
+                                         r"\(shape .*\) reach past its storage of 4 bytes"):
+        torch.ops.attnrt.paged_attention_varlen(**call)
