@@ -17,6 +17,27 @@ def is_torch(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+def check_storage(values: list, names: tuple, kind: str) -> None:
+    """Raises InvalidArgumentError naming a torch tensor among `values` whose elements reach past
+    its storage (a storage resized under its view, untyped_storage().resize_): DLPack carries no
+    allocation size, so the kernels would read or write past it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for name, value in zip(names, values):
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided \
+                or value.is_meta or value.numel() == 0:
+            continue
+        last = value.storage_offset() + sum((n - 1) * st for n, st in zip(value.shape,
+                                                                          value.stride()))
+        held = value.untyped_storage().nbytes()
+        if (last + 1) * value.element_size() > held:
+            raise InvalidArgumentError(
+                f"{kind} '{name}': its elements (shape {list(value.shape)}, strides "
+                f"{list(value.stride())}, storage offset {value.storage_offset()}) reach past its "
+                f"storage of {held} bytes")
+
+
 def shape_of(value: Any, name: str) -> tuple[int, ...]:
     """The shape of an array of any framework (numpy, torch, buffer-protocol objects, DLPack)."""
     if value is None:

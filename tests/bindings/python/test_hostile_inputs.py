@@ -104,3 +104,20 @@ def test_float_attributes_that_round_to_zero_are_refused(rt, name, value):
     kept = math.nextafter(2.0**-150, 1.0)
     attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
                kv_num_heads=NKV, **{name: kept})
+
+
+@pytest.mark.parametrize("which, kind", [("query", "input"), ("output", "output")])
+def test_torch_tensor_past_its_storage_is_refused(rt, which, kind):
+    """A torch tensor whose storage was resized under it (untyped_storage().resize_) keeps its
+    shape, and DLPack carries no allocation size: the kernel had read or written past the
+    allocation (heap corruption)."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x).clone() for x in decode_inputs())
+    out = torch.zeros_like(q)
+    victim = q if which == "query" else out
+    victim.untyped_storage().resize_(4)
+    with pytest.raises(attnrt.InvalidArgumentError,
+                       match=rf"{kind} '{which}': its elements \(shape \[1, 1, {N * H}\].*\) "
+                             r"reach past its storage of 4 bytes"):
+        attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
+                   kv_num_heads=NKV, output=out)
