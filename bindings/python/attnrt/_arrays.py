@@ -17,16 +17,25 @@ def is_torch(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def check_storage(values: list, names: tuple, kind: str) -> None:
-    """Raises InvalidArgumentError naming a torch tensor among `values` whose elements reach past
-    its storage (a storage resized under its view, untyped_storage().resize_): DLPack carries no
-    allocation size, so the kernels would read or write past it."""
+def check_torch_tensors(values: list, names: tuple, kind: str) -> None:
+    """Checks the torch tensors among `values` (in place) before DLPack describes them: a negative
+    view (torch._neg_view), which DLPack exports as its stored values, is replaced by its values
+    for an input and refused for an output (the call writes it); a tensor whose elements reach
+    past its storage (a storage resized under its view, untyped_storage().resize_) is refused, as
+    DLPack carries no allocation size and the kernels would read or write past it."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
-    for name, value in zip(names, values):
-        if not isinstance(value, torch.Tensor) or value.layout != torch.strided \
-                or value.is_meta or value.numel() == 0:
+    for i, (name, value) in enumerate(zip(names, values)):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.is_neg():
+            if kind == "output":
+                raise InvalidArgumentError(
+                    f"output '{name}': expected a tensor the call can write, got a negative view "
+                    f"(torch._neg_view); resolve it first")
+            values[i] = value = value.resolve_neg()
+        if value.layout != torch.strided or value.is_meta or value.numel() == 0:
             continue
         last = value.storage_offset() + sum((n - 1) * st for n, st in zip(value.shape,
                                                                           value.stride()))

@@ -96,7 +96,7 @@ class Op:
                         out[i] = _arrays.host_int_array(out[i], dtype)
                     except (TypeError, ValueError, OverflowError) as e:
                         raise InvalidArgumentError(f"{name}: {e}") from None
-        _arrays.check_storage(out, names, kind)
+        _arrays.check_torch_tensors(out, names, kind)
         return out
 
     def _lists(self, inputs, outputs) -> tuple["_c.Tensors", "_c.Tensors"]:
@@ -263,7 +263,7 @@ class Plan:
         try:
             ti.assign(op._positional(inputs, False), False, op.KIND, False, op._written)
             if type(outputs) is list:
-                _arrays.check_storage(outputs, op.OUTPUTS, "output")
+                _arrays.check_torch_tensors(outputs, op.OUTPUTS, "output")
             to.assign(outputs if type(outputs) is list else op._positional(outputs, True), True,
                       op.KIND, True)
             self._h().run(ti, to)

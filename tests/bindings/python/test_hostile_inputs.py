@@ -121,3 +121,21 @@ def test_torch_tensor_past_its_storage_is_refused(rt, which, kind):
                              r"reach past its storage of 4 bytes"):
         attnrt.gqa(rt, q, k, v, seqlens_k=[0], total_sequence_length=1, num_heads=N,
                    kv_num_heads=NKV, output=out)
+
+
+def test_torch_negative_views_read_as_their_values_and_are_refused_as_outputs(rt):
+    """DLPack exports a negative view (torch._neg_view) as its stored values: a query read as -q
+    gave the result of q, and an output came back negated."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn((1, 2, N * H), generator=g)  # a prompt of two tokens: the query matters
+    k, v = (torch.randn((1, 2, NKV * H), generator=g) for _ in range(2))
+    kw = dict(seqlens_k=[1], total_sequence_length=2, num_heads=N, kv_num_heads=NKV)
+    want = attnrt.gqa(rt, -q, k, v, **kw)[0]
+    assert not torch.equal(want, attnrt.gqa(rt, q, k, v, **kw)[0])
+    assert torch.equal(attnrt.gqa(rt, torch._neg_view(q), k, v, **kw)[0], want)
+    out = torch._neg_view(torch.zeros_like(q))
+    with pytest.raises(attnrt.InvalidArgumentError,
+                       match=r"output 'output': expected a tensor the call can write, got a "
+                             r"negative view"):
+        attnrt.gqa(rt, q, k, v, output=out, **kw)
