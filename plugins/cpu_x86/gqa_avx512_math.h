@@ -11,6 +11,7 @@
 #endif
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 
 namespace attnrt::cpu {
@@ -160,6 +161,36 @@ inline void RowScale(float alpha, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(mask, y + i)));
   }
 }
+
+constexpr size_t kCacheLine = 64;
+
+// Spreads the prefetch of a byte range over `steps` calls of Step(): the next block streams in
+// while this one is computed, without a burst that would crowd out the demand loads. Into L2, or
+// into L1 with to_l1 (for data needed within the next few microseconds).
+class Prefetcher {
+ public:
+  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
+      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
+    const size_t lines = (bytes + kCacheLine - 1) / kCacheLine;
+    const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
+    per_step_ = (lines + n - 1) / n;
+  }
+  void Step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kCacheLine) {
+      if (to_l1_) {
+        _mm_prefetch(next_, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(next_, _MM_HINT_T1);
+      }
+    }
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  bool to_l1_;
+  size_t per_step_ = 0;
+};
 
 }  // namespace
 }  // namespace attnrt::cpu

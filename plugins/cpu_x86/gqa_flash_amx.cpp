@@ -68,7 +68,6 @@
 namespace attnrt::cpu {
 namespace {
 
-constexpr size_t kLine = 64;
 // As gqa.flash.avx512: tiles taller than this are prompts (the transposed-K score kernel); shorter
 // ones are decode tiles, which gqa.flash.avx512 runs.
 constexpr int64_t kTallRows = 8;
@@ -79,32 +78,6 @@ constexpr int64_t kPairWords = 8192;
 constexpr int64_t kQueryWords = 8192;
 constexpr int64_t kWideFloats = 8192;
 constexpr int64_t kWideKeys = 64;
-
-// Spreads the prefetch of a byte range over `steps` calls of Step() (as gqa.flash.avx512's).
-class Prefetcher {
- public:
-  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
-      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
-    const size_t lines = (bytes + kLine - 1) / kLine;
-    const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
-    per_step_ = (lines + n - 1) / n;
-  }
-  void Step() {
-    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine) {
-      if (to_l1_) {
-        _mm_prefetch(next_, _MM_HINT_T0);
-      } else {
-        _mm_prefetch(next_, _MM_HINT_T1);
-      }
-    }
-  }
-
- private:
-  const char* next_;
-  const char* end_;
-  bool to_l1_;
-  size_t per_step_ = 0;
-};
 
 // Lanes of 16 float32 values (as bits) that are no bfloat16 value (a nonzero low half) or a
 // subnormal.

@@ -63,34 +63,6 @@ constexpr int64_t kKeyChunk = 64;
 // per second of the hardware prefetcher alone).
 constexpr size_t kKeyLeadBytes = 8192;
 
-// Spreads the prefetch of a byte range over `steps` calls of Step(): the next block streams in
-// while this one is computed, without a burst that would crowd out the demand loads. Into L2, or
-// into L1 with to_l1 (for data needed within the next few microseconds).
-class Prefetcher {
- public:
-  Prefetcher(const void* begin, size_t bytes, int64_t steps, bool to_l1 = false)
-      : next_(static_cast<const char*>(begin)), end_(next_ + bytes), to_l1_(to_l1) {
-    const size_t lines = (bytes + kLine - 1) / kLine;
-    const size_t n = steps > 0 ? static_cast<size_t>(steps) : 1;
-    per_step_ = (lines + n - 1) / n;
-  }
-  void Step() {
-    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine) {
-      if (to_l1_) {
-        _mm_prefetch(next_, _MM_HINT_T0);
-      } else {
-        _mm_prefetch(next_, _MM_HINT_T1);
-      }
-    }
-  }
-
- private:
-  const char* next_;
-  const char* end_;
-  bool to_l1_;
-  size_t per_step_ = 0;
-};
-
 // The K or V rows of a block for cache type kType: row j at data + j * row_bytes. Scale(d, mask)
 // is the dequantization scale of elements [d, d + 16), loaded once per 16 columns for all rows of
 // a register block; Load(j, d, scale, mask) is elements [d, d + 16) of row j as float32 (q * scale
