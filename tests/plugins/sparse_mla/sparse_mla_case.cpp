@@ -528,4 +528,23 @@ bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs
   return ok;
 }
 
+SparseMlaResult RunSparseMlaCall(SparseMlaCase& c, const std::string& kernel) {
+  c.Poison();
+  std::string error, chosen;
+  EXPECT_EQ(RunSparseMla(c, kernel, &error, &chosen), ATTNRT_OK) << error;
+  EXPECT_EQ(chosen, kernel);
+  SparseMlaResult r;
+  const Tensor& o = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT];
+  const auto* bits = static_cast<const uint16_t*>(const_cast<Tensor&>(o).data());
+  for (int64_t i = 0; i < o.numel(); ++i) {
+    const uint32_t x = static_cast<uint32_t>(bits[i]) << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    r.out.push_back(f);
+  }
+  Tensor& l = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE];
+  for (int64_t i = 0; i < l.numel(); ++i) r.lse.push_back(l.f32()[i]);
+  return r;
+}
+
 }  // namespace attnrt_test

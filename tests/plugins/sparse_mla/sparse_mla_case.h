@@ -91,6 +91,16 @@ attnrt_status RunSparseMlaMain(SparseMlaCase& c, const std::string& kernel, std:
 bool CompareWithReference(SparseMlaCase& c, std::string* report, double* max_abs_error = nullptr,
                           double min_close_fraction = 0.995);
 
+// One call's results in float64: attn_out (rows * heads * 512) and softmax_lse (rows * heads).
+struct SparseMlaResult {
+  std::vector<double> out;
+  std::vector<double> lse;
+};
+
+// Poisons the outputs, runs the case with `kernel` pinned (expecting success and that kernel) and
+// returns its outputs.
+SparseMlaResult RunSparseMlaCall(SparseMlaCase& c, const std::string& kernel);
+
 inline constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
 inline constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};

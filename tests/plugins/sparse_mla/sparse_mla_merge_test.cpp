@@ -22,33 +22,6 @@ constexpr int64_t kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 
 const std::vector<std::string>& kKernels = SparseMlaKernels();
 
-double Bf16(uint16_t bits) {
-  const uint32_t x = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-// One call's results in float64.
-struct Result {
-  std::vector<double> out;  // rows * heads * kD
-  std::vector<double> lse;  // rows * heads
-};
-
-Result RunCall(SparseMlaCase& c, const std::string& kernel) {
-  c.Poison();
-  std::string error, chosen;
-  EXPECT_EQ(RunSparseMla(c, kernel, &error, &chosen), ATTNRT_OK) << error;
-  EXPECT_EQ(chosen, kernel);
-  Result r;
-  const Tensor& o = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT];
-  const auto* bits = static_cast<const uint16_t*>(const_cast<Tensor&>(o).data());
-  for (int64_t i = 0; i < o.numel(); ++i) r.out.push_back(Bf16(bits[i]));
-  Tensor& l = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE];
-  for (int64_t i = 0; i < l.numel(); ++i) r.lse.push_back(l.f32()[i]);
-  return r;
-}
-
 // Two batches of 4 query rows, 40 and 2 ori keys, every key visible (ori_mask_mode 0): in batch 1
 // rows 0 and 1 see no key at all (queries aligned to the end of 2 keys).
 SparseMlaSpec MergeSpec(bool sinks) {
@@ -75,7 +48,7 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
   if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaCase c(MergeSpec(sinks), rng);
-  const Result whole = RunCall(c, kernel);
+  const SparseMlaResult whole = RunSparseMlaCall(c, kernel);
   std::string report;
   ASSERT_TRUE(CompareWithReference(c, &report)) << report;
 
@@ -84,18 +57,18 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
   const Tensor ori = c.in()[ATTNRT_SPARSE_MLA_INPUT_ORI_KV].Clone();
   const Tensor sink_tensor = c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS];
   const size_t token = static_cast<size_t>(ori.shape()[3]);
-  std::vector<Result> shards;
+  std::vector<SparseMlaResult> shards;
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV] = I32({24, 2}, {2});
-  shards.push_back(RunCall(c, kernel));
+  shards.push_back(RunSparseMlaCall(c, kernel));
   Tensor moved = ori.Clone();
   auto* base = static_cast<uint8_t*>(moved.data());
   std::memmove(base, base + 24 * token, 16 * token);
   c.in()[ATTNRT_SPARSE_MLA_INPUT_ORI_KV] = moved;
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV] = I32({16, 0}, {2});
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
-  shards.push_back(RunCall(c, kernel));
+  shards.push_back(RunSparseMlaCall(c, kernel));
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV] = I32({0, 0}, {2});
-  shards.push_back(RunCall(c, kernel));
+  shards.push_back(RunSparseMlaCall(c, kernel));
   if (sinks) c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = sink_tensor;
 
   // The empty shard: every row sees no key.
@@ -107,9 +80,9 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
   int64_t bad = 0;
   for (int64_t k = 0; k < cells; ++k) {
     double m = -kInf;
-    for (const Result& s : shards) m = std::max(m, s.lse[k]);
+    for (const SparseMlaResult& s : shards) m = std::max(m, s.lse[k]);
     double sum = 0.0;
-    for (const Result& s : shards) sum += std::exp(s.lse[k] - (m == -kInf ? 0.0 : m));
+    for (const SparseMlaResult& s : shards) sum += std::exp(s.lse[k] - (m == -kInf ? 0.0 : m));
     const double lse = m == -kInf ? -kInf : m + std::log(sum);
     const std::string where =
         "row " + std::to_string(k / heads) + ", head " + std::to_string(k % heads);
@@ -120,7 +93,7 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
     }
     for (int64_t d = 0; d < kD; ++d) {
       double o = 0.0;
-      for (const Result& s : shards) {
+      for (const SparseMlaResult& s : shards) {
         if (s.lse[k] != -kInf) o += std::exp(s.lse[k] - lse) * s.out[k * kD + d];
       }
       const double want = whole.out[k * kD + d];
@@ -161,10 +134,10 @@ TEST_P(SparseMlaSinks, NonFiniteSinksAreDefined) {
   sink[0] = -std::numeric_limits<float>::infinity();
   sink[1] = std::numeric_limits<float>::infinity();
   sink[2] = std::numeric_limits<float>::quiet_NaN();
-  const Result got = RunCall(c, kernel);
+  const SparseMlaResult got = RunSparseMlaCall(c, kernel);
   // Head 0 with a -inf sink equals the call without sinks.
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
-  const Result none = RunCall(c, kernel);
+  const SparseMlaResult none = RunSparseMlaCall(c, kernel);
   const int64_t heads = 8;
   const int64_t q_rows = static_cast<int64_t>(got.lse.size()) / heads;
   for (int64_t r = 0; r < q_rows; ++r) {

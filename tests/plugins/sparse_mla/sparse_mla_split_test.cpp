@@ -21,32 +21,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 
-double Bf16(uint16_t bits) {
-  const uint32_t x = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-struct Result {
-  std::vector<double> out;  // rows * heads * kD
-  std::vector<double> lse;  // rows * heads
-};
-
-Result RunCall(SparseMlaCase& c, const std::string& kernel) {
-  c.Poison();
-  std::string error, chosen;
-  EXPECT_EQ(RunSparseMla(c, kernel, &error, &chosen), ATTNRT_OK) << error;
-  EXPECT_EQ(chosen, kernel);
-  Result r;
-  const Tensor& o = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_ATTN_OUT];
-  const auto* bits = static_cast<const uint16_t*>(const_cast<Tensor&>(o).data());
-  for (int64_t i = 0; i < o.numel(); ++i) r.out.push_back(Bf16(bits[i]));
-  Tensor& l = c.out()[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE];
-  for (int64_t i = 0; i < l.numel(); ++i) r.lse.push_back(l.f32()[i]);
-  return r;
-}
-
 // One decode row (B = 1, BSND), CSA with a 256-key window and top-k 1024 over 1200 compressed
 // tokens: about 1280 keys, ten tiles of 128, so every part of a 4-way split has keys. 4 heads make
 // one head group (one work item), 8 heads two.
@@ -72,7 +46,7 @@ SparseMlaSpec SplitSpec(int64_t heads, int32_t threads) {
 // rounding by one step: every element within 2^-7 relative plus 1e-6, lse within 1e-5 + 1e-6 |lse|
 // (equal where infinite or NaN). Merging finished parts by their LSE instead (each part's P rounded
 // against its own max) moves elements by up to 1e-2.
-void ExpectSameAsUnsplit(const Result& got, const Result& want) {
+void ExpectSameAsUnsplit(const SparseMlaResult& got, const SparseMlaResult& want) {
   ASSERT_EQ(got.out.size(), want.out.size());
   ASSERT_EQ(got.lse.size(), want.lse.size());
   int64_t bad = 0;
@@ -105,7 +79,7 @@ TEST_P(SparseMlaSplitKv, SplitDecodeMatchesTheReferenceAndTheUnsplitCall) {
   if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
   SparseMlaCase split(SplitSpec(heads, threads), rng);
-  const Result got = RunCall(split, kernel);
+  const SparseMlaResult got = RunSparseMlaCall(split, kernel);
   // CANN's tolerance, on 98% of the elements: with 4 or 8 heads and one row, an fp32 score an ulp
   // from the float64 one that rounds a P the other way (the mechanism of the Conformance section)
   // moves a whole head's near-cancelling elements, more than the 16-head suite's 0.5% budget.
@@ -114,7 +88,7 @@ TEST_P(SparseMlaSplitKv, SplitDecodeMatchesTheReferenceAndTheUnsplitCall) {
   // The same inputs on one thread (no split).
   std::mt19937_64 rng1(TestSeed());
   SparseMlaCase whole(SplitSpec(heads, 1), rng1);
-  ExpectSameAsUnsplit(got, RunCall(whole, kernel));
+  ExpectSameAsUnsplit(got, RunSparseMlaCall(whole, kernel));
 }
 
 TEST_P(SparseMlaSplitKv, NonFiniteSinksSurviveTheSplit) {
@@ -128,9 +102,9 @@ TEST_P(SparseMlaSplitKv, NonFiniteSinksSurviveTheSplit) {
   sink[0] = -std::numeric_limits<float>::infinity();
   sink[1] = std::numeric_limits<float>::infinity();
   sink[2] = std::numeric_limits<float>::quiet_NaN();
-  const Result got = RunCall(c, kernel);
+  const SparseMlaResult got = RunSparseMlaCall(c, kernel);
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
-  const Result none = RunCall(c, kernel);
+  const SparseMlaResult none = RunSparseMlaCall(c, kernel);
   // Head 0 (-inf sink) equals the call without sinks, head 1 takes the +inf sink, head 2 is NaN.
   EXPECT_EQ(got.lse[0], none.lse[0]);
   EXPECT_EQ(got.lse[1], kInf);
@@ -164,14 +138,14 @@ TEST_P(SparseMlaThreads, UnsplitCallsAreIdenticalAcrossThreadCounts) {
   const std::string& kernel = GetParam();
   SCOPED_TRACE(SeedTrace());
   if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
-  std::vector<Result> results;
+  std::vector<SparseMlaResult> results;
   for (int32_t threads : {1, 2, 3}) {
     std::mt19937_64 rng(TestSeed());
     SparseMlaSpec spec;  // 16 heads, two batches of 2 and 3 rows: at least 5 items
     spec.scenario = ATTNRT_SPARSE_MLA_CSA;
     spec.num_threads = threads;
     SparseMlaCase c(spec, rng);
-    results.push_back(RunCall(c, kernel));
+    results.push_back(RunSparseMlaCall(c, kernel));
   }
   for (size_t k = 1; k < results.size(); ++k) {
     ASSERT_EQ(results[k].out.size(), results[0].out.size());
@@ -206,7 +180,7 @@ TEST_P(SparseMlaSplitKvEmptyRow, EmptyRowsReportTheSinkAlone) {
   spec.seqused_q = true;
   spec.q_extra = 1;
   SparseMlaCase c(spec, rng);
-  const Result got = RunCall(c, kernel);
+  const SparseMlaResult got = RunSparseMlaCall(c, kernel);
   std::string report;
   EXPECT_TRUE(CompareWithReference(c, &report, nullptr, 0.98)) << report;
   const float* sink = c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS].f32();
@@ -215,7 +189,7 @@ TEST_P(SparseMlaSplitKvEmptyRow, EmptyRowsReportTheSinkAlone) {
     for (int64_t d = 0; d < kD; ++d) ASSERT_EQ(got.out[(4 + h) * kD + d], 0.0) << d;
   }
   c.in()[ATTNRT_SPARSE_MLA_INPUT_SINKS] = Tensor();
-  const Result none = RunCall(c, kernel);
+  const SparseMlaResult none = RunSparseMlaCall(c, kernel);
   EXPECT_TRUE(CompareWithReference(c, &report, nullptr, 0.98)) << report;
   for (int64_t h = 0; h < 4; ++h) EXPECT_EQ(none.lse[4 + h], -kInf) << "head " << h;
 }
