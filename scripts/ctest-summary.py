@@ -26,12 +26,21 @@ LISTED = re.compile(r"^\s+\d+ - .* \((Skipped|Disabled|Not Run)\)$")
 GTEST_SKIP = re.compile(r"^.*: Skipped\n(.*?)\n\[  SKIPPED \]", re.S | re.M)
 
 
+# A reason longer than this is cut (a decline names the whole problem and every kernel's reason; the
+# full text stays in the log).
+MAX_REASON = 240
+
+
 def skip_reason(output: str) -> str:
-    """The skip message's first line (GoogleTest appends its trace and the test's seed)."""
+    """The skip message's first line (GoogleTest appends its trace and the test's seed), cut to
+    MAX_REASON characters."""
     match = GTEST_SKIP.search(output)
     lines = [line.strip() for line in match.group(1).splitlines()] if match else []
     lines = [line for line in lines if line]
-    return lines[0] if lines and not lines[0].startswith("Google Test trace") else "no reason given"
+    if not lines or lines[0].startswith("Google Test trace"):
+        return "no reason given"
+    reason = lines[0]
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
 
 
 def main() -> int:
