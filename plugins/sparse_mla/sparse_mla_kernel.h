@@ -413,13 +413,28 @@ class Worker {
                 off * ATTNRT_SPARSE_MLA_MODE2_SCALE_BYTES};
   }
 
+  // GCC 12 drops __builtin_prefetch calls in this body at -O1 and above (the built library had
+  // no prefetch instruction at all), so on x86-64 the instructions are written out.
+  template <int kLocality>
+  static void PrefetchLine(const uint8_t* p) {
+#if defined(__x86_64__)
+    if constexpr (kLocality == 3) {
+      __asm__ volatile("prefetcht0 %0" : : "m"(*p));
+    } else {
+      __asm__ volatile("prefetcht1 %0" : : "m"(*p));
+    }
+#else
+    __builtin_prefetch(p, 0, kLocality);
+#endif
+  }
+
   template <int kLocality>
   void Prefetch(TokenRef t, bool cmp) const {
     const int qm = attr_.quant_mode;
     const int64_t bytes = qm == 2 ? ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES : TokenBytes(qm, cmp);
-    for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(t.data + k, 0, kLocality);
-    __builtin_prefetch(t.data + bytes - 1, 0, kLocality);
-    if (t.scale != nullptr) __builtin_prefetch(t.scale, 0, kLocality);
+    for (int64_t k = 0; k < bytes; k += 64) PrefetchLine<kLocality>(t.data + k);
+    PrefetchLine<kLocality>(t.data + bytes - 1);
+    if (t.scale != nullptr) PrefetchLine<kLocality>(t.scale);
   }
 
   // One token into a tile row: quant_mode 1, quant_mode 2 (feature + e8m0 scale records),
