@@ -125,57 +125,52 @@ inline void PvBlock(const float* p, int hp, int j0, int j1, const float* k, cons
   }
 }
 
-// Heads [0, kHb) of p / alpha / o, keys [j0, j1), every d-block.
-template <class Vec, int kHb, int kDv>
-inline void PvHeads(const float* p, int hp, int j0, int j1, const float* k, const float* alpha,
-                    float* o) {
-  for (int d = 0; d < kTileDim; d += kDv * Vec::kLanes) {
-    PvBlock<Vec, kHb, kDv>(p, hp, j0, j1, k + d, alpha, o + d);
-  }
-}
-
 // o[h] = alpha[h] o[h] + sum_{j < nt} p[j][h] k_j for h < nh: Cfg::kPvHeads heads (1..8) ×
-// Cfg::kPvDv d-vectors per block (kPvDv * kLanes divides 512), keys in chunks of Cfg::kPvKeys so
-// that the chunk's key rows and probabilities stay in L1 while every head block uses them (O
-// continues through memory between chunks: the same key order).
+// Cfg::kPvDv d-vectors per block (kPvDv * kLanes divides 512), keys in chunks of Cfg::kPvKeys;
+// within a chunk the d-blocks are the outer loop, so that the chunk's d-slice of the key rows
+// (kPvKeys × kPvDv vectors) and its probabilities stay in L1 while every head block uses them (O
+// continues through memory between chunks: the same key order for every output element).
 template <class Vec, class Cfg>
 inline void PvTileBlocked(const float* p, int hp, int nt, const float* k, const float* alpha,
                           int nh, float* o) {
   constexpr int H = Cfg::kPvHeads, D = Cfg::kPvDv;
   for (int j0 = 0; j0 < nt; j0 += Cfg::kPvKeys) {
     const int j1 = j0 + Cfg::kPvKeys < nt ? j0 + Cfg::kPvKeys : nt;
-    int h = 0;
-    for (; h + H <= nh; h += H) {
-      PvHeads<Vec, H, D>(p + h, hp, j0, j1, k, alpha + h, o + h * kTileDim);
-    }
-    const float* ph = p + h;
-    const float* ah = alpha + h;
-    float* oh = o + h * kTileDim;
-    // The tail: fewer heads, the same d-vectors.
-    switch (nh - h) {
-      case 7:
-        if constexpr (H > 7) PvHeads<Vec, 7, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 6:
-        if constexpr (H > 6) PvHeads<Vec, 6, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 5:
-        if constexpr (H > 5) PvHeads<Vec, 5, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 4:
-        if constexpr (H > 4) PvHeads<Vec, 4, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 3:
-        if constexpr (H > 3) PvHeads<Vec, 3, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 2:
-        if constexpr (H > 2) PvHeads<Vec, 2, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      case 1:
-        if constexpr (H > 1) PvHeads<Vec, 1, D>(ph, hp, j0, j1, k, ah, oh);
-        break;
-      default:
-        break;
+    for (int d = 0; d < kTileDim; d += D * Vec::kLanes) {
+      const float* kd = k + d;
+      int h = 0;
+      for (; h + H <= nh; h += H) {
+        PvBlock<Vec, H, D>(p + h, hp, j0, j1, kd, alpha + h, o + h * kTileDim + d);
+      }
+      const float* ph = p + h;
+      const float* ah = alpha + h;
+      float* oh = o + h * kTileDim + d;
+      // The tail: fewer heads, the same d-vectors.
+      switch (nh - h) {
+        case 7:
+          if constexpr (H > 7) PvBlock<Vec, 7, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 6:
+          if constexpr (H > 6) PvBlock<Vec, 6, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 5:
+          if constexpr (H > 5) PvBlock<Vec, 5, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 4:
+          if constexpr (H > 4) PvBlock<Vec, 4, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 3:
+          if constexpr (H > 3) PvBlock<Vec, 3, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 2:
+          if constexpr (H > 2) PvBlock<Vec, 2, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        case 1:
+          if constexpr (H > 1) PvBlock<Vec, 1, D>(ph, hp, j0, j1, kd, ah, oh);
+          break;
+        default:
+          break;
+      }
     }
   }
 }
