@@ -56,7 +56,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+// GCC names the features __AMX_TILE__ / __AMX_BF16__, Clang __AMXTILE__ / __AMXBF16__.
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || \
+    !(defined(__AMX_BF16__) || defined(__AMXBF16__))
 #error "gqa_flash_amx.cpp is built with -mamx-tile -mamx-bf16"
 #endif
 

@@ -13,53 +13,10 @@
 #include <vector>
 
 #include "attnrt/ops/sparse_mla.h"
+#include "sparse_mla_avx512_vec.h"
 #include "sparse_mla_tile.h"
 
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
-
-// The softmax's vector (the AVX-512 build's, 16 heads per vector).
-struct Vec {
-  using V = __m512;
-  static constexpr int kLanes = 16;
-  static V Zero() { return _mm512_setzero_ps(); }
-  static V Set1(float x) { return _mm512_set1_ps(x); }
-  static V Load(const float* p) { return _mm512_loadu_ps(p); }
-  static void Store(float* p, V x) { _mm512_storeu_ps(p, x); }
-  static V Broadcast(const float* p) { return _mm512_set1_ps(*p); }
-  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V Max(V x, V y) { return _mm512_max_ps(x, y); }  // y when either is NaN
-  static V Exp(V x) {
-    const V lo = _mm512_set1_ps(-87.3f);
-    const __mmask16 below = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(lo, x));  // NaN passes through
-    const V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    V y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~below), _mm512_scalef_ps(y, n));
-  }
-  static V RoundBf16(V x) {
-    const __m512i bits = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded =
-        _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    const V r = _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(-65536)));
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);
-  }
-  static V RoundFp16(V x) {
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-};
 
 constexpr int kDim = ATTNRT_SPARSE_MLA_HEAD_DIM;
 constexpr int kPairs = kDim / 2;

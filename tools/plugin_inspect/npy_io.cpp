@@ -1,7 +1,9 @@
 // xtensor's npy header writer comes with its std::regex-based reader, whose inlined std::function
 // members trip GCC 12's -Wmaybe-uninitialized false positive in optimized and sanitizer builds. It
 // must be silenced before any standard header is seen, hence first in this file.
+#if !defined(__clang__)  // a GCC-only warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "npy_io.h"
 

@@ -343,7 +343,11 @@ TEST_P(SparseMlaHeads, OddHeadCounts) {
     s.scenario = ATTNRT_SPARSE_MLA_CSA;
     s.quant_mode = mode;
     s.num_heads = heads;
-    s.s1 = {3, 4};
+    // At least ~64 (row, head) outputs: a P that rounds to the other bf16 neighbour of the
+    // reference's (an ulp of exp) moves a few dozen elements of one head past CANN's rtol, which is
+    // over 0.5% of a 1-head, 7-row output but not of 64 rows.
+    const int32_t rows = static_cast<int32_t>(std::max<int64_t>(3, 32 / heads));
+    s.s1 = {rows, rows + 1};
     Check(s, kernel);
   }
 }
