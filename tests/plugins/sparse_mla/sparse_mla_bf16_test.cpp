@@ -107,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaBf16,
                          ::testing::Values("sparse_mla.sparse_mla.flash.avx512_bf16",
                                            "sparse_mla.sparse_mla.flash.amx_bf16"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param.substr(p.param.rfind('.') + 1);
+                           return KernelTestName(p.param);
                          });
 
 }  // namespace

@@ -72,6 +72,10 @@ class SparseMlaCase {
 
 // Every sparse MLA kernel, and whether this CPU runs it (the plugin's "isa" fact has its features).
 const std::vector<std::string>& SparseMlaKernels();
+// A kernel's name in test names: its ISA suffix ("avx2", "amx_bf16", ...).
+inline std::string KernelTestName(const std::string& kernel) {
+  return kernel.substr(kernel.rfind('.') + 1);
+}
 bool SparseMlaKernelRuns(const std::string& kernel);
 
 // Runs the metadata op then the main op through the ABI, with `kernel` pinned ("" = default).

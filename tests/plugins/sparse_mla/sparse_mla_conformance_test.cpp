@@ -92,8 +92,7 @@ std::string MatrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
   const char* sc[] = {"SWA", "CSA", "HCA"};
   const char* lay[] = {"BSND", "TND", "PA"};
   return std::string(sc[scenario]) + "_mode" + std::to_string(quant_mode) + "_" +
-         lay[layouts.first] + "_" + lay[layouts.second] + "_" +
-         kernel.substr(kernel.rfind('.') + 1);
+         lay[layouts.first] + "_" + lay[layouts.second] + "_" + KernelTestName(kernel);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -327,7 +326,7 @@ TEST_P(SparseMlaVariants, RawMode2TokensWithExtremeExponents) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaVariants, ::testing::ValuesIn(kKernels),
                          [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param.substr(p.param.rfind('.') + 1);
+                           return KernelTestName(p.param);
                          });
 
 // ---- Head counts that are no multiple of a vector: padded head lanes, the score kernels' 1-3
@@ -359,7 +358,7 @@ INSTANTIATE_TEST_SUITE_P(Heads, SparseMlaHeads,
                          [](const ::testing::TestParamInfo<std::tuple<int64_t, std::string>>& p) {
                            const std::string& k = std::get<1>(p.param);
                            return "heads" + std::to_string(std::get<0>(p.param)) + "_" +
-                                  k.substr(k.rfind('.') + 1);
+                                  KernelTestName(k);
                          });
 
 // ---- DeepSeek-V3.2 / V4-like shapes (reduced batch and query counts)
@@ -391,7 +390,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaDeepSeek,
                          [](const ::testing::TestParamInfo<std::tuple<int64_t, std::string>>& p) {
                            const std::string& k = std::get<1>(p.param);
                            return "heads" + std::to_string(std::get<0>(p.param)) + "_" +
-                                  k.substr(k.rfind('.') + 1);
+                                  KernelTestName(k);
                          });
 
 }  // namespace

@@ -111,12 +111,8 @@ TEST_P(SparseMlaMerge, ShardsMergedByLseEqualTheWholeCall) {
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaMerge,
                          ::testing::Combine(::testing::ValuesIn(kKernels), ::testing::Bool()),
                          [](const auto& x) {
-                           std::string name = std::get<0>(x.param).substr(28) +
-                                              (std::get<1>(x.param) ? "_sinks" : "_no_sinks");
-                           for (char& ch : name) {
-                             if (ch == '.') ch = '_';
-                           }
-                           return name;
+                           return KernelTestName(std::get<0>(x.param)) +
+                                  (std::get<1>(x.param) ? "_sinks" : "_no_sinks");
                          });
 
 // Non-finite sinks, each on its own head: -inf is no sink, +inf takes all the weight, NaN is NaN;
@@ -161,13 +157,8 @@ TEST_P(SparseMlaSinks, NonFiniteSinksAreDefined) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSinks, ::testing::ValuesIn(kKernels), [](const auto& x) {
-  std::string name = x.param.substr(28);
-  for (char& ch : name) {
-    if (ch == '.') ch = '_';
-  }
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSinks, ::testing::ValuesIn(kKernels),
+                         [](const auto& x) { return KernelTestName(x.param); });
 
 }  // namespace
 }  // namespace attnrt_test

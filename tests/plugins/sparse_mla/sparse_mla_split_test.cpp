@@ -121,13 +121,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSplitKv,
                                             ::testing::Values(int64_t{4}, int64_t{8}),
                                             ::testing::Values(2, 4)),
                          [](const auto& x) {
-                           std::string name = std::get<0>(x.param).substr(28) + "_heads" +
-                                              std::to_string(std::get<1>(x.param)) + "_threads" +
-                                              std::to_string(std::get<2>(x.param));
-                           for (char& ch : name) {
-                             if (ch == '.') ch = '_';
-                           }
-                           return name;
+                           return KernelTestName(std::get<0>(x.param)) + "_heads" +
+                                  std::to_string(std::get<1>(x.param)) + "_threads" +
+                                  std::to_string(std::get<2>(x.param));
                          });
 
 // Without a split (items >= threads), every thread count gives the same bits: the metadata groups
@@ -159,13 +155,7 @@ TEST_P(SparseMlaThreads, UnsplitCallsAreIdenticalAcrossThreadCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaThreads, ::testing::ValuesIn(SparseMlaKernels()),
-                         [](const auto& x) {
-                           std::string name = x.param.substr(28);
-                           for (char& ch : name) {
-                             if (ch == '.') ch = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& x) { return KernelTestName(x.param); });
 
 // A second query row that takes no part (seqused_q 1 of 2): 2 items on 4 threads, each split in
 // two; the empty row reports the sink alone (lse = sink, attn_out 0), -inf without sinks.
@@ -195,13 +185,7 @@ TEST_P(SparseMlaSplitKvEmptyRow, EmptyRowsReportTheSinkAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaSplitKvEmptyRow, ::testing::ValuesIn(SparseMlaKernels()),
-                         [](const auto& x) {
-                           std::string name = x.param.substr(28);
-                           for (char& ch : name) {
-                             if (ch == '.') ch = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& x) { return KernelTestName(x.param); });
 
 }  // namespace
 }  // namespace attnrt_test
