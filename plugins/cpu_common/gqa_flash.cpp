@@ -126,10 +126,18 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
   return f;
 }
 
-// ChooseBlocks for a run over a paged cache.
-FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys) {
+// ChooseBlocks for a run over a paged cache: tall tiles copy their key blocks into scratch unless
+// the rows of a kv head lie contiguous in cache blocks of at least kMinDirectBlockRows rows.
+FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
+                              const GqaFlashPaging& paging) {
   FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
-  f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows;
+  GqaFloatType type;
+  GqaCacheType cache_type = GqaCacheType::kFloat32;
+  GqaElementTypes(p, &type, &cache_type);
+  const size_t row = GqaCacheRowBytes(cache_type, p.head_size);
+  const bool direct = paging.block_size >= kMinDirectBlockRows && paging.key.token == row &&
+                      paging.value.token == row;
+  f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows && !direct;
   return f;
 }
 
@@ -251,8 +259,9 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   for (int64_t b = 0; b < p.batch_size; ++b) {
     max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
-  const FlashBlocks blocks = paging != nullptr ? ChoosePagedBlocks(L2Bytes(context), p, max_total)
-                                               : ChooseBlocks(L2Bytes(context), p, max_total);
+  const FlashBlocks blocks = paging != nullptr
+                                 ? ChoosePagedBlocks(L2Bytes(context), p, max_total, *paging)
+                                 : ChooseBlocks(L2Bytes(context), p, max_total);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
 
   if (args.workspace == nullptr || available < slot.bytes) {
@@ -361,7 +370,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                 p.sequence_length});
   const int64_t threads = NumThreads(context.host);
   const int64_t chunks = MaxChunks(p, threads);
-  const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys)
+  const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging)
                                    : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
   const int64_t heads_per_slot =
