@@ -116,9 +116,9 @@ inline __m512 Exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i two_n =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(two_n));
+  // p * 2^n in one VSCALEFPS (n in [-126, 127] after the clamps): the same bits as multiplying by
+  // 2^n built in the exponent field, with three fewer instructions.
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 // max of x[0, n), n >= 1.
