@@ -10,10 +10,16 @@ cpu_attn_reshape_and_cache; attnrt reads plain rows), the block table is a seede
 the outputs are checked equal (tolerance per dtype) before anything is timed. Timed: the attention
 call alone (vLLM's scheduler metadata is built once per step by its metadata builder and is made
 outside the timing). Both run interleaved (A B A B ...), medians of --reps calls each; the ratio is
-vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count.
+vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count. A third callable in
+the same rotation reads as many bytes as the step's K/V (an int64 sum over a copy of the cache):
+the memory floor of the cell, which neither backend can beat.
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels, attnrt.Runtime(num_threads=t).
 attnrt.paged_attention_varlen goes through the C++ torch operator (libattnrt_torch.so) when it is
-built; --python-path adds its Python path (SWIG and DLPack) as a third column, interleaved.
+built; --python-path adds its Python path (SWIG and DLPack) as a further column, interleaved.
+
+--prefill: one chunk of a chunked prefill per cell instead (batch 1, the last 2048 tokens of the
+context new and causal among themselves, contexts >= 2048), the two outputs checked against each
+other.
 
 End to end (--e2e MODEL_DIR): tokens/s of scripts/vllm_reference_run.py --in-process (engine and
 worker in one process) with vLLM's backend and with attnrt (ATTNRT_VLLM=1), on the mixed workload of the end-to-end check and on a long-context
@@ -22,7 +28,7 @@ max_position_embeddings >= 4224 (make-llama-checkpoint.py --max-pos 8192).
 
 Usage (in the venv of scripts/setup-vllm.sh, with attnrt installed or on PYTHONPATH):
   bench/compare/vllm_vs_attnrt.py [--quick | --contexts 1024] [--reps 7] [--threads 1,2]
-      [--python-path] [--out table.md]
+      [--python-path] [--prefill] [--out table.md]
   bench/compare/vllm_vs_attnrt.py --e2e build/vllm-bench/llama
 """
 from __future__ import annotations
@@ -40,6 +46,7 @@ import time
 import torch
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 32, 8, 128
+PREFILL_CHUNK = 2048  # --prefill: new tokens per step (the chunk of the end-to-end long workload)
 TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 2e-2}
 
 
@@ -50,9 +57,10 @@ def vllm_isa(dtype, block_size):
 
 
 class Cell:
-    """One decode step: batch sequences of `context` tokens each; both backends' caches."""
+    """One step: batch sequences of `context` tokens each, the last q_len of them new (1: a decode
+    step; more: a chunk of a chunked prefill, causal); both backends' caches."""
 
-    def __init__(self, batch, context, block_size, dtype, seed=0):
+    def __init__(self, batch, context, block_size, dtype, seed=0, q_len=1):
         from vllm import _custom_ops as ops
 
         g = torch.Generator().manual_seed(seed)
@@ -62,8 +70,8 @@ class Cell:
         perm = torch.randperm(num_blocks - 1, generator=g).to(torch.int32) + 1
         self.block_table = perm.view(batch, blocks_per_seq).contiguous()
         self.seq_lens = torch.full((batch,), context, dtype=torch.int32)
-        self.query_start_loc = torch.arange(batch + 1, dtype=torch.int32)
-        self.query = torch.randn(batch, NUM_HEADS, HEAD_SIZE, generator=g).to(dtype)
+        self.query_start_loc = torch.arange(batch + 1, dtype=torch.int32) * q_len
+        self.query = torch.randn(batch * q_len, NUM_HEADS, HEAD_SIZE, generator=g).to(dtype)
         self.scale = 1.0 / math.sqrt(HEAD_SIZE)
         shape = (num_blocks, NUM_KV_HEADS, block_size, 2 * HEAD_SIZE)
         self.vllm_kv = torch.zeros(shape, dtype=dtype)
@@ -85,6 +93,7 @@ class Cell:
             self.attnrt_v[blocks, :, off] = v
         self.vllm_out = torch.empty_like(self.query)
         self.attnrt_out = torch.empty_like(self.query)
+        self.kv_copy = None
 
     def vllm_metadata(self):
         from vllm import _custom_ops as ops
@@ -103,6 +112,14 @@ class Cell:
             query_start_loc=self.query_start_loc, seq_lens=self.seq_lens, scale=self.scale,
             causal=True, alibi_slopes=None, sliding_window=-1, block_table=self.block_table,
             softcap=0.0, scheduler_metadata=metadata, s_aux=None)
+
+    def read_kv(self):
+        """Reads as many bytes as the step's K/V once (a sum, as int64 words, of a copy of attnrt's
+        cache with its own memory, so that it meets the caches as cold as the two backends do):
+        the time no attention over this cache can beat, the memory floor of the cell."""
+        if self.kv_copy is None:
+            self.kv_copy = self.attnrt_kv.clone()
+        return self.kv_copy.view(torch.int64).sum()
 
     def run_attnrt(self, rt, python_path=False):
         import attnrt
@@ -149,20 +166,27 @@ def kernel_table(args):
     contexts = [1024, 4096] if args.quick else [1024, 4096, 16384]
     if args.contexts:
         contexts = [int(c) for c in args.contexts.split(",")]
+    batches, q_len = (1, 8), 1
+    if args.prefill:  # one chunk of a chunked prefill: the last 2048 tokens of the context are new
+        batches, q_len = (1,), PREFILL_CHUNK
+        contexts = [c for c in contexts if c >= PREFILL_CHUNK]
     rows = []
     runtimes = {t: attnrt.Runtime(num_threads=t) for t in threads}
     for dtype, block_size, batch, context in itertools.product(
-            (torch.float32, torch.bfloat16), (16, 128), (1, 8), contexts):
-        cell = Cell(batch, context, block_size, dtype)
+            (torch.float32, torch.bfloat16), (16, 128), batches, contexts):
+        cell = Cell(batch, context, block_size, dtype, q_len=q_len)
         metadata_by_t = {}
         for t in threads:
             torch.set_num_threads(t)
             metadata_by_t[t] = cell.vllm_metadata()
             cell.run_vllm(metadata_by_t[t])
             cell.run_attnrt(runtimes[t])
-            ref = reference(cell) if t == threads[0] else ref
-            err_v = (cell.vllm_out.double() - ref).abs().max().item()
-            err_a = (cell.attnrt_out.double() - ref).abs().max().item()
+            if q_len == 1:
+                ref = reference(cell) if t == threads[0] else ref
+                err_v = (cell.vllm_out.double() - ref).abs().max().item()
+                err_a = (cell.attnrt_out.double() - ref).abs().max().item()
+            else:  # prefill cells: the two backends against each other only
+                err_v = err_a = float("nan")
             diff = (cell.vllm_out.double() - cell.attnrt_out.double()).abs().max().item()
             tol = TOLERANCE[dtype]
             if diff > tol:
@@ -174,24 +198,26 @@ def kernel_table(args):
                 cell.run_attnrt(runtimes[t], python_path=True)
                 if not torch.equal(got, cell.attnrt_out):
                     raise SystemExit("attnrt's C++ operator and Python path differ")
-            reps = args.reps if batch * context <= 32768 else max(3, args.reps // 2)
+            reps = args.reps if batch * context <= 32768 and q_len == 1 else max(3, args.reps // 2)
             rt, md = runtimes[t], metadata_by_t[t]
-            fns = [lambda: cell.run_vllm(md), lambda: cell.run_attnrt(rt)]
+            fns = [lambda: cell.run_vllm(md), lambda: cell.run_attnrt(rt), cell.read_kv]
             if args.python_path:
                 fns.append(lambda: cell.run_attnrt(rt, python_path=True))
             times = time_interleaved(fns, reps)
-            tv, ta = times[0], times[1]
+            tv, ta, tr = times[0], times[1], times[2]
             row = dict(dtype=str(dtype).replace("torch.", ""), block_size=block_size, batch=batch,
                        context=context, threads=t, vllm_ms=tv * 1e3, attnrt_ms=ta * 1e3,
-                       ratio=tv / ta, max_diff=diff, err_vllm=err_v, err_attnrt=err_a)
+                       ratio=tv / ta, read_ms=tr * 1e3, max_diff=diff, err_vllm=err_v,
+                       err_attnrt=err_a)
             if args.python_path:
-                row.update(attnrt_py_ms=times[2] * 1e3, ratio_py=tv / times[2])
+                row.update(attnrt_py_ms=times[3] * 1e3, ratio_py=tv / times[3])
             rows.append(row)
             py = (f"  attnrt (Python path) {row['attnrt_py_ms']:8.3f} ms ratio "
                   f"{row['ratio_py']:5.2f}" if args.python_path else "")
             print(f"{row['dtype']:8s} bs {block_size:3d} batch {batch} ctx {context:5d} "
                   f"t {t}: vLLM {row['vllm_ms']:8.3f} ms  attnrt {row['attnrt_ms']:8.3f} ms  "
-                  f"ratio {row['ratio']:5.2f}{py}  (max |diff| {diff:.2g})", flush=True)
+                  f"ratio {row['ratio']:5.2f}{py}  K/V read {row['read_ms']:8.3f} ms  "
+                  f"(max |diff| {diff:.2g})", flush=True)
         del cell
     return rows
 
@@ -201,8 +227,9 @@ def markdown(rows):
         return markdown_paths(rows)
     threads = sorted({r["threads"] for r in rows})
     lines = ["| dtype | block | batch | context | " +
-             " | ".join(f"vLLM ms ({t}t) | attnrt ms ({t}t) | ratio ({t}t)" for t in threads) + " |",
-             "|---|---|---|---|" + "---|---|---|" * len(threads)]
+             " | ".join(f"vLLM ms ({t}t) | attnrt ms ({t}t) | ratio ({t}t) | K/V read ms ({t}t)"
+                        for t in threads) + " |",
+             "|---|---|---|---|" + "---|---|---|---|" * len(threads)]
     keys = []
     for r in rows:
         k = (r["dtype"], r["block_size"], r["batch"], r["context"])
@@ -213,8 +240,9 @@ def markdown(rows):
         for t in threads:
             r = next((r for r in rows if (r["dtype"], r["block_size"], r["batch"], r["context"]) == k
                       and r["threads"] == t), None)
-            cells.append("| | " if r is None else
-                         f"{r['vllm_ms']:.3f} | {r['attnrt_ms']:.3f} | {r['ratio']:.2f}")
+            cells.append("| | | " if r is None else
+                         f"{r['vllm_ms']:.3f} | {r['attnrt_ms']:.3f} | {r['ratio']:.2f} | "
+                         f"{r['read_ms']:.3f}")
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + " |")
     for t in threads:
         ratios = [r["ratio"] for r in rows if r["threads"] == t]
@@ -295,6 +323,9 @@ def main():
     p.add_argument("--python-path", action="store_true",
                    help="also time attnrt's Python path (PagedGqaVarlenOp through SWIG and DLPack, "
                         "as before the C++ operator), interleaved")
+    p.add_argument("--prefill", action="store_true",
+                   help="one chunked-prefill step per cell instead of a decode step: the last "
+                        f"{PREFILL_CHUNK} tokens of one sequence new, contexts >= {PREFILL_CHUNK}")
     p.add_argument("--out", default=None, help="append the markdown table(s) here")
     p.add_argument("--e2e", default=None, metavar="MODEL_DIR", help="end-to-end tokens/s instead")
     p.add_argument("--e2e-dir", default="/tmp", help="where the end-to-end runs write JSON")
