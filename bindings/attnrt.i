@@ -170,6 +170,8 @@ inline std::vector<std::string> split_paths(const char* paths) {
 %ignore attnrt_gqa_phase;
 %ignore attnrt_log_level;
 %ignore attnrt_log_fn;
+%ignore attnrt_team_fn;
+%ignore attnrt_executor_fn;
 %ignore struct_size;
 %ignore ATTNRT_API;
 

@@ -130,6 +130,8 @@ ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* option
   fits(ATTNRT_FIELD_END(log_fn));
   fits(ATTNRT_FIELD_END(log_user_data));
   fits(ATTNRT_FIELD_END(plan_cache_size));
+  fits(ATTNRT_FIELD_END(executor));
+  fits(ATTNRT_FIELD_END(executor_context));
 #undef ATTNRT_FIELD_END
   std::memcpy(options, &defaults, covered);
 }

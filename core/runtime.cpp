@@ -62,7 +62,13 @@ Status RuntimeState::Create(const attnrt_runtime_options* options,
   ATTNRT_RETURN_IF_ERROR(ResolveConfig(options, DefaultPluginDir(), &state->config_, &warnings));
   for (const auto& warning : warnings) state->Log(ATTNRT_LOG_WARNING, warning);
 
-  state->pool_ = std::make_unique<ThreadPool>(state->config_.num_threads);
+  if (state->config_.executor != nullptr) {
+    // The host's threads run the parallel work: no thread is started here.
+    state->pool_ = std::make_unique<ThreadPool>(state->config_.num_threads, state->config_.executor,
+                                                state->config_.executor_context);
+  } else {
+    state->pool_ = std::make_unique<ThreadPool>(state->config_.num_threads);
+  }
   if (!state->pool_->start_failure().empty()) {
     state->Log(ATTNRT_LOG_WARNING, "thread pool: " + state->pool_->start_failure() +
                                        "; running with " +

@@ -89,6 +89,19 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
         "number of plans, got " +
         std::to_string(plan_cache_size));
   }
+  // Fields of ABI 1.3, likewise.
+  constexpr size_t kExecutorEnd = offsetof(attnrt_runtime_options, executor) + sizeof(void*);
+  constexpr size_t kExecutorContextEnd =
+      offsetof(attnrt_runtime_options, executor_context) + sizeof(void*);
+  const attnrt_executor_fn executor =
+      options->struct_size >= kExecutorEnd ? options->executor : nullptr;
+  void* const executor_context =
+      options->struct_size >= kExecutorContextEnd ? options->executor_context : nullptr;
+  if (executor == nullptr && executor_context != nullptr) {
+    return InvalidArgument(
+        "options.executor_context: expected NULL when options.executor is NULL (the context is "
+        "passed only to an executor), got a pointer");
+  }
   if (options->num_threads < 0 || options->num_threads > kMaxThreads) {
     return InvalidArgument("options.num_threads: expected 0 (default) to " +
                            std::to_string(kMaxThreads) + ", got " +
@@ -163,6 +176,8 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
     }
   }
   config.log = {options->log_fn, options->log_user_data};
+  config.executor = executor;
+  config.executor_context = executor_context;
   *out = std::move(config);
   return Status::Ok();
 }

@@ -32,6 +32,9 @@ struct RuntimeConfig {
   int num_threads = 1;
   size_t plan_cache_size = kDefaultPlanCacheSize;  // plans each op keeps
   LogSink log;
+  // The host's executor (ABI 1.3); null: the runtime's own pool.
+  attnrt_executor_fn executor = nullptr;
+  void* executor_context = nullptr;
 };
 
 // Resolves options (may be NULL) and the environment into a config. Errors name the option.

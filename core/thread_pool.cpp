@@ -65,6 +65,11 @@ ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start) : num_thread
   num_threads_ = static_cast<int>(workers_.size()) + 1;
 }
 
+ThreadPool::ThreadPool(int team_size, attnrt_executor_fn executor, void* executor_context)
+    : num_threads_(std::max(1, team_size)),
+      executor_(executor),
+      executor_context_(executor_context) {}
+
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -99,6 +104,48 @@ bool ThreadPool::RunOneChunk(Job& job) {
   return true;
 }
 
+void ThreadPool::TeamMember(void* user_data, int32_t /*member*/) {
+  Job& job = *static_cast<Job*>(user_data);
+  while (RunOneChunk(job)) {
+  }
+}
+
+Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data) {
+  Job job;
+  job.fn = fn;
+  job.user_data = user_data;
+  job.n = n;
+  job.chunk = chunk;
+  job.num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+  std::string executor_failure;
+  try {
+    executor_(executor_context_, static_cast<int32_t>(num_threads_), TeamMember, &job);
+  } catch (...) {
+    // The executor broke its contract; the work is still finished below.
+    try {
+      executor_failure = "the runtime's executor threw " + DescribeCurrentException();
+    } catch (...) {
+      executor_failure = "the runtime's executor threw";
+    }
+  }
+  // Ranges no member claimed (an executor that ran fewer members, or none): done here.
+  while (RunOneChunk(job)) {
+  }
+  {
+    // The executor returns after its members have (its contract), so every chunk they claimed is
+    // done; the wait only orders their writes before this thread's return.
+    std::unique_lock<std::mutex> lock(job.done_mutex);
+    job.done_cv.wait(
+        lock, [&] { return job.done_chunks.load(std::memory_order_acquire) == job.num_chunks; });
+  }
+  if (job.failed.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(job.failure_mutex);
+    return Internal(job.failure);
+  }
+  if (!executor_failure.empty()) return Internal(std::move(executor_failure));
+  return Status::Ok();
+}
+
 void ThreadPool::WorkerLoop() {
   for (;;) {
     std::shared_ptr<Job> job;
@@ -126,7 +173,7 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
   const size_t target_chunks = static_cast<size_t>(num_threads_) * 4;
   const size_t chunk = std::max(grain, n / target_chunks + (n % target_chunks != 0 ? 1 : 0));
   Job* const enclosing = t_current_job;
-  if (workers_.empty() || enclosing != nullptr || chunk >= n) {
+  if (num_threads_ == 1 || enclosing != nullptr || chunk >= n) {
     try {
       fn(user_data, 0, n);
     } catch (...) {
@@ -136,6 +183,7 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
     }
     return Status::Ok();
   }
+  if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data);
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->user_data = user_data;

@@ -27,10 +27,15 @@ class ThreadPool {
   // cannot be started (a process or memory limit) is not an error: the pool keeps the workers
   // that did start, num_threads() says how many, and start_failure() says why.
   explicit ThreadPool(int num_threads, const ThreadStarter& start = nullptr);
+  // A pool of the host's threads (attnrt_runtime_options.executor): starts no thread; each
+  // ParallelFor with work for more than one member calls executor(context, team_size, ...), whose
+  // members claim chunks as the runtime's own threads do. team_size is at least 1.
+  ThreadPool(int team_size, attnrt_executor_fn executor, void* executor_context);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  // Threads of the pool, caller included; with an executor, the team size asked of it.
   int num_threads() const { return num_threads_; }
   // Why fewer threads than asked for were started ("" when all were).
   const std::string& start_failure() const { return start_failure_; }
@@ -41,6 +46,8 @@ class ThreadPool {
   // deadlock. An exception out of fn, on any thread, is caught: the ranges not yet started are
   // skipped and the call returns ATTNRT_ERROR_INTERNAL describing the first exception (a nested
   // call also fails the enclosing one). At most a few ranges per thread are made, whatever n.
+  // With an executor, the ranges its members leave unclaimed (an executor that ran none of them)
+  // are run by the caller after it returns.
   Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data);
 
   // True on a thread that is running a range of some ParallelFor call.
@@ -50,6 +57,9 @@ class ThreadPool {
   struct Job;
   void WorkerLoop();
   static bool RunOneChunk(Job& job);
+  // An executor's team member: runs chunks of the Job at user_data until none is left.
+  static void TeamMember(void* user_data, int32_t member);
+  Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data);
 
   // The job whose range this thread is running (null outside any): a nested ParallelFor runs
   // inline and reports an exception to it.
@@ -62,6 +72,8 @@ class ThreadPool {
   std::deque<std::shared_ptr<Job>> jobs_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  attnrt_executor_fn executor_ = nullptr;
+  void* executor_context_ = nullptr;
 };
 
 }  // namespace attnrt::core

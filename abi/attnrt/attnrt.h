@@ -47,7 +47,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 2
+#define ATTNRT_ABI_VERSION_MINOR 3
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
@@ -162,6 +162,17 @@ typedef enum attnrt_log_level {
 
 typedef void (*attnrt_log_fn)(void* user_data, int32_t level, const char* message);
 
+/** One team member's share of a parallel region (ABI 1.3). */
+typedef void (*attnrt_team_fn)(void* user_data, int32_t member);
+
+/**
+ * Runs fn(user_data, m) for every m in [0, team_size) — concurrently on the host's threads, the
+ * calling thread one of them — and returns when all have returned. Must not throw or unwind
+ * (ABI 1.3). See attnrt_runtime_options.executor.
+ */
+typedef void (*attnrt_executor_fn)(void* executor_context, int32_t team_size, attnrt_team_fn fn,
+                                   void* user_data);
+
 /**
  * Runtime options. Fill with attnrt_runtime_options_init, then change what you need. Every field
  * left at its default defers to the environment variable named beside it; a set field wins over it.
@@ -183,7 +194,7 @@ typedef struct attnrt_runtime_options {
    *  -1 (default) = ATTNRT_DEBUG. */
   int32_t debug;
   /** CPU threads of the runtime's pool, caller thread included; 0 (default) = ATTNRT_NUM_THREADS,
-   *  else the number of hardware threads. */
+   *  else the number of hardware threads. With an executor (below): the team size asked of it. */
   int32_t num_threads;
   /** Where log lines go; NULL (default) = stderr. */
   attnrt_log_fn log_fn;
@@ -191,6 +202,30 @@ typedef struct attnrt_runtime_options {
   /** Plans each op keeps in its cache, the least recently used dropped first (ABI 1.2); 0 keeps
    *  none (every attnrt_op_plan makes a plan); -1 (default) = ATTNRT_PLAN_CACHE_SIZE, else 64. */
   int32_t plan_cache_size;
+  /**
+   * The host's threads run the runtime's parallel work (ABI 1.3); NULL (default): the runtime
+   * starts a pool of its own. With an executor the runtime starts no threads: each parallel region
+   * of a kernel calls executor(executor_context, team_size, fn, user_data) on the thread that runs
+   * the plan, and the members split the region's work among themselves.
+   * - team_size is num_threads, resolved by the rules above (0 = ATTNRT_NUM_THREADS, else the
+   *   hardware threads), fixed at creation: kernels plan with it (workspace sizes depend on it)
+   *   and attnrt_runtime_num_threads returns it.
+   * - Members may run on fewer physical threads than team_size, or one after another on the
+   *   calling thread: work is claimed dynamically, so every index of a parallel region is done
+   *   whatever the executor's mapping of members to threads.
+   * - A parallel region opened inside a member (nested) runs inline on that member's thread, as
+   *   does a region too small to split or any region of a team of 1: the executor is not called.
+   *   The executor always gets team_size >= 2.
+   * - If the executor returns with work unclaimed (a broken executor that ran no member), the
+   *   calling thread finishes it: a run never loses work silently.
+   * - Several threads may run plans at once: the executor is then called concurrently.
+   * - fn never throws; an exception out of a kernel's callback fails the run (INTERNAL) as with
+   *   the runtime's own pool.
+   * The executor and its context must outlive the runtime and every op and plan made from it.
+   */
+  attnrt_executor_fn executor;
+  /** Passed to executor unchanged; must be NULL when executor is NULL. */
+  void* executor_context;
 } attnrt_runtime_options;
 
 /**
@@ -222,7 +257,8 @@ ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* opt
  *  NULL is ignored. */
 ATTNRT_API void attnrt_runtime_destroy(attnrt_runtime* runtime);
 
-/** Threads in the runtime's CPU pool (caller thread included). */
+/** Threads in the runtime's CPU pool (caller thread included); with an executor, the team size
+ *  the runtime asks of it (attnrt_runtime_options.executor). */
 ATTNRT_API attnrt_status attnrt_runtime_num_threads(const attnrt_runtime* runtime,
                                                     int32_t* out_num_threads);
 

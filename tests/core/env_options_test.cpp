@@ -210,6 +210,8 @@ TEST_F(EnvOptionsTest, OptionsInitSetsDefaults) {
   EXPECT_EQ(options.log_fn, nullptr);
   EXPECT_EQ(options.log_user_data, nullptr);
   EXPECT_EQ(options.plan_cache_size, -1);
+  EXPECT_EQ(options.executor, nullptr);
+  EXPECT_EQ(options.executor_context, nullptr);
 }
 
 // The entry point of ABI 1.1 (programs built before plan_cache_size) writes nothing past the 1.1

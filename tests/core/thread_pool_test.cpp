@@ -1,6 +1,8 @@
 // Tests of core/thread_pool.cpp: ranges for any n and grain (n near SIZE_MAX included) cover
 // [0, n) exactly once in a few calls, an exception out of a callback on any thread becomes the
-// call's status, and a pool whose threads cannot all start keeps the ones that did.
+// call's status, and a pool whose threads cannot all start keeps the ones that did. The pools
+// that run on a host's executor (attnrt_runtime_options.executor) are tested in
+// thread_pool_executor_test.cpp.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
