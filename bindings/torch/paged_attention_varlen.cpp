@@ -242,6 +242,8 @@ TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   // The same on a given runtime (an id from _register_runtime; 0 = the library's own).
   m.def("_paged_attention_varlen_on(int runtime, " ATTNRT_VARLEN_ARGS ") -> ()");
   m.def("_register_runtime(int handle) -> int", &RegisterRuntime);
+  // A runtime on torch's intra-op threads, owned by the library (_release_runtime destroys it).
+  m.def("_torch_threads_runtime(int num_threads=0) -> int", &TorchThreadsRuntime);
   m.def("_release_runtime(int runtime) -> ()", &ReleaseRuntime);
   m.def("_use_runtime(int runtime) -> ()", &UseRuntime);
   m.def("_runtime_stats(int runtime) -> int[]", &RuntimeStats);

@@ -107,7 +107,8 @@ bool OpKey::operator==(const OpKey& o) const {
 namespace {
 
 struct RuntimeEntry {
-  attnrt_runtime* handle = nullptr;  // borrowed, or owned for id 0
+  attnrt_runtime* handle = nullptr;  // borrowed, or owned for id 0 and when `owned`
+  bool owned = false;
   std::vector<std::pair<OpKey, std::shared_ptr<CachedOp>>> ops;
 };
 
@@ -133,12 +134,13 @@ RuntimeEntry& Entry(Registry& r, int64_t id) {
   if (id == kDefaultRuntime) id = r.default_id;
   auto it = r.runtimes.find(id);
   if (it != r.runtimes.end()) {
-    ATTNRT_TORCH_CHECK_ARG(it->second.handle != nullptr, "runtime is closed (the attnrt.Runtime ",
+    ATTNRT_TORCH_CHECK_ARG(it->second.handle != nullptr, "runtime is closed (the runtime ",
                            "registered as ", id, " was closed or released)");
     return it->second;
   }
-  ATTNRT_TORCH_CHECK_ARG(id == 0, "runtime: no attnrt runtime is registered under id ", id,
-                         " (ids come from attnrt._register_runtime)");
+  ATTNRT_TORCH_CHECK_ARG(
+      id == 0, "runtime: no attnrt runtime is registered under id ", id,
+      " (ids come from attnrt._register_runtime and attnrt._torch_threads_runtime)");
   attnrt_runtime* handle = nullptr;
   const attnrt_status status = attnrt_runtime_create(nullptr, &handle);
   if (status != ATTNRT_OK) ThrowStatus(status);
@@ -158,15 +160,30 @@ int64_t RegisterRuntime(int64_t handle) {
   return id;
 }
 
+int64_t RegisterOwnedRuntime(attnrt_runtime* runtime) {
+  ATTNRT_TORCH_CHECK_ARG(runtime != nullptr, "runtime: expected an attnrt_runtime, got NULL");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const int64_t id = r.next_id++;
+  RuntimeEntry& e = r.runtimes[id];
+  e.handle = runtime;
+  e.owned = true;
+  return id;
+}
+
 void ReleaseRuntime(int64_t id) {
   if (id <= 0) return;
-  std::vector<std::pair<OpKey, std::shared_ptr<CachedOp>>> ops;  // destroyed outside the lock
+  // Destroyed outside the lock; a call running on one of its ops keeps the runtime's state (and
+  // its executor's pool) alive until it returns.
+  std::vector<std::pair<OpKey, std::shared_ptr<CachedOp>>> ops;
+  std::unique_ptr<attnrt_runtime, void (*)(attnrt_runtime*)> owned(nullptr, attnrt_runtime_destroy);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.runtimes.find(id);
   if (it == r.runtimes.end()) return;
   // Kept as closed: a call naming it (as the default) fails as the Python path does.
   ops.swap(it->second.ops);
+  if (it->second.owned) owned.reset(it->second.handle);
   it->second.handle = nullptr;
 }
 

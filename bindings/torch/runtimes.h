@@ -2,11 +2,12 @@
 // and each op's plans (one per tensor signature), kept between calls so that a call only describes
 // its tensors, looks its plan up and runs.
 //
-// A runtime is either the library's own (made on first use with the default options, so the
-// ATTNRT_* environment applies) or one of the Python package's attnrt.Runtime objects, registered
-// by its handle and borrowed: the handle is only used to make ops, which stay valid after the
-// runtime is closed (they keep its plugins loaded), and the Python package checks that a runtime
-// is open before it names it in a call.
+// A runtime is the library's own (made on first use with the default options, so the ATTNRT_*
+// environment applies), one of the Python package's attnrt.Runtime objects, registered by its
+// handle and borrowed (the handle is only used to make ops, which stay valid after the runtime is
+// closed: they keep its plugins loaded; the Python package checks that a runtime is open before it
+// names it in a call), or a runtime on torch's intra-op threads made here and owned by the
+// registry (torch_threads.cpp: its parallel work runs in at::parallel_for).
 #ifndef ATTNRT_BINDINGS_TORCH_RUNTIMES_H_
 #define ATTNRT_BINDINGS_TORCH_RUNTIMES_H_
 
@@ -97,9 +98,16 @@ struct OpKey {
 // reused. kDefaultRuntime names the one UseRuntime chose (0 until then).
 constexpr int64_t kDefaultRuntime = -1;
 
-// ReleaseRuntime drops the runtime's ops and forgets its handle (the runtime is closing); calls
-// that name it then fail with "runtime is closed".
+// ReleaseRuntime drops the runtime's ops and forgets its handle (the runtime is closing), and
+// destroys the runtime when the registry owns it; calls that name it then fail with "runtime is
+// closed".
 int64_t RegisterRuntime(int64_t handle);
+// Registers a runtime the registry owns (destroyed by ReleaseRuntime); returns its id (> 0).
+int64_t RegisterOwnedRuntime(attnrt_runtime* runtime);
+// A runtime whose parallel work runs on torch's intra-op threads (at::parallel_for: OpenMP in
+// torch's standard builds) with a team of num_threads (0: at::get_num_threads() now), owned by the
+// registry; returns its id. torch.ops.attnrt._torch_threads_runtime.
+int64_t TorchThreadsRuntime(int64_t num_threads);
 void ReleaseRuntime(int64_t id);
 void UseRuntime(int64_t id);
 

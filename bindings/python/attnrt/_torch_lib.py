@@ -7,7 +7,10 @@ Python implementation. ATTNRT_TORCH_OPS=0 in the environment leaves the library 
 
 Runtimes: the C++ operators run on the library's own runtime (default options) unless
 attnrt.torch.set_runtime / attnrt.torch.runtime() name one; attnrt.paged_attention_varlen passes
-its runtime with each call (registered once per attnrt.Runtime, by its handle).
+its runtime with each call (registered once per attnrt.Runtime, by its handle). The library also
+makes runtimes of its own whose parallel work runs on torch's intra-op threads
+(torch_threads_runtime: at::parallel_for, OpenMP in torch's standard builds), which the vLLM
+backend uses so that attention and torch's operators share one team of threads.
 """
 from __future__ import annotations
 
@@ -104,6 +107,22 @@ def _release(rid: int) -> None:
             torch.ops.attnrt._release_runtime(rid)
         except Exception:  # interpreter exit: torch may be half torn down
             pass
+
+
+def torch_threads_runtime(num_threads: int = 0) -> int:
+    """The id of a new runtime of the C++ library (default options otherwise) whose parallel work
+    runs on torch's intra-op threads, in at::parallel_for, with a team of num_threads (0:
+    torch.get_num_threads() now; the team is fixed, kernels plan with it). The library owns it:
+    release_runtime(id) destroys it."""
+    import torch
+
+    return torch.ops.attnrt._torch_threads_runtime(int(num_threads))
+
+
+def release_runtime(rid: int) -> None:
+    """Forgets runtime `rid` (destroying it when the library owns it); calls naming it then fail
+    with "runtime is closed"."""
+    _release(rid)
 
 
 def use_runtime(runtime) -> None:

@@ -3,7 +3,9 @@ torch.ops.attnrt.paged_attention_varlen and attnrt.paged_attention_varlen throug
 and what a float64 reference written from the definition gives; caches and out are written in
 place, cache views of every layout are read without copies; the runtime's errors come back with
 its message (the status name first; attnrt.Error subclasses from the function), and the runtime
-a call names (or attnrt.torch.set_runtime's) is the one it runs on.
+a call names (or attnrt.torch.set_runtime's) is the one it runs on. A runtime on torch's
+intra-op threads (torch.ops.attnrt._torch_threads_runtime, what the vLLM backend runs on) gives
+bitwise what an attnrt.Runtime with as many threads of its own gives.
 
 Skipped when the library was not built (no torch at configure), unless ATTNRT_REQUIRE_TORCH_OPS=1
 (scripts/test.sh builds it and sets it)."""
@@ -263,6 +265,54 @@ def test_runtime_of_the_call_is_used_and_a_closed_one_is_refused():
         attnrt.paged_attention_varlen(rt, *args, kv_layout="BSNH")
     with pytest.raises(ValueError, match="runtime is closed"):
         torch.ops.attnrt._paged_attention_varlen_on(rid, *args, torch.empty_like(batch.q))
+
+
+@pytest.mark.parametrize("team, torch_threads", [(1, 1), (2, 2), (2, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_threads_runtime_is_bitwise_the_own_pool(team, torch_threads, dtype):
+    """A mixed batch (prefill chunks, a first prompt, decodes) on a runtime whose parallel work
+    runs in at::parallel_for gives the output and caches of an attnrt.Runtime with `team` threads
+    of its own; also when torch has fewer threads than the team (members one after another)."""
+    print(f"seed {SEED} (ATTNRT_TEST_SEED reproduces)")
+    g = torch.Generator().manual_seed(SEED)
+    batch = Batch("vllm_cpu_slab", dtype, g)
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.cu, batch.seq_lens, batch.table)
+    kv_before = batch.kv.clone()
+    out_own = torch.full((batch.num_tokens, N, H), 7.0, dtype=dtype)
+    with attnrt.Runtime(num_threads=team) as rt:
+        attnrt.paged_attention_varlen(rt, *args, out=out_own, k=batch.k, v=batch.v,
+                                      slot_mapping=batch.slot_mapping, sinks=batch.sinks,
+                                      window_size=(23, 0), softcap=30.0, kv_layout="BNSH")
+    kv_own = batch.kv.clone()
+    batch.kv.copy_(kv_before)
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)
+    try:
+        # 0: torch.get_num_threads(), the team when torch has as many threads.
+        rid = _torch_lib.torch_threads_runtime(0 if team == torch_threads else team)
+        out = torch.full_like(out_own, 7.0)
+        torch.ops.attnrt._paged_attention_varlen_on(
+            rid, *args, out, batch.k, batch.v, batch.slot_mapping, batch.sinks, 0.0, 23, 30.0,
+            "BNSH")
+        stats = torch.ops.attnrt._runtime_stats(rid)
+    finally:
+        torch.set_num_threads(previous)
+    assert stats == [1, 0, 1], "the call did not run on the torch-threads runtime"
+    assert torch.equal(out, out_own), "the torch-threads runtime differs from the own pool"
+    assert torch.equal(batch.kv, kv_own), "the caches differ from the own pool's"
+    assert torch.all(out[int(batch.cu[-1]):] == 7.0), "padding rows were written"
+    # Released: destroyed, and calls naming it are refused by name.
+    _torch_lib.release_runtime(rid)
+    with pytest.raises(ValueError, match="runtime is closed"):
+        torch.ops.attnrt._paged_attention_varlen_on(rid, *args, torch.empty_like(batch.q))
+
+
+def test_torch_threads_runtime_refuses_a_negative_team():
+    with pytest.raises(ValueError, match="num_threads: expected 0 .* got -1"):
+        torch.ops.attnrt._torch_threads_runtime(-1)
+    with pytest.raises(ValueError, match="options.num_threads: expected 0 .*1024, got 1025"):
+        torch.ops.attnrt._torch_threads_runtime(1025)
 
 
 def _small_call(g):

@@ -1,0 +1,58 @@
+// A runtime whose parallel work runs on torch's intra-op threads (ABI 1.3's
+// attnrt_runtime_options.executor): each parallel region of a kernel is one at::parallel_for over
+// the team's members, so in a process where torch runs on OpenMP (its standard builds) attention
+// and torch's own operators share one team of threads instead of two pools competing for the
+// cores (a spinning OpenMP thread against a runtime worker woken on a condition variable).
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "attnrt/attnrt.h"
+#include "bindings/torch/runtimes.h"
+
+namespace attnrt_torch {
+namespace {
+
+// Members [begin, end) of the team on each thread at::parallel_for hands a range to: with OpenMP a
+// member per thread while the team has threads to spare, else several one after another (the
+// runtime's members claim work dynamically, so any mapping does all of it).
+void TorchThreadsExecutor(void* /*executor_context*/, int32_t team_size, attnrt_team_fn fn,
+                          void* user_data) {
+  try {
+    at::parallel_for(0, team_size, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t member = begin; member < end; ++member) {
+        fn(user_data, static_cast<int32_t>(member));
+      }
+    });
+  } catch (...) {
+    // fn never throws; should at::parallel_for fail before running a member, the runtime's caller
+    // does the work those members would have claimed.
+  }
+}
+
+}  // namespace
+
+int64_t TorchThreadsRuntime(int64_t num_threads) {
+  ATTNRT_TORCH_CHECK_ARG(num_threads >= 0,
+                         "num_threads: expected 0 (torch's intra-op thread count, "
+                         "at::get_num_threads()) or a team size >= 1, got ",
+                         num_threads);
+  attnrt_runtime_options options;
+  attnrt_runtime_options_init(&options);
+  const int64_t threads = num_threads > 0 ? num_threads : std::max(1, at::get_num_threads());
+  // Larger than an int32_t: the runtime's own check names options.num_threads and its range.
+  options.num_threads = static_cast<int32_t>(std::min<int64_t>(threads, INT32_MAX));
+  options.executor = TorchThreadsExecutor;
+  attnrt_runtime* runtime = nullptr;
+  const attnrt_status status = attnrt_runtime_create(&options, &runtime);
+  if (status != ATTNRT_OK) ThrowStatus(status);
+  try {
+    return RegisterOwnedRuntime(runtime);
+  } catch (...) {
+    attnrt_runtime_destroy(runtime);
+    throw;
+  }
+}
+
+}  // namespace attnrt_torch
