@@ -18,6 +18,12 @@ Each layer calls torch.ops.attnrt._paged_attention_varlen_on, the C++ operator o
 libattnrt_torch.so (attnrt._torch_lib), directly: the pool views, the sinks and the runtime id are
 kept between steps, so a call costs a few microseconds besides the kernel. Without the library the
 layer calls attnrt.paged_attention_varlen's Python path.
+
+Threads: with the library, attention runs on a runtime whose parallel work runs on torch's
+intra-op threads (_torch_lib.torch_threads_runtime: at::parallel_for, the OpenMP team vLLM's
+GEMMs run on), with a team of torch.get_num_threads() of the worker; so no second pool of threads
+competes with OpenMP threads that spin after each of torch's parallel regions. Without the
+library, an attnrt.Runtime with that many threads of its own.
 """
 from __future__ import annotations
 
@@ -35,43 +41,63 @@ from ._runtime import Runtime
 from ._varlen import paged_attention_varlen
 
 _lock = threading.Lock()
-_runtime: Runtime | None = None
-_runtime_id = 0
+_runtime: Runtime | None = None  # the Python path's runtime (the library is not loaded)
+_runtime_id = 0  # the C++ operator's runtime on torch's threads (0: the Python path)
+_threads = 0  # the thread count _runtime_id was made with
+_runtime_threads = 0  # and _runtime
 _announced = False
 
 
 def runtime() -> Runtime:
-    """The process's attnrt Runtime with vLLM's thread count: torch.get_num_threads(), the OpenMP
-    team vLLM gave this worker (remade if vLLM changes it, as it does in-process after building
-    the model)."""
-    global _runtime, _runtime_id
+    """The process's attnrt Runtime (threads of its own) with vLLM's thread count:
+    torch.get_num_threads(), the OpenMP team vLLM gave this worker (remade if vLLM changes it, as
+    it does in-process after building the model). The Python path runs on it."""
+    global _runtime, _runtime_threads
     threads = max(1, torch.get_num_threads())
-    if _runtime is not None and _threads == threads:
-        return _runtime
+    rt = _runtime
+    if rt is not None and _runtime_threads == threads:
+        return rt
     with _lock:
-        if _runtime is None or _threads != threads:
-            rt = Runtime(num_threads=threads)
-            _runtime_id = _torch_lib.runtime_id(rt) if _torch_lib.load() else 0
-            _runtime = rt
-            _set_threads(threads)
+        if _runtime is None or _runtime_threads != threads:
+            _runtime = Runtime(num_threads=threads)
+            _runtime_threads = threads
+            _log_threads(threads, "threads of its own (libattnrt_torch.so is not loaded)")
         return _runtime
 
 
-_threads = 0
+def torch_runtime_id() -> int:
+    """The id of the C++ operator's runtime on torch's intra-op threads (a team of
+    torch.get_num_threads(), remade when that changes), or 0 when the library is not loaded."""
+    global _runtime_id, _threads
+    threads = max(1, torch.get_num_threads())
+    if _runtime_id and _threads == threads:
+        return _runtime_id
+    if not _torch_lib.load():
+        return 0
+    with _lock:
+        if not _runtime_id or _threads != threads:
+            previous = _runtime_id
+            _runtime_id = _torch_lib.torch_threads_runtime(threads)
+            _threads = threads
+            if previous:
+                # A worker runs its layers on one thread: no call is on the previous one now.
+                _torch_lib.release_runtime(previous)
+            _log_threads(threads, "torch's intra-op threads (at::parallel_for, shared with "
+                         "torch's operators)")
+        return _runtime_id
 
 
-def _set_threads(threads: int) -> None:
-    global _threads
-    _threads = threads
+def _log_threads(threads: int, which: str) -> None:
     from vllm.logger import init_logger
 
-    init_logger("vllm.attnrt").info("attnrt: %d threads", threads)
+    init_logger("vllm.attnrt").info("attnrt: attention on %d threads: %s", threads, which)
 
 
 def describe() -> str:
     """One line for vLLM's log: what the backend serves."""
     return ("decoder layers; prefill, chunked prefill, decode, sliding window, softcap, sinks; "
-            "float32/bfloat16/float16; threads: torch.get_num_threads() of each worker")
+            "float32/bfloat16/float16; threads: torch's intra-op threads of each worker "
+            "(torch.get_num_threads()) with the C++ operator, else as many of attnrt's own")
 
 
 def _announce() -> None:
@@ -85,7 +111,9 @@ def _announce() -> None:
 
     init_logger("vllm.attnrt").info(
         "attnrt serves attention (attnrt.vllm.AttnrtBackend in vLLM's CPU_ATTN slot; threads: "
-        "torch.get_num_threads() at each step, now %d)", torch.get_num_threads())
+        "%s, torch.get_num_threads() at each step, now %d)",
+        "torch's intra-op threads" if _torch_lib.load() else "attnrt's own pool",
+        torch.get_num_threads())
 
 
 class AttnrtBackend(AttentionBackend):
@@ -306,19 +334,19 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         table = attn_metadata.block_table
         if window[0] >= 0:
             table = self._window_table(attn_metadata, window[0] + 1, block_size)
-        rt = runtime()
-        if _runtime_id:
+        rid = torch_runtime_id()
+        if rid:
             try:
                 _torch_lib._varlen_on(
-                    _runtime_id, q, k_pool, v_pool, attn_metadata.query_start_loc,
+                    rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
                     window[0], self.logits_soft_cap, "BNSH")
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
         paged_attention_varlen(
-            rt, q, k_pool, v_pool, attn_metadata.query_start_loc, attn_metadata.seq_lens, table,
-            k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
+            runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
+            attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
             window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
             kv_layout="BNSH", block_size=block_size)
         return output
