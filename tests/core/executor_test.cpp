@@ -169,6 +169,30 @@ TEST_F(ExecutorTest, StartsNoThreadAndReportsTheTeamSize) {
   EXPECT_EQ(log.calls.load(), 0);
 }
 
+// A plugin built against ABI 1.2 (before the executor) loads into a runtime with an executor: the
+// host services it gets are those of ABI 1.2 and it never sees the executor.
+TEST_F(ExecutorTest, APluginOfAbi12LoadsIntoAnExecutorRuntime) {
+  ExecutorLog log;
+  const char* paths[] = {ATTNRT_TEST_PLUGINS_ABI12};
+  attnrt_runtime_options options = DefaultOptions();
+  options.plugin_paths = paths;
+  options.num_plugin_paths = 1;
+  options.search_default_paths = 0;
+  options.num_threads = 2;
+  options.executor = ThreadsExecutor;
+  options.executor_context = &log;
+  RuntimePtr runtime = CreateRuntime(options);
+  ASSERT_TRUE(runtime);
+  EXPECT_TRUE(ListDiagnostics(runtime.get()).empty());
+  const std::vector<PluginInfo> plugins = ListPlugins(runtime.get());
+  ASSERT_EQ(plugins.size(), 1u);
+  EXPECT_EQ(plugins[0].name, "abi12");
+  EXPECT_EQ(plugins[0].abi_major, 1u);
+  EXPECT_EQ(plugins[0].abi_minor, 2u);
+  EXPECT_EQ(plugins[0].available, 1);
+  EXPECT_EQ(plugins[0].kernels.size(), 2u);
+}
+
 // The output of one GQA prompt (and its plan's kernel and workspace) on a runtime made with these
 // options, from a fixed seed.
 struct GqaResult {

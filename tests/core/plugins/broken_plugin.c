@@ -13,6 +13,7 @@
  *   BROKEN_MODE_DUPFOREIGN   a valid plugin with a kernel named like a cpu_x86 kernel (outside its
  *                            own prefix "dupforeign.")
  *   BROKEN_MODE_VALID        a valid plugin (built under a name discovery must ignore)
+ *   BROKEN_MODE_ABI12        a valid plugin that declares ABI 1.2 (built before ABI 1.3)
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -120,7 +121,11 @@ static const attnrt_plugin_api kApi = {
 #else
     ATTNRT_ABI_VERSION_MAJOR,
 #endif
+#if defined(BROKEN_MODE_ABI12)
+    2,
+#else
     ATTNRT_ABI_VERSION_MINOR,
+#endif
 #if defined(BROKEN_MODE_DUPNAME)
     ATTNRT_TEST_CPU_PLUGIN,
 #else
