@@ -269,20 +269,25 @@ def test_runtime_of_the_call_is_used_and_a_closed_one_is_refused():
 
 @pytest.mark.parametrize("team, torch_threads", [(1, 1), (2, 2), (2, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_torch_threads_runtime_is_bitwise_the_own_pool(team, torch_threads, dtype):
+@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
+def test_torch_threads_runtime_is_bitwise_the_own_pool(team, torch_threads, dtype, features):
     """A mixed batch (prefill chunks, a first prompt, decodes) on a runtime whose parallel work
     runs in at::parallel_for gives the output and caches of an attnrt.Runtime with `team` threads
-    of its own; also when torch has fewer threads than the team (members one after another)."""
+    of its own; also when torch has fewer threads than the team (members one after another).
+    "plain" runs the flash kernels, whose workspace is per thread; softcap the naive ones."""
     print(f"seed {SEED} (ATTNRT_TEST_SEED reproduces)")
     g = torch.Generator().manual_seed(SEED)
     batch = Batch("vllm_cpu_slab", dtype, g)
     args = (batch.q, batch.k_cache, batch.v_cache, batch.cu, batch.seq_lens, batch.table)
+    window_left, softcap, sinks = (23, 30.0, batch.sinks) if features != "plain" else (-1, 0.0,
+                                                                                      None)
     kv_before = batch.kv.clone()
     out_own = torch.full((batch.num_tokens, N, H), 7.0, dtype=dtype)
     with attnrt.Runtime(num_threads=team) as rt:
         attnrt.paged_attention_varlen(rt, *args, out=out_own, k=batch.k, v=batch.v,
-                                      slot_mapping=batch.slot_mapping, sinks=batch.sinks,
-                                      window_size=(23, 0), softcap=30.0, kv_layout="BNSH")
+                                      slot_mapping=batch.slot_mapping, sinks=sinks,
+                                      window_size=(window_left, 0 if window_left >= 0 else -1),
+                                      softcap=softcap, kv_layout="BNSH")
     kv_own = batch.kv.clone()
     batch.kv.copy_(kv_before)
 
@@ -293,8 +298,8 @@ def test_torch_threads_runtime_is_bitwise_the_own_pool(team, torch_threads, dtyp
         rid = _torch_lib.torch_threads_runtime(0 if team == torch_threads else team)
         out = torch.full_like(out_own, 7.0)
         torch.ops.attnrt._paged_attention_varlen_on(
-            rid, *args, out, batch.k, batch.v, batch.slot_mapping, batch.sinks, 0.0, 23, 30.0,
-            "BNSH")
+            rid, *args, out, batch.k, batch.v, batch.slot_mapping, sinks, 0.0, window_left,
+            softcap, "BNSH")
         stats = torch.ops.attnrt._runtime_stats(rid)
     finally:
         torch.set_num_threads(previous)
