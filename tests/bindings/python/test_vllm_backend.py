@@ -1,6 +1,7 @@
 """attnrt.vllm: the package works without vLLM (nothing imported, the plugin a no-op unless
 ATTNRT_VLLM=1); with vLLM importable, the backend's impl against a float64 reference on a mixed
-batch in vLLM's CPU cache layout, and its refusals."""
+batch in vLLM's CPU cache layout, its refusals, and the runtime it runs on (torch's intra-op
+threads when the C++ operator is loaded)."""
 from __future__ import annotations
 
 import importlib.util
@@ -144,3 +145,27 @@ def test_impl_refuses_what_it_cannot_serve(kwargs, reason):
     args.update(kwargs)
     with pytest.raises(NotImplementedError, match=reason):
         AttnrtImpl(**args)
+
+
+@needs_vllm
+def test_layers_run_on_torch_threads_when_the_operator_is_loaded():
+    """With libattnrt_torch.so the backend's runtime is the library's runtime on torch's intra-op
+    threads, with a team of torch.get_num_threads(): kept while that count stays, remade (and the
+    previous one released) when it changes."""
+    from attnrt import _torch_lib, _vllm_backend
+
+    if not _torch_lib.load():
+        pytest.skip("libattnrt_torch.so is not built")
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        first = _vllm_backend.torch_runtime_id()
+        assert first > 0 and _vllm_backend.torch_runtime_id() == first
+        torch.set_num_threads(2)
+        second = _vllm_backend.torch_runtime_id()
+        assert second not in (0, first)
+        with pytest.raises(ValueError, match="runtime is closed"):
+            torch.ops.attnrt._runtime_stats(first)
+        assert torch.ops.attnrt._runtime_stats(second) == [0, 0, 0]
+    finally:
+        torch.set_num_threads(previous)
