@@ -90,7 +90,8 @@ def torch_runtime_id() -> int:
 def _log_threads(threads: int, which: str) -> None:
     from vllm.logger import init_logger
 
-    init_logger("vllm.attnrt").info("attnrt: attention on %d threads: %s", threads, which)
+    init_logger("vllm.attnrt").info("attnrt: attention on %d thread%s: %s", threads,
+                                    "" if threads == 1 else "s", which)
 
 
 def describe() -> str:
