@@ -126,17 +126,19 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
   return f;
 }
 
-// ChooseBlocks for a run over a paged cache: tall tiles copy their key blocks into scratch unless
-// the rows of a kv head lie contiguous in cache blocks of at least kMinDirectBlockRows rows.
+// ChooseBlocks for a run over a paged cache with the block operations `ops`: tall tiles copy their
+// key blocks into scratch unless the rows of a kv head lie contiguous in cache blocks of at least
+// kMinDirectBlockRows rows and the operations give the same bits a call per cache block
+// (GqaFlashOps::split_exact).
 FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
-                              const GqaFlashPaging& paging) {
+                              const GqaFlashPaging& paging, const GqaFlashOps& ops) {
   FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
   GqaFloatType type;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const size_t row = GqaCacheRowBytes(cache_type, p.head_size);
-  const bool direct = paging.block_size >= kMinDirectBlockRows && paging.key.token == row &&
-                      paging.value.token == row;
+  const bool direct = ops.split_exact && paging.block_size >= kMinDirectBlockRows &&
+                      paging.key.token == row && paging.value.token == row;
   f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows && !direct;
   return f;
 }
@@ -260,7 +262,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
     max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
   const FlashBlocks blocks = paging != nullptr
-                                 ? ChoosePagedBlocks(L2Bytes(context), p, max_total, *paging)
+                                 ? ChoosePagedBlocks(L2Bytes(context), p, max_total, *paging, ops)
                                  : ChooseBlocks(L2Bytes(context), p, max_total);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
 
@@ -357,9 +359,9 @@ int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t 
 namespace {
 
 // Workspace of a gqa.flash run of `p`; `paging` (its layout and block size): over a paged cache,
-// whose decode may hold the tiles of several kv heads per slot.
+// whose decode may hold the tiles of several kv heads per slot, with the block operations `ops`.
 size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
-                      const GqaFlashPaging* paging) {
+                      const GqaFlashPaging* paging, const GqaFlashOps& ops) {
   const bool paged = paging != nullptr;
   // supports() declined such a problem; nothing larger than what it read may be touched.
   if (p.struct_size < sizeof(attnrt_gqa_problem)) return 0;
@@ -370,7 +372,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                 p.sequence_length});
   const int64_t threads = NumThreads(context.host);
   const int64_t chunks = MaxChunks(p, threads);
-  const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging)
+  const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging, ops)
                                    : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
   const int64_t heads_per_slot =
@@ -383,12 +385,13 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
 
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context),
-                        *static_cast<const attnrt_gqa_problem*>(problem), nullptr);
+                        *static_cast<const attnrt_gqa_problem*>(problem), nullptr,
+                        kGqaFlashOpsScalar);
 }
 
 size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
-                                  const GqaFlashPaging& paging) noexcept {
-  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context), p, &paging);
+                                  const GqaFlashPaging& paging, const GqaFlashOps& ops) noexcept {
+  return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context), p, &paging, ops);
 }
 
 int32_t GqaFlashRunPaged(void* plugin_context, const attnrt_gqa_args& args,

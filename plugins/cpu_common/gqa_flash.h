@@ -54,6 +54,13 @@ struct GqaFlashOps {
   float (*exp_sum)(float* x, int64_t n, float m);
   // y *= alpha over [0, n).
   void (*scale)(float alpha, float* y, int64_t n);
+  // True when scores and accumulate over keys [0, n) split into several calls give the bits of
+  // one call (every score alone, every key's product added in key order, whatever the call
+  // boundaries). Only such operations read the cache blocks of a paged cache in place for tall
+  // tiles, a call per cache block; with others (AMX-BF16, which packs keys in pairs and chunks
+  // of 32 from the start of each call) each key block is copied into one float32 block first, so
+  // that the calls are the contiguous cache's.
+  bool split_exact;
 };
 
 // Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.
@@ -92,7 +99,7 @@ size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept
 // and size (its table and stage are not read): a decode may hold the tiles of several kv heads per
 // slot (a cache block is read once for all of them).
 size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
-                                  const GqaFlashPaging& paging) noexcept;
+                                  const GqaFlashPaging& paging, const GqaFlashOps& ops) noexcept;
 
 // attnrt_kernel_desc::run of a gqa.flash kernel whose block operations are `ops`; plugin_context is
 // a PluginContext*. The caller's supports() has accepted the problem (ISA included).

@@ -79,6 +79,7 @@ void Scale(float alpha, float* y, int64_t n) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsScalar = {&Scores, &Accumulate, &Dequantize, &Max, &ExpSum, &Scale};
+const GqaFlashOps kGqaFlashOpsScalar = {&Scores, &Accumulate, &Dequantize, &Max,
+                                        &ExpSum, &Scale,      true};
 
 }  // namespace attnrt::cpu

@@ -540,7 +540,7 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsAmx = {&Scores, &Accumulate, &Dequantize,
-                                     &RowMax, &RowExpSum,  &RowScale};
+const GqaFlashOps kGqaFlashOpsAmx = {&Scores,    &Accumulate, &Dequantize, &RowMax,
+                                     &RowExpSum, &RowScale,   false};
 
 }  // namespace attnrt::cpu

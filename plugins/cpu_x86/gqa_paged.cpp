@@ -53,6 +53,7 @@ int32_t Supports(void* plugin_context, const void* problem, char* reason,
   return 0;
 }
 
+template <const GqaFlashOps& kOps>
 size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
@@ -63,7 +64,7 @@ size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
                               PagedGqaPoolStrides(p, p.value_cache_strides),
                               nullptr,
                               nullptr};
-  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout);
+  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout, kOps);
 }
 
 template <const GqaFlashOps& kOps>
@@ -95,7 +96,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority,
      .supports = &Supports<&GqaFlashSupportsScalar>,
-     .workspace_size = &WorkspaceSize,
+     .workspace_size = &WorkspaceSize<kGqaFlashOpsScalar>,
      .run = &Run<kGqaFlashOpsScalar>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.paged_gqa.flash.avx2",
@@ -103,7 +104,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority + kAvx2Bonus,
      .supports = &Supports<&GqaFlashSupportsAvx2>,
-     .workspace_size = &WorkspaceSize,
+     .workspace_size = &WorkspaceSize<kGqaFlashOpsAvx2>,
      .run = &Run<kGqaFlashOpsAvx2>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.paged_gqa.flash.avx512",
@@ -111,7 +112,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority + kAvx512Bonus,
      .supports = &Supports<&GqaFlashSupportsAvx512>,
-     .workspace_size = &WorkspaceSize,
+     .workspace_size = &WorkspaceSize<kGqaFlashOpsAvx512>,
      .run = &Run<kGqaFlashOpsAvx512>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.paged_gqa.flash.amx",
@@ -119,7 +120,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .device_type = ATTNRT_DEVICE_CPU,
      .priority = kPagedPriority + kAmxBonus,
      .supports = &Supports<&GqaFlashSupportsAmx>,
-     .workspace_size = &WorkspaceSize,
+     .workspace_size = &WorkspaceSize<kGqaFlashOpsAmx>,
      .run = &Run<kGqaFlashOpsAmx>},
 };
 

@@ -121,13 +121,15 @@ GqaFlashPaging Paging(const attnrt_paged_gqa_problem& p, const int32_t* table,
 }
 
 // Room for the prompt form and for the decode form of the problem.
+template <const GqaFlashOps& kOps>
 size_t FlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_varlen_problem)) return 0;
   const attnrt_paged_gqa_problem decode = DecodeProblem(p);
-  return std::max(
-      GqaFlashPagedWorkspaceSize(plugin_context, p.paged.gqa, Paging(p.paged, nullptr, nullptr)),
-      GqaFlashPagedWorkspaceSize(plugin_context, decode.gqa, Paging(decode, nullptr, nullptr)));
+  return std::max(GqaFlashPagedWorkspaceSize(plugin_context, p.paged.gqa,
+                                             Paging(p.paged, nullptr, nullptr), kOps),
+                  GqaFlashPagedWorkspaceSize(plugin_context, decode.gqa,
+                                             Paging(decode, nullptr, nullptr), kOps));
 }
 
 size_t NaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept {
@@ -184,13 +186,17 @@ constexpr attnrt_kernel_desc Kernel(const char* name, int32_t priority, Supports
 
 constexpr attnrt_kernel_desc kKernels[] = {
     Kernel("cpu_x86.paged_gqa_varlen.flash.scalar", kFlashPriority,
-           &Supports<&GqaFlashSupportsScalar>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsScalar>),
+           &Supports<&GqaFlashSupportsScalar>, &FlashWorkspaceSize<kGqaFlashOpsScalar>,
+           &FlashRun<kGqaFlashOpsScalar>),
     Kernel("cpu_x86.paged_gqa_varlen.flash.avx2", kFlashPriority + kAvx2Bonus,
-           &Supports<&GqaFlashSupportsAvx2>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAvx2>),
+           &Supports<&GqaFlashSupportsAvx2>, &FlashWorkspaceSize<kGqaFlashOpsAvx2>,
+           &FlashRun<kGqaFlashOpsAvx2>),
     Kernel("cpu_x86.paged_gqa_varlen.flash.avx512", kFlashPriority + kAvx512Bonus,
-           &Supports<&GqaFlashSupportsAvx512>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAvx512>),
+           &Supports<&GqaFlashSupportsAvx512>, &FlashWorkspaceSize<kGqaFlashOpsAvx512>,
+           &FlashRun<kGqaFlashOpsAvx512>),
     Kernel("cpu_x86.paged_gqa_varlen.flash.amx", kFlashPriority + kAmxBonus,
-           &Supports<&GqaFlashSupportsAmx>, &FlashWorkspaceSize, &FlashRun<kGqaFlashOpsAmx>),
+           &Supports<&GqaFlashSupportsAmx>, &FlashWorkspaceSize<kGqaFlashOpsAmx>,
+           &FlashRun<kGqaFlashOpsAmx>),
     Kernel("cpu_x86.paged_gqa_varlen.naive.scalar", kNaivePriority,
            &Supports<&GqaNaiveSupportsScalar>, &NaiveWorkspaceSize,
            &NaiveRun<&GqaAttendRowsPagedScalar>),
