@@ -50,6 +50,55 @@ void NobodyExecutor(void* context, int32_t team_size, attnrt_team_fn /*fn*/, voi
   log->team_size.store(team_size);
 }
 
+// Members out of order, each twice, with indices out of range (negative, team_size and beyond)
+// between them, on more threads than the team: fn must ignore the index and claim work.
+void UnrulyExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
+  auto* log = static_cast<ExecutorLog*>(context);
+  log->calls.fetch_add(1);
+  log->team_size.store(team_size);
+  std::vector<std::thread> threads;
+  for (int32_t t = 0; t < 2 * team_size + 1; ++t) {
+    threads.emplace_back([=] {
+      fn(user_data, -1 - t);
+      fn(user_data, team_size - 1 - t % team_size);
+      fn(user_data, team_size + t);
+    });
+  }
+  fn(user_data, 0);
+  for (auto& t : threads) t.join();
+  fn(user_data, 0);
+}
+
+// What a re-entrant executor runs before a member's work: a whole GQA plan on the same runtime.
+struct ReentrantContext {
+  ExecutorLog log;
+  attnrt_plan* plan = nullptr;
+  GqaTensors* tensors = nullptr;
+  std::atomic<bool> started{false};
+  std::atomic<int> nested_runs{0};
+  std::atomic<int> nested_failures{0};
+};
+
+// The first member of the first call runs another plan of the runtime first (on the member's
+// thread, itself calling this executor, while the other members work), then its share of the
+// work.
+void ReentrantExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
+  auto* c = static_cast<ReentrantContext*>(context);
+  c->log.calls.fetch_add(1);
+  c->log.team_size.store(team_size);
+  auto member = [=](int32_t m) {
+    if (m == 1 && c->plan != nullptr && !c->started.exchange(true)) {
+      if (RunPlan(c->plan, *c->tensors) != ATTNRT_OK) c->nested_failures.fetch_add(1);
+      c->nested_runs.fetch_add(1);
+    }
+    fn(user_data, m);
+  };
+  std::vector<std::thread> threads;
+  for (int32_t m = 1; m < team_size; ++m) threads.emplace_back(member, m);
+  member(0);
+  for (auto& t : threads) t.join();
+}
+
 // Must never be called (a field the runtime should not have read).
 void FailingExecutor(void* /*context*/, int32_t /*team_size*/, attnrt_team_fn /*fn*/,
                      void* /*user_data*/) {
@@ -244,7 +293,8 @@ TEST_F(ExecutorTest, GqaOutputIsBitwiseThatOfTheOwnPool) {
     pool_options.num_threads = threads;
     const GqaResult expected = RunGqa(pool_options, seed);
     ASSERT_FALSE(expected.output.empty());
-    for (const auto executor : {ThreadsExecutor, SequentialExecutor, NobodyExecutor}) {
+    for (const auto executor :
+         {ThreadsExecutor, SequentialExecutor, NobodyExecutor, UnrulyExecutor}) {
       ExecutorLog log;
       attnrt_runtime_options options = pool_options;
       options.executor = executor;
@@ -262,6 +312,56 @@ TEST_F(ExecutorTest, GqaOutputIsBitwiseThatOfTheOwnPool) {
       EXPECT_EQ(log.team_size.load(), threads);
     }
   }
+}
+
+// An executor whose members call back into the runtime (a plan of another op run from inside a
+// member, on the member's thread): both plans give the own pool's output.
+TEST_F(ExecutorTest, MembersThatRunPlansOfTheRuntimeGetTheOwnPoolsOutput) {
+  SCOPED_TRACE(SeedTrace());
+  const uint64_t seed = TestSeed();
+  attnrt_runtime_options pool_options = DefaultOptions();
+  pool_options.num_threads = 3;
+  const GqaResult expected = RunGqa(pool_options, seed);
+  const GqaResult expected_nested = RunGqa(pool_options, seed + 1);
+  ASSERT_FALSE(expected.output.empty());
+
+  ReentrantContext context;
+  attnrt_runtime_options options = pool_options;
+  options.executor = ReentrantExecutor;
+  options.executor_context = &context;
+  RuntimePtr runtime = CreateRuntime(options);
+  ASSERT_TRUE(runtime);
+  attnrt_gqa_attributes attributes = GqaAttributes(8, 2);
+  attnrt_op* raw = nullptr;
+  ASSERT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_GQA, &attributes, &raw), ATTNRT_OK);
+  OpPtr op(raw);
+  SimpleGqa spec;
+  spec.batch = 3;
+  spec.seq = 48;
+  spec.num_heads = 8;
+  spec.kv_num_heads = 2;
+  spec.head_size = 64;
+  spec.total = 48;
+  std::mt19937_64 rng(seed);
+  GqaTensors outer = MakeGqaTensors(spec, rng);
+  std::mt19937_64 nested_rng(seed + 1);
+  GqaTensors nested = MakeGqaTensors(spec, nested_rng);
+  PlanPtr outer_plan = Plan(op.get(), outer);
+  PlanPtr nested_plan = Plan(op.get(), nested);
+  ASSERT_TRUE(outer_plan && nested_plan);
+  context.plan = nested_plan.get();
+  context.tensors = &nested;
+  const attnrt_status run = RunPlan(outer_plan.get(), outer);
+  ASSERT_EQ(run, ATTNRT_OK) << LastError(run);
+  EXPECT_EQ(context.nested_runs.load(), 1);
+  EXPECT_EQ(context.nested_failures.load(), 0);
+  const Tensor& out = outer[ATTNRT_GQA_OUTPUT_OUTPUT];
+  const Tensor& nested_out = nested[ATTNRT_GQA_OUTPUT_OUTPUT];
+  ASSERT_EQ(out.numel(), expected.output.size());
+  EXPECT_EQ(std::memcmp(out.f32(), expected.output.data(), out.numel() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(nested_out.f32(), expected_nested.output.data(),
+                        nested_out.numel() * sizeof(float)),
+            0);
 }
 
 }  // namespace
