@@ -34,15 +34,17 @@ void TorchThreadsExecutor(void* /*executor_context*/, int32_t team_size, attnrt_
 }  // namespace
 
 int64_t TorchThreadsRuntime(int64_t num_threads) {
-  ATTNRT_TORCH_CHECK_ARG(num_threads >= 0,
+  // A team past int32_t is named here with its own value; up to there the runtime's check names
+  // options.num_threads and its range.
+  ATTNRT_TORCH_CHECK_ARG(num_threads >= 0 && num_threads <= INT32_MAX,
                          "num_threads: expected 0 (torch's intra-op thread count, "
-                         "at::get_num_threads()) or a team size >= 1, got ",
+                         "at::get_num_threads()) or a team size from 1 to the runtime's limit on "
+                         "options.num_threads, got ",
                          num_threads);
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
-  const int64_t threads = num_threads > 0 ? num_threads : std::max(1, at::get_num_threads());
-  // Larger than an int32_t: the runtime's own check names options.num_threads and its range.
-  options.num_threads = static_cast<int32_t>(std::min<int64_t>(threads, INT32_MAX));
+  options.num_threads =
+      num_threads > 0 ? static_cast<int32_t>(num_threads) : std::max(1, at::get_num_threads());
   options.executor = TorchThreadsExecutor;
   attnrt_runtime* runtime = nullptr;
   const attnrt_status status = attnrt_runtime_create(&options, &runtime);

@@ -318,6 +318,10 @@ def test_torch_threads_runtime_refuses_a_negative_team():
         torch.ops.attnrt._torch_threads_runtime(-1)
     with pytest.raises(ValueError, match="options.num_threads: expected 0 .*1024, got 1025"):
         torch.ops.attnrt._torch_threads_runtime(1025)
+    # Past int32: the value asked for, not what a cast would make of it.
+    for team in (2**31, 2**40):
+        with pytest.raises(ValueError, match=f"num_threads: expected 0 .* got {team}$"):
+            torch.ops.attnrt._torch_threads_runtime(team)
 
 
 def _small_call(g):
