@@ -359,7 +359,8 @@ int32_t GqaFlashRun(void* plugin_context, const void* args, char* error, size_t 
 namespace {
 
 // Workspace of a gqa.flash run of `p`; `paging` (its layout and block size): over a paged cache,
-// whose decode may hold the tiles of several kv heads per slot, with the block operations `ops`.
+// whose decode may hold the tiles of several kv heads per slot, with the block operations `ops`
+// (read only over a paged cache).
 size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                       const GqaFlashPaging* paging, const GqaFlashOps& ops) {
   const bool paged = paging != nullptr;
@@ -386,7 +387,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
 size_t GqaFlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   return WorkspaceBytes(*static_cast<const PluginContext*>(plugin_context),
                         *static_cast<const attnrt_gqa_problem*>(problem), nullptr,
-                        kGqaFlashOpsScalar);
+                        kGqaFlashOpsScalar);  // not read without paging
 }
 
 size_t GqaFlashPagedWorkspaceSize(void* plugin_context, const attnrt_gqa_problem& p,
