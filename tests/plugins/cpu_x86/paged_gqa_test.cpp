@@ -392,6 +392,32 @@ std::vector<Case> Cases() {
   bf16_bnsh.name += "_bnsh";
   bf16_bnsh.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
   v.push_back(bf16_bnsh);
+  // BNSH blocks of 32 rows or more, which prompts read in place with block operations that give
+  // one call's bits a call per cache block (float32 here), and copy with AMX's: key blocks that
+  // span cache blocks of 33 and 48 rows, and one that starts inside a cache block of 64 (past the
+  // first key block of a long chunk).
+  for (const Cache cache : {Cache::kF32, Cache::kBF16}) {
+    for (const int32_t bs : {33, 48}) {
+      Case in_place;
+      in_place.name = "first_prompt_padded_bs" + std::to_string(bs) + "_bnsh" +
+                      (cache == Cache::kBF16 ? "_bf16" : "");
+      in_place.B = 2;
+      in_place.S = 200;
+      in_place.seqlens = {199, 120};
+      in_place.block_size = bs;
+      in_place.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+      in_place.cache = cache;
+      v.push_back(in_place);
+    }
+  }
+  Case long_chunk;
+  long_chunk.name = "chunked_prompt_bs64_bnsh_bf16";
+  long_chunk.S = 100;
+  long_chunk.seqlens = {2999};
+  long_chunk.block_size = 64;
+  long_chunk.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  long_chunk.cache = Cache::kBF16;
+  v.push_back(long_chunk);
   return v;
 }
 
