@@ -129,7 +129,7 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
 // ChooseBlocks for a run over a paged cache with the block operations `ops`: tall tiles copy their
 // key blocks into scratch unless the rows of a kv head lie contiguous in cache blocks of at least
 // kMinDirectBlockRows rows and the operations give the same bits a call per cache block
-// (GqaFlashOps::split_exact).
+// (GqaFlashOps::tall_split_exact).
 FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
                               const GqaFlashPaging& paging, const GqaFlashOps& ops) {
   FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
@@ -137,7 +137,7 @@ FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const size_t row = GqaCacheRowBytes(cache_type, p.head_size);
-  const bool direct = ops.split_exact && paging.block_size >= kMinDirectBlockRows &&
+  const bool direct = ops.tall_split_exact && paging.block_size >= kMinDirectBlockRows &&
                       paging.key.token == row && paging.value.token == row;
   f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows && !direct;
   return f;
@@ -176,10 +176,13 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
 // BSNH blocks, where a kv head's rows lie Nkv rows apart (read per kv head, each row would be a
 // memory stream of its own), or over BNSH blocks whose per-head runs are shorter than
 // kGroupRunBytes (all heads of a block are one run). Longer BNSH runs stream well per kv head, as
-// a contiguous cache does.
+// a contiguous cache does. Not for tiles of more than kFusedRows heads with operations whose calls
+// a split changes (GqaFlashOps::tall_split_exact): those read each key block in one call, as over
+// a contiguous cache.
 bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
-                 const FlashBlocks& blocks) {
+                 const FlashBlocks& blocks, const GqaFlashOps& ops) {
   if (p.sequence_length != 1 || blocks.dequant_tiles) return false;
+  if (blocks.rows > kFusedRows && !ops.tall_split_exact) return false;
   GqaFloatType type;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
@@ -281,7 +284,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   // tiles are only B x Nkv; when that leaves threads idle, the key range is split into chunks as
   // well, and merged afterwards. A grouped paged decode's tile is a sequence with all its kv heads
   // (RunHeadGroup), so its key range is split as soon as the sequences are fewer than the threads.
-  const bool grouped = paging != nullptr && GroupsHeads(p, *paging, blocks);
+  const bool grouped = paging != nullptr && GroupsHeads(p, *paging, blocks, ops);
   int64_t chunks = 1;
   const int64_t tiles = grouped ? p.batch_size : p.batch_size * p.kv_num_heads;
   if (p.sequence_length == 1 && tiles < threads) {
@@ -377,7 +380,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
                                    : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);
   const int64_t heads_per_slot =
-      paged && GroupsHeads(p, *paging, blocks) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
+      paged && GroupsHeads(p, *paging, blocks, ops) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
   return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
          static_cast<size_t>(threads * heads_per_slot) * slot.bytes;
 }

@@ -540,6 +540,7 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
+// tall_split_exact false: a key range split over several calls is packed in other pairs and chunks.
 const GqaFlashOps kGqaFlashOpsAmx = {&Scores,    &Accumulate, &Dequantize, &RowMax,
                                      &RowExpSum, &RowScale,   false};
 

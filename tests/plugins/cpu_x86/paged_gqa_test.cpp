@@ -410,6 +410,22 @@ std::vector<Case> Cases() {
       v.push_back(in_place);
     }
   }
+  // Decodes of 16 query heads per kv head: tiles taller than a decode's usual 8 rows, which
+  // AMX's operations score and accumulate on tiles (and so read per kv head, a call per key
+  // block), the others grouped over BSNH blocks and short BNSH ones.
+  for (const int32_t layout : {ATTNRT_PAGED_KV_LAYOUT_BSNH, ATTNRT_PAGED_KV_LAYOUT_BNSH}) {
+    Case tall;
+    tall.name = std::string("decode_group16_bs48_bf16") +
+                (layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "_bnsh" : "");
+    tall.B = 6;
+    tall.N = 32;
+    tall.Nkv = 2;
+    tall.seqlens = {1999, 700, 1500, 333, 2400, 999};
+    tall.block_size = 48;
+    tall.layout = layout;
+    tall.cache = Cache::kBF16;
+    v.push_back(tall);
+  }
   Case long_chunk;
   long_chunk.name = "chunked_prompt_bs64_bnsh_bf16";
   long_chunk.S = 100;
