@@ -324,6 +324,69 @@ def test_torch_threads_runtime_refuses_a_negative_team():
             torch.ops.attnrt._torch_threads_runtime(team)
 
 
+def test_torch_threads_runtimes_from_several_threads_while_others_are_released():
+    """Three Python threads call the C++ operator on a torch-threads runtime (team 2, torch on 2
+    threads) while a fourth remakes it with another team and releases the previous one, as the
+    vLLM backend does when torch's thread count changes: every call either gives the own pool's
+    output bitwise or is refused as "runtime is closed"; nothing else fails or crashes."""
+    import threading
+    import time
+
+    print(f"seed {SEED} (ATTNRT_TEST_SEED reproduces)")
+    batches = [Batch("vllm_cpu_slab", torch.float32, torch.Generator().manual_seed(SEED + i))
+               for i in range(3)]
+    expected = []
+    with attnrt.Runtime(num_threads=2) as rt:
+        for batch in batches:
+            out = torch.full((batch.num_tokens, N, H), 7.0)
+            attnrt.paged_attention_varlen(rt, batch.q, batch.k_cache, batch.v_cache, batch.cu,
+                                          batch.seq_lens, batch.table, out=out, kv_layout="BNSH")
+            expected.append(out)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    current = [_torch_lib.torch_threads_runtime(2)]
+    stop = threading.Event()
+    results = {"equal": 0, "closed": 0, "other": []}
+    lock = threading.Lock()
+
+    def caller(i):
+        batch = batches[i]
+        while not stop.is_set():
+            out = torch.full((batch.num_tokens, N, H), 7.0)
+            try:
+                torch.ops.attnrt._paged_attention_varlen_on(
+                    current[0], batch.q, batch.k_cache, batch.v_cache, batch.cu, batch.seq_lens,
+                    batch.table, out, None, None, None, None, 0.0, -1, 0.0, "BNSH")
+                key = "equal" if torch.equal(out, expected[i]) else None
+                error = None if key else f"thread {i}: output differs from the own pool's"
+            except ValueError as e:
+                key = "closed" if "runtime is closed" in str(e) else None
+                error = None if key else f"thread {i}: {e}"
+            with lock:
+                if key:
+                    results[key] += 1
+                else:
+                    results["other"].append(error)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        for k in range(20):
+            old = current[0]
+            current[0] = _torch_lib.torch_threads_runtime(1 + k % 3)
+            _torch_lib.release_runtime(old)
+            time.sleep(0.01)  # the callers run meanwhile
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        _torch_lib.release_runtime(current[0])
+        torch.set_num_threads(previous)
+    assert results["other"] == [], results["other"][:3]
+    assert results["equal"] > 0
+
+
 def _small_call(g):
     """A valid small call (BSNH, two sequences) as keyword arguments of the operator."""
     return dict(q=torch.randn(3, N, H, generator=g),
