@@ -139,10 +139,10 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsNeon = {&Scores,    &Accumulate, &Dequantize, &RowMax,
-                                      &RowExpSum, &RowScale,   true};
+const GqaFlashOps kGqaFlashOpsNeon = {
+    &Scores, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1};
 
 const GqaFlashOps kGqaFlashOpsDotProdApprox = {
-    &GqaFlashScoresDotProdApprox, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, true};
+    &GqaFlashScoresDotProdApprox, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1};
 
 }  // namespace attnrt::cpu

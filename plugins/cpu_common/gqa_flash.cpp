@@ -126,10 +126,24 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
   return f;
 }
 
+// Whether tall tiles whose key blocks are read a call per cache block of `block_size` rows get the
+// bits of a call per key block (GqaFlashOps::tall_split_keys): always when any split keeps them;
+// else when every split falls a multiple of tall_split_keys keys after the start of a call: cache
+// blocks of such a multiple, key blocks that start at one (one key block, or kv_block such a
+// multiple), no local window (its lower edge starts calls at any key), and groups of at most
+// kFusedRows heads (the per-token calls of the causal diagonal are then decode-sized).
+bool SplitsKeepBits(const attnrt_gqa_problem& p, const FlashBlocks& f, int64_t max_keys,
+                    int64_t block_size, const GqaFlashOps& ops) {
+  const int64_t keys = ops.tall_split_keys;
+  if (keys == 1) return true;
+  return block_size % keys == 0 && (f.kv_block >= max_keys || f.kv_block % keys == 0) &&
+         p.attributes.local_window_size < 0 && p.num_heads / p.kv_num_heads <= kFusedRows;
+}
+
 // ChooseBlocks for a run over a paged cache with the block operations `ops`: tall tiles copy their
 // key blocks into scratch unless the rows of a kv head lie contiguous in cache blocks of at least
-// kMinDirectBlockRows rows and the operations give the same bits a call per cache block
-// (GqaFlashOps::tall_split_exact).
+// kMinDirectBlockRows rows and reading them a call per cache block keeps the bits
+// (SplitsKeepBits). A run's max_keys is at most its plan's, so a plan that copies covers it.
 FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
                               const GqaFlashPaging& paging, const GqaFlashOps& ops) {
   FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
@@ -137,8 +151,9 @@ FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const size_t row = GqaCacheRowBytes(cache_type, p.head_size);
-  const bool direct = ops.tall_split_exact && paging.block_size >= kMinDirectBlockRows &&
-                      paging.key.token == row && paging.value.token == row;
+  const bool direct = paging.block_size >= kMinDirectBlockRows && paging.key.token == row &&
+                      paging.value.token == row &&
+                      SplitsKeepBits(p, f, max_keys, paging.block_size, ops);
   f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows && !direct;
   return f;
 }
@@ -177,12 +192,12 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
 // memory stream of its own), or over BNSH blocks whose per-head runs are shorter than
 // kGroupRunBytes (all heads of a block are one run). Longer BNSH runs stream well per kv head, as
 // a contiguous cache does. Not for tiles of more than kFusedRows heads with operations whose calls
-// a split changes (GqaFlashOps::tall_split_exact): those read each key block in one call, as over
-// a contiguous cache.
+// a split at any key changes (GqaFlashOps::tall_split_keys > 1): those read each key block in one
+// call, as over a contiguous cache.
 bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
                  const FlashBlocks& blocks, const GqaFlashOps& ops) {
   if (p.sequence_length != 1 || blocks.dequant_tiles) return false;
-  if (blocks.rows > kFusedRows && !ops.tall_split_exact) return false;
+  if (blocks.rows > kFusedRows && ops.tall_split_keys != 1) return false;
   GqaFloatType type;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);

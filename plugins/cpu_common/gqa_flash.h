@@ -54,15 +54,16 @@ struct GqaFlashOps {
   float (*exp_sum)(float* x, int64_t n, float m);
   // y *= alpha over [0, n).
   void (*scale)(float alpha, float* y, int64_t n);
-  // True when scores and accumulate over keys [0, n) for tiles taller than kFusedRows (8) rows,
-  // split into several calls, give the bits of one call (every score alone, every key's product
-  // added in key order, whatever the call boundaries). Every set of operations must give them for
-  // shorter tiles (decodes of groups of up to 8 heads), which a paged decode hands over a call per
-  // cache block segment. Over a paged cache, tall tiles are read a call per cache block (in place,
-  // or in a grouped decode) only with operations that give them; with others (AMX-BF16, which
-  // packs keys in pairs and in chunks of 32 from the start of each call) each key block is copied
+  // Scores and accumulate over keys [0, n) for tiles taller than kFusedRows (8) rows, split into
+  // several calls at multiples of tall_split_keys keys from the first call's start, give the bits
+  // of one call: 1 when any split does (every score alone, every key's product added in key
+  // order); AMX-BF16's pack keys in pairs and in chunks of 32 from the start of each call, so 32.
+  // Every set of operations must keep the bits under any split for shorter tiles (decodes of
+  // groups of up to 8 heads), which a paged decode hands over a call per cache block segment.
+  // Over a paged cache, tall tiles are read a call per cache block (in place, or in a grouped
+  // decode) only where the splits fall on such multiples; elsewhere each key block is copied
   // into one float32 block first, so that the calls are the contiguous cache's.
-  bool tall_split_exact;
+  int32_t tall_split_keys;
 };
 
 // Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.

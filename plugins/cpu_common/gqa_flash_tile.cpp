@@ -426,8 +426,10 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     } else {
       if (AccumulateRagged(job, span, t, head, br, false)) continue;
       // Paged: V in runs of rows that lie in one cache block, each run split further so that the
-      // next key block's rows at the same offset (which stream in meanwhile) lie in one cache
-      // block too. Keys accumulate in order whatever the split, so the sums are unchanged.
+      // next key block's rows at the same offset (which stream in meanwhile, up to next_end) lie
+      // in one cache block too. The splits fall on cache block boundaries only (where the
+      // operations of GqaFlashOps::tall_split_keys > 1 need them), and keys accumulate in order
+      // whatever the split, so the sums are unchanged.
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
         const int64_t jn = j + (j1 - ja);
@@ -435,8 +437,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
         if (paged) {
           k_next = Prefetch{nullptr, 0};
           if (jn < next_end) {
-            n = std::min(n, keys.Segment(jn, next_end));
-            k_next = SegmentPrefetch(keys, jn, n, row_bytes);
+            n = keys.Segment(jn, jn + n);
+            k_next = SegmentPrefetch(keys, jn, std::min(n, next_end - jn), row_bytes);
           }
         }
         ops.accumulate(block_scores + (j - ja), row_count, ld, BlockOf(r, values, j, head.v_scale),

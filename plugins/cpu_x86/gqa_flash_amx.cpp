@@ -540,8 +540,9 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-// tall_split_exact false: a key range split over several calls is packed in other pairs and chunks.
+// tall_split_keys: a key range split over several calls is packed in the same pairs and chunks
+// only where the splits fall on whole chunks.
 const GqaFlashOps kGqaFlashOpsAmx = {&Scores,    &Accumulate, &Dequantize, &RowMax,
-                                     &RowExpSum, &RowScale,   false};
+                                     &RowExpSum, &RowScale,   kChunkKeys};
 
 }  // namespace attnrt::cpu

@@ -434,6 +434,13 @@ std::vector<Case> Cases() {
   long_chunk.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
   long_chunk.cache = Cache::kBF16;
   v.push_back(long_chunk);
+  // Head size 128: key blocks of 1024 keys with a 2 MiB L2, so that AMX reads these blocks of 64
+  // in place too (every call split on a whole chunk of 32 keys).
+  Case aligned = long_chunk;
+  aligned.name = "chunked_prompt_h128_bs64_bnsh_bf16";
+  aligned.H = 128;
+  aligned.seqlens = {1399};
+  v.push_back(aligned);
   return v;
 }
 
