@@ -42,8 +42,7 @@ from ._varlen import paged_attention_varlen
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None  # the Python path's runtime (the library is not loaded)
-_runtime_id = 0  # the C++ operator's runtime on torch's threads (0: the Python path)
-_threads = 0  # the thread count _runtime_id was made with
+_torch_runtimes: dict[int, int] = {}  # the C++ operator's runtimes on torch's threads, by team size
 _runtime_threads = 0  # and _runtime
 _announced = False
 
@@ -67,24 +66,24 @@ def runtime() -> Runtime:
 
 def torch_runtime_id() -> int:
     """The id of the C++ operator's runtime on torch's intra-op threads (a team of
-    torch.get_num_threads(), remade when that changes), or 0 when the library is not loaded."""
-    global _runtime_id, _threads
+    torch.get_num_threads()), or 0 when the library is not loaded. One runtime per thread count
+    the worker has had, kept for the process's life (a runtime with an executor starts no threads):
+    a call still running on one when torch's thread count changes is never left on a released
+    runtime."""
     threads = max(1, torch.get_num_threads())
-    if _runtime_id and _threads == threads:
-        return _runtime_id
+    rid = _torch_runtimes.get(threads)
+    if rid:
+        return rid
     if not _torch_lib.load():
         return 0
     with _lock:
-        if not _runtime_id or _threads != threads:
-            previous = _runtime_id
-            _runtime_id = _torch_lib.torch_threads_runtime(threads)
-            _threads = threads
-            if previous:
-                # A worker runs its layers on one thread: no call is on the previous one now.
-                _torch_lib.release_runtime(previous)
+        rid = _torch_runtimes.get(threads)
+        if not rid:
+            rid = _torch_lib.torch_threads_runtime(threads)
+            _torch_runtimes[threads] = rid
             _log_threads(threads, "torch's intra-op threads (at::parallel_for, shared with "
                          "torch's operators)")
-        return _runtime_id
+        return rid
 
 
 def _log_threads(threads: int, which: str) -> None:
