@@ -13,7 +13,9 @@ outside the timing). Both run interleaved (A B A B ...), medians of --reps calls
 vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count. A third callable in
 the same rotation reads as many bytes as the step's K/V (an int64 sum over a copy of the cache):
 the memory floor of the cell, which neither backend can beat.
-Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels, attnrt.Runtime(num_threads=t).
+Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels; attnrt runs on the C++ operator's
+runtime on the same torch intra-op threads (a team of t, as the vLLM backend runs it), or with
+--own-pool on attnrt.Runtime(num_threads=t), threads of its own.
 attnrt.paged_attention_varlen goes through the C++ torch operator (libattnrt_torch.so) when it is
 built; --python-path adds its Python path (SWIG and DLPack) as a further column, interleaved.
 
@@ -122,9 +124,17 @@ class Cell:
         return self.kv_copy.view(torch.int64).sum()
 
     def run_attnrt(self, rt, python_path=False):
+        """attnrt's step: rt is an attnrt.Runtime (its own threads), or the int id of a runtime of
+        the C++ operator on torch's intra-op threads (as the vLLM backend runs it)."""
         import attnrt
-        from attnrt import _varlen
+        from attnrt import _torch_lib, _varlen
 
+        if isinstance(rt, int):
+            _torch_lib._varlen_on(rt, self.query, self.attnrt_k, self.attnrt_v,
+                                  self.query_start_loc, self.seq_lens, self.block_table,
+                                  self.attnrt_out, None, None, None, None, self.scale, -1, 0.0,
+                                  "BNSH")
+            return
         fn = _varlen.paged_attention_varlen_python if python_path else attnrt.paged_attention_varlen
         fn(rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
            self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
@@ -171,7 +181,17 @@ def kernel_table(args):
         batches, q_len = (1,), PREFILL_CHUNK
         contexts = [c for c in contexts if c >= PREFILL_CHUNK]
     rows = []
-    runtimes = {t: attnrt.Runtime(num_threads=t) for t in threads}
+    from attnrt import _torch_lib
+
+    if args.own_pool or not _torch_lib.load():
+        runtimes = {t: attnrt.Runtime(num_threads=t) for t in threads}
+        print("attnrt: attnrt.Runtime(num_threads=t), threads of its own", flush=True)
+    else:
+        runtimes = {t: _torch_lib.torch_threads_runtime(t) for t in threads}
+        print("attnrt: the C++ operator's runtime on torch's intra-op threads (as the vLLM "
+              "backend runs it)", flush=True)
+    py_runtimes = ({t: attnrt.Runtime(num_threads=t) for t in threads} if args.python_path
+                   else {})
     for dtype, block_size, batch, context in itertools.product(
             (torch.float32, torch.bfloat16), (16, 128), batches, contexts):
         cell = Cell(batch, context, block_size, dtype, q_len=q_len)
@@ -195,14 +215,14 @@ def kernel_table(args):
                                  f"(vs float64: vllm {err_v:.3g}, attnrt {err_a:.3g})")
             if args.python_path:
                 got = cell.attnrt_out.clone()
-                cell.run_attnrt(runtimes[t], python_path=True)
+                cell.run_attnrt(py_runtimes[t], python_path=True)
                 if not torch.equal(got, cell.attnrt_out):
                     raise SystemExit("attnrt's C++ operator and Python path differ")
             reps = args.reps if batch * context <= 32768 and q_len == 1 else max(3, args.reps // 2)
             rt, md = runtimes[t], metadata_by_t[t]
             fns = [lambda: cell.run_vllm(md), lambda: cell.run_attnrt(rt), cell.read_kv]
             if args.python_path:
-                fns.append(lambda: cell.run_attnrt(rt, python_path=True))
+                fns.append(lambda: cell.run_attnrt(py_runtimes[t], python_path=True))
             times = time_interleaved(fns, reps)
             tv, ta, tr = times[0], times[1], times[2]
             row = dict(dtype=str(dtype).replace("torch.", ""), block_size=block_size, batch=batch,
@@ -323,6 +343,9 @@ def main():
     p.add_argument("--python-path", action="store_true",
                    help="also time attnrt's Python path (PagedGqaVarlenOp through SWIG and DLPack, "
                         "as before the C++ operator), interleaved")
+    p.add_argument("--own-pool", action="store_true",
+                   help="run attnrt on attnrt.Runtime(num_threads=t), threads of its own, instead "
+                        "of the C++ operator's runtime on torch's intra-op threads")
     p.add_argument("--prefill", action="store_true",
                    help="one chunked-prefill step per cell instead of a decode step: the last "
                         f"{PREFILL_CHUNK} tokens of one sequence new, contexts >= {PREFILL_CHUNK}")
