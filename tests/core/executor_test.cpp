@@ -2,7 +2,6 @@
 // ABI 1.3): the options are checked, the runtime starts no thread and reports the team size, and a
 // GroupQueryAttention run gives bitwise the output of a runtime with its own pool of as many
 // threads, whatever the executor's mapping of members to threads.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,48 +13,17 @@
 #include <thread>
 #include <vector>
 
+#include "common/executors.h"
 #include "common/test_support.h"
 
 namespace attnrt_test {
 namespace {
 
-struct ExecutorLog {
-  std::atomic<int> calls{0};
-  std::atomic<int> team_size{0};
-};
-
-// Members 1..team_size-1 on threads of their own, member 0 on the caller.
-void ThreadsExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-  std::vector<std::thread> threads;
-  for (int32_t m = 1; m < team_size; ++m) threads.emplace_back([=] { fn(user_data, m); });
-  fn(user_data, 0);
-  for (auto& t : threads) t.join();
-}
-
-// Every member one after another on the calling thread.
-void SequentialExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-  for (int32_t m = team_size - 1; m >= 0; --m) fn(user_data, m);
-}
-
-// A broken executor that runs nobody: the runtime's caller does the work.
-void NobodyExecutor(void* context, int32_t team_size, attnrt_team_fn /*fn*/, void* /*user_data*/) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-}
-
 // Members out of order, each twice, with indices out of range (negative, team_size and beyond)
 // between them, on more threads than the team: fn must ignore the index and claim work.
 void UnrulyExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
   auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
+  log->Called(team_size);
   std::vector<std::thread> threads;
   for (int32_t t = 0; t < 2 * team_size + 1; ++t) {
     threads.emplace_back([=] {
@@ -103,17 +71,6 @@ void ReentrantExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void
 void FailingExecutor(void* /*context*/, int32_t /*team_size*/, attnrt_team_fn /*fn*/,
                      void* /*user_data*/) {
   ADD_FAILURE() << "an executor the runtime should not have read was called";
-}
-
-size_t ThreadsOfProcess() {
-  size_t count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return 0;
-  while (const dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
 }
 
 int32_t NumThreads(const attnrt_runtime* runtime) {

@@ -3,7 +3,6 @@
 // on the caller, none at all), every index of a ParallelFor is done exactly once; a nested call
 // runs inline; an exception out of a callback becomes the call's status; the pool starts no
 // thread and reports the team size.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,94 +16,24 @@
 #include <utility>
 #include <vector>
 
+#include "common/executors.h"
 #include "core/thread_pool.h"
 
 namespace attnrt::core {
 namespace {
 
-struct Ranges {
-  std::mutex mutex;
-  std::vector<std::pair<size_t, size_t>> seen;
-  std::set<std::thread::id> threads;
-  static void Record(void* user_data, size_t begin, size_t end) {
-    auto* self = static_cast<Ranges*>(user_data);
-    std::lock_guard<std::mutex> lock(self->mutex);
-    self->seen.emplace_back(begin, end);
-    self->threads.insert(std::this_thread::get_id());
-  }
-  // "" when the ranges are non-empty, disjoint and cover [0, n) exactly.
-  std::string Check(size_t n) {
-    std::sort(seen.begin(), seen.end());
-    size_t next = 0;
-    for (const auto& [begin, end] : seen) {
-      if (begin != next || end <= begin || end > n) {
-        return "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") after " +
-               std::to_string(next);
-      }
-      next = end;
-    }
-    return next == n ? "" : "covered up to " + std::to_string(next) + " of " + std::to_string(n);
-  }
-};
-
-// What an executor saw: its calls, the team sizes asked for, the members it ran.
-struct ExecutorLog {
-  std::atomic<int> calls{0};
-  std::atomic<int> team_size{0};
-  std::atomic<int> members_run{0};
-};
-
-// Members 1..team_size-1 on threads of their own, member 0 on the caller (as OpenMP does).
-void ThreadsExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-  std::vector<std::thread> threads;
-  for (int32_t m = 1; m < team_size; ++m) {
-    threads.emplace_back([=] {
-      fn(user_data, m);
-      log->members_run.fetch_add(1);
-    });
-  }
-  fn(user_data, 0);
-  log->members_run.fetch_add(1);
-  for (auto& t : threads) t.join();
-}
-
-// Every member one after another on the calling thread (a host with a single thread).
-void SequentialExecutor(void* context, int32_t team_size, attnrt_team_fn fn, void* user_data) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-  for (int32_t m = 0; m < team_size; ++m) {
-    fn(user_data, m);
-    log->members_run.fetch_add(1);
-  }
-}
-
-// A broken executor: returns without running any member.
-void NobodyExecutor(void* context, int32_t team_size, attnrt_team_fn /*fn*/, void* /*user_data*/) {
-  auto* log = static_cast<ExecutorLog*>(context);
-  log->calls.fetch_add(1);
-  log->team_size.store(team_size);
-}
+using Ranges = attnrt_test::ParallelRanges;
+using attnrt_test::ExecutorLog;
+using attnrt_test::NobodyExecutor;
+using attnrt_test::SequentialExecutor;
+using attnrt_test::ThreadsExecutor;
+using attnrt_test::ThreadsOfProcess;
 
 // A broken executor that throws before running anyone.
 void ThrowingExecutor(void* context, int32_t /*team_size*/, attnrt_team_fn /*fn*/,
                       void* /*user_data*/) {
   static_cast<ExecutorLog*>(context)->calls.fetch_add(1);
   throw std::runtime_error("executor out of threads");
-}
-
-size_t ThreadsOfProcess() {
-  size_t count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return 0;
-  while (const dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
 }
 
 TEST(ThreadPoolExecutorTest, StartsNoThreadAndReportsTheTeamSize) {

@@ -19,34 +19,14 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "common/executors.h"
 
 namespace attnrt::core {
 namespace {
 
 using attnrt_test::RunInChild;
 
-struct Ranges {
-  std::mutex mutex;
-  std::vector<std::pair<size_t, size_t>> seen;
-  static void Record(void* user_data, size_t begin, size_t end) {
-    auto* self = static_cast<Ranges*>(user_data);
-    std::lock_guard<std::mutex> lock(self->mutex);
-    self->seen.emplace_back(begin, end);
-  }
-  // "" when the ranges are non-empty, disjoint and cover [0, n) exactly.
-  std::string Check(size_t n) {
-    std::sort(seen.begin(), seen.end());
-    size_t next = 0;
-    for (const auto& [begin, end] : seen) {
-      if (begin != next || end <= begin || end > n) {
-        return "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") after " +
-               std::to_string(next);
-      }
-      next = end;
-    }
-    return next == n ? "" : "covered up to " + std::to_string(next) + " of " + std::to_string(n);
-  }
-};
+using Ranges = attnrt_test::ParallelRanges;
 
 // In a child with a time limit: before the fix, n = SIZE_MAX and grain 0 meant 2^64 callbacks.
 TEST(ThreadPoolTest, AnyNAndGrainCoverTheRangeInAFewCalls) {
