@@ -5,9 +5,11 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "attnrt/attnrt.h"
 #include "attnrt/block_pool.h"
@@ -90,6 +92,32 @@ Status IndexNotFound(const char* what, size_t index, size_t count) {
 #define ATTNRT_REQUIRE(ptr) \
   if ((ptr) == nullptr) return NullArgument(#ptr)
 
+// The runtime handles attnrt_runtime_create made that attnrt_runtime_destroy has not destroyed. A
+// pointer that is not one (destroyed, or never made here) is refused by name instead of read, so a
+// stale or forged handle from a binding gets an error, not a crash. Never destroyed: a handle may
+// be checked or destroyed during the process's exit.
+struct LiveRuntimes {
+  std::mutex mutex;
+  std::unordered_set<const attnrt_runtime*> handles;
+};
+
+LiveRuntimes& Live() {
+  static LiveRuntimes* live = new LiveRuntimes();
+  return *live;
+}
+
+Status RequireRuntime(const attnrt_runtime* runtime) {
+  if (runtime == nullptr) return NullArgument("runtime");
+  LiveRuntimes& live = Live();
+  std::lock_guard<std::mutex> lock(live.mutex);
+  if (live.handles.count(runtime) == 0) {
+    return attnrt::core::InvalidArgument(
+        "runtime: not a live attnrt_runtime (destroyed already, or not made by "
+        "attnrt_runtime_create)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -149,17 +177,31 @@ ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* opt
     *out_runtime = nullptr;
     std::shared_ptr<attnrt::core::RuntimeState> state;
     ATTNRT_RETURN_IF_ERROR(attnrt::core::RuntimeState::Create(options, &state));
-    *out_runtime = new attnrt_runtime{std::move(state)};
+    auto runtime = std::make_unique<attnrt_runtime>(attnrt_runtime{std::move(state)});
+    {
+      LiveRuntimes& live = Live();
+      std::lock_guard<std::mutex> lock(live.mutex);
+      live.handles.insert(runtime.get());
+    }
+    *out_runtime = runtime.release();
     return Status::Ok();
   });
 }
 
-ATTNRT_API void attnrt_runtime_destroy(attnrt_runtime* runtime) { delete runtime; }
+ATTNRT_API void attnrt_runtime_destroy(attnrt_runtime* runtime) {
+  if (runtime == nullptr) return;
+  {
+    LiveRuntimes& live = Live();
+    std::lock_guard<std::mutex> lock(live.mutex);
+    if (live.handles.erase(runtime) == 0) return;  // destroyed already, or never made here
+  }
+  delete runtime;
+}
 
 ATTNRT_API attnrt_status attnrt_runtime_num_threads(const attnrt_runtime* runtime,
                                                     int32_t* out_num_threads) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_REQUIRE(out_num_threads);
     *out_num_threads = runtime->state->pool().num_threads();
     return Status::Ok();
@@ -169,7 +211,7 @@ ATTNRT_API attnrt_status attnrt_runtime_num_threads(const attnrt_runtime* runtim
 ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runtime,
                                                      size_t* out_count) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_REQUIRE(out_count);
     *out_count = runtime->state->plugins().size();
     return Status::Ok();
@@ -179,7 +221,7 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runti
 ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtime, size_t index,
                                                     attnrt_plugin_info* out_info) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
     const auto& plugins = runtime->state->plugins();
     if (index >= plugins.size()) return IndexNotFound("plugin", index, plugins.size());
@@ -204,7 +246,7 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_fact(const attnrt_runtime* runtim
                                                     size_t plugin_index, size_t fact_index,
                                                     const char** out_key, const char** out_value) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_REQUIRE(out_key);
     ATTNRT_REQUIRE(out_value);
     const auto& plugins = runtime->state->plugins();
@@ -222,7 +264,7 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runt
                                                       size_t plugin_index, size_t kernel_index,
                                                       attnrt_kernel_info* out_info) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
     const auto& plugins = runtime->state->plugins();
     if (plugin_index >= plugins.size())
@@ -246,7 +288,7 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runt
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* runtime,
                                                          size_t* out_count) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_REQUIRE(out_count);
     *out_count = runtime->state->diagnostics().size();
     return Status::Ok();
@@ -256,7 +298,7 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic_count(const attnrt_runtime* r
 ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime, size_t index,
                                                    attnrt_diagnostic* out_diagnostic) {
   return Guard([&]() -> Status {
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_diagnostic, "out_diagnostic"));
     const auto& diagnostics = runtime->state->diagnostics();
     if (index >= diagnostics.size()) return IndexNotFound("diagnostic", index, diagnostics.size());
@@ -274,7 +316,7 @@ ATTNRT_API attnrt_status attnrt_op_create(attnrt_runtime* runtime, int32_t kind,
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(out_op);
     *out_op = nullptr;
-    ATTNRT_REQUIRE(runtime);
+    ATTNRT_RETURN_IF_ERROR(RequireRuntime(runtime));
     ATTNRT_REQUIRE(attributes);
     std::unique_ptr<attnrt::core::OpFamily> family;
     ATTNRT_RETURN_IF_ERROR(attnrt::core::CreateOpFamily(kind, attributes, &family));

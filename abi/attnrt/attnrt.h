@@ -254,7 +254,9 @@ ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* opt
                                                attnrt_runtime** out_runtime);
 
 /** Releases the runtime handle. Plugins stay loaded until every op and plan made from it is gone.
- *  NULL is ignored. */
+ *  NULL is ignored, and so is a handle that is not live (destroyed already, or not made by
+ *  attnrt_runtime_create); the other functions taking a runtime refuse such a handle with
+ *  INVALID_ARGUMENT instead of reading it. */
 ATTNRT_API void attnrt_runtime_destroy(attnrt_runtime* runtime);
 
 /** Threads in the runtime's CPU pool (caller thread included); with an executor, the team size

@@ -153,6 +153,12 @@ RuntimeEntry& Entry(Registry& r, int64_t id) {
 
 int64_t RegisterRuntime(int64_t handle) {
   ATTNRT_TORCH_CHECK_ARG(handle != 0, "handle: expected the address of an attnrt_runtime, got 0");
+  // libattnrt refuses a handle that is no live runtime (it keeps the set of them) without reading
+  // it: a stale or made-up address is an error here, not a crash at the first call.
+  int32_t threads = 0;
+  const attnrt_status status =
+      attnrt_runtime_num_threads(reinterpret_cast<attnrt_runtime*>(handle), &threads);
+  if (status != ATTNRT_OK) ThrowStatus(status);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   const int64_t id = r.next_id++;

@@ -117,6 +117,40 @@ TEST_F(AbiArgsTest, RuntimeEntryPointsRejectNull) {
               "out_diagnostic");
 }
 
+// A handle that is no live runtime (destroyed already, or an address attnrt_runtime_create never
+// returned, as a binding may pass on) is refused by name without being read; destroying it again is
+// a no-op.
+TEST_F(AbiArgsTest, RuntimeEntryPointsRejectHandlesThatAreNotLiveRuntimes) {
+  attnrt_runtime_options options = DefaultOptions();
+  attnrt_runtime* destroyed = nullptr;
+  ASSERT_EQ(attnrt_runtime_create(&options, &destroyed), ATTNRT_OK) << attnrt_last_error_message();
+  attnrt_runtime_destroy(destroyed);
+  attnrt_runtime_destroy(destroyed);  // twice: ignored
+  // An address inside a live object that is not a runtime (never dereferenced as one).
+  int not_a_runtime[16] = {};
+  auto* forged = reinterpret_cast<attnrt_runtime*>(not_a_runtime);
+  for (attnrt_runtime* handle : {destroyed, forged}) {
+    int32_t n = 0;
+    size_t count = 0;
+    ExpectError(attnrt_runtime_num_threads(handle, &n), ATTNRT_ERROR_INVALID_ARGUMENT,
+                "runtime: not a live attnrt_runtime");
+    ExpectError(attnrt_runtime_plugin_count(handle, &count), ATTNRT_ERROR_INVALID_ARGUMENT,
+                "runtime: not a live attnrt_runtime");
+    ExpectError(attnrt_runtime_diagnostic_count(handle, &count), ATTNRT_ERROR_INVALID_ARGUMENT,
+                "runtime: not a live attnrt_runtime");
+    const attnrt_gqa_attributes attributes = GqaAttributes(2, 1);
+    attnrt_op* op = nullptr;
+    ExpectError(attnrt_op_create(handle, ATTNRT_OP_GQA, &attributes, &op),
+                ATTNRT_ERROR_INVALID_ARGUMENT, "runtime: not a live attnrt_runtime");
+    EXPECT_EQ(op, nullptr);
+    attnrt_runtime_destroy(handle);  // ignored, the memory is not touched
+  }
+  // A live runtime still answers.
+  int32_t n = 0;
+  EXPECT_EQ(attnrt_runtime_num_threads(runtime_.get(), &n), ATTNRT_OK);
+  EXPECT_GE(n, 1);
+}
+
 TEST_F(AbiArgsTest, OpAndPlanEntryPointsRejectNull) {
   const attnrt_gqa_attributes attributes = GqaAttributes(2, 1);
   attnrt_op* op = nullptr;

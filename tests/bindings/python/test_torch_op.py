@@ -267,6 +267,25 @@ def test_runtime_of_the_call_is_used_and_a_closed_one_is_refused():
         torch.ops.attnrt._paged_attention_varlen_on(rid, *args, torch.empty_like(batch.q))
 
 
+def test_register_runtime_refuses_an_address_that_is_no_live_runtime():
+    """_register_runtime takes a runtime's address from the Python package; any other integer (a
+    closed runtime's, a made-up one) is refused by libattnrt, which keeps the set of live runtimes,
+    instead of being read at the first call."""
+    with pytest.raises(ValueError, match="runtime: not a live attnrt_runtime"):
+        torch.ops.attnrt._register_runtime(12345)
+    buffer = torch.zeros(64, dtype=torch.int64)  # live memory that is no runtime
+    with pytest.raises(ValueError, match="runtime: not a live attnrt_runtime"):
+        torch.ops.attnrt._register_runtime(buffer.data_ptr())
+    rt = attnrt.Runtime(num_threads=1)
+    handle = int(rt._h().this)
+    rid = torch.ops.attnrt._register_runtime(handle)  # live: taken
+    assert rid > 0
+    _torch_lib.release_runtime(rid)
+    rt.close()
+    with pytest.raises(ValueError, match="runtime: not a live attnrt_runtime"):
+        torch.ops.attnrt._register_runtime(handle)
+
+
 @pytest.mark.parametrize("team, torch_threads", [(1, 1), (2, 2), (2, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
