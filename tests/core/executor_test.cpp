@@ -207,6 +207,19 @@ struct GqaResult {
   size_t workspace = 0;
 };
 
+// The prompt RunGqa runs (and the re-entrant test runs beside it): 3 sequences of 48 tokens, 8
+// heads over 2 kv heads, head size 64.
+SimpleGqa ComparedSpec() {
+  SimpleGqa spec;
+  spec.batch = 3;
+  spec.seq = 48;
+  spec.num_heads = 8;
+  spec.kv_num_heads = 2;
+  spec.head_size = 64;
+  spec.total = 48;
+  return spec;
+}
+
 GqaResult RunGqa(const attnrt_runtime_options& options, uint64_t seed) {
   GqaResult result;
   RuntimePtr runtime = CreateRuntime(options);
@@ -218,13 +231,7 @@ GqaResult RunGqa(const attnrt_runtime_options& options, uint64_t seed) {
   OpPtr op_owner(op);
   if (created != ATTNRT_OK) return result;
   std::mt19937_64 rng(seed);
-  SimpleGqa spec;
-  spec.batch = 3;
-  spec.seq = 48;
-  spec.num_heads = 8;
-  spec.kv_num_heads = 2;
-  spec.head_size = 64;
-  spec.total = 48;
+  const SimpleGqa spec = ComparedSpec();
   GqaTensors t = MakeGqaTensors(spec, rng);
   PlanPtr plan = Plan(op, t);
   if (!plan) return result;
@@ -292,13 +299,7 @@ TEST_F(ExecutorTest, MembersThatRunPlansOfTheRuntimeGetTheOwnPoolsOutput) {
   attnrt_op* raw = nullptr;
   ASSERT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_GQA, &attributes, &raw), ATTNRT_OK);
   OpPtr op(raw);
-  SimpleGqa spec;
-  spec.batch = 3;
-  spec.seq = 48;
-  spec.num_heads = 8;
-  spec.kv_num_heads = 2;
-  spec.head_size = 64;
-  spec.total = 48;
+  const SimpleGqa spec = ComparedSpec();
   std::mt19937_64 rng(seed);
   GqaTensors outer = MakeGqaTensors(spec, rng);
   std::mt19937_64 nested_rng(seed + 1);

@@ -71,7 +71,7 @@ TEST(ThreadPoolExecutorTest, MembersOneAfterAnotherCoverTheRange) {
   EXPECT_EQ(ranges.Check(4096), "");
   EXPECT_EQ(log.calls.load(), 1);
   EXPECT_EQ(log.members_run.load(), 8);
-  // Member 0 claimed every chunk before the others ran: all on this thread.
+  // The first member to run claimed every chunk before the others ran: all on this thread.
   EXPECT_EQ(ranges.threads, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
