@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 
+#include "core/host_snapshot.h"
 #include "core/ops/tensor_checks.h"
 #include "core/plugin_call.h"
 
@@ -438,10 +439,41 @@ Status OpImpl::Explain(const TensorList& inputs, const TensorList& outputs,
   return Status::Ok();
 }
 
-Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* workspace,
+void* WorkspaceLease::Borrow(size_t size, size_t alignment) {
+  {
+    std::lock_guard<std::mutex> lock(pool_.mutex);
+    if (!pool_.spare.empty()) {
+      buffer_ = std::move(pool_.spare.back());
+      pool_.spare.pop_back();
+      return buffer_.get();
+    }
+  }
+  // Rounded up to the alignment (aligned_alloc's rule); a size within one alignment of SIZE_MAX
+  // would wrap to a tiny buffer, so it is refused like any allocation that fails.
+  const size_t padding = (alignment - size % alignment) % alignment;
+  if (size <= SIZE_MAX - padding) buffer_.reset(std::aligned_alloc(alignment, size + padding));
+  return buffer_.get();
+}
+
+WorkspaceLease::~WorkspaceLease() {
+  if (!buffer_) return;
+  std::lock_guard<std::mutex> lock(pool_.mutex);
+  try {
+    pool_.spare.push_back(std::move(buffer_));
+  } catch (...) {
+    // Not kept: freed with the lease.
+  }
+}
+
+Status PlanImpl::Run(const TensorList& caller_inputs, const TensorList& outputs, void* workspace,
                      size_t workspace_size_given, void* stream) const {
   Signature given;
-  ATTNRT_RETURN_IF_ERROR(ReadSignature(*family, inputs, outputs, true, &given));
+  ATTNRT_RETURN_IF_ERROR(ReadSignature(*family, caller_inputs, outputs, true, &given));
+  // From here on the host-read integer inputs are this run's copies: what is validated is what
+  // the kernel reads, whatever the caller's arrays become meanwhile.
+  HostSnapshot snapshot;
+  ATTNRT_RETURN_IF_ERROR(snapshot.Take(*family, caller_inputs, outputs));
+  const TensorList inputs = snapshot.inputs();
   // A plan for a growing cache runs other growing extents up to its capacity: the tensors are
   // compared at capacity, then validated and checked against the kernel and the workspace.
   const bool grown =
@@ -481,22 +513,18 @@ Status PlanImpl::Run(const TensorList& inputs, const TensorList& outputs, void* 
     ATTNRT_RETURN_IF_ERROR(Covers(*grown_problem));
   }
   const Problem& run_problem = grown ? *grown_problem : *problem;
-  std::unique_ptr<void, decltype(&std::free)> owned(nullptr, &std::free);
+  // A run given no workspace borrows one of the plan's own, allocated at the first such run and
+  // kept for the next (as many as run at once): a decode loop allocates and faults in its scratch
+  // memory once, not every step.
+  WorkspaceLease lease(spare_workspaces_);
   if (workspace == nullptr) {
     if (workspace_size > 0) {
-      // Rounded up to the alignment (aligned_alloc's rule); a size within one alignment of
-      // SIZE_MAX would wrap to a tiny buffer, so it is refused like any allocation that fails.
-      const size_t padding =
-          (kWorkspaceAlignment - workspace_size % kWorkspaceAlignment) % kWorkspaceAlignment;
-      if (workspace_size <= SIZE_MAX - padding) {
-        owned.reset(std::aligned_alloc(kWorkspaceAlignment, workspace_size + padding));
-      }
-      if (!owned) {
+      workspace = lease.Borrow(workspace_size, kWorkspaceAlignment);
+      if (workspace == nullptr) {
         return {ATTNRT_ERROR_OUT_OF_MEMORY,
                 "workspace: cannot allocate " + std::to_string(workspace_size) +
                     " bytes (the size kernel " + kernel_name() + " asked for)"};
       }
-      workspace = owned.get();
     }
     workspace_size_given = workspace_size;
   } else {

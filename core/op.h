@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <list>
 #include <map>
 #include <memory>
@@ -40,6 +41,28 @@ struct Signature {
   std::vector<int64_t> Key() const;
 };
 
+// Workspaces a plan keeps for runs given none (one per run in flight; freed with the plan).
+struct WorkspacePool {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> spare;
+};
+
+// One run's workspace from a plan's pool, given back when the run ends.
+class WorkspaceLease {
+ public:
+  explicit WorkspaceLease(WorkspacePool& pool) : pool_(pool) {}
+  ~WorkspaceLease();
+  WorkspaceLease(const WorkspaceLease&) = delete;
+  WorkspaceLease& operator=(const WorkspaceLease&) = delete;
+  // A spare workspace of the pool, else a new one of `size` bytes aligned to `alignment`; null
+  // when it cannot be allocated.
+  void* Borrow(size_t size, size_t alignment);
+
+ private:
+  WorkspacePool& pool_;
+  std::unique_ptr<void, decltype(&std::free)> buffer_{nullptr, &std::free};
+};
+
 class PlanImpl {
  public:
   std::shared_ptr<RuntimeState> runtime;
@@ -65,6 +88,9 @@ class PlanImpl {
   // For a growing-cache plan and a problem of other growing extents: OK when the plan's kernel
   // accepts it and needs no more workspace than the plan's, else why not.
   Status Covers(const Problem& problem) const;
+
+ private:
+  mutable WorkspacePool spare_workspaces_;
 };
 
 class OpImpl {

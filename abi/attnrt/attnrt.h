@@ -395,9 +395,15 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
  * (PLAN_MISMATCH otherwise), except that a plan made for a growing GQA cache also runs past and
  * present lengths up to its capacity that its kernel accepts within its workspace (PLAN_MISMATCH
  * naming the reason otherwise). Values that bound memory accesses (seqlens_k,
- * total_sequence_length, position_ids) are checked before any output is written (INVALID_ARGUMENT).
+ * total_sequence_length, position_ids, block_table, query_start_loc, seq_lens, slot_mapping, the
+ * sparse MLA indices, lengths and metadata: the op's host integer inputs) are read once, into
+ * memory the run owns, and checked there before any output is written (INVALID_ARGUMENT); the
+ * kernel reads only that copy, so a caller changing them during the run (another thread) gets the
+ * result of the values read, never an access out of bounds. An output (or a cache written in place)
+ * must not share bytes with them (INVALID_ARGUMENT).
  * `workspace` must hold workspace_size bytes aligned to workspace_alignment; NULL lets the runtime
- * allocate it for this call. `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
+ * provide it: the plan keeps the workspaces of such runs (one per run in flight) for its next runs
+ * and frees them with the plan. `stream` is the CUDA stream for CUDA kernels, NULL otherwise.
  */
 ATTNRT_API attnrt_status attnrt_plan_run(attnrt_plan* plan, const attnrt_tensor* const* inputs,
                                          size_t num_inputs, const attnrt_tensor* const* outputs,

@@ -52,6 +52,18 @@ class GqaFamily final : public OpFamily {
   const char* input_name(size_t index) const override { return gqa::InputName(index); }
   const char* output_name(size_t index) const override { return gqa::OutputName(index); }
 
+  std::span<const size_t> HostReadInputs() const override {
+    static constexpr size_t kInputs[] = {ATTNRT_GQA_INPUT_SEQLENS_K,
+                                         ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH,
+                                         ATTNRT_GQA_INPUT_POSITION_IDS};
+    return kInputs;
+  }
+  // Written when present_key/present_value are the same memory (in place).
+  std::span<const size_t> WrittenInputs() const override {
+    static constexpr size_t kInputs[] = {ATTNRT_GQA_INPUT_PAST_KEY, ATTNRT_GQA_INPUT_PAST_VALUE};
+    return kInputs;
+  }
+
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_gqa_problem problem{};

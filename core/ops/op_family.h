@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,12 @@ class OpFamily {
   // Full shape validation of the tensors against the op's attributes.
   virtual Status Prepare(const TensorList& inputs, const TensorList& outputs,
                          std::unique_ptr<Problem>* out) const = 0;
+  // The host-read integer inputs that bound a memory access (lengths, block tables, slot mappings,
+  // indices, metadata): each run copies them once (HostSnapshot) and validates and runs on the
+  // copies only. WrittenInputs: inputs a run writes in place (paged caches), which must not share
+  // bytes with them.
+  virtual std::span<const size_t> HostReadInputs() const { return {}; }
+  virtual std::span<const size_t> WrittenInputs() const { return {}; }
   // The dimensions of a cache that grows from run to run in these tensors (read only after the
   // core checked them well-formed): a plan made for them also runs other extents of these
   // dimensions, up to a capacity, when its kernel accepts them and its workspace suffices. Empty

@@ -50,6 +50,18 @@ class PagedGqaFamily final : public OpFamily {
   const char* input_name(size_t index) const override { return paged_gqa::InputName(index); }
   const char* output_name(size_t index) const override { return paged_gqa::OutputName(index); }
 
+  std::span<const size_t> HostReadInputs() const override {
+    static constexpr size_t kInputs[] = {
+        ATTNRT_PAGED_GQA_INPUT_SEQLENS_K, ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH,
+        ATTNRT_PAGED_GQA_INPUT_POSITION_IDS, ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE};
+    return kInputs;
+  }
+  std::span<const size_t> WrittenInputs() const override {
+    static constexpr size_t kInputs[] = {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE,
+                                         ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE};
+    return kInputs;
+  }
+
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_paged_gqa_problem problem{};

@@ -49,6 +49,18 @@ class PagedGqaVarlenFamily final : public OpFamily {
     return paged_gqa_varlen::OutputName(index);
   }
 
+  std::span<const size_t> HostReadInputs() const override {
+    static constexpr size_t kInputs[] = {
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS,
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING};
+    return kInputs;
+  }
+  std::span<const size_t> WrittenInputs() const override {
+    static constexpr size_t kInputs[] = {ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE,
+                                         ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE};
+    return kInputs;
+  }
+
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_paged_gqa_varlen_problem problem{};

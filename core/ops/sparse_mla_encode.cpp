@@ -220,9 +220,30 @@ void EncodeTq4(const float* row, uint8_t* token) {
   StoreU16(token + 256, FloatToFp16(scale));
 }
 
+size_t RowBytes(attnrt_dtype dtype) {
+  return DtypeEquals(dtype, kFloat32) ? sizeof(float) * kD : sizeof(uint16_t) * kD;
+}
+
+// The tokens are written while later rows are still to be read: an output that shares a byte with
+// the input would change rows before they are encoded (or encode rows half overwritten), so any
+// overlap is refused, as the ops refuse an output over an input.
+Status CheckDisjoint(const void* kv, size_t kv_bytes, const void* out, size_t out_bytes,
+                     const char* out_name) {
+  const ByteRange in{reinterpret_cast<uintptr_t>(kv), reinterpret_cast<uintptr_t>(kv) + kv_bytes};
+  const ByteRange written{reinterpret_cast<uintptr_t>(out),
+                          reinterpret_cast<uintptr_t>(out) + out_bytes};
+  if (in.end < in.begin || written.end < written.begin) {
+    return InvalidArgument(StrCat(out_name, ": the input or output bytes wrap the address space"));
+  }
+  if (!Overlaps(in, written)) return Status::Ok();
+  return InvalidArgument(StrCat(out_name, ": overlaps kv in memory (kv ", kv_bytes, " bytes at ",
+                                kv, ", ", out_name, " ", out_bytes, " bytes at ", out,
+                                "), expected disjoint buffers"));
+}
+
 // Rejects a token count whose input or output byte size does not fit in size_t.
 Status CheckTokenCount(size_t num_tokens, attnrt_dtype dtype, size_t token_bytes) {
-  const size_t in_bytes = DtypeEquals(dtype, kFloat32) ? sizeof(float) * kD : sizeof(uint16_t) * kD;
+  const size_t in_bytes = RowBytes(dtype);
   const size_t limit = SIZE_MAX / std::max(in_bytes, token_bytes);
   if (num_tokens > limit) {
     return InvalidArgument(StrCat("num_tokens: expected at most ", limit,
@@ -247,6 +268,8 @@ Status Encode(const void* kv, attnrt_dtype dtype, size_t num_tokens, const void*
   if (out == nullptr && num_tokens > 0) return InvalidArgument("out: expected a non-NULL pointer");
   ATTNRT_RETURN_IF_ERROR(CheckDtype(dtype));
   ATTNRT_RETURN_IF_ERROR(CheckTokenCount(num_tokens, dtype, token_bytes));
+  ATTNRT_RETURN_IF_ERROR(
+      CheckDisjoint(kv, num_tokens * RowBytes(dtype), out, num_tokens * token_bytes, "out"));
   float row[kD];
   for (size_t t = 0; t < num_tokens; ++t) {
     ATTNRT_RETURN_IF_ERROR(ReadRow(kv, dtype, t, row));
@@ -284,6 +307,10 @@ ATTNRT_API attnrt_status attnrt_sparse_mla_encode_mode2(const void* kv, attnrt_d
     if (slot < 0 || slot >= block_size) {
       return InvalidArgument(StrCat("slot: expected 0 to ", block_size - 1, ", got ", slot));
     }
+    ATTNRT_RETURN_IF_ERROR(CheckDtype(kv_dtype));
+    ATTNRT_RETURN_IF_ERROR(CheckDisjoint(
+        kv, RowBytes(kv_dtype), block,
+        static_cast<size_t>(block_size) * ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES, "block"));
     float row[kD];
     ATTNRT_RETURN_IF_ERROR(ReadRow(kv, kv_dtype, 0, row));
     ATTNRT_RETURN_IF_ERROR(CheckMode2Token(row, 0));

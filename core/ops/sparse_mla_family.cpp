@@ -76,6 +76,20 @@ class SparseMlaFamily final : public OpFamily {
     return metadata_op_ ? (index == 0 ? "metadata" : "?") : sparse_mla::OutputName(index);
   }
 
+  // Every integer input: sparse indices, block tables, cumulative and used lengths, top-k lengths
+  // and the metadata.
+  std::span<const size_t> HostReadInputs() const override {
+    static constexpr size_t kInputs[] = {
+        ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES, ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES,
+        ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE,    ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE,
+        ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q,       ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_ORI_KV,
+        ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_CMP_KV,  ATTNRT_SPARSE_MLA_INPUT_SEQUSED_Q,
+        ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV,     ATTNRT_SPARSE_MLA_INPUT_SEQUSED_CMP_KV,
+        ATTNRT_SPARSE_MLA_INPUT_CMP_RESIDUAL_KV,    ATTNRT_SPARSE_MLA_INPUT_ORI_TOPK_LENGTH,
+        ATTNRT_SPARSE_MLA_INPUT_CMP_TOPK_LENGTH,    ATTNRT_SPARSE_MLA_INPUT_METADATA};
+    return kInputs;
+  }
+
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_sparse_mla_problem problem{};

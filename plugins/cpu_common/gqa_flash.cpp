@@ -390,7 +390,13 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
       std::max({p.present_sequence_length, p.past_sequence_length + p.kv_sequence_length,
                 p.sequence_length});
   const int64_t threads = NumThreads(context.host);
-  const int64_t chunks = MaxChunks(p, threads);
+  // A run splits keys only while its tiles (at least one per sequence) are fewer than the threads,
+  // into at most ceil(threads / tiles) chunks: the partials never outgrow that, however many
+  // sequences the problem has (B chunks of every head would be B x threads partial rows).
+  const int64_t sequences = std::max<int64_t>(1, p.batch_size);
+  const int64_t chunks =
+      sequences >= threads ? 1
+                           : std::min(MaxChunks(p, threads), (threads + sequences - 1) / sequences);
   const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging, ops)
                                    : ChooseBlocks(L2Bytes(context), p, max_keys);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size);

@@ -273,7 +273,8 @@ typedef struct attnrt_sparse_mla_args {
  * 65520 or more (fp16 infinity) are rejected, naming the token, dimension, value and limit; fp8
  * e4m3 codes saturate to +-448 as documented and the scales of quant_mode 1 and 2 stay finite for
  * every finite input. num_tokens whose input or output byte size overflows size_t is rejected
- * (INVALID_ARGUMENT naming num_tokens).
+ * (INVALID_ARGUMENT naming num_tokens), and so is an output (out, or mode 2's whole block) that
+ * shares a byte with kv: the encoders write tokens while later rows are still to be read.
  */
 
 /**

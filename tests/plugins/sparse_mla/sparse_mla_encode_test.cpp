@@ -185,6 +185,53 @@ TEST(SparseMlaEncode, ErrorsLeaveTheOutputUntouched) {
   for (size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], 0xAB) << "byte " << k;
 }
 
+// An output that shares bytes with kv is refused before anything is written: ahead of the rows
+// still to be read it changed them (one token of four came out wrong), and even an exact in-place
+// call is refused rather than left to depend on the formats' sizes.
+TEST(SparseMlaEncode, OutputsOverlappingTheInputAreRefused) {
+  std::mt19937_64 rng(TestSeed());
+  SCOPED_TRACE(SeedTrace());
+  for (const bool bf16_input : {false, true}) {
+    for (const size_t shift : {size_t{0}, size_t{64}, size_t{608}, size_t{1500}}) {
+      SCOPED_TRACE(std::string(bf16_input ? "bf16" : "f32") + " out at kv + " +
+                   std::to_string(shift));
+      const std::vector<float> rows = Rows(rng, 4);
+      std::vector<uint8_t> buffer(4 * kD * sizeof(float) + 4 * 608, 0);
+      const attnrt_dtype dtype = bf16_input ? attnrt_dtype{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1} : kF32;
+      if (bf16_input) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, &rows[i], 4);
+          const uint16_t h = static_cast<uint16_t>(bits >> 16);
+          std::memcpy(buffer.data() + 2 * i, &h, 2);
+        }
+      } else {
+        std::memcpy(buffer.data(), rows.data(), rows.size() * sizeof(float));
+      }
+      const std::vector<uint8_t> before = buffer;
+      EXPECT_EQ(attnrt_sparse_mla_encode_mode1(buffer.data(), dtype, 4, buffer.data() + shift),
+                ATTNRT_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(attnrt_last_error_message()).find("overlaps kv"), std::string::npos)
+          << attnrt_last_error_message();
+      EXPECT_EQ(attnrt_sparse_mla_encode_tq4(buffer.data(), dtype, 4, buffer.data() + shift),
+                ATTNRT_ERROR_INVALID_ARGUMENT);
+      if (shift < 1024) {  // the block over the row's first bytes (rows 1024 bytes or more)
+        EXPECT_EQ(attnrt_sparse_mla_encode_mode2(buffer.data(), dtype, buffer.data() + shift, 2, 1),
+                  ATTNRT_ERROR_INVALID_ARGUMENT);
+      }
+      EXPECT_TRUE(buffer == before) << "a refused call wrote";
+    }
+  }
+  // Adjacent buffers do not overlap.
+  std::vector<uint8_t> adjacent(kD * sizeof(float) + 608);
+  const std::vector<float> row = Rows(rng, 1);
+  std::memcpy(adjacent.data(), row.data(), kD * sizeof(float));
+  EXPECT_EQ(attnrt_sparse_mla_encode_mode1(adjacent.data(), kF32, 1,
+                                           adjacent.data() + kD * sizeof(float)),
+            ATTNRT_OK)
+      << attnrt_last_error_message();
+}
+
 // Finite values that the format cannot hold are rejected, naming the token, value and limit.
 TEST(SparseMlaEncode, ValuesThatOverflowTheFormatAreRejected) {
   std::vector<float> row(kD, 0.0f);
