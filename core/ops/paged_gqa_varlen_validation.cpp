@@ -137,8 +137,15 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   ATTNRT_RETURN_IF_ERROR(CheckRank(*key_cache, "key_cache", 4));
   ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*query, "query"));
   // head_size from the query: its last dimension (rank 3) or its row over num_heads (rank 2).
+  // A query that gives none (another rank, a row that is no multiple of num_heads) is refused
+  // naming the head size of the key cache, not a quotient of its own wrong shape.
   const int64_t row = query->ndim >= 2 ? query->shape[query->ndim - 1] : 0;
-  const int64_t head_size = query->ndim == 3 ? row : (heads > 0 ? row / heads : 0);
+  int64_t head_size = query->ndim == 3 ? row : (heads > 0 ? row / heads : 0);
+  const bool query_gives_head_size =
+      row > 0 && (query->ndim == 3 || (query->ndim == 2 && heads > 0 && row % heads == 0));
+  if (!query_gives_head_size) {
+    head_size = key_cache->shape[3] * (key_cache->dtype.bits == 4 ? 2 : 1);
+  }
   ATTNRT_RETURN_IF_ERROR(CheckPacked(*query, "query", -1, heads, head_size, "num_heads"));
   const int64_t num_tokens = query->shape[0];
   const attnrt_tensor* key = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
@@ -165,7 +172,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   ATTNRT_RETURN_IF_ERROR(CheckHostVector(lens, "seq_lens", kInt32, -1, ""));
   const int64_t batch = lens->shape[0];
   ATTNRT_RETURN_IF_ERROR(CheckHostVector(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC),
-                                         "query_start_loc", kInt32, batch + 1, "batch_size + 1"));
+                                         "query_start_loc", kInt32, batch + 1,
+                                         "batch_size + 1, seq_lens' length + 1"));
   const attnrt_tensor* slots = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING);
   if (slots != nullptr) {
     ATTNRT_RETURN_IF_ERROR(
