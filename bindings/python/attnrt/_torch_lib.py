@@ -22,6 +22,7 @@ import warnings
 import weakref
 
 from . import _errors
+from ._arrays import attribute as _attribute
 
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_torch.so")
 
@@ -159,13 +160,16 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
             k_cache.dim() != 4 or k_cache.shape[2 if kv_layout.upper() == "BNSH" else 1]
             != block_size):
         return None
+    # Numbers the operator reads as float32, checked by name (a string is an attnrt error).
+    softmax_scale = 0.0 if softmax_scale is None else _attribute(softmax_scale, float,
+                                                                 "softmax_scale")
+    softcap = _attribute(softcap, float, "softcap")
     rid = runtime_id(runtime)
     if out is None:
         out = q.new_empty(q.shape)
     try:
         _varlen_on(rid, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
-                   slot_mapping, sinks, 0.0 if softmax_scale is None else float(softmax_scale),
-                   window_left, float(softcap), kv_layout)
+                   slot_mapping, sinks, softmax_scale, window_left, softcap, kv_layout)
     except (RuntimeError, ValueError) as e:
         raise_attnrt_error(e)
     return out
