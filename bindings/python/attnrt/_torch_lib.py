@@ -28,6 +28,7 @@ LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_to
 
 _lock = threading.Lock()
 _state: bool | None = None  # None: not tried yet; then whether the library is loaded
+_why_not = ""  # why it is not, once tried
 _BY_STATUS = {cls.status: cls for cls in _errors._BY_CODE.values()}
 _STATUS = re.compile(r"(ATTNRT_[A-Z_]+): (.*)", re.S)
 # Set when the library loads: torch.Tensor and the operator overload called per call.
@@ -49,20 +50,31 @@ def load() -> bool:
 
 
 def _load() -> bool:
-    if os.environ.get("ATTNRT_TORCH_OPS", "1").strip() == "0" or not os.path.isfile(LIBRARY):
+    global _why_not
+    if os.environ.get("ATTNRT_TORCH_OPS", "1").strip() == "0":
+        _why_not = "ATTNRT_TORCH_OPS=0 leaves it unloaded"
+        return False
+    if not os.path.isfile(LIBRARY):
+        _why_not = f"{LIBRARY} is missing (attnrt was built without its torch operators)"
         return False
     import torch
 
     try:
         torch.ops.load_library(LIBRARY)
     except (OSError, RuntimeError) as e:
-        warnings.warn(f"attnrt: {LIBRARY} does not load into torch {torch.__version__} ({e}); "
-                      f"using the Python torch operators", RuntimeWarning, stacklevel=3)
+        _why_not = f"{LIBRARY} does not load into torch {torch.__version__} ({e})"
+        warnings.warn(f"attnrt: {_why_not}; using the Python torch operators", RuntimeWarning,
+                      stacklevel=3)
         return False
     global _Tensor, _varlen_on
     _Tensor = torch.Tensor
     _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
     return True
+
+
+def why_not_loaded() -> str:
+    """Why load() found no operators ("" when it did or was not tried)."""
+    return _why_not
 
 
 def loaded() -> bool:
