@@ -4,6 +4,7 @@
 // from the runtime's ops by attributes and the plan from the op's plans by signature
 // (runtimes.h), so a call costs the descriptors, two lookups and the kernel.
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
 #include <torch/library.h>
@@ -94,6 +95,14 @@ int32_t KvLayout(const std::string& layout) {
   ATTNRT_TORCH_CHECK_ARG(false, "kv_layout: expected one of BSNH, BNSH, got '", layout, "'");
 }
 
+// A head count or block size taken from a shape, as the op's int32 attribute (a view expanded
+// past 2^31 heads would wrap).
+int32_t Int32(int64_t value, const char* name, at::IntArrayRef sizes) {
+  ATTNRT_TORCH_CHECK_ARG(value <= INT32_MAX, name, ": a head count or block size of ", value,
+                         " is past the op's int32 attributes (shape ", sizes, ")");
+  return static_cast<int32_t>(value);
+}
+
 // Aligned scratch memory per thread for the kernels' workspace, grown as plans ask.
 void* Workspace(size_t size, size_t alignment) {
   struct Buffer {
@@ -125,6 +134,24 @@ void CheckWritable(const at::Tensor& t, const char* name) {
   ATTNRT_TORCH_CHECK_ARG(
       !t.is_neg() && !t.is_conj(), name, ": expected a tensor the call can write, got a ",
       t.is_neg() ? "negative" : "conjugate", " view (torch._neg_view / conj); resolve it first");
+  // The operator has no autograd kernel: a write into a tensor that requires grad (a leaf
+  // parameter, or a tensor of a graph) would go past autograd's version counter and graph.
+  ATTNRT_TORCH_CHECK_ARG(!t.requires_grad(), name,
+                         ": expected a tensor the call can write, got one that requires grad "
+                         "(attnrt's in-place writes have no backward); write into a tensor that "
+                         "does not");
+}
+
+// The operator has no backward: under grad mode an input that requires grad would give an output
+// without its gradient (backward completing with attention's contribution missing).
+void CheckNoGrad(const at::Tensor& t, const char* name) {
+  ATTNRT_TORCH_CHECK_ARG(!t.requires_grad() || !c10::GradMode::is_enabled(), name,
+                         ": requires grad, but attnrt's ops have no backward (its gradient would "
+                         "be silently missing); call under torch.no_grad() or "
+                         "torch.inference_mode(), or pass .detach()");
+}
+void CheckNoGrad(const c10::optional<at::Tensor>& t, const char* name) {
+  if (t.has_value()) CheckNoGrad(*t, name);
 }
 
 void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
@@ -136,6 +163,14 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
+  CheckNoGrad(q_view, "q");
+  CheckNoGrad(k_view, "k");
+  CheckNoGrad(v_view, "v");
+  CheckNoGrad(sinks_view, "sinks");
+  CheckNoGrad(cu_seqlens_q, "cu_seqlens_q");
+  CheckNoGrad(seq_lens, "seq_lens");
+  CheckNoGrad(block_table, "block_table");
+  CheckNoGrad(slot_mapping, "slot_mapping");
   const at::Tensor q = Resolved(q_view);
   const c10::optional<at::Tensor> k = Resolved(k_view), v = Resolved(v_view);
   const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
@@ -156,9 +191,12 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   const int64_t head_size = k_cache.size(3);
   ATTNRT_TORCH_CHECK_ARG(head_size > 0, "k_cache: head size (the last dimension) must be > 0, got ",
                          k_cache.sizes());
-  key.num_heads = static_cast<int32_t>(q.dim() == 3 ? q.size(1) : q.size(1) / head_size);
-  key.kv_num_heads = static_cast<int32_t>(bnsh ? k_cache.size(1) : k_cache.size(2));
-  key.block_size = static_cast<int32_t>(bnsh ? k_cache.size(2) : k_cache.size(1));
+  ATTNRT_TORCH_CHECK_ARG(q.dim() == 3 || q.size(1) % head_size == 0,
+                         "q: expected [num_tokens, N * H] with H = ", head_size,
+                         " (k_cache's head size), got ", q.sizes());
+  key.num_heads = Int32(q.dim() == 3 ? q.size(1) : q.size(1) / head_size, "q", q.sizes());
+  key.kv_num_heads = Int32(bnsh ? k_cache.size(1) : k_cache.size(2), "k_cache", k_cache.sizes());
+  key.block_size = Int32(bnsh ? k_cache.size(2) : k_cache.size(1), "k_cache", k_cache.sizes());
   key.scale = static_cast<float>(softmax_scale);
   key.softcap = static_cast<float>(softcap);
   // 0 means the default scale (1/sqrt(H)) and no softcap: a value that only rounds to 0 in

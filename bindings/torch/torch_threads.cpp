@@ -41,6 +41,13 @@ int64_t TorchThreadsRuntime(int64_t num_threads) {
                          "at::get_num_threads()) or a team size from 1 to the runtime's limit on "
                          "options.num_threads, got ",
                          num_threads);
+  // A library older than ABI 1.3 would ignore options.executor and start a pool of its own.
+  uint32_t major = 0, minor = 0;
+  attnrt_abi_version(&major, &minor);
+  TORCH_CHECK(major == ATTNRT_ABI_VERSION_MAJOR && minor >= 3,
+              "ATTNRT_ERROR_ABI_MISMATCH: the loaded libattnrt.so has ABI ", major, ".", minor,
+              "; a runtime on torch's threads needs ABI ", ATTNRT_ABI_VERSION_MAJOR,
+              ".3 or later (options.executor)");
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
   options.num_threads =

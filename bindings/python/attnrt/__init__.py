@@ -24,20 +24,40 @@ Plan.run(...), Plan.bind(...) -> a callable that only runs; op.explain(...). PyT
 ``import attnrt.torch`` (torch.ops.attnrt.*). Every failure raises an attnrt.Error subclass per
 status code, carrying the library's message.
 """
-from ._errors import (AbiMismatchError, Error, InternalError, InvalidArgumentError, NotFoundError,
-                      OutOfMemoryError, PlanMismatchError, UnavailableError, UnsupportedError)
-from ._runtime import Runtime, abi_version, version
-from ._op import BoundCall, Op, Plan
-from ._gqa import GQA_ATTRIBUTES, GQA_INPUTS, GQA_OUTPUTS, GqaOp, gqa
-from ._paged_gqa import PAGED_GQA_INPUTS, PAGED_GQA_OUTPUTS, PagedGqaOp, paged_gqa
-from ._varlen import (PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS, PagedGqaVarlenOp,
-                      paged_attention_varlen)
-from ._block_pool import BlockCopy, BlockPool
-from ._sparse_mla import (SPARSE_MLA_ATTRIBUTES, SPARSE_MLA_INPUTS, SPARSE_MLA_OUTPUTS,
-                          TQ4_CODEBOOK, SparseMlaMetadataOp, SparseMlaOp, sparse_mla,
-                          sparse_mla_encode, sparse_mla_metadata)
+from __future__ import annotations
 
-__version__ = version()
+import os as _os
+import sys as _sys
+
+try:
+    from ._errors import (AbiMismatchError, Error, InternalError, InvalidArgumentError,
+                          NotFoundError, OutOfMemoryError, PlanMismatchError, UnavailableError,
+                          UnsupportedError)
+    from ._runtime import Runtime, abi_version, version
+    from ._op import BoundCall, Op, Plan
+    from ._gqa import GQA_ATTRIBUTES, GQA_INPUTS, GQA_OUTPUTS, GqaOp, gqa
+    from ._paged_gqa import PAGED_GQA_INPUTS, PAGED_GQA_OUTPUTS, PagedGqaOp, paged_gqa
+    from ._varlen import (PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS, PagedGqaVarlenOp,
+                          paged_attention_varlen)
+    from ._block_pool import BlockCopy, BlockPool
+    from ._sparse_mla import (SPARSE_MLA_ATTRIBUTES, SPARSE_MLA_INPUTS, SPARSE_MLA_OUTPUTS,
+                              TQ4_CODEBOOK, SparseMlaMetadataOp, SparseMlaOp, sparse_mla,
+                              sparse_mla_encode, sparse_mla_metadata)
+
+    __version__ = version()
+except ImportError as _error:
+    # In a vLLM process asked to use attnrt (ATTNRT_VLLM set), vLLM imports this package for its
+    # plugin entry point and only logs an import failure, then serves with its own attention. The
+    # package then imports without its library, and attnrt.vllm.register() raises this error,
+    # which fails vLLM's start-up with the reason; any other use of the package raises it too.
+    if _os.environ.get("ATTNRT_VLLM", "").strip() in ("", "0") or "vllm" not in _sys.modules:
+        raise
+    _IMPORT_ERROR: ImportError | None = _error
+
+    def __getattr__(name):
+        raise ImportError(f"attnrt is not usable: {_IMPORT_ERROR}") from _IMPORT_ERROR
+else:
+    _IMPORT_ERROR = None
 
 __all__ = [
     "AbiMismatchError", "BlockCopy", "BlockPool", "BoundCall", "Error", "GQA_ATTRIBUTES",

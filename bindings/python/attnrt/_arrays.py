@@ -17,24 +17,35 @@ def is_torch(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def check_torch_tensors(values: list, names: tuple, kind: str) -> None:
-    """Checks the torch tensors among `values` (in place) before DLPack describes them: a negative
-    view (torch._neg_view), which DLPack exports as its stored values, is replaced by its values
-    for an input and refused for an output (the call writes it); a tensor whose elements reach
-    past its storage (a storage resized under its view, untyped_storage().resize_) is refused, as
-    DLPack carries no allocation size and the kernels would read or write past it."""
+def check_torch_tensors(values: list, names: tuple, kind: str, written: int = 0) -> None:
+    """Checks the torch tensors among `values` (in place) before DLPack describes them.
+
+    A tensor the call writes (an output, or an input whose bit is set in `written`: a KV cache
+    written in place) is never replaced by a copy, which would take the writes and be dropped: a
+    negative or conjugate view (torch._neg_view, conj) of one is refused, and so is one that
+    requires grad (the write would bypass autograd). A negative view being read is replaced by its
+    values (DLPack would export its stored values). Under grad mode an input that requires grad is
+    refused: the ops have no backward, so its gradient would be silently missing. A tensor whose
+    elements reach past its storage (a storage resized under its view, untyped_storage().resize_)
+    is refused, as DLPack carries no allocation size and the kernels would read or write past
+    it."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
+    grad_mode = None
     for i, (name, value) in enumerate(zip(names, values)):
         if not isinstance(value, torch.Tensor):
             continue
-        if value.is_neg():
-            if kind == "output":
-                raise InvalidArgumentError(
-                    f"output '{name}': expected a tensor the call can write, got a negative view "
-                    f"(torch._neg_view); resolve it first")
-            values[i] = value = value.resolve_neg()
+        writes = kind == "output" or (i < 64 and (written >> i) & 1)
+        if writes:
+            check_writable(value, f"{kind} '{name}'")
+        elif value.requires_grad:
+            if grad_mode is None:
+                grad_mode = torch.is_grad_enabled()
+            if grad_mode:
+                raise InvalidArgumentError(requires_grad_message(f"{kind} '{name}'"))
+        if value.is_neg() or value.is_conj():
+            values[i] = value = value.resolve_conj().resolve_neg()
         if value.layout != torch.strided or value.is_meta or value.numel() == 0:
             continue
         last = value.storage_offset() + sum((n - 1) * st for n, st in zip(value.shape,
@@ -45,6 +56,27 @@ def check_torch_tensors(values: list, names: tuple, kind: str) -> None:
                 f"{kind} '{name}': its elements (shape {list(value.shape)}, strides "
                 f"{list(value.stride())}, storage offset {value.storage_offset()}) reach past its "
                 f"storage of {held} bytes")
+
+
+def check_writable(value: Any, label: str) -> None:
+    """Refuses a torch tensor a call would write but whose writes would not reach its memory as
+    the caller reads it: a negative or conjugate view (only a resolved copy could be written), or
+    one that requires grad (autograd would not know of the write)."""
+    if value.is_neg() or value.is_conj():
+        raise InvalidArgumentError(
+            f"{label}: expected a tensor the call can write, got a "
+            f"{'negative' if value.is_neg() else 'conjugate'} view (torch._neg_view / conj); "
+            f"resolve it first")
+    if value.requires_grad:
+        raise InvalidArgumentError(
+            f"{label}: expected a tensor the call can write, got one that requires grad (attnrt's "
+            f"in-place writes have no backward); write into a tensor that does not")
+
+
+def requires_grad_message(label: str) -> str:
+    return (f"{label}: requires grad, but attnrt's ops have no backward (its gradient would be "
+            f"silently missing); call under torch.no_grad() or torch.inference_mode(), or pass "
+            f".detach()")
 
 
 def shape_of(value: Any, name: str) -> tuple[int, ...]:

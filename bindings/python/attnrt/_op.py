@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
+import numpy as np
+
 from . import attnrt_c as _c
 from . import _arrays
 from ._errors import InvalidArgumentError, PlanMismatchError
@@ -91,12 +93,12 @@ class Op:
         if not outputs:
             for name, dtype in self.HOST_INTS.items():
                 i = self._input_index[name]
-                if i < len(out) and isinstance(out[i], (int, list, tuple)):
+                if i < len(out) and isinstance(out[i], (int, np.integer, list, tuple)):
                     try:
                         out[i] = _arrays.host_int_array(out[i], dtype)
                     except (TypeError, ValueError, OverflowError) as e:
                         raise InvalidArgumentError(f"{name}: {e}") from None
-        _arrays.check_torch_tensors(out, names, kind)
+        _arrays.check_torch_tensors(out, names, kind, 0 if outputs else self._written)
         return out
 
     def _lists(self, inputs, outputs) -> tuple["_c.Tensors", "_c.Tensors"]:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import attnrt_c as _c
 from . import _arrays
 from ._errors import InvalidArgumentError
@@ -37,7 +39,7 @@ class PagedGqaOp(Op):
     TITLE = "paged GroupQueryAttention"
     INPUTS = PAGED_GQA_INPUTS
     OUTPUTS = PAGED_GQA_OUTPUTS
-    HOST_INTS = _HOST_INTS
+    HOST_INTS = {**_HOST_INTS, "block_table": np.int32}
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,

@@ -20,6 +20,27 @@ def abi_version() -> tuple[int, int]:
     return _c.abi_version_major(), _c.abi_version_minor()
 
 
+# The C ABI this package was built against (the headers of its extension module): the loaded
+# libattnrt.so must have the same major version and at least this minor one (a 1.2 library
+# ignores attnrt_runtime_options.executor of 1.3, for one).
+REQUIRED_ABI = (int(_c.ATTNRT_ABI_VERSION_MAJOR), int(_c.ATTNRT_ABI_VERSION_MINOR))
+
+
+def check_abi(found: tuple[int, int] | None = None) -> None:
+    """Raises ImportError unless the loaded libattnrt.so's ABI (`found`, default abi_version())
+    serves this package: the same major version, a minor version >= REQUIRED_ABI's."""
+    major, minor = abi_version() if found is None else found
+    need_major, need_minor = REQUIRED_ABI
+    if major != need_major or minor < need_minor:
+        raise ImportError(
+            f"attnrt: the loaded libattnrt.so has ABI {major}.{minor}, but this attnrt Python "
+            f"package needs ABI {need_major}.{need_minor} (major {need_major}, minor >= "
+            f"{need_minor}); install the libattnrt.so of the same release as the package")
+
+
+check_abi()
+
+
 class Runtime:
     """A runtime: the discovered plugins and their ranked kernels (attnrt_runtime_create).
 

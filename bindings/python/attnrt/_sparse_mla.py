@@ -164,6 +164,16 @@ def sparse_mla(runtime, q, ori_kv, cmp_kv=None, cmp_sparse_indices=None, ori_blo
     return op(attn_out=attn_out, softmax_lse=softmax_lse, metadata=metadata, **inputs)
 
 
+def _checked(kv, written, name: str):
+    """kv (read) and the array sparse_mla_encode writes, checked as the ops check theirs
+    (_arrays.check_torch_tensors): a negative view of kv is read as its values; a written one that
+    is a negative view or requires grad is refused."""
+    read, out = [kv], [written]
+    _arrays.check_torch_tensors(read, ("kv",), "input")
+    _arrays.check_torch_tensors(out, (name,), "output")
+    return read[0], out[0]
+
+
 def sparse_mla_encode(quant_mode: int, kv, *, out=None, block=None, slot: int = 0):
     """Quantizes KV rows of 512 values (nope dims 0..447, rope dims 448..511; float32 or bfloat16,
     shape (num_tokens, 512) or (512,)) into the token format of `quant_mode`:
@@ -192,6 +202,7 @@ def sparse_mla_encode(quant_mode: int, kv, *, out=None, block=None, slot: int = 
             raise InvalidArgumentError(
                 f"block: expected block_size * {TOKEN_BYTES[2]} bytes (one PA_BBND block), got "
                 f"{nbytes} bytes")
+        kv, block = _checked(kv, block, "block")
         lists.set(0, "kv", kv, False)
         lists.set(1, "block", block, True)
         try:
@@ -205,6 +216,7 @@ def sparse_mla_encode(quant_mode: int, kv, *, out=None, block=None, slot: int = 
         raise InvalidArgumentError("block and slot are for quant_mode 2 only")
     if out is None:
         out = _arrays.empty(kv, shape[:-1] + (TOKEN_BYTES[quant_mode],), "uint8")
+    kv, out = _checked(kv, out, "out")
     lists.set(0, "kv", kv, False)
     lists.set(1, "out", out, True)
     try:

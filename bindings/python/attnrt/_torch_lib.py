@@ -22,11 +22,13 @@ import warnings
 import weakref
 
 from . import _errors
+from ._arrays import attribute as _attribute
 
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_torch.so")
 
 _lock = threading.Lock()
 _state: bool | None = None  # None: not tried yet; then whether the library is loaded
+_why_not = ""  # why it is not, once tried
 _BY_STATUS = {cls.status: cls for cls in _errors._BY_CODE.values()}
 _STATUS = re.compile(r"(ATTNRT_[A-Z_]+): (.*)", re.S)
 # Set when the library loads: torch.Tensor and the operator overload called per call.
@@ -48,20 +50,31 @@ def load() -> bool:
 
 
 def _load() -> bool:
-    if os.environ.get("ATTNRT_TORCH_OPS", "1").strip() == "0" or not os.path.isfile(LIBRARY):
+    global _why_not
+    if os.environ.get("ATTNRT_TORCH_OPS", "1").strip() == "0":
+        _why_not = "ATTNRT_TORCH_OPS=0 leaves it unloaded"
+        return False
+    if not os.path.isfile(LIBRARY):
+        _why_not = f"{LIBRARY} is missing (attnrt was built without its torch operators)"
         return False
     import torch
 
     try:
         torch.ops.load_library(LIBRARY)
     except (OSError, RuntimeError) as e:
-        warnings.warn(f"attnrt: {LIBRARY} does not load into torch {torch.__version__} ({e}); "
-                      f"using the Python torch operators", RuntimeWarning, stacklevel=3)
+        _why_not = f"{LIBRARY} does not load into torch {torch.__version__} ({e})"
+        warnings.warn(f"attnrt: {_why_not}; using the Python torch operators", RuntimeWarning,
+                      stacklevel=3)
         return False
     global _Tensor, _varlen_on
     _Tensor = torch.Tensor
     _varlen_on = torch.ops.attnrt._paged_attention_varlen_on.default
     return True
+
+
+def why_not_loaded() -> str:
+    """Why load() found no operators ("" when it did or was not tried)."""
+    return _why_not
 
 
 def loaded() -> bool:
@@ -159,13 +172,16 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
             k_cache.dim() != 4 or k_cache.shape[2 if kv_layout.upper() == "BNSH" else 1]
             != block_size):
         return None
+    # Numbers the operator reads as float32, checked by name (a string is an attnrt error).
+    softmax_scale = 0.0 if softmax_scale is None else _attribute(softmax_scale, float,
+                                                                 "softmax_scale")
+    softcap = _attribute(softcap, float, "softcap")
     rid = runtime_id(runtime)
     if out is None:
         out = q.new_empty(q.shape)
     try:
         _varlen_on(rid, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
-                   slot_mapping, sinks, 0.0 if softmax_scale is None else float(softmax_scale),
-                   window_left, float(softcap), kv_layout)
+                   slot_mapping, sinks, softmax_scale, window_left, softcap, kv_layout)
     except (RuntimeError, ValueError) as e:
         raise_attnrt_error(e)
     return out

@@ -89,6 +89,38 @@ def _window(window_size) -> int:
     return -1 if left < 0 else left + 1
 
 
+def _heads(q, k_cache, kv_layout) -> tuple[int, int, int]:
+    """(num_heads, kv_num_heads, block_size) from q's and k_cache's shapes, as the C++ operator
+    derives them; InvalidArgumentError naming the input for a shape they cannot come from."""
+    if isinstance(kv_layout, str) and kv_layout.upper() in KV_LAYOUTS:
+        bnsh = kv_layout.upper() == "BNSH"
+    elif isinstance(kv_layout, int) and not isinstance(kv_layout, bool) and \
+            kv_layout in KV_LAYOUTS.values():
+        bnsh = kv_layout == KV_LAYOUTS["BNSH"]
+    else:
+        raise InvalidArgumentError(
+            f"kv_layout: expected one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
+    cache = _arrays.shape_of(k_cache, "k_cache")
+    if len(cache) != 4:
+        raise InvalidArgumentError(
+            f"k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
+            f"[num_blocks, Nkv, block_size, H] (BNSH), got {cache}")
+    head_size = cache[3]
+    if head_size <= 0:
+        raise InvalidArgumentError(
+            f"k_cache: head size (the last dimension) must be > 0, got {cache}")
+    qshape = _arrays.shape_of(q, "q")
+    if len(qshape) not in (2, 3):
+        raise InvalidArgumentError(
+            f"q: expected [num_tokens, N, H] or [num_tokens, N * H], got {qshape}")
+    if len(qshape) == 2 and qshape[1] % head_size:
+        raise InvalidArgumentError(
+            f"q: expected [num_tokens, N * H] with H = {head_size} (k_cache's head size), got "
+            f"{qshape}")
+    num_heads = qshape[1] if len(qshape) == 3 else qshape[1] // head_size
+    return num_heads, cache[1] if bnsh else cache[2], cache[2] if bnsh else cache[1]
+
+
 def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, *,
                            k=None, v=None, softmax_scale: float | None = None,
                            causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
@@ -133,20 +165,13 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
                                   k_scale=None, v_scale=None):
     """paged_attention_varlen through PagedGqaVarlenOp (SWIG, DLPack): numpy, DLPack and torch
     inputs alike, quantized caches too (the path the C++ operator shortens for torch tensors)."""
+    num_heads, kv_heads, cache_block_size = _heads(q, k_cache, kv_layout)
     if block_size is None:
-        cache = _arrays.shape_of(k_cache, "k_cache")
-        if len(cache) != 4:
-            raise InvalidArgumentError(
-                f"k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
-                f"[num_blocks, Nkv, block_size, H] (BNSH), got {cache}")
-        block_size = cache[2] if str(kv_layout).upper() == "BNSH" else cache[1]
-    qshape = _arrays.shape_of(q, "q")
-    cache = _arrays.shape_of(k_cache, "k_cache")
-    num_heads = qshape[1] if len(qshape) == 3 else qshape[-1] // cache[-1]
-    kv_heads = cache[1] if str(kv_layout).upper() == "BNSH" else cache[2]
-    attributes = {"local_window_size": _window(window_size), "softcap": float(softcap)}
+        block_size = cache_block_size
+    attributes = {"local_window_size": _window(window_size),
+                  "softcap": _arrays.attribute(softcap, float, "softcap")}
     if softmax_scale is not None:
-        attributes["scale"] = float(softmax_scale)
+        attributes["scale"] = _arrays.attribute(softmax_scale, float, "softmax_scale")
     if k_scale is not None:
         raise InvalidArgumentError("k_scale: quantized caches go through PagedGqaVarlenOp")
     op = runtime.cached_op(PagedGqaVarlenOp, num_heads=num_heads, kv_num_heads=kv_heads,

@@ -25,7 +25,8 @@ from typing import Optional
 
 import torch
 
-from . import _gqa, _paged_gqa, _sparse_mla, _torch_lib, _varlen
+from . import _arrays, _gqa, _paged_gqa, _sparse_mla, _torch_lib, _varlen
+from ._errors import InvalidArgumentError
 from ._runtime import Runtime
 
 __all__ = ["runtime", "set_runtime"]
@@ -199,6 +200,35 @@ else:
     paged_attention_varlen.register_fake(_paged_attention_varlen_fake)
 
 
+# ---- autograd ---------------------------------------------------------------------------------------
+
+_autograd = torch.library.Library("attnrt", "IMPL")
+
+
+def _refuse_autograd(name: str) -> None:
+    """The ops have no backward: torch's custom_op would run one with an input that requires grad
+    under grad mode (writing the caches) and fail only at backward. This AutogradCPU kernel refuses
+    such a call first, naming the argument; otherwise it runs the op below autograd, as custom_op's
+    own kernel does without grad."""
+    op = getattr(torch.ops.attnrt, name).default
+    names = [a.name for a in op._schema.arguments]
+    written = {a.name for a in op._schema.arguments
+               if a.alias_info is not None and a.alias_info.is_write}
+
+    def kernel(keyset, *args, **kwargs):
+        if torch.is_grad_enabled():
+            for arg, value in [*zip(names, args), *kwargs.items()]:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    label = f"attnrt::{name}: input '{arg}'"
+                    if arg in written:
+                        _arrays.check_writable(value, label)
+                    raise InvalidArgumentError(_arrays.requires_grad_message(label))
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
+
+    _autograd.impl(name, kernel, "AutogradCPU", with_keyset=True)
+
+
 # ---- sparse MLA -------------------------------------------------------------------------------------
 
 @torch.library.custom_op("attnrt::sparse_mla", mutates_args=(), device_types="cpu")
@@ -248,3 +278,8 @@ def _(q, ori_kv, quant_mode, cmp_kv=None, cmp_sparse_indices=None, ori_block_tab
     else:
         lse_shape = (1, q.shape[0], q.shape[1])
     return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+for _name in ("gqa", "paged_gqa", "sparse_mla") + (() if _CPP_VARLEN else
+                                                   ("paged_attention_varlen",)):
+    _refuse_autograd(_name)

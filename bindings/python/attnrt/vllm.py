@@ -6,7 +6,11 @@ point, run by vLLM in every process it starts (main, engine core, workers) — c
 ``vllm.v1.attention.backends.registry.register_backend(AttentionBackendEnum.CPU_ATTN,
 "attnrt.vllm.AttnrtBackend")`` when the environment has ``ATTNRT_VLLM=1``, and logs
 "attnrt serves attention (...)" through vLLM's logger. Without ATTNRT_VLLM=1 it does nothing and
-vLLM runs unchanged.
+vLLM runs unchanged. With ATTNRT_VLLM=1 and attnrt not usable (libattnrt.so missing or of an
+older ABI, the C++ torch operators missing) register() raises, which fails vLLM's start-up with
+the reason; any ATTNRT_VLLM value but 0, 1 or unset raises too. Layers whose backend vLLM picks
+before CPU_ATTN (MLA models: CPU_MLA, AMX_MLA) are named in the log with the backend serving
+them.
 
 The backend (AttnrtBackend, AttnrtMetadataBuilder, AttnrtImpl, defined in attnrt._vllm_backend
 and importable from here) runs every decoder attention layer — prefill, chunked prefill, decode and
@@ -28,20 +32,49 @@ BACKEND_CLASS = "attnrt.vllm.AttnrtBackend"
 
 
 def enabled() -> bool:
-    """True when the environment asks for attnrt in vLLM (ATTNRT_VLLM=1)."""
-    return os.environ.get("ATTNRT_VLLM", "0").strip() == "1"
+    """True when the environment asks for attnrt in vLLM (ATTNRT_VLLM=1); False for 0 or unset
+    (or empty). Any other value raises ValueError naming the variable and its values."""
+    raw = os.environ.get("ATTNRT_VLLM")
+    value = "" if raw is None else raw.strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"ATTNRT_VLLM={raw!r}: expected 1 (attnrt serves vLLM's CPU attention) or 0 "
+                     f"/ unset (vLLM's own attention)")
+
+
+def check_usable() -> None:
+    """Raises RuntimeError saying why attnrt cannot serve vLLM's attention in this process: the
+    package did not import (libattnrt.so missing or of an older ABI) or its C++ torch operators
+    are missing or do not load (unless ATTNRT_TORCH_OPS=0 asks for the Python path)."""
+    import attnrt
+
+    if attnrt._IMPORT_ERROR is not None:
+        raise RuntimeError(f"ATTNRT_VLLM=1 but attnrt is not usable: {attnrt._IMPORT_ERROR}") \
+            from attnrt._IMPORT_ERROR
+    from . import _torch_lib
+
+    if not _torch_lib.load() and os.environ.get("ATTNRT_TORCH_OPS", "1").strip() != "0":
+        raise RuntimeError(f"ATTNRT_VLLM=1 but attnrt's torch operators are not usable: "
+                           f"{_torch_lib.why_not_loaded()} (ATTNRT_TORCH_OPS=0 runs attention "
+                           f"through attnrt's Python path instead)")
 
 
 def register() -> None:
     """vLLM general plugin: makes attnrt serve CPU_ATTN in this process when ATTNRT_VLLM=1.
-    Idempotent (vLLM may call it several times per process)."""
+    Idempotent (vLLM may call it several times per process). vLLM runs it unguarded at start-up
+    (unlike the entry point's import), so what it raises fails the start: an ATTNRT_VLLM value
+    other than 0/1, or attnrt not usable (check_usable)."""
     if not enabled():
         return
+    check_usable()
     from vllm.logger import init_logger
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     already = AttentionBackendEnum.CPU_ATTN.get_path() == BACKEND_CLASS
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_CLASS)
+    _report_other_backends()
     if not already:
         from . import _vllm_backend
 
@@ -49,6 +82,47 @@ def register() -> None:
         init_logger("vllm.attnrt").info(
             "attnrt serves attention (vLLM's CPU_ATTN slot -> %s; %s)", BACKEND_CLASS,
             _vllm_backend.describe())
+
+
+_reported: set = set()
+
+
+def _report_other_backends() -> None:
+    """Wraps the platform's attention backend lookup so that a layer attnrt does not serve (MLA
+    models get CPU_MLA / AMX_MLA, which the CPU platform picks before CPU_ATTN) is named in the
+    log when vLLM builds it: which kind of layer and which backend serves it."""
+    from vllm.platforms import current_platform
+
+    cls = current_platform if isinstance(current_platform, type) else type(current_platform)
+    lookup = cls.get_attn_backend_cls
+    if getattr(lookup, "_attnrt_reports", False):
+        return
+
+    def get_attn_backend_cls(klass, selected_backend, attn_selector_config, *args, **kwargs):
+        path = lookup(selected_backend, attn_selector_config, *args, **kwargs)
+        if path != BACKEND_CLASS:
+            report_unserved(path, attn_selector_config)
+        return path
+
+    get_attn_backend_cls._attnrt_reports = True
+    cls.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+
+
+def report_unserved(path: str, attn_selector_config) -> None:
+    """Logs (once per backend and kind of layer) that attnrt does not serve these layers."""
+    kinds = [n for n, flag in (("MLA", "use_mla"), ("sparse", "use_sparse"),
+                               ("non-causal", "use_non_causal"))
+             if getattr(attn_selector_config, flag, False)]
+    kind = " ".join(kinds) or f"{getattr(attn_selector_config, 'attn_type', 'attention')}"
+    key = (path, kind)
+    if key in _reported:
+        return
+    _reported.add(key)
+    from vllm.logger import init_logger
+
+    init_logger("vllm.attnrt").warning(
+        "attnrt does not serve this model's %s attention layers (ATTNRT_VLLM=1): vLLM's %s "
+        "serves them", kind, path)
 
 
 def __getattr__(name):

@@ -113,10 +113,11 @@ def test_gqa_torch_bfloat16_in_torch_out_no_copy(rt):
     assert isinstance(present_k, torch.Tensor) and present_k.shape == (1, NKV, 5, H)
     expected = sdpa_reference(q[0].view(5, N, H), k[0].view(5, NKV, H), v[0].view(5, NKV, H), 0)
     torch.testing.assert_close(out[0].float(), expected, atol=2e-2, rtol=2e-2)
-    # A grad-requiring input is read through its detached view, never copied.
+    # Under no_grad a grad-requiring input is read through its detached view, never copied.
     q.requires_grad_(True)
-    out2, _, _ = attnrt.gqa(rt, q, k, v, seqlens_k=[4], total_sequence_length=5, num_heads=N,
-                            kv_num_heads=NKV)
+    with torch.no_grad():
+        out2, _, _ = attnrt.gqa(rt, q, k, v, seqlens_k=[4], total_sequence_length=5,
+                                num_heads=N, kv_num_heads=NKV)
     assert torch.equal(out2, out)
 
 

@@ -171,3 +171,122 @@ def test_layers_run_on_torch_threads_when_the_operator_is_loaded():
         assert _vllm_backend.torch_runtime_id() == first
     finally:
         torch.set_num_threads(previous)
+
+
+# ---- ATTNRT_VLLM: asked for attnrt, vLLM gets it or fails to start -------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "2", "on", "1 1"])
+def test_attnrt_vllm_other_values_are_errors(monkeypatch, value):
+    """ATTNRT_VLLM=true left attnrt off without a word."""
+    import attnrt.vllm
+
+    monkeypatch.setenv("ATTNRT_VLLM", value)
+    with pytest.raises(ValueError, match=r"ATTNRT_VLLM=.*: expected 1 .* or 0 / unset"):
+        attnrt.vllm.enabled()
+    with pytest.raises(ValueError, match=r"ATTNRT_VLLM="):
+        attnrt.vllm.register()
+
+
+@pytest.mark.parametrize("value, on", [("1", True), (" 1 ", True), ("0", False), ("", False)])
+def test_attnrt_vllm_on_and_off(monkeypatch, value, on):
+    import attnrt.vllm
+
+    monkeypatch.setenv("ATTNRT_VLLM", value)
+    assert attnrt.vllm.enabled() is on
+
+
+def test_missing_torch_operators_make_attnrt_unusable(monkeypatch):
+    """Without libattnrt_torch.so, ATTNRT_VLLM=1 fails rather than serving through a path the
+    build did not mean (ATTNRT_TORCH_OPS=0 asks for the Python path explicitly)."""
+    import attnrt.vllm
+    from attnrt import _torch_lib
+
+    monkeypatch.setattr(_torch_lib, "_state", False)
+    monkeypatch.setattr(_torch_lib, "_why_not", "/x/libattnrt_torch.so is missing")
+    with pytest.raises(RuntimeError, match=r"ATTNRT_VLLM=1 but attnrt's torch operators are not "
+                                           r"usable: /x/libattnrt_torch.so is missing"):
+        attnrt.vllm.check_usable()
+    monkeypatch.setenv("ATTNRT_TORCH_OPS", "0")
+    attnrt.vllm.check_usable()
+
+
+FAKE_ABI_12 = """#include <stdint.h>
+void attnrt_abi_version(uint32_t* major, uint32_t* minor) { *major = 1; *minor = 2; }
+"""
+
+# vLLM's own plugin loading (as its engine and workers run it at start-up), then its CPU
+# platform's backend lookup for an MLA layer and for a plain decoder layer.
+START = """
+import torch
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+print("plugins loaded")
+from vllm.platforms import current_platform
+from vllm.v1.attention.selector import AttentionSelectorConfig
+for mla in (True, False):
+    config = AttentionSelectorConfig(head_size=64, dtype=torch.float32, kv_cache_dtype=None,
+                                     block_size=16, use_mla=mla)
+    print("backend", current_platform.get_attn_backend_cls(None, attn_selector_config=config))
+"""
+
+
+@pytest.fixture(scope="module")
+def vllm_env(tmp_path_factory):
+    """An environment whose vLLM finds attnrt's entry point (a dist-info naming it beside this
+    build's package), and a stand-in library answering ABI 1.2 for LD_PRELOAD."""
+    d = tmp_path_factory.mktemp("vllm_plugin")
+    info = d / "attnrt_entry_point-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: attnrt-entry-point\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[vllm.general_plugins]\nattnrt = attnrt.vllm:register\n")
+    import attnrt
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(d), os.path.dirname(os.path.dirname(attnrt.__file__))] + sys.path))
+    env.pop("ATTNRT_VLLM", None)
+    env.pop("VLLM_PLUGINS", None)
+    abi12 = None
+    cc = next((c for c in ("cc", "gcc", "clang") if subprocess.run(
+        ["sh", "-c", f"command -v {c}"], capture_output=True).returncode == 0), None)
+    if cc is not None:
+        (d / "fake.c").write_text(FAKE_ABI_12)
+        abi12 = str(d / "libfake_abi12.so")
+        subprocess.run([cc, "-shared", "-fPIC", "-o", abi12, str(d / "fake.c")], check=True)
+    return env, abi12
+
+
+def start(env, **extra):
+    return subprocess.run([sys.executable, "-c", START], env=dict(env, **extra),
+                          capture_output=True, text=True, timeout=300)
+
+
+@needs_vllm
+def test_vllm_start_fails_when_attnrt_is_asked_for_but_unusable(vllm_env):
+    """libattnrt.so of ABI 1.2 under ATTNRT_VLLM=1: vLLM logged "Failed to load plugin attnrt" and
+    started with its own attention. Now its plugin loading raises the reason."""
+    env, abi12 = vllm_env
+    if abi12 is None:
+        pytest.skip("no C compiler to build the stand-in library")
+    r = start(env, ATTNRT_VLLM="1", LD_PRELOAD=abi12)
+    assert r.returncode != 0 and "plugins loaded" not in r.stdout, r.stdout + r.stderr
+    assert "RuntimeError: ATTNRT_VLLM=1 but attnrt is not usable: attnrt: the loaded libattnrt.so " \
+           "has ABI 1.2" in r.stderr, r.stderr
+    r = start(env, ATTNRT_VLLM="true")
+    assert r.returncode != 0 and "ValueError: ATTNRT_VLLM='true'" in r.stderr, r.stderr
+    # Without ATTNRT_VLLM the stand-in library leaves vLLM alone (its own attention).
+    r = start(env, LD_PRELOAD=abi12)
+    assert r.returncode == 0 and "backend vllm.v1.attention.backends.cpu_attn" in r.stdout, \
+        r.stdout + r.stderr
+
+
+@needs_vllm
+def test_vllm_layers_attnrt_does_not_serve_are_named_in_the_log(vllm_env):
+    """An MLA model under ATTNRT_VLLM=1 ran on vLLM's CPU_MLA without a word about attnrt."""
+    env, _ = vllm_env
+    r = start(env, ATTNRT_VLLM="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "backend attnrt.vllm.AttnrtBackend" in r.stdout
+    assert "attnrt does not serve this model's MLA attention layers (ATTNRT_VLLM=1): vLLM's " \
+           "vllm.v1.attention.backends.mla." in r.stdout + r.stderr, r.stdout + r.stderr
