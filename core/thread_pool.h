@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -53,11 +54,21 @@ class ThreadPool {
   // True on a thread that is running a range of some ParallelFor call.
   static bool InsideParallelRegion();
 
+  // Team members, in this process, that an executor ran after their parallel region had ended
+  // (after the executor had returned and the region's ranges were all done): each was ignored
+  // without touching the region's state (the executor contract forbids them).
+  static uint64_t IgnoredLateMembers();
+
  private:
   struct Job;
+  // The executor regions in progress, process-wide: a member finds its region's Job by the token
+  // it was given (user_data), or learns that the region has ended.
+  class Regions;
   void WorkerLoop();
   static bool RunOneChunk(Job& job);
   // An executor's team member: runs chunks of the Job at user_data until none is left.
+  // user_data is the region's token (Regions), not a pointer: a member run after its region ended
+  // finds no Job and returns.
   static void TeamMember(void* user_data, int32_t member);
   Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data);
 
