@@ -164,7 +164,8 @@ void ThreadPool::TeamMember(void* user_data, int32_t /*member*/) {
   }
 }
 
-Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data) {
+Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data,
+                                 bool* every_range_ran) {
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->user_data = user_data;
@@ -189,8 +190,8 @@ Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, 
     }
   }
   // Ranges no member claimed (an executor that ran fewer members, or none): done here.
-  while (RunOneChunk(*job)) {
-  }
+  size_t by_caller = 0;
+  while (RunOneChunk(*job)) ++by_caller;
   {
     // Wait for the ranges members claimed: all done already when the executor kept its contract
     // (it returns after its members have), and the wait orders their writes before this return;
@@ -200,11 +201,18 @@ Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, 
         lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
   }
   if (job->failed.load(std::memory_order_acquire)) {
+    if (every_range_ran != nullptr) *every_range_ran = false;
     std::lock_guard<std::mutex> lock(job->failure_mutex);
     return Internal(job->failure);
   }
-  if (!executor_failure.empty()) return Internal(std::move(executor_failure));
-  return Status::Ok();
+  if (every_range_ran != nullptr) *every_range_ran = true;
+  if (executor_failure.empty()) return Status::Ok();
+  // No callback threw, so every range ran: say so, the outputs are whole.
+  return Internal(
+      executor_failure + " (its members ran " + std::to_string(job->num_chunks - by_caller) +
+      " of the " + std::to_string(job->num_chunks) +
+      " ranges of a parallel region, the calling thread the other " + std::to_string(by_caller) +
+      " after it threw: every range ran, the outputs are complete)");
 }
 
 void ThreadPool::WorkerLoop() {
@@ -226,7 +234,9 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data) {
+Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data,
+                               bool* every_range_ran) {
+  if (every_range_ran != nullptr) *every_range_ran = true;
   if (n == 0) return Status::Ok();
   grain = std::max<size_t>(grain, 1);
   // A few chunks per thread balance uneven work (heads with different sequence lengths). Rounded
@@ -239,12 +249,13 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
       fn(user_data, 0, n);
     } catch (...) {
       std::string failure = DescribeCallbackException();
+      if (every_range_ran != nullptr) *every_range_ran = false;
       if (enclosing != nullptr) enclosing->Fail(failure);
       return Internal(std::move(failure));
     }
     return Status::Ok();
   }
-  if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data);
+  if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data, every_range_ran);
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->user_data = user_data;
@@ -264,6 +275,7 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
         lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
   }
   if (!job->failed.load(std::memory_order_acquire)) return Status::Ok();
+  if (every_range_ran != nullptr) *every_range_ran = false;
   std::lock_guard<std::mutex> lock(job->failure_mutex);
   return Internal(job->failure);
 }

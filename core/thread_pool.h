@@ -48,8 +48,11 @@ class ThreadPool {
   // skipped and the call returns ATTNRT_ERROR_INTERNAL describing the first exception (a nested
   // call also fails the enclosing one). At most a few ranges per thread are made, whatever n.
   // With an executor, the ranges its members leave unclaimed (an executor that ran none of them)
-  // are run by the caller after it returns.
-  Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data);
+  // are run by the caller after it returns. `every_range_ran` (optional) is set to whether every
+  // range ran: true on success, and on a failure that lost no work (an executor that threw, whose
+  // ranges the caller then finished); false when a callback threw and ranges were skipped.
+  Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data,
+                     bool* every_range_ran = nullptr);
 
   // True on a thread that is running a range of some ParallelFor call.
   static bool InsideParallelRegion();
@@ -70,7 +73,8 @@ class ThreadPool {
   // user_data is the region's token (Regions), not a pointer: a member run after its region ended
   // finds no Job and returns.
   static void TeamMember(void* user_data, int32_t member);
-  Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data);
+  Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data,
+                       bool* every_range_ran);
 
   // The job whose range this thread is running (null outside any): a nested ParallelFor runs
   // inline and reports an exception to it.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/executors.h"
+#include "core/plugin_call.h"
 #include "core/thread_pool.h"
 
 namespace attnrt::core {
@@ -87,15 +88,46 @@ TEST(ThreadPoolExecutorTest, WorkNoMemberClaimedIsDoneByTheCaller) {
   EXPECT_EQ(ranges.threads, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
+// A broken executor that runs every member on the caller, then throws.
+void ThrowAfterMembersExecutor(void* context, int32_t team_size, attnrt_team_fn fn,
+                               void* user_data) {
+  SequentialExecutor(context, team_size, fn, user_data);
+  throw std::runtime_error("executor failed after its members");
+}
+
+// The status says whether the outputs are complete: the caller ran what the executor left, so
+// every range ran.
 TEST(ThreadPoolExecutorTest, AThrowingExecutorFailsTheCallAfterTheWorkIsDone) {
   ExecutorLog log;
   ThreadPool pool(4, ThrowingExecutor, &log);
   Ranges ranges;
-  const Status st = pool.ParallelFor(1000, 1, Ranges::Record, &ranges);
+  bool every_range_ran = false;
+  const Status st = pool.ParallelFor(1000, 1, Ranges::Record, &ranges, &every_range_ran);
   EXPECT_EQ(st.code, ATTNRT_ERROR_INTERNAL);
   EXPECT_NE(st.message.find("executor threw"), std::string::npos) << st.message;
   EXPECT_NE(st.message.find("executor out of threads"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("its members ran 0 of the 16 ranges of a parallel region, the calling "
+                            "thread the other 16 after it threw: every range ran, the outputs "
+                            "are complete"),
+            std::string::npos)
+      << st.message;
+  EXPECT_TRUE(every_range_ran);
   EXPECT_EQ(ranges.Check(1000), "");
+
+  ThreadPool after(4, ThrowAfterMembersExecutor, &log);
+  Ranges all;
+  every_range_ran = false;
+  const Status late = after.ParallelFor(1000, 1, Ranges::Record, &all, &every_range_ran);
+  EXPECT_EQ(late.code, ATTNRT_ERROR_INTERNAL);
+  EXPECT_NE(late.message.find("executor failed after its members"), std::string::npos)
+      << late.message;
+  EXPECT_NE(late.message.find("its members ran 16 of the 16 ranges of a parallel region, the "
+                              "calling thread the other 0 after it threw: every range ran, the "
+                              "outputs are complete"),
+            std::string::npos)
+      << late.message;
+  EXPECT_TRUE(every_range_ran);
+  EXPECT_EQ(all.Check(1000), "");
 }
 
 // One member or one chunk: the caller runs it, the executor is not called.
@@ -147,13 +179,18 @@ void Throw(void* /*user_data*/, size_t begin, size_t /*end*/) {
 }
 
 TEST(ThreadPoolExecutorTest, ExceptionInACallbackBecomesTheCallsStatus) {
-  for (const auto executor : {ThreadsExecutor, SequentialExecutor}) {
+  for (const auto executor : {ThreadsExecutor, SequentialExecutor, ThrowAfterMembersExecutor}) {
     ExecutorLog log;
     ThreadPool pool(4, executor, &log);
-    const Status st = pool.ParallelFor(4096, 1, Throw, nullptr);
+    bool every_range_ran = true;
+    const Status st = pool.ParallelFor(4096, 1, Throw, nullptr, &every_range_ran);
     EXPECT_EQ(st.code, ATTNRT_ERROR_INTERNAL);
     EXPECT_NE(st.message.find("parallel_for callback threw"), std::string::npos) << st.message;
     EXPECT_NE(st.message.find("callback at "), std::string::npos) << st.message;
+    // Ranges were skipped: never "complete", whatever the executor did.
+    EXPECT_FALSE(every_range_ran);
+    EXPECT_EQ(st.message.find("complete"), std::string::npos) << st.message;
+    if (executor == ThrowAfterMembersExecutor) continue;
     // The pool is still usable.
     Ranges ranges;
     EXPECT_TRUE(pool.ParallelFor(4096, 1, Ranges::Record, &ranges).ok());
@@ -304,6 +341,25 @@ TEST(ThreadPoolExecutorTest, MembersRunningAfterTheExecutorReturnedStillCoverThe
   for (auto& t : early.threads) t.join();
   EXPECT_EQ(early.log.members_run.load(), 4);
   EXPECT_EQ(ranges.Check(64), "");
+}
+
+// What a plugin call reports after several failed parallel_for calls: the first, unless a later
+// one lost work and the first did not; "the outputs are complete" never survives lost work.
+TEST(ThreadPoolExecutorTest, AFailureThatLostWorkIsReportedOverOneThatDidNot) {
+  {
+    PluginCallScope scope;
+    EXPECT_TRUE(PluginCallScope::Report("executor threw: complete", true));
+    EXPECT_TRUE(PluginCallScope::Report("callback threw", false));
+    EXPECT_TRUE(PluginCallScope::Report("executor threw again: complete", true));
+    EXPECT_TRUE(PluginCallScope::Report("callback threw again", false));
+    EXPECT_EQ(scope.parallel_failure(), "callback threw");
+  }
+  {
+    PluginCallScope scope;
+    EXPECT_TRUE(PluginCallScope::Report("executor threw: complete", true));
+    EXPECT_TRUE(PluginCallScope::Report("executor threw again: complete", true));
+    EXPECT_EQ(scope.parallel_failure(), "executor threw: complete");
+  }
 }
 
 }  // namespace
