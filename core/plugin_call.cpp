@@ -41,10 +41,13 @@ PluginCallScope::PluginCallScope() : outer_(t_innermost_scope) { t_innermost_sco
 
 PluginCallScope::~PluginCallScope() { t_innermost_scope = outer_; }
 
-bool PluginCallScope::Report(const std::string& failure) {
+bool PluginCallScope::Report(const std::string& failure, bool every_range_ran) {
   PluginCallScope* scope = t_innermost_scope;
   if (scope == nullptr) return false;
-  if (scope->parallel_failure_.empty()) scope->parallel_failure_ = failure;
+  if (scope->parallel_failure_.empty() || (!every_range_ran && !scope->failure_lost_work_)) {
+    scope->parallel_failure_ = failure;
+    scope->failure_lost_work_ = !every_range_ran;
+  }
   return true;
 }
 

@@ -31,12 +31,16 @@ class PluginCallScope {
   const std::string& parallel_failure() const { return parallel_failure_; }
 
   // Records `failure` ("a parallel_for callback threw ...") in the innermost scope of this thread;
-  // false when there is none.
-  static bool Report(const std::string& failure);
+  // false when there is none. The first failure is kept, except that one which lost work
+  // (every_range_ran false: ranges were skipped, outputs incomplete) replaces one which did not
+  // (an executor that threw after every range ran), so the description never says the outputs
+  // are complete when they are not.
+  static bool Report(const std::string& failure, bool every_range_ran = false);
 
  private:
   PluginCallScope* outer_;
   std::string parallel_failure_;
+  bool failure_lost_work_ = false;
 };
 
 // Runs `body` (one call into a plugin). Returns "" when it returned normally; else what went

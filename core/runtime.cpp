@@ -24,11 +24,14 @@ void HostParallelFor(void* host_context, size_t n, size_t grain, attnrt_parallel
                      void* user_data) {
   if (fn == nullptr) return;
   try {
-    const Status status = State(host_context)->pool().ParallelFor(n, grain, fn, user_data);
-    // A callback threw: the plugin call this parallel_for belongs to fails with the description
-    // (a nested call has already failed its enclosing one). Outside any plugin call, it is logged.
+    bool every_range_ran = true;
+    const Status status =
+        State(host_context)->pool().ParallelFor(n, grain, fn, user_data, &every_range_ran);
+    // A callback threw, or the executor did: the plugin call this parallel_for belongs to fails
+    // with the description (a nested call has already failed its enclosing one). Outside any
+    // plugin call, it is logged.
     if (status.ok() || ThreadPool::InsideParallelRegion()) return;
-    if (!PluginCallScope::Report(status.message)) {
+    if (!PluginCallScope::Report(status.message, every_range_ran)) {
       State(host_context)->Log(ATTNRT_LOG_ERROR, "parallel_for: " + status.message);
     }
   } catch (...) {

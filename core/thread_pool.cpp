@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <unordered_map>
 
 #include "core/plugin_call.h"
 
@@ -43,9 +44,57 @@ std::string DescribeCallbackException() noexcept {
   }
 }
 
+std::atomic<uint64_t> g_ignored_late_members{0};
+
 }  // namespace
 
+// A member gets its region as a token that is never reused, not as the address of the region's
+// state: an executor that runs a member after it returned (against its contract) gets nothing
+// from a token whose region has ended, instead of a pointer into freed memory. A member that
+// finds its region shares ownership of the Job until it returns, so an executor that returns
+// while its members still run leaves them valid state too.
+class ThreadPool::Regions {
+ public:
+  // Leaked on purpose: a late member may come during or after static destruction.
+  static Regions& Get() {
+    static Regions* const regions = new Regions();
+    return *regions;
+  }
+
+  uintptr_t Open(std::shared_ptr<Job> job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uintptr_t token = next_token_++;
+    live_.emplace(token, std::move(job));
+    return token;
+  }
+
+  std::shared_ptr<Job> Find(uintptr_t token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(token);
+    return it != live_.end() ? it->second : nullptr;
+  }
+
+  void Close(uintptr_t token) noexcept {
+    std::shared_ptr<Job> job;  // released outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(token);
+    if (it == live_.end()) return;
+    job = std::move(it->second);
+    live_.erase(it);
+  }
+
+ private:
+  std::mutex mutex_;
+  // Token 0 is never given out (a null user_data is never a live region).
+  uintptr_t next_token_ = 1;
+  std::unordered_map<uintptr_t, std::shared_ptr<Job>> live_;
+};
+
 thread_local ThreadPool::Job* ThreadPool::t_current_job = nullptr;
+
+uint64_t ThreadPool::IgnoredLateMembers() {
+  return g_ignored_late_members.load(std::memory_order_relaxed);
+}
 
 ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start) : num_threads_(1) {
   const int wanted = std::max(1, num_threads);
@@ -105,21 +154,33 @@ bool ThreadPool::RunOneChunk(Job& job) {
 }
 
 void ThreadPool::TeamMember(void* user_data, int32_t /*member*/) {
-  Job& job = *static_cast<Job*>(user_data);
-  while (RunOneChunk(job)) {
+  const std::shared_ptr<Job> job = Regions::Get().Find(reinterpret_cast<uintptr_t>(user_data));
+  if (job == nullptr) {
+    // The region ended: its ranges are done and its caller has returned. Nothing to do.
+    g_ignored_late_members.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  while (RunOneChunk(*job)) {
   }
 }
 
-Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data) {
-  Job job;
-  job.fn = fn;
-  job.user_data = user_data;
-  job.n = n;
-  job.chunk = chunk;
-  job.num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data,
+                                 bool* every_range_ran) {
+  auto job = std::make_shared<Job>();
+  job->fn = fn;
+  job->user_data = user_data;
+  job->n = n;
+  job->chunk = chunk;
+  job->num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+  const uintptr_t token = Regions::Get().Open(job);
+  struct CloseRegion {
+    uintptr_t token;
+    ~CloseRegion() { Regions::Get().Close(token); }
+  } close_region{token};
   std::string executor_failure;
   try {
-    executor_(executor_context_, static_cast<int32_t>(num_threads_), TeamMember, &job);
+    executor_(executor_context_, static_cast<int32_t>(num_threads_), TeamMember,
+              reinterpret_cast<void*>(token));
   } catch (...) {
     // The executor broke its contract; the work is still finished below.
     try {
@@ -129,21 +190,29 @@ Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, 
     }
   }
   // Ranges no member claimed (an executor that ran fewer members, or none): done here.
-  while (RunOneChunk(job)) {
-  }
+  size_t by_caller = 0;
+  while (RunOneChunk(*job)) ++by_caller;
   {
-    // The executor returns after its members have (its contract), so every chunk they claimed is
-    // done; the wait only orders their writes before this thread's return.
-    std::unique_lock<std::mutex> lock(job.done_mutex);
-    job.done_cv.wait(
-        lock, [&] { return job.done_chunks.load(std::memory_order_acquire) == job.num_chunks; });
+    // Wait for the ranges members claimed: all done already when the executor kept its contract
+    // (it returns after its members have), and the wait orders their writes before this return;
+    // one that returned early leaves members running, each holding the Job.
+    std::unique_lock<std::mutex> lock(job->done_mutex);
+    job->done_cv.wait(
+        lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
   }
-  if (job.failed.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(job.failure_mutex);
-    return Internal(job.failure);
+  if (job->failed.load(std::memory_order_acquire)) {
+    if (every_range_ran != nullptr) *every_range_ran = false;
+    std::lock_guard<std::mutex> lock(job->failure_mutex);
+    return Internal(job->failure);
   }
-  if (!executor_failure.empty()) return Internal(std::move(executor_failure));
-  return Status::Ok();
+  if (every_range_ran != nullptr) *every_range_ran = true;
+  if (executor_failure.empty()) return Status::Ok();
+  // No callback threw, so every range ran: say so, the outputs are whole.
+  return Internal(
+      executor_failure + " (its members ran " + std::to_string(job->num_chunks - by_caller) +
+      " of the " + std::to_string(job->num_chunks) +
+      " ranges of a parallel region, the calling thread the other " + std::to_string(by_caller) +
+      " after it threw: every range ran, the outputs are complete)");
 }
 
 void ThreadPool::WorkerLoop() {
@@ -165,7 +234,9 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data) {
+Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data,
+                               bool* every_range_ran) {
+  if (every_range_ran != nullptr) *every_range_ran = true;
   if (n == 0) return Status::Ok();
   grain = std::max<size_t>(grain, 1);
   // A few chunks per thread balance uneven work (heads with different sequence lengths). Rounded
@@ -178,12 +249,13 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
       fn(user_data, 0, n);
     } catch (...) {
       std::string failure = DescribeCallbackException();
+      if (every_range_ran != nullptr) *every_range_ran = false;
       if (enclosing != nullptr) enclosing->Fail(failure);
       return Internal(std::move(failure));
     }
     return Status::Ok();
   }
-  if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data);
+  if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data, every_range_ran);
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->user_data = user_data;
@@ -203,6 +275,7 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
         lock, [&] { return job->done_chunks.load(std::memory_order_acquire) == job->num_chunks; });
   }
   if (!job->failed.load(std::memory_order_acquire)) return Status::Ok();
+  if (every_range_ran != nullptr) *every_range_ran = false;
   std::lock_guard<std::mutex> lock(job->failure_mutex);
   return Internal(job->failure);
 }

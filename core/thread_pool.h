@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -47,19 +48,33 @@ class ThreadPool {
   // skipped and the call returns ATTNRT_ERROR_INTERNAL describing the first exception (a nested
   // call also fails the enclosing one). At most a few ranges per thread are made, whatever n.
   // With an executor, the ranges its members leave unclaimed (an executor that ran none of them)
-  // are run by the caller after it returns.
-  Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data);
+  // are run by the caller after it returns. `every_range_ran` (optional) is set to whether every
+  // range ran: true on success, and on a failure that lost no work (an executor that threw, whose
+  // ranges the caller then finished); false when a callback threw and ranges were skipped.
+  Status ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, void* user_data,
+                     bool* every_range_ran = nullptr);
 
   // True on a thread that is running a range of some ParallelFor call.
   static bool InsideParallelRegion();
 
+  // Team members, in this process, that an executor ran after their parallel region had ended
+  // (after the executor had returned and the region's ranges were all done): each was ignored
+  // without touching the region's state (the executor contract forbids them).
+  static uint64_t IgnoredLateMembers();
+
  private:
   struct Job;
+  // The executor regions in progress, process-wide: a member finds its region's Job by the token
+  // it was given (user_data), or learns that the region has ended.
+  class Regions;
   void WorkerLoop();
   static bool RunOneChunk(Job& job);
   // An executor's team member: runs chunks of the Job at user_data until none is left.
+  // user_data is the region's token (Regions), not a pointer: a member run after its region ended
+  // finds no Job and returns.
   static void TeamMember(void* user_data, int32_t member);
-  Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data);
+  Status RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data,
+                       bool* every_range_ran);
 
   // The job whose range this thread is running (null outside any): a nested ParallelFor runs
   // inline and reports an exception to it.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Cross-builds attnrt for aarch64 Linux (runtime, cpu_arm and sparse_mla plugins, plugin-inspect,
-# GoogleTest suite) into build-arm/ and runs ctest under qemu-aarch64 user emulation. Debian 12
-# packages: the cross compiler, qemu-user, and the arm64 multiarch libraries the build links
-# (installed once; a no-op when present).
+# GoogleTest suite) into build-arm/ and runs ctest under qemu-aarch64 user emulation, every
+# runtime the tests make with default options on 2 threads (ATTNRT_TEST_NUM_THREADS; tests that
+# ask for a thread count get it), so the pool's cross-thread paths run on the Arm build whatever
+# the host's core count. Debian 12 packages: the cross compiler, qemu-user, and the arm64
+# multiarch libraries the build links (installed once; a no-op when present).
 #   scripts/test-arm.sh [BUILD_DIR]     default build-arm
+#   ATTNRT_TEST_NUM_THREADS=N scripts/test-arm.sh   another thread count
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-build-arm}"
@@ -37,4 +40,26 @@ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   --toolchain "$root/cmake/toolchains/aarch64-linux-gnu.cmake" \
   -DATTNRT_BUILD_BINDINGS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_CUDA=OFF -DATTNRT_TEST_REDUCED_MATRIX=ON
 cmake --build "$build_dir" -j "$(nproc)"
+
+# The arm64 loader and libc are the multiarch ones in /, a matched pair. A QEMU_LD_PREFIX (or
+# qemu's -L) naming the cross compiler's sysroot, /usr/aarch64-linux-gnu, loads that sysroot's
+# ld-linux-aarch64.so.1 but, through /etc/ld.so.cache, the multiarch libc.so.6: when the two come
+# from different glibc builds, libc reads the loader's private data at the wrong offsets and the
+# first pthread_create of the process loops forever (any program that starts a thread, attnrt's
+# pool included; with one thread nothing is started and it runs).
+if [ -n "${QEMU_LD_PREFIX:-}" ]; then
+  echo "test-arm: ignoring QEMU_LD_PREFIX=$QEMU_LD_PREFIX (the arm64 libraries are in /)" >&2
+  unset QEMU_LD_PREFIX
+fi
+# The emulator must start threads before the suite is worth running: fail in seconds, not
+# after ctest's per-test timeout.
+qemu=$(sed -n 's/^ATTNRT_QEMU_AARCH64:FILEPATH=//p' "$build_dir/CMakeCache.txt")
+if ! timeout 120 "$qemu" "$build_dir/tests/thread_pool_test" \
+  --gtest_filter=ThreadPoolTest.ExceptionOnAnyThreadBecomesTheCallsStatus >/dev/null; then
+  echo "test-arm: thread_pool_test did not pass under $qemu within 120 s: the emulator does" \
+    "not run threads (see the QEMU_LD_PREFIX note in this script)" >&2
+  exit 1
+fi
+export ATTNRT_TEST_NUM_THREADS="${ATTNRT_TEST_NUM_THREADS:-2}"
+export ATTNRT_NUM_THREADS="$ATTNRT_TEST_NUM_THREADS"
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"

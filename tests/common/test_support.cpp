@@ -53,7 +53,13 @@ ScopedEnv::~ScopedEnv() {
   }
 }
 
-CleanAttnrtEnv::CleanAttnrtEnv() = default;
+CleanAttnrtEnv::CleanAttnrtEnv() {
+  // threads_ has unset ATTNRT_NUM_THREADS and puts back its old value when the scope ends.
+  const char* test_threads = std::getenv("ATTNRT_TEST_NUM_THREADS");
+  if (test_threads != nullptr && *test_threads != '\0') {
+    setenv("ATTNRT_NUM_THREADS", test_threads, 1);
+  }
+}
 
 // ---- seed
 // -------------------------------------------------------------------------------------------

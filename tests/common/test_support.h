@@ -60,7 +60,10 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// Unsets every ATTNRT_* variable that changes runtime behaviour, for the scope.
+// Unsets every ATTNRT_* variable that changes runtime behaviour, for the scope; except that
+// ATTNRT_NUM_THREADS becomes ATTNRT_TEST_NUM_THREADS when that is set (a run that fixes the thread
+// count of the runtimes the tests make with default options, whatever the machine's:
+// scripts/test-arm.sh).
 class CleanAttnrtEnv {
  public:
   CleanAttnrtEnv();

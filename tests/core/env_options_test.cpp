@@ -55,6 +55,7 @@ class EnvOptionsTest : public testing::Test {
 };
 
 TEST_F(EnvOptionsTest, DefaultThreadCountIsTheHardwareThreads) {
+  ScopedEnv no_threads("ATTNRT_NUM_THREADS", std::nullopt);  // ATTNRT_TEST_NUM_THREADS may set it
   RuntimePtr runtime = CreateRuntime();
   ASSERT_TRUE(runtime);
   const unsigned hw = std::thread::hardware_concurrency();
@@ -63,6 +64,16 @@ TEST_F(EnvOptionsTest, DefaultThreadCountIsTheHardwareThreads) {
   } else {
     EXPECT_GE(NumThreads(runtime.get()), 1);
   }
+}
+
+// The test runs' own thread count (scripts/test-arm.sh sets it): runtimes made with default
+// options inside a CleanAttnrtEnv get it.
+TEST_F(EnvOptionsTest, TestNumThreadsIsTheThreadCountOfDefaultRuntimes) {
+  ScopedEnv test_threads("ATTNRT_TEST_NUM_THREADS", "3");
+  CleanAttnrtEnv clean;
+  RuntimePtr runtime = CreateRuntime();
+  ASSERT_TRUE(runtime);
+  EXPECT_EQ(NumThreads(runtime.get()), 3);
 }
 
 TEST_F(EnvOptionsTest, NumThreadsFromEnvironment) {

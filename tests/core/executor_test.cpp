@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -320,6 +321,51 @@ TEST_F(ExecutorTest, MembersThatRunPlansOfTheRuntimeGetTheOwnPoolsOutput) {
   EXPECT_EQ(std::memcmp(nested_out.f32(), expected_nested.output.data(),
                         nested_out.numel() * sizeof(float)),
             0);
+}
+
+// A broken executor that throws before running any member.
+void ThrowingExecutor(void* context, int32_t team_size, attnrt_team_fn /*fn*/,
+                      void* /*user_data*/) {
+  static_cast<ExecutorLog*>(context)->Called(team_size);
+  throw std::runtime_error("executor out of threads");
+}
+
+// The run fails (the executor broke its contract) but the calling thread did the work: the status
+// says the outputs are complete, and they are the own pool's.
+TEST_F(ExecutorTest, AThrowingExecutorFailsTheRunAndSaysTheOutputsAreComplete) {
+  SCOPED_TRACE(SeedTrace());
+  const uint64_t seed = TestSeed();
+  attnrt_runtime_options pool_options = DefaultOptions();
+  pool_options.num_threads = 2;
+  const GqaResult expected = RunGqa(pool_options, seed);
+  ASSERT_FALSE(expected.output.empty());
+
+  ExecutorLog log;
+  attnrt_runtime_options options = pool_options;
+  options.executor = ThrowingExecutor;
+  options.executor_context = &log;
+  RuntimePtr runtime = CreateRuntime(options);
+  ASSERT_TRUE(runtime);
+  attnrt_gqa_attributes attributes = GqaAttributes(8, 2);
+  attnrt_op* raw = nullptr;
+  ASSERT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_GQA, &attributes, &raw), ATTNRT_OK);
+  OpPtr op(raw);
+  std::mt19937_64 rng(seed);
+  GqaTensors t = MakeGqaTensors(ComparedSpec(), rng);
+  PlanPtr plan = Plan(op.get(), t);
+  ASSERT_TRUE(plan);
+  const attnrt_status run = RunPlan(plan.get(), t);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_EQ(run, ATTNRT_ERROR_INTERNAL) << message;
+  EXPECT_GE(log.calls.load(), 1);
+  EXPECT_NE(message.find("the runtime's executor threw"), std::string::npos) << message;
+  EXPECT_NE(message.find("executor out of threads"), std::string::npos) << message;
+  EXPECT_NE(message.find("every range ran, the outputs are complete"), std::string::npos)
+      << message;
+  const Tensor& out = t[ATTNRT_GQA_OUTPUT_OUTPUT];
+  ASSERT_EQ(static_cast<size_t>(out.numel()), expected.output.size());
+  EXPECT_EQ(std::memcmp(out.f32(), expected.output.data(), out.numel() * sizeof(float)), 0)
+      << "the outputs are not the own pool's";
 }
 
 }  // namespace
