@@ -19,6 +19,9 @@ namespace {
 constexpr const char* kDomain = "com.microsoft";
 constexpr const char* kOpName = "GroupQueryAttention";
 constexpr const char* kNumThreadsKey = "attnrt.num_threads";
+// Set on the session options by a registration: ONNX Runtime refuses a second domain of the same
+// name on one set of options ("Domain already set in registry"), so registering again is a no-op.
+constexpr const char* kRegisteredKey = "attnrt.onnxruntime.registered";
 
 // ONNX Runtime's input and output positions of the op; T query type, C cache type.
 enum class Kind { kT, kCache, kInt32, kInt64, kFloat };
@@ -151,6 +154,11 @@ OrtStatus* NumThreads(const OrtApi* api, const OrtSessionOptions* options, int32
 }
 
 OrtStatus* Register(OrtSessionOptions* options, const OrtApi* api) {
+  int registered = 0;
+  if (OrtStatus* status = api->HasSessionConfigEntry(options, kRegisteredKey, &registered)) {
+    return status;
+  }
+  if (registered) return nullptr;
   int32_t num_threads = 0;
   if (OrtStatus* status = NumThreads(api, options, &num_threads)) return status;
   // The ops and the domain must outlive every session made with these options, which the library
@@ -171,7 +179,8 @@ OrtStatus* Register(OrtSessionOptions* options, const OrtApi* api) {
   for (size_t i = 0; i < kNumOps; ++i) {
     if (OrtStatus* status = api->CustomOpDomain_Add(domain, &ops[i].base)) return status;
   }
-  return api->AddCustomOpDomain(options, domain);
+  if (OrtStatus* status = api->AddCustomOpDomain(options, domain)) return status;
+  return api->AddSessionConfigEntry(options, kRegisteredKey, "1");
 }
 
 }  // namespace
