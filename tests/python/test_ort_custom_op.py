@@ -304,7 +304,7 @@ def test_older_onnxruntime_api_gets_a_clear_error():
     lib = ctypes.CDLL(LIBRARY)
     create_status_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
     get_api_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_uint32)
-    version_t = ctypes.CFUNCTYPE(ctypes.c_char_p)
+    version_t = ctypes.CFUNCTYPE(ctypes.c_void_p)  # const char*, kept alive by `version`
     messages = []
 
     def create_status(code, message):
@@ -314,7 +314,8 @@ def test_older_onnxruntime_api_gets_a_clear_error():
     create_status_fn = create_status_t(create_status)
     table = (ctypes.c_void_p * 1)(ctypes.cast(create_status_fn, ctypes.c_void_p))  # CreateStatus
     get_api_fn = get_api_t(lambda v: None if v > 16 else ctypes.addressof(table))
-    version_fn = version_t(lambda: b"1.16.3")
+    version = ctypes.create_string_buffer(b"1.16.3")
+    version_fn = version_t(lambda: ctypes.addressof(version))
 
     class OrtApiBase(ctypes.Structure):
         _fields_ = [("GetApi", get_api_t), ("GetVersionString", version_t)]
