@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
-# onnxruntime parity suite and the Python binding tests (pytest, in a venv under the build folder),
-# then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite
-# under qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention backend against vLLM's own
-# (scripts/test-vllm.sh).
+# onnxruntime parity suite (with libattnrt_onnxruntime.so in onnxruntime sessions, its headers
+# fetched by scripts/setup-onnxruntime-headers.sh) and the Python binding tests (pytest, in a venv
+# under the build folder), then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and
+# its GoogleTest suite under qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention
+# backend against vLLM's own (scripts/test-vllm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -18,6 +19,12 @@ if [ "${1:-}" = "--sanitize" ]; then
   export ATTNRT_SANITIZE=address,undefined
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+if [ "$sanitize" = 0 ]; then
+  # ONNX Runtime's C API headers, so that libattnrt_onnxruntime.so is built (docs/onnxruntime.md)
+  # and its tests in tests/python run (required, not skipped).
+  "$root/scripts/setup-onnxruntime-headers.sh" "$root/$build_dir"
+  export ATTNRT_REQUIRE_ONNXRUNTIME_OPS=1
 fi
 "$root/scripts/setup.sh" "$build_dir"
 # Failures print in full; passes and skips (a kernel that declines a case) as counts, with each skip
