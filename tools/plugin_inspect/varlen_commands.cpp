@@ -348,7 +348,7 @@ int explain_varlen(const po::variables_map& vm) {
   result["problem"] = problem_json(c, t);
   result["candidates"] = explanation_json(explanation.get());
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
     return 0;
   }
   print_explanation(result, "paged_gqa_varlen: " + describe(c) + ", model " + c.model +
@@ -401,7 +401,7 @@ int run_varlen(const po::variables_map& vm) {
                      {"tolerance", tolerance},
                      {"pass", pass}};
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
   } else {
     std::cout << "paged_gqa_varlen: " << describe(c) << "\n"
               << "kernel: " << kernel << " (" << result["threads"].get<int>() << " threads)\n"
