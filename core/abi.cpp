@@ -140,6 +140,7 @@ ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* option
   defaults.search_default_paths = 1;
   defaults.debug = -1;
   defaults.plan_cache_size = -1;
+  defaults.allow_insecure_plugins = -1;
   size_t covered = 0;
   auto fits = [&](size_t end) {
     if (end > defaults.struct_size) return;
@@ -160,6 +161,7 @@ ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* option
   fits(ATTNRT_FIELD_END(plan_cache_size));
   fits(ATTNRT_FIELD_END(executor));
   fits(ATTNRT_FIELD_END(executor_context));
+  fits(ATTNRT_FIELD_END(allow_insecure_plugins));
 #undef ATTNRT_FIELD_END
   std::memcpy(options, &defaults, covered);
 }

@@ -10,6 +10,7 @@
 
 #include "core/elf_check.h"
 #include "core/plugin_call.h"
+#include "core/plugin_trust.h"
 
 namespace attnrt::core {
 namespace {
@@ -38,6 +39,14 @@ std::vector<fs::path> CandidateFiles(const std::string& folder, const std::strin
                                      std::vector<Diagnostic>* diagnostics) {
   std::vector<fs::path> files;
   std::error_code ec;
+  // A relative folder would be looked up from the current directory, which is wherever the program
+  // happens to run (".", or an empty entry, is how plugins get planted): refused, never searched.
+  if (!fs::path(folder).is_absolute()) {
+    diagnostics->push_back({folder, "plugin folder from " + source +
+                                        " is a relative path: not searched (it would be looked "
+                                        "up from the current directory); give an absolute path"});
+    return files;
+  }
   if (!fs::is_directory(folder, ec)) {
     diagnostics->push_back({folder, "plugin folder from " + source + " does not exist"});
     return files;
@@ -86,10 +95,13 @@ std::string ErrorText(const char* buffer, const char* fallback) {
   return (buffer[0] != '\0') ? std::string(buffer) : std::string(fallback);
 }
 
-// Loads, checks and initializes one file. Returns nullptr and appends a diagnostic on failure.
-// Every call into the plugin goes through CallPlugin: an exception is described while the library
-// is still loaded, and only then is the record (and with it the library) released.
-std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConfig& config,
+// Loads, checks and initializes one file, found as `file` and opened as `canonical` (the path
+// whose ownership and modes were checked). Returns nullptr and appends a diagnostic on failure.
+// Every call into the plugin goes through CallPlugin: an exception is described
+// while the library is still loaded, and only then is the record (and with it the library)
+// released.
+std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const fs::path& canonical,
+                                         const RuntimeConfig& config,
                                          const attnrt_host_services* host,
                                          std::vector<Diagnostic>* diagnostics) {
   const std::string path = file.string();
@@ -104,11 +116,11 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConf
   };
   // dlopen of a truncated file or one for another machine fails badly (SIGBUS, or a misleading
   // message): the file's ELF headers are checked first.
-  const std::string elf_problem = CheckElfFile(path);
+  const std::string elf_problem = CheckElfFile(canonical.string());
   if (!elf_problem.empty()) return fail("not a loadable shared library: " + elf_problem);
   try {
     // rtld_now surfaces missing symbols at load; rtld_local keeps plugins' symbols apart.
-    record->library.load(file, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
+    record->library.load(canonical, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     return fail(std::string("not a loadable shared library: ") + e.what());
   }
@@ -295,14 +307,30 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
   std::set<fs::path> seen_files;
   std::unordered_map<std::string, const PluginRecord*> plugin_owner;
   std::unordered_map<std::string, const PluginRecord*> kernel_owner;
+  const TrustedIds ids = ProcessIds();
   for (size_t p = 0; p < config.plugin_paths.size(); ++p) {
     for (const auto& file :
          CandidateFiles(config.plugin_paths[p], config.path_sources[p], &result.diagnostics)) {
       std::error_code ec;
-      const fs::path canonical = fs::weakly_canonical(file, ec);
+      const fs::path canonical = fs::canonical(file, ec);
+      if (ec) {
+        result.diagnostics.push_back({file.string(), "cannot resolve the path: " + ec.message()});
+        continue;
+      }
       // The same file reached through two search paths is one plugin, not a duplicate.
-      if (!seen_files.insert(ec ? file : canonical).second) continue;
-      auto record = LoadPlugin(file, config, host, &result.diagnostics);
+      if (!seen_files.insert(canonical).second) continue;
+      if (!config.allow_insecure_plugins) {
+        const std::string problem = CheckTrustedPath(canonical.string(), ids);
+        if (!problem.empty()) {
+          result.diagnostics.push_back(
+              {file.string(), "not loaded: " + problem +
+                                  "; another user could have planted or changed it "
+                                  "(ATTNRT_PLUGIN_ALLOW_INSECURE=1 or "
+                                  "options.allow_insecure_plugins = 1 loads it anyway)"});
+          continue;
+        }
+      }
+      auto record = LoadPlugin(file, canonical, config, host, &result.diagnostics);
       if (!record) continue;
       auto owner = plugin_owner.find(record->name);
       if (owner != plugin_owner.end()) {
