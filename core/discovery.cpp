@@ -97,13 +97,15 @@ std::string ErrorText(const char* buffer, const char* fallback) {
 
 // Loads, checks and initializes one file, found as `file` and opened as `canonical` (the path
 // whose ownership and modes were checked). Returns nullptr and appends a diagnostic on failure.
-// Every call into the plugin goes through CallPlugin: an exception is described
+// A plugin whose name `loaded` already holds is skipped right after attnrt_plugin_query, before
+// init() and probe(). Every call into the plugin goes through CallPlugin: an exception is described
 // while the library is still loaded, and only then is the record (and with it the library)
 // released.
-std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const fs::path& canonical,
-                                         const RuntimeConfig& config,
-                                         const attnrt_host_services* host,
-                                         std::vector<Diagnostic>* diagnostics) {
+std::unique_ptr<PluginRecord> LoadPlugin(
+    const fs::path& file, const fs::path& canonical, const RuntimeConfig& config,
+    const attnrt_host_services* host,
+    const std::unordered_map<std::string, const PluginRecord*>& loaded,
+    std::vector<Diagnostic>* diagnostics) {
   const std::string path = file.string();
   auto record = std::make_unique<PluginRecord>();
   record->path = path;
@@ -150,6 +152,12 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const fs::path& c
   if (!ValidName(api->name)) {
     return fail("plugin name is missing, longer than " + std::to_string(kMaxNameLength) +
                 " characters or has characters outside [A-Za-z0-9_.-]");
+  }
+  // The name is known only now: a duplicate has run its library's constructors and its query,
+  // but neither init() nor probe() (nor shutdown(), having no context).
+  if (const auto owner = loaded.find(api->name); owner != loaded.end()) {
+    return fail("duplicate plugin name '" + std::string(api->name) + "' (already loaded from " +
+                owner->second->path + "); skipped before init()");
   }
   if (api->init == nullptr || api->probe == nullptr || api->kernel_count == nullptr ||
       api->kernel == nullptr || api->shutdown == nullptr) {
@@ -330,15 +338,8 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
           continue;
         }
       }
-      auto record = LoadPlugin(file, canonical, config, host, &result.diagnostics);
+      auto record = LoadPlugin(file, canonical, config, host, plugin_owner, &result.diagnostics);
       if (!record) continue;
-      auto owner = plugin_owner.find(record->name);
-      if (owner != plugin_owner.end()) {
-        result.diagnostics.push_back({record->path, "duplicate plugin name '" + record->name +
-                                                        "' (already loaded from " +
-                                                        owner->second->path + "); skipped"});
-        continue;
-      }
       if (!RegisterKernels(record.get(), &kernel_owner, &result.diagnostics)) {
         const std::string shutdown_failure = record->Shutdown();
         if (!shutdown_failure.empty()) {
