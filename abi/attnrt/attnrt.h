@@ -239,14 +239,17 @@ typedef struct attnrt_runtime_options {
 
 /**
  * Sets struct_size to `struct_size` and every default the first `struct_size` bytes hold; writes
- * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init.
+ * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init. Errors (ABI 1.4;
+ * before, it returned nothing): INVALID_ARGUMENT for NULL options, ABI_MISMATCH for a struct_size
+ * smaller than the struct_size field; nothing is written then.
  */
-ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
-                                                  size_t struct_size);
+ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
+                                                           size_t struct_size);
 
-/** Sets struct_size and every default of the struct as the caller's header declares it. */
+/** Sets struct_size and every default of the struct as the caller's header declares it. The size
+ *  is the type's, not the argument's, so NULL (C) and nullptr (C++) compile and are refused. */
 #define attnrt_runtime_options_init(options) \
-  attnrt_runtime_options_init_sized((options), sizeof(*(options)))
+  attnrt_runtime_options_init_sized((options), sizeof(attnrt_runtime_options))
 
 /** The function of ABI 1.0 and 1.1, kept for programs built against them: fills the fields up to
  *  log_user_data only. `(attnrt_runtime_options_init)(options)` calls it. */

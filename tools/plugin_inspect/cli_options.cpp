@@ -60,8 +60,12 @@ CommonFlags read_common_flags(const po::variables_map& vm) {
   flags.runtime.kernel = optional_value<std::string>(vm, "kernel");
   flags.runtime.disable = optional_value<std::string>(vm, "disable");
   if (auto threads = optional_value<int>(vm, "threads")) {
-    if (*threads < 1)
-      throw UsageError("--threads must be at least 1, got " + std::to_string(*threads));
+    // The runtime's limit (options.num_threads), named here by the flag the user typed.
+    constexpr int kMaxThreads = 1024;
+    if (*threads < 1 || *threads > kMaxThreads) {
+      throw UsageError("--threads must be in [1, " + std::to_string(kMaxThreads) + "], got " +
+                       std::to_string(*threads));
+    }
     flags.runtime.threads = *threads;
   }
   flags.runtime.no_default_paths = vm.count("no-default-paths") > 0;
