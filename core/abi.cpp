@@ -131,15 +131,24 @@ ATTNRT_API void attnrt_abi_version(uint32_t* major, uint32_t* minor) {
   if (minor != nullptr) *minor = ATTNRT_ABI_VERSION_MINOR;
 }
 
-ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
-                                                  size_t struct_size) {
-  if (options == nullptr || struct_size < sizeof(size_t)) return;
+ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
+                                                           size_t struct_size) {
+  if (options == nullptr) {
+    return Record(attnrt::core::InvalidArgument(
+        "options: expected a pointer to an attnrt_runtime_options to fill, got NULL"));
+  }
+  if (struct_size < sizeof(size_t)) {
+    return Record(attnrt::core::AbiMismatch(
+        "struct_size: expected at least " + std::to_string(sizeof(size_t)) +
+        " (the struct_size field), got " + std::to_string(struct_size)));
+  }
   // Each default is written only when the caller's struct holds the whole field.
   attnrt_runtime_options defaults{};
   defaults.struct_size = std::min(struct_size, sizeof(attnrt_runtime_options));
   defaults.search_default_paths = 1;
   defaults.debug = -1;
   defaults.plan_cache_size = -1;
+  defaults.allow_insecure_plugins = -1;
   size_t covered = 0;
   auto fits = [&](size_t end) {
     if (end > defaults.struct_size) return;
@@ -160,13 +169,15 @@ ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* option
   fits(ATTNRT_FIELD_END(plan_cache_size));
   fits(ATTNRT_FIELD_END(executor));
   fits(ATTNRT_FIELD_END(executor_context));
+  fits(ATTNRT_FIELD_END(allow_insecure_plugins));
 #undef ATTNRT_FIELD_END
   std::memcpy(options, &defaults, covered);
+  return Record(Status::Ok());
 }
 
 // ABI 1.0 and 1.1 callers have a struct that ends at log_user_data.
 ATTNRT_API void(attnrt_runtime_options_init)(attnrt_runtime_options* options) {
-  attnrt_runtime_options_init_sized(
+  (void)attnrt_runtime_options_init_sized(
       options, offsetof(attnrt_runtime_options, log_user_data) + sizeof(void*));
 }
 

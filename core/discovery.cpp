@@ -10,6 +10,7 @@
 
 #include "core/elf_check.h"
 #include "core/plugin_call.h"
+#include "core/plugin_trust.h"
 
 namespace attnrt::core {
 namespace {
@@ -38,6 +39,14 @@ std::vector<fs::path> CandidateFiles(const std::string& folder, const std::strin
                                      std::vector<Diagnostic>* diagnostics) {
   std::vector<fs::path> files;
   std::error_code ec;
+  // A relative folder would be looked up from the current directory, which is wherever the program
+  // happens to run (".", or an empty entry, is how plugins get planted): refused, never searched.
+  if (!fs::path(folder).is_absolute()) {
+    diagnostics->push_back({folder, "plugin folder from " + source +
+                                        " is a relative path: not searched (it would be looked "
+                                        "up from the current directory); give an absolute path"});
+    return files;
+  }
   if (!fs::is_directory(folder, ec)) {
     diagnostics->push_back({folder, "plugin folder from " + source + " does not exist"});
     return files;
@@ -86,12 +95,17 @@ std::string ErrorText(const char* buffer, const char* fallback) {
   return (buffer[0] != '\0') ? std::string(buffer) : std::string(fallback);
 }
 
-// Loads, checks and initializes one file. Returns nullptr and appends a diagnostic on failure.
-// Every call into the plugin goes through CallPlugin: an exception is described while the library
-// is still loaded, and only then is the record (and with it the library) released.
-std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConfig& config,
-                                         const attnrt_host_services* host,
-                                         std::vector<Diagnostic>* diagnostics) {
+// Loads, checks and initializes one file, found as `file` and opened as `canonical` (the path
+// whose ownership and modes were checked). Returns nullptr and appends a diagnostic on failure.
+// A plugin whose name `loaded` already holds is skipped right after attnrt_plugin_query, before
+// init() and probe(). Every call into the plugin goes through CallPlugin: an exception is described
+// while the library is still loaded, and only then is the record (and with it the library)
+// released.
+std::unique_ptr<PluginRecord> LoadPlugin(
+    const fs::path& file, const fs::path& canonical, const RuntimeConfig& config,
+    const attnrt_host_services* host,
+    const std::unordered_map<std::string, const PluginRecord*>& loaded,
+    std::vector<Diagnostic>* diagnostics) {
   const std::string path = file.string();
   auto record = std::make_unique<PluginRecord>();
   record->path = path;
@@ -104,11 +118,11 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConf
   };
   // dlopen of a truncated file or one for another machine fails badly (SIGBUS, or a misleading
   // message): the file's ELF headers are checked first.
-  const std::string elf_problem = CheckElfFile(path);
+  const std::string elf_problem = CheckElfFile(canonical.string());
   if (!elf_problem.empty()) return fail("not a loadable shared library: " + elf_problem);
   try {
     // rtld_now surfaces missing symbols at load; rtld_local keeps plugins' symbols apart.
-    record->library.load(file, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
+    record->library.load(canonical, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     return fail(std::string("not a loadable shared library: ") + e.what());
   }
@@ -138,6 +152,12 @@ std::unique_ptr<PluginRecord> LoadPlugin(const fs::path& file, const RuntimeConf
   if (!ValidName(api->name)) {
     return fail("plugin name is missing, longer than " + std::to_string(kMaxNameLength) +
                 " characters or has characters outside [A-Za-z0-9_.-]");
+  }
+  // The name is known only now: a duplicate has run its library's constructors and its query,
+  // but neither init() nor probe() (nor shutdown(), having no context).
+  if (const auto owner = loaded.find(api->name); owner != loaded.end()) {
+    return fail("duplicate plugin name '" + std::string(api->name) + "' (already loaded from " +
+                owner->second->path + "); skipped before init()");
   }
   if (api->init == nullptr || api->probe == nullptr || api->kernel_count == nullptr ||
       api->kernel == nullptr || api->shutdown == nullptr) {
@@ -295,22 +315,31 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
   std::set<fs::path> seen_files;
   std::unordered_map<std::string, const PluginRecord*> plugin_owner;
   std::unordered_map<std::string, const PluginRecord*> kernel_owner;
+  const TrustedIds ids = ProcessIds();
   for (size_t p = 0; p < config.plugin_paths.size(); ++p) {
     for (const auto& file :
          CandidateFiles(config.plugin_paths[p], config.path_sources[p], &result.diagnostics)) {
       std::error_code ec;
-      const fs::path canonical = fs::weakly_canonical(file, ec);
-      // The same file reached through two search paths is one plugin, not a duplicate.
-      if (!seen_files.insert(ec ? file : canonical).second) continue;
-      auto record = LoadPlugin(file, config, host, &result.diagnostics);
-      if (!record) continue;
-      auto owner = plugin_owner.find(record->name);
-      if (owner != plugin_owner.end()) {
-        result.diagnostics.push_back({record->path, "duplicate plugin name '" + record->name +
-                                                        "' (already loaded from " +
-                                                        owner->second->path + "); skipped"});
+      const fs::path canonical = fs::canonical(file, ec);
+      if (ec) {
+        result.diagnostics.push_back({file.string(), "cannot resolve the path: " + ec.message()});
         continue;
       }
+      // The same file reached through two search paths is one plugin, not a duplicate.
+      if (!seen_files.insert(canonical).second) continue;
+      if (!config.allow_insecure_plugins) {
+        const std::string problem = CheckTrustedPath(canonical.string(), ids);
+        if (!problem.empty()) {
+          result.diagnostics.push_back(
+              {file.string(), "not loaded: " + problem +
+                                  "; another user could have planted or changed it "
+                                  "(ATTNRT_PLUGIN_ALLOW_INSECURE=1 or "
+                                  "options.allow_insecure_plugins = 1 loads it anyway)"});
+          continue;
+        }
+      }
+      auto record = LoadPlugin(file, canonical, config, host, plugin_owner, &result.diagnostics);
+      if (!record) continue;
       if (!RegisterKernels(record.get(), &kernel_owner, &result.diagnostics)) {
         const std::string shutdown_failure = record->Shutdown();
         if (!shutdown_failure.empty()) {

@@ -17,6 +17,14 @@ const char* Env(const char* name) {
   return (value != nullptr && value[0] != '\0') ? value : nullptr;
 }
 
+// For the variables that decide which code is loaded: unset in a program running with privileges
+// its caller lacks (set-user-ID, capabilities: glibc's secure mode), as the dynamic loader ignores
+// LD_LIBRARY_PATH there.
+const char* SecureEnv(const char* name) {
+  const char* value = secure_getenv(name);
+  return (value != nullptr && value[0] != '\0') ? value : nullptr;
+}
+
 bool ParseInt(const std::string& text, int* out) {
   const char* first = text.data();
   const char* last = first + text.size();
@@ -27,6 +35,11 @@ bool ParseInt(const std::string& text, int* out) {
 bool IsTrue(const std::string& text) {
   return text == "1" || text == "true" || text == "TRUE" || text == "on" || text == "ON" ||
          text == "yes";
+}
+
+bool IsFalse(const std::string& text) {
+  return text == "0" || text == "false" || text == "FALSE" || text == "off" || text == "OFF" ||
+         text == "no";
 }
 
 }  // namespace
@@ -97,6 +110,18 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
       options->struct_size >= kExecutorEnd ? options->executor : nullptr;
   void* const executor_context =
       options->struct_size >= kExecutorContextEnd ? options->executor_context : nullptr;
+  // ABI 1.4.
+  const int32_t allow_insecure_plugins =
+      options->struct_size >=
+              offsetof(attnrt_runtime_options, allow_insecure_plugins) + sizeof(int32_t)
+          ? options->allow_insecure_plugins
+          : -1;
+  if (allow_insecure_plugins < -1 || allow_insecure_plugins > 1) {
+    return InvalidArgument(
+        "options.allow_insecure_plugins: expected -1 (default: ATTNRT_PLUGIN_ALLOW_INSECURE), 0 "
+        "or 1, got " +
+        std::to_string(allow_insecure_plugins));
+  }
   if (executor == nullptr && executor_context != nullptr) {
     return InvalidArgument(
         "options.executor_context: expected NULL when options.executor is NULL (the context is "
@@ -119,7 +144,7 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
     config.path_sources.emplace_back("options.plugin_paths");
   }
   if (options->search_default_paths == 1) {
-    if (const char* env = Env("ATTNRT_PLUGIN_PATH")) {
+    if (const char* env = SecureEnv("ATTNRT_PLUGIN_PATH")) {
       for (auto& path : SplitList(env, ':')) {
         config.plugin_paths.push_back(path);
         config.path_sources.emplace_back("ATTNRT_PLUGIN_PATH");
@@ -173,6 +198,15 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
     } else {
       warnings->push_back("ATTNRT_PLAN_CACHE_SIZE: expected an integer >= 0, got \"" +
                           std::string(env) + "\"; using " + std::to_string(kDefaultPlanCacheSize));
+    }
+  }
+  if (allow_insecure_plugins >= 0) {
+    config.allow_insecure_plugins = allow_insecure_plugins == 1;
+  } else if (const char* env = SecureEnv("ATTNRT_PLUGIN_ALLOW_INSECURE")) {
+    config.allow_insecure_plugins = IsTrue(env);
+    if (!config.allow_insecure_plugins && !IsFalse(env)) {
+      warnings->push_back("ATTNRT_PLUGIN_ALLOW_INSECURE: expected 1 or 0, got \"" +
+                          std::string(env) + "\"; plugins in insecure places are refused");
     }
   }
   config.log = {options->log_fn, options->log_user_data};

@@ -35,6 +35,8 @@ struct RuntimeConfig {
   // The host's executor (ABI 1.3); null: the runtime's own pool.
   attnrt_executor_fn executor = nullptr;
   void* executor_context = nullptr;
+  // Load plugins that another user could have written (ABI 1.4; docs/plugins.md, "Security").
+  bool allow_insecure_plugins = false;
 };
 
 // Resolves options (may be NULL) and the environment into a config. Errors name the option.

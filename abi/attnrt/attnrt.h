@@ -47,7 +47,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 3
+#define ATTNRT_ABI_VERSION_MINOR 4
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
@@ -226,18 +226,30 @@ typedef struct attnrt_runtime_options {
   attnrt_executor_fn executor;
   /** Passed to executor unchanged; must be NULL when executor is NULL. */
   void* executor_context;
+  /**
+   * Plugins in places another user could write (ABI 1.4; docs/plugins.md, "Security"): 0 refuses
+   * them with a diagnostic naming the path and the reason, 1 loads them; -1 (default) =
+   * ATTNRT_PLUGIN_ALLOW_INSECURE, else 0. Refused: a plugin file, or a folder on its path up to /,
+   * owned by a user other than root and the runtime's effective user, or writable by every user or
+   * by a group other than the runtime's effective group (a folder with the sticky bit, as /tmp,
+   * excepted). Relative plugin folders are never searched, whatever this says.
+   */
+  int32_t allow_insecure_plugins;
 } attnrt_runtime_options;
 
 /**
  * Sets struct_size to `struct_size` and every default the first `struct_size` bytes hold; writes
- * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init.
+ * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init. Errors (ABI 1.4;
+ * before, it returned nothing): INVALID_ARGUMENT for NULL options, ABI_MISMATCH for a struct_size
+ * smaller than the struct_size field; nothing is written then.
  */
-ATTNRT_API void attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
-                                                  size_t struct_size);
+ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
+                                                           size_t struct_size);
 
-/** Sets struct_size and every default of the struct as the caller's header declares it. */
+/** Sets struct_size and every default of the struct as the caller's header declares it. The size
+ *  is the type's, not the argument's, so NULL (C) and nullptr (C++) compile and are refused. */
 #define attnrt_runtime_options_init(options) \
-  attnrt_runtime_options_init_sized((options), sizeof(*(options)))
+  attnrt_runtime_options_init_sized((options), sizeof(attnrt_runtime_options))
 
 /** The function of ABI 1.0 and 1.1, kept for programs built against them: fills the fields up to
  *  log_user_data only. `(attnrt_runtime_options_init)(options)` calls it. */
@@ -245,9 +257,10 @@ ATTNRT_API void(attnrt_runtime_options_init)(attnrt_runtime_options* options);
 
 /**
  * Creates a runtime: discovers plugins (options paths, ATTNRT_PLUGIN_PATH, attnrt/plugins beside
- * libattnrt.so), checks their ABI, initializes and probes them, ranks their kernels. A broken
- * plugin file is skipped and recorded as a diagnostic; it never fails creation. options may be NULL
- * (all defaults). Errors: INVALID_ARGUMENT (NULL out, bad option value), ABI_MISMATCH
+ * libattnrt.so; absolute folders only), checks where they lie (allow_insecure_plugins) and their
+ * ABI, initializes and probes them, ranks their kernels. A broken, misplaced or relative plugin
+ * file or folder is skipped and recorded as a diagnostic; it never fails creation. options may be
+ * NULL (all defaults). Errors: INVALID_ARGUMENT (NULL out, bad option value), ABI_MISMATCH
  * (struct_size), OUT_OF_MEMORY.
  */
 ATTNRT_API attnrt_status attnrt_runtime_create(const attnrt_runtime_options* options,

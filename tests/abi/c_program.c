@@ -1,4 +1,5 @@
-/* A C11 program linked against libattnrt.so: the version entry points work from C. */
+/* A C11 program linked against libattnrt.so: the version entry points work from C, and
+ * attnrt_runtime_options_init takes NULL (compiles, and is refused with a status). */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +23,17 @@ int main(void) {
   }
   if (strcmp(attnrt_status_name(ATTNRT_OK), "ATTNRT_OK") != 0) {
     fprintf(stderr, "attnrt_status_name(ATTNRT_OK) = %s\n", attnrt_status_name(ATTNRT_OK));
+    return 1;
+  }
+  attnrt_runtime_options options;
+  if (attnrt_runtime_options_init(&options) != ATTNRT_OK ||
+      options.struct_size != sizeof(options) || options.allow_insecure_plugins != -1) {
+    fprintf(stderr, "attnrt_runtime_options_init(&options) did not set the defaults\n");
+    return 1;
+  }
+  if (attnrt_runtime_options_init(NULL) != ATTNRT_ERROR_INVALID_ARGUMENT ||
+      strstr(attnrt_last_error_message(), "options") == NULL) {
+    fprintf(stderr, "attnrt_runtime_options_init(NULL): %s\n", attnrt_last_error_message());
     return 1;
   }
   printf("attnrt %s, ABI %u.%u\n", version, major, minor);

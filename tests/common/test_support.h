@@ -75,6 +75,7 @@ class CleanAttnrtEnv {
   ScopedEnv debug_{"ATTNRT_DEBUG", std::nullopt};
   ScopedEnv threads_{"ATTNRT_NUM_THREADS", std::nullopt};
   ScopedEnv plan_cache_size_{"ATTNRT_PLAN_CACHE_SIZE", std::nullopt};
+  ScopedEnv allow_insecure_{"ATTNRT_PLUGIN_ALLOW_INSECURE", std::nullopt};
 };
 
 // ---- seed

@@ -253,5 +253,27 @@ TEST_F(EnvOptionsTest, OptionsInitWritesNoMoreThanTheCallersStruct) {
   }
 }
 
+// The header's macro compiles with nullptr in C++ (it sizes the type, not the argument) and the
+// call is refused with a status; a size too small to hold struct_size likewise. Nothing is written.
+TEST_F(EnvOptionsTest, OptionsInitRefusesNullAndTooSmallSizes) {
+  EXPECT_EQ(attnrt_runtime_options_init(nullptr), ATTNRT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(ContainsI(attnrt_last_error_message(), "options")) << attnrt_last_error_message();
+  EXPECT_TRUE(ContainsI(attnrt_last_error_message(), "NULL")) << attnrt_last_error_message();
+  EXPECT_EQ(attnrt_runtime_options_init_sized(nullptr, sizeof(attnrt_runtime_options)),
+            ATTNRT_ERROR_INVALID_ARGUMENT);
+
+  unsigned char buffer[sizeof(attnrt_runtime_options)];
+  std::memset(buffer, 0xAB, sizeof(buffer));
+  auto* options = reinterpret_cast<attnrt_runtime_options*>(buffer);
+  EXPECT_EQ(attnrt_runtime_options_init_sized(options, sizeof(size_t) - 1),
+            ATTNRT_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(ContainsI(attnrt_last_error_message(), "struct_size")) << attnrt_last_error_message();
+  for (size_t i = 0; i < sizeof(buffer); ++i) ASSERT_EQ(buffer[i], 0xAB) << "byte " << i;
+
+  EXPECT_EQ(attnrt_runtime_options_init(options), ATTNRT_OK);
+  EXPECT_STREQ(attnrt_last_error_message(), "");
+  EXPECT_EQ(options->struct_size, sizeof(attnrt_runtime_options));
+}
+
 }  // namespace
 }  // namespace attnrt_test

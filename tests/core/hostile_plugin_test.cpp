@@ -192,6 +192,32 @@ TEST_F(HostilePluginTest, ShutdownThatThrowsAtDestroyIsLogged) {
   EXPECT_EQ(failure, "") << "2: the plugin did not load, 3: no log line names shutdown()";
 }
 
+// A plugin named like one loaded before it is skipped once its query has named it: its init() and
+// probe() never run (here they would throw, and the diagnostic would say so).
+TEST_F(HostilePluginTest, DuplicateNameIsSkippedBeforeInitAndProbe) {
+  Spec("name " ATTNRT_TEST_CPU_PLUGIN "\ninit throw:std\nprobe throw:std\n");
+  const std::string cpu_dir = DefaultPluginDir();
+  const char* paths[] = {cpu_dir.c_str(), kHostileDir.c_str()};
+  attnrt_runtime_options options = DefaultOptions();
+  options.plugin_paths = paths;
+  options.num_plugin_paths = 2;
+  options.search_default_paths = 0;
+  RuntimePtr runtime = CreateRuntime(options);
+  ASSERT_TRUE(runtime);
+  int named_cpu = 0;
+  for (const auto& p : ListPlugins(runtime.get())) {
+    EXPECT_NE(fs::path(p.path).filename(), kFile) << "the duplicate was loaded as " << p.name;
+    named_cpu += p.name == ATTNRT_TEST_CPU_PLUGIN ? 1 : 0;
+  }
+  EXPECT_EQ(named_cpu, 1);
+  const auto mine = HostileDiagnostics(runtime.get());
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_TRUE(ContainsI(mine[0].message, "duplicate plugin name '" ATTNRT_TEST_CPU_PLUGIN "'"))
+      << mine[0].message;
+  EXPECT_TRUE(ContainsI(mine[0].message, "before init()")) << mine[0].message;
+  EXPECT_FALSE(ContainsI(mine[0].message, "hostile init")) << mine[0].message;
+}
+
 // ---- absurd tables
 // -------------------------------------------------------------------------------
 

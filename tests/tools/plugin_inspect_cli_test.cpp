@@ -344,3 +344,31 @@ TEST_F(PluginInspectCli, EachKernelIsCheckedAgainstTheScalarKernelOfItsAlgorithm
 
 }  // namespace
 }  // namespace plugin_inspect_test
+
+namespace plugin_inspect_test {
+namespace {
+
+// The runtime never searches a relative folder (docs/plugins.md, Security); --plugin-path is typed
+// on the command line, so the tool makes it absolute from the current directory itself.
+TEST_F(PluginInspectCli, RelativePluginPathIsTakenFromTheCurrentDirectory) {
+  const fs::path dir = root_ / "plugins";
+  fs::create_directories(dir);
+  WriteBytes(dir / "libattnrt_x.so", "not a library");
+  const fs::path relative = fs::relative(dir, fs::current_path());
+  ASSERT_TRUE(relative.is_relative()) << relative;
+  const Result r =
+      Run({"list", "--json", "--no-default-paths", "--plugin-path", relative.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const json doc = ParseJson(r);
+  ASSERT_TRUE(doc.is_object());
+  ASSERT_EQ(doc["diagnostics"].size(), 1u) << r.out;
+  EXPECT_EQ(fs::path(doc["diagnostics"][0]["path"].get<std::string>()),
+            fs::absolute(relative) / "libattnrt_x.so")
+      << r.out;
+  EXPECT_TRUE(Contains(doc["diagnostics"][0]["message"].get<std::string>(),
+                       "not a loadable shared library"))
+      << r.out;
+}
+
+}  // namespace
+}  // namespace plugin_inspect_test

@@ -5,6 +5,7 @@
 // lengths and options of other ops are usage errors naming them.
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "plugin_inspect_fixture.h"
@@ -108,6 +109,42 @@ TEST_F(PluginInspectVarlen, ExplainRanksTheKernelsForThePackedBatch) {
   ASSERT_EQ(text.exit_code, 0) << text.all();
   EXPECT_TRUE(Contains(text.out, "paged_gqa_varlen: B=4 q_lens=1,1,37,1 seq_lens=20,5,64,100"))
       << text.out;
+}
+
+// Context lengths up to int32's largest: the block count is computed in 64 bits (2147483647 + 15
+// had wrapped to a negative block count, refused as 'key_cache: dimension 0 must be >= 0'), and
+// a row of more token slots than int32 counts is a usage error naming --seq-lens.
+TEST_F(PluginInspectVarlen, SeqLensNearInt32MaxAreCountedOrRefusedByName) {
+  // 2147482800 + 999 is past int32; 2147483 blocks of 1000 are 2147483000 token slots (the table
+  // is allocated whole, so the cases keep it small).
+  for (const auto& [seq_len, block_size, blocks] :
+       {std::tuple{"2147482800", "1000", 2147483}, {"2147483000", "1000", 2147483}}) {
+    const Result r = Run({"explain", "--op", "paged_gqa_varlen", "--json", "--q-lens", "1",
+                          "--seq-lens", seq_len, "--block-size", block_size, "--num-heads", "2",
+                          "--kv-num-heads", "1", "--head-size", "8"});
+    ASSERT_EQ(r.exit_code, 0) << seq_len << " " << block_size << "\n" << r.all();
+    const json doc = ParseJson(r);
+    EXPECT_EQ(Tensor(doc["problem"], "block_table")["shape"],
+              json::array({1, static_cast<int64_t>(blocks)}))
+        << r.out;
+  }
+  ExpectUsageError({"explain", "--op", "paged_gqa_varlen", "--q-lens", "1", "--seq-lens",
+                    "2147483647", "--block-size", "16"},
+                   "--seq-lens: the longest sequence needs 134217728 blocks of --block-size 16, "
+                   "2147483648 token slots");
+  // Two such sequences need more blocks than block_table (int32) numbers.
+  ExpectUsageError({"explain", "--op", "paged_gqa_varlen", "--q-lens", "1,1", "--seq-lens",
+                    "2147483647,2147483647", "--block-size", "1"},
+                   "--seq-lens: the sequences need 4294967294 blocks");
+}
+
+// Every numeric option of the common set is range-checked with a usage error naming it.
+TEST_F(PluginInspectVarlen, ThreadsOutsideTheRuntimesRangeIsAUsageError) {
+  for (const char* threads : {"0", "1025", "2147483647"}) {
+    ExpectUsageError({"list", "--threads", threads},
+                     std::string("--threads must be in [1, 1024], got ") + threads);
+  }
+  ExpectUsageError({"list", "--threads", "2147483648"}, "--threads");
 }
 
 TEST_F(PluginInspectVarlen, DeviceDescribesTheTensorsButNotTheHostReadOnes) {

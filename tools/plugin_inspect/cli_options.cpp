@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <utility>
 
@@ -29,7 +30,8 @@ po::options_description common_options(bool op_default) {
       ("help", "show this help and exit")      //
       ("json", "print machine-readable JSON")  //
       ("plugin-path", po::value<std::vector<std::string>>()->composing(),
-       "folder searched first for libattnrt_*.so (repeatable, in order)")  //
+       "folder searched first for libattnrt_*.so (repeatable, in order; a relative folder is "
+       "taken from the current directory)")  //
       ("kernel", po::value<std::string>(),
        "comma-separated kernel-name globs allowed to run (pins; default ATTNRT_KERNEL)")  //
       ("disable", po::value<std::string>(),
@@ -47,13 +49,23 @@ CommonFlags read_common_flags(const po::variables_map& vm) {
   CommonFlags flags;
   flags.json = vm.count("json") > 0;
   if (vm.count("plugin-path")) {
-    flags.runtime.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
+    // The runtime searches absolute folders only (docs/plugins.md, Security); a folder typed on
+    // the command line is meant from where the command runs.
+    for (const std::string& path : vm["plugin-path"].as<std::vector<std::string>>()) {
+      std::error_code ec;
+      const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+      flags.runtime.plugin_paths.push_back(ec ? path : absolute.string());
+    }
   }
   flags.runtime.kernel = optional_value<std::string>(vm, "kernel");
   flags.runtime.disable = optional_value<std::string>(vm, "disable");
   if (auto threads = optional_value<int>(vm, "threads")) {
-    if (*threads < 1)
-      throw UsageError("--threads must be at least 1, got " + std::to_string(*threads));
+    // The runtime's limit (options.num_threads), named here by the flag the user typed.
+    constexpr int kMaxThreads = 1024;
+    if (*threads < 1 || *threads > kMaxThreads) {
+      throw UsageError("--threads must be in [1, " + std::to_string(kMaxThreads) + "], got " +
+                       std::to_string(*threads));
+    }
     flags.runtime.threads = *threads;
   }
   flags.runtime.no_default_paths = vm.count("no-default-paths") > 0;

@@ -140,10 +140,11 @@ nlohmann::ordered_json explanation_json(const attnrt_explanation* explanation) {
     attnrt_candidate candidate{};
     candidate.struct_size = sizeof(candidate);
     check(attnrt_explanation_candidate(explanation, i, &candidate));
-    candidates.push_back({{"kernel", candidate.kernel ? candidate.kernel : ""},
+    // A reason is a plugin's text: what is not UTF-8 in it is escaped, in the JSON and the text.
+    candidates.push_back({{"kernel", printable(candidate.kernel ? candidate.kernel : "")},
                           {"priority", candidate.priority},
                           {"status", attnrt_candidate_status_name(candidate.status)},
-                          {"reason", candidate.reason ? candidate.reason : ""}});
+                          {"reason", printable(candidate.reason ? candidate.reason : "")}});
   }
   return candidates;
 }
@@ -204,7 +205,7 @@ int cmd_explain(const Args& args) {
   }
   result["candidates"] = explanation_json(explanation.get());
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
     return 0;
   }
   std::string headline = std::string(op_name(op)) + ": " + describe_config(config);

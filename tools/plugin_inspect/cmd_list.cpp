@@ -22,7 +22,9 @@ constexpr const char* kUsage =
     "in rank order (with --op, only the kernels of that op), and a diagnostic for every file it\n"
     "skipped.";
 
-std::string str(const char* s) { return s ? s : ""; }
+// Strings from the runtime (paths, plugins' versions, facts and reasons, diagnostics) are bytes:
+// shown with what is not UTF-8 escaped, in the JSON and the text alike.
+std::string str(const char* s) { return s ? printable(s) : ""; }
 
 // Everything the runtime found; with `op`, only that op's kernels.
 nlohmann::ordered_json describe_runtime(const attnrt_runtime* runtime,
@@ -132,7 +134,7 @@ int cmd_list(const Args& args) {
       vm.count("op") ? std::optional<std::string>(op_name(op)) : std::nullopt;
   const nlohmann::ordered_json result = describe_runtime(runtime.get(), op_filter);
   if (flags.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
   } else {
     print_text(result, std::cout);
   }

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "errors.h"
 #include "model_presets.h"
+#include "text_output.h"
 
 namespace {
 
@@ -87,15 +88,17 @@ bool wants_json(int argc, char** argv) {
 }
 
 // Prints an error: "error: <message>" on stderr, and with --json also
-// {"error": {"status": "<status>", "message": "<message>"}} on stdout. Returns `exit_code`.
+// {"error": {"status": "<status>", "message": "<message>"}} on stdout. Returns `exit_code`. A
+// message may quote paths and plugins' text: what is not UTF-8 in it is escaped (printable).
 int report_error(bool json, std::string_view status, const std::string& message,
                  const std::string& hint, int exit_code) {
-  std::cerr << "error: " << message << hint << "\n";
+  std::cerr << "error: " << plugin_inspect::printable(message) << plugin_inspect::printable(hint)
+            << "\n";
   if (json) {
     nlohmann::ordered_json doc;
     doc["error"]["status"] = status;
     doc["error"]["message"] = message;
-    std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << plugin_inspect::dump_json(doc) << "\n";
   }
   return exit_code;
 }

@@ -411,9 +411,9 @@ int run_files(const RunOptions& options) {
     json["tolerance"] = tolerance;
     json["passed"] = !failed;
     json["written"] = written;
-    std::cout << json.dump(2) << "\n";
+    std::cout << dump_json(json) << "\n";
   } else {
-    std::cout << "read " << read.size() << " inputs from " << inputs_dir.string() << ":";
+    std::cout << "read " << read.size() << " inputs from " << printable(inputs_dir.string()) << ":";
     for (const std::string& name : read) std::cout << " " << name;
     if (!ignored.empty()) {
       std::cout << "\nignored (output names):";
@@ -427,7 +427,7 @@ int run_files(const RunOptions& options) {
                 << " (tolerance " << format_error(tolerance) << ") "
                 << (failed ? "FAILED" : "passed") << "\n";
     }
-    for (const std::string& path : written) std::cout << "wrote " << path << "\n";
+    for (const std::string& path : written) std::cout << "wrote " << printable(path) << "\n";
   }
   if (failed) {
     std::cerr << "error: max abs error above tolerance " << format_error(tolerance) << ": "

@@ -247,7 +247,7 @@ int run_model(const RunOptions& options) {
     json["tolerance"] = tolerance;
     json["passed"] = failures.empty();
     json["verdict"] = failures.empty() ? (any_checked ? "passed" : "not checked") : "failed";
-    std::cout << json.dump(2) << "\n";
+    std::cout << dump_json(json) << "\n";
   } else {
     std::cout << "model " << preset.name << " (" << describe_config(prompt) << ", rope theta "
               << theta << ")\n"

@@ -203,7 +203,7 @@ int explain_sparse_mla(const po::variables_map& vm) {
   result["problem"] = problem_json(c, w);
   result["candidates"] = explanation_json(explanation.get());
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
     return 0;
   }
   print_explanation(result, "sparse_mla: " + describe_sparse_mla(c) + ", device " +
@@ -260,7 +260,7 @@ int run_sparse_mla(const po::variables_map& vm) {
                      {"max_abs_diff", max_diff},
                      {"pass", pass}};
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
   } else {
     std::cout << "sparse_mla: " << describe_sparse_mla(c) << "\n"
               << "kernel: " << kernel << " (" << result["threads"].get<int>() << " threads)\n"

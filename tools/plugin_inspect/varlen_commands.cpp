@@ -117,7 +117,9 @@ VarlenConfig config_from(const po::variables_map& vm) {
                        std::to_string(c.q_lens[b]) + " (--q-lens)");
     }
     c.num_tokens += c.q_lens[b];
-    const int64_t blocks = (c.seq_lens[b] + c.attributes.block_size - 1) / c.attributes.block_size;
+    // In int64: a length near 2^31 plus the block size overflows int32.
+    const int64_t blocks =
+        (int64_t{c.seq_lens[b]} + c.attributes.block_size - 1) / c.attributes.block_size;
     c.max_blocks = std::max(c.max_blocks, blocks);
     c.num_blocks += blocks;
   }
@@ -125,6 +127,13 @@ VarlenConfig config_from(const po::variables_map& vm) {
   if (c.num_tokens > INT32_MAX) {
     throw UsageError("--q-lens: the query rows add up to " + std::to_string(c.num_tokens) +
                      ", more than query_start_loc (int32) holds (2147483647)");
+  }
+  // A block table row addresses at most 2^31 - 1 tokens (the op's limit).
+  if (c.max_blocks * c.attributes.block_size > INT32_MAX) {
+    throw UsageError("--seq-lens: the longest sequence needs " + std::to_string(c.max_blocks) +
+                     " blocks of --block-size " + std::to_string(c.attributes.block_size) + ", " +
+                     std::to_string(c.max_blocks * c.attributes.block_size) +
+                     " token slots, more than a block table row addresses (2147483647)");
   }
   if (c.num_blocks > INT32_MAX) {
     throw UsageError("--seq-lens: the sequences need " + std::to_string(c.num_blocks) +
@@ -207,7 +216,7 @@ VarlenTensors make_tensors(const VarlenConfig& c, bool allocate, uint64_t seed) 
   for (int64_t s = 0; s < b; ++s) {
     qsl.as<int32_t>()[s + 1] = qsl.as<int32_t>()[s] + c.q_lens[s];
     lens.as<int32_t>()[s] = c.seq_lens[s];
-    const int64_t blocks = (c.seq_lens[s] + bs - 1) / bs;
+    const int64_t blocks = (int64_t{c.seq_lens[s]} + bs - 1) / bs;
     for (int64_t k = 0; k < c.max_blocks; ++k)
       table.as<int32_t>()[s * c.max_blocks + k] = k < blocks ? next_block++ : -1;
   }
@@ -348,7 +357,7 @@ int explain_varlen(const po::variables_map& vm) {
   result["problem"] = problem_json(c, t);
   result["candidates"] = explanation_json(explanation.get());
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
     return 0;
   }
   print_explanation(result, "paged_gqa_varlen: " + describe(c) + ", model " + c.model +
@@ -401,7 +410,7 @@ int run_varlen(const po::variables_map& vm) {
                      {"tolerance", tolerance},
                      {"pass", pass}};
   if (common.json) {
-    std::cout << result.dump(2) << "\n";
+    std::cout << dump_json(result) << "\n";
   } else {
     std::cout << "paged_gqa_varlen: " << describe(c) << "\n"
               << "kernel: " << kernel << " (" << result["threads"].get<int>() << " threads)\n"
