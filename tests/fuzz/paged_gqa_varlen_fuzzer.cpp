@@ -761,6 +761,7 @@ RunResult RunOn(Call& k, int r) {
     return result;
   }
   ++g_stats.ran[info.kernel];
+  if (g_verbose) std::fprintf(stderr, "  ran %s\n", info.kernel);
   CheckSuccess(k, info.kernel);
   result.output = k.out->buffer->Copy();
   result.pools[0] = Pool(k, 0).Copy();
