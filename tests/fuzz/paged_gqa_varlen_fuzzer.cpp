@@ -13,7 +13,9 @@
 // Then at most one mutation (a table slot -1, out of range, negative or naming another slot's
 // block; seq_lens below q_len or beyond the table; query_start_loc not starting at 0, decreasing
 // or past num_tokens; slot_mapping without key/value; key without value; value_cache the same
-// view as key_cache; a pool of the wrong block size; a workspace one byte short). The call runs
+// view as key_cache; a pool of the wrong block size; a workspace one byte short), and now and then
+// an attribute that is refused (block_size 0 or 1025, kv_layout 2, num_heads not a multiple of
+// kv_num_heads, head_size 12). Tensor contents come from a hash of the input. The call runs
 // attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's
 // choice of kernel and again, from the same pool bytes, on a runtime pinned to the scalar kernels.
 // Every tensor is a heap buffer of exactly the bytes it describes (the two halves of a shared pool:
