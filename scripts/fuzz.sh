@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Fuzzes GroupQueryAttention through the public C ABI with libFuzzer (tests/fuzz/gqa_fuzzer.cpp),
-# then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp), then sparse
-# MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp), then plugin discovery and dispatch
-# facing a plugin made from the input (tests/fuzz/plugin_fuzzer.cpp).
-# Usage: scripts/fuzz.sh [SECONDS]      (default 60, shared: a fifth, at least 1 s, each for the
-#                                        paged, sparse MLA and plugin fuzzers, the rest for GQA)
+# then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp), then paged
+# GroupQueryAttention over packed variable-length batches (tests/fuzz/paged_gqa_varlen_fuzzer.cpp),
+# then sparse MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp), then plugin discovery and
+# dispatch facing a plugin made from the input (tests/fuzz/plugin_fuzzer.cpp).
+# Usage: scripts/fuzz.sh [SECONDS]      (default 60, shared: a sixth, at least 1 s, each for the
+#                                        paged, varlen, sparse MLA and plugin fuzzers, the rest
+#                                        for GQA)
 #
 # Builds libattnrt, the cpu_x86 plugin and the fuzzers with Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
-# the fuzzers over copies of tests/fuzz/corpus, tests/fuzz/paged_corpus and tests/fuzz/plugin_corpus
-# (the repository's corpora are never modified). Prints the number of executions; exits non-zero on
-# a crash, a leak, a timeout or an invariant violation, with the path of the saved input in the
-# output.
+# the fuzzers over copies of tests/fuzz/corpus, paged_corpus, varlen_corpus, sparse_mla_corpus and
+# plugin_corpus (the repository's corpora are never modified). Prints the number of executions;
+# exits non-zero on a crash, a leak, a timeout or an invariant violation, with the path of the saved
+# input in the output.
 #   GQA_FUZZER_AVOID=...       masks known findings while fuzzing (see tests/fuzz/gqa_fuzzer.cpp)
 #   ATTNRT_FUZZ_ARTIFACTS=DIR  where crash inputs go (default build-fuzz/fuzz-artifacts)
-# Regression inputs (tests/fuzz/regressions and both corpora, each run once):
+# Regression inputs (tests/fuzz/regressions and every corpus, each run once):
 #   ctest --test-dir build-fuzz/tests/fuzz --output-on-failure
 set -euo pipefail
 
@@ -66,8 +68,8 @@ cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
   -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer sparse_mla_fuzzer \
-  plugin_fuzzer attnrt_cpu_x86 attnrt_sparse_mla
+cmake --build "$build_dir" -j "$(nproc)" --target gqa_fuzzer paged_gqa_fuzzer \
+  paged_gqa_varlen_fuzzer sparse_mla_fuzzer plugin_fuzzer attnrt_cpu_x86 attnrt_sparse_mla
 
 # ---- fuzz -------------------------------------------------------------------------------------------
 artifacts="${ATTNRT_FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}"
@@ -107,11 +109,12 @@ fuzz() {
   rm -rf "$work"
 }
 
-# The total stays SECONDS (for SECONDS >= 5): 60 is 24 + 12 + 12 + 12.
-fifth=$((seconds / 5 > 0 ? seconds / 5 : 1))
-gqa_seconds=$((seconds - 3 * fifth > 0 ? seconds - 3 * fifth : 1))
+# The total stays SECONDS (for SECONDS >= 5): 60 is 20 + 10 + 10 + 10 + 10.
+sixth=$((seconds / 6 > 0 ? seconds / 6 : 1))
+gqa_seconds=$((seconds - 4 * sixth > 0 ? seconds - 4 * sixth : 1))
 fuzz gqa_fuzzer corpus "$gqa_seconds"
-fuzz paged_gqa_fuzzer paged_corpus "$fifth"
-fuzz sparse_mla_fuzzer sparse_mla_corpus "$fifth"
-fuzz plugin_fuzzer plugin_corpus "$fifth"
+fuzz paged_gqa_fuzzer paged_corpus "$sixth"
+fuzz paged_gqa_varlen_fuzzer varlen_corpus "$sixth"
+fuzz sparse_mla_fuzzer sparse_mla_corpus "$sixth"
+fuzz plugin_fuzzer plugin_corpus "$sixth"
 echo "fuzz: no crash"
