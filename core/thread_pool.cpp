@@ -10,6 +10,13 @@
 namespace attnrt::core {
 
 struct ThreadPool::Job {
+  Job(attnrt_parallel_fn fn_in, void* user_data_in, size_t n_in, size_t chunk_in)
+      : fn(fn_in),
+        user_data(user_data_in),
+        n(n_in),
+        chunk(chunk_in),
+        num_chunks(n_in / chunk_in + (n_in % chunk_in != 0 ? 1 : 0)) {}
+
   attnrt_parallel_fn fn;
   void* user_data;
   size_t n;
@@ -166,12 +173,7 @@ void ThreadPool::TeamMember(void* user_data, int32_t /*member*/) {
 
 Status ThreadPool::RunOnExecutor(size_t n, size_t chunk, attnrt_parallel_fn fn, void* user_data,
                                  bool* every_range_ran) {
-  auto job = std::make_shared<Job>();
-  job->fn = fn;
-  job->user_data = user_data;
-  job->n = n;
-  job->chunk = chunk;
-  job->num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+  auto job = std::make_shared<Job>(fn, user_data, n, chunk);
   const uintptr_t token = Regions::Get().Open(job);
   struct CloseRegion {
     uintptr_t token;
@@ -256,12 +258,7 @@ Status ThreadPool::ParallelFor(size_t n, size_t grain, attnrt_parallel_fn fn, vo
     return Status::Ok();
   }
   if (executor_ != nullptr) return RunOnExecutor(n, chunk, fn, user_data, every_range_ran);
-  auto job = std::make_shared<Job>();
-  job->fn = fn;
-  job->user_data = user_data;
-  job->n = n;
-  job->chunk = chunk;
-  job->num_chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+  auto job = std::make_shared<Job>(fn, user_data, n, chunk);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(job);
