@@ -5,10 +5,12 @@ OUT_DIR gets model.safetensors, config.json and generation_config.json; no token
 with skip_tokenizer_init=True and token-id prompts) unless --tokenizer is given: then also a
 word-level tokenizer.json (tokens "<unk>", "<s>", "</s>", then "t3", "t4", ... up to the vocabulary
 size; split on whitespace) and tokenizer_config.json, which transformers' AutoTokenizer loads
-offline (ONNX Runtime GenAI's model builder needs a tokenizer in the folder). Weights are drawn from a normal
-distribution at initialization scale (std 0.02 by default), norm weights are 1.0. Each tensor
-has its own generator, seeded from --seed and the tensor's name, so a tensor's values do not
-depend on the other options (adding layers leaves the first layers as they were).
+offline (ONNX Runtime GenAI's model builder needs a tokenizer in the folder).
+
+Weights are drawn from a normal distribution at initialization scale (std 0.02 by default), norm
+weights are 1.0. Each tensor has its own generator, seeded from --seed and the tensor's name, so a
+tensor's values do not depend on the other options (adding layers leaves the first layers as they
+were).
 
 Architectures:
   llama   LlamaForCausalLM (default). --sliding-window N gives the layers named by
