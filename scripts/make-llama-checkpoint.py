@@ -2,10 +2,15 @@
 """Writes a small checkpoint with seeded random weights that vLLM loads from a local folder.
 
 OUT_DIR gets model.safetensors, config.json and generation_config.json; no tokenizer (load it
-with skip_tokenizer_init=True and token-id prompts). Weights are drawn from a normal
-distribution at initialization scale (std 0.02 by default), norm weights are 1.0. Each tensor
-has its own generator, seeded from --seed and the tensor's name, so a tensor's values do not
-depend on the other options (adding layers leaves the first layers as they were).
+with skip_tokenizer_init=True and token-id prompts) unless --tokenizer is given: then also a
+word-level tokenizer.json (tokens "<unk>", "<s>", "</s>", then "t3", "t4", ... up to the vocabulary
+size; split on whitespace) and tokenizer_config.json, which transformers' AutoTokenizer loads
+offline (ONNX Runtime GenAI's model builder needs a tokenizer in the folder).
+
+Weights are drawn from a normal distribution at initialization scale (std 0.02 by default), norm
+weights are 1.0. Each tensor has its own generator, seeded from --seed and the tensor's name, so a
+tensor's values do not depend on the other options (adding layers leaves the first layers as they
+were).
 
 Architectures:
   llama   LlamaForCausalLM (default). --sliding-window N gives the layers named by
@@ -62,12 +67,15 @@ def parse_args(argv):
     )
     p.add_argument("--attn-softcap", type=float, default=50.0, help="gemma2 only")
     p.add_argument("--final-softcap", type=float, default=30.0, help="gemma2 only")
+    p.add_argument("--tokenizer", action="store_true", help="also write a word-level tokenizer")
     a = p.parse_args(argv)
     for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_pos"):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
     if a.heads % a.kv_heads:
         p.error(f"--heads ({a.heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    if a.tokenizer and a.vocab < len(SPECIAL_TOKENS) + 1:
+        p.error(f"--tokenizer needs --vocab of at least {len(SPECIAL_TOKENS) + 1}, got {a.vocab}")
     if a.sliding_window is not None and a.sliding_window <= 0:
         p.error(f"--sliding-window must be positive, got {a.sliding_window}")
     if a.arch == "gemma2" and a.lm_head_std is not None:
@@ -201,6 +209,31 @@ def make_config(a):
     return c
 
 
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2: pad, bos and eos of make_config
+
+
+def write_tokenizer(a):
+    """tokenizer.json (the tokenizers library's format: a WordLevel model over whitespace-split
+    words) and tokenizer_config.json for transformers' PreTrainedTokenizerFast."""
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), a.vocab)})
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(SPECIAL_TOKENS)]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
+        "eos_token": "</s>", "pad_token": "<unk>", "model_max_length": a.max_pos,
+    }
+    for name, content in (("tokenizer.json", tokenizer), ("tokenizer_config.json", config)):
+        with open(os.path.join(a.out_dir, name), "w") as f:
+            json.dump(content, f, indent=1 if name == "tokenizer_config.json" else None)
+            f.write("\n")
+
+
 def main(argv):
     a = parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
@@ -213,6 +246,8 @@ def main(argv):
     with open(os.path.join(a.out_dir, "generation_config.json"), "w") as f:
         json.dump(gen, f, indent=2)
         f.write("\n")
+    if a.tokenizer:
+        write_tokenizer(a)
     n = sum(int(t.size) for _, t in tensors)
     print(f"make-llama-checkpoint: {a.arch}, {a.layers} layers, {n / 1e6:.1f}M parameters, {a.dtype} -> {a.out_dir}")
     return 0

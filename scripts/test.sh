@@ -2,9 +2,10 @@
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
 # onnxruntime parity suite (with libattnrt_onnxruntime.so in onnxruntime sessions, its headers
 # fetched by scripts/setup-onnxruntime-headers.sh) and the Python binding tests (pytest, in a venv
-# under the build folder), then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and
-# its GoogleTest suite under qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention
-# backend against vLLM's own (scripts/test-vllm.sh).
+# under the build folder), then the library under ONNX Runtime GenAI (scripts/test-genai.sh), then
+# the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite under
+# qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention backend against vLLM's own
+# (scripts/test-vllm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #                              (ctest only: the parity suite drives the same kernels through
@@ -61,6 +62,8 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
     ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
       "$root/$suite"
   done
+  # The library under ONNX Runtime GenAI: a model exported by its model builder (its own venv).
+  "$root/scripts/test-genai.sh" "$build_dir"
 fi
 
 if [ "$sanitize" = 0 ]; then
