@@ -328,14 +328,19 @@ DiscoveryResult DiscoverPlugins(const RuntimeConfig& config, const attnrt_host_s
       // The same file reached through two search paths is one plugin, not a duplicate.
       if (!seen_files.insert(canonical).second) continue;
       if (!config.allow_insecure_plugins) {
-        const std::string problem = CheckTrustedPath(canonical.string(), ids);
-        if (!problem.empty()) {
+        const TrustVerdict verdict = CheckTrustedPath(canonical.string(), ids);
+        if (!verdict.refusal.empty()) {
           result.diagnostics.push_back(
-              {file.string(), "not loaded: " + problem +
+              {file.string(), "not loaded: " + verdict.refusal +
                                   "; another user could have planted or changed it "
                                   "(ATTNRT_PLUGIN_ALLOW_INSECURE=1 or "
                                   "options.allow_insecure_plugins = 1 loads it anyway)"});
           continue;
+        }
+        if (!verdict.warning.empty()) {
+          result.diagnostics.push_back(
+              {file.string(), "loaded, but " + verdict.warning +
+                                  ": members of that group could have planted or changed it"});
         }
       }
       auto record = LoadPlugin(file, canonical, config, host, plugin_owner, &result.diagnostics);

@@ -41,8 +41,11 @@ std::string GroupName(gid_t gid) {
   return text;
 }
 
-// "" when one path component (the file, or a folder above it) passes; else the reason.
-std::string CheckComponent(const std::string& path, bool is_file, const TrustedIds& ids) {
+// "" when one path component (the file, or a folder above it) passes; else the reason. A
+// component writable by another group only is no refusal: it goes to *group_writable (the first
+// one found) instead.
+std::string CheckComponent(const std::string& path, bool is_file, const TrustedIds& ids,
+                           std::string* group_writable) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
     return "cannot read the status of " + path + ": " + std::strerror(errno);
@@ -65,9 +68,9 @@ std::string CheckComponent(const std::string& path, bool is_file, const TrustedI
   if ((st.st_mode & S_IWOTH) != 0) {
     return std::string(what) + path + " is writable by every user" + mode + no_sticky;
   }
-  if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != ids.gid) {
-    return std::string(what) + path + " is writable by group " + GroupName(st.st_gid) +
-           ", not the runtime's group " + GroupName(ids.gid) + mode + no_sticky;
+  if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != ids.gid && group_writable->empty()) {
+    *group_writable = std::string(what) + path + " is writable by group " + GroupName(st.st_gid) +
+                      ", not the runtime's group " + GroupName(ids.gid) + mode + no_sticky;
   }
   return "";
 }
@@ -76,21 +79,21 @@ std::string CheckComponent(const std::string& path, bool is_file, const TrustedI
 
 TrustedIds ProcessIds() { return {geteuid(), getegid()}; }
 
-std::string CheckTrustedPath(const std::string& canonical_file, const TrustedIds& ids) {
+TrustVerdict CheckTrustedPath(const std::string& canonical_file, const TrustedIds& ids) {
+  TrustVerdict verdict;
   if (canonical_file.empty() || canonical_file.front() != '/') {
-    return "path " + canonical_file + " is not absolute";
+    verdict.refusal = "path " + canonical_file + " is not absolute";
+    return verdict;
   }
-  std::string problem = CheckComponent(canonical_file, /*is_file=*/true, ids);
-  if (!problem.empty()) return problem;
+  verdict.refusal = CheckComponent(canonical_file, /*is_file=*/true, ids, &verdict.warning);
   // Every folder above it, nearest first, up to and including /.
   std::string folder = canonical_file;
-  while (folder != "/") {
+  while (verdict.refusal.empty() && folder != "/") {
     const size_t slash = folder.find_last_of('/');
     folder = slash == 0 ? "/" : folder.substr(0, slash);
-    problem = CheckComponent(folder, /*is_file=*/false, ids);
-    if (!problem.empty()) return problem;
+    verdict.refusal = CheckComponent(folder, /*is_file=*/false, ids, &verdict.warning);
   }
-  return "";
+  return verdict;
 }
 
 }  // namespace attnrt::core

@@ -1,9 +1,10 @@
 // Plugins in places another user could write are refused (docs/plugins.md, "Security"): a relative
 // plugin folder (never searched), a world-writable folder without the sticky bit or file, a file or
-// folder writable by a group other than the runtime's, a file or folder owned by another user than
-// root and the runtime's; each with a diagnostic naming the path and the reason, the rest of the
-// search unaffected. options.allow_insecure_plugins = 1 or ATTNRT_PLUGIN_ALLOW_INSECURE=1 loads
-// them (the option wins over the variable). The fake test plugin is copied into folders made here.
+// folder owned by another user than root and the runtime's; each with a diagnostic naming the path
+// and the reason, the rest of the search unaffected. A file or folder writable by a group other
+// than the runtime's loads with a diagnostic. options.allow_insecure_plugins = 1 or
+// ATTNRT_PLUGIN_ALLOW_INSECURE=1 loads them (the option wins over the variable). The fake test
+// plugin is copied into folders made here.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -204,18 +205,32 @@ TEST_F(PluginTrustTest, GroupWritableByTheRuntimesGroupLoads) {
   ExpectLoaded(root_ / "plugins");
 }
 
-TEST_F(PluginTrustTest, GroupWritableByAnotherGroupIsRefused) {
+// Writable by another group: loaded, with a diagnostic naming the path (Debian's /usr/local is
+// writable by group staff, and packages go there).
+TEST_F(PluginTrustTest, GroupWritableByAnotherGroupLoadsWithADiagnostic) {
   if (!IsRoot()) GTEST_SKIP() << "giving a file to another group needs root";
   const fs::path folder = root_ / "plugins";
   const fs::path file = PlantFake(folder);
   ASSERT_EQ(chown(file.c_str(), static_cast<uid_t>(-1), kForeignId), 0);
   fs::permissions(file, fs::perms(0775));
-  ExpectRefusedUnlessAllowed(folder, {"file " + file.string(), "writable by group gid 54321"});
+  auto expect_warned = [&](const std::string& who) {
+    const Outcome outcome = Discover(folder.string());
+    EXPECT_TRUE(outcome.fake_loaded) << folder;
+    ASSERT_EQ(outcome.diagnostics.size(), 1u) << folder;
+    const Diagnostic& d = outcome.diagnostics[0];
+    EXPECT_EQ(d.path, (folder / kFakeFile).string());
+    for (const std::string& word :
+         {std::string("loaded, but"), who, std::string("writable by group gid 54321")}) {
+      EXPECT_TRUE(ContainsI(d.message, word)) << "\"" << d.message << "\" lacks \"" << word << "\"";
+    }
+    EXPECT_TRUE(Discover(folder.string(), 1).diagnostics.empty()) << "allowed: no diagnostic";
+  };
+  expect_warned("file " + file.string());
 
   fs::permissions(file, fs::perms(0755));
   ASSERT_EQ(chown(folder.c_str(), static_cast<uid_t>(-1), kForeignId), 0);
   fs::permissions(folder, fs::perms(0775));
-  ExpectRefusedUnlessAllowed(folder, {"folder " + folder.string(), "writable by group gid 54321"});
+  expect_warned("folder " + folder.string());
 }
 
 TEST_F(PluginTrustTest, FileOwnedByAnotherUserIsRefused) {
