@@ -278,6 +278,10 @@ TEST_P(HostInputsChangedDuringRun, RunsOnTheValuesPassed) {
   const std::vector<size_t>& host_inputs = probe.host_inputs;
   ASSERT_FALSE(host_inputs.empty());
   const Outcome expected = RunWithChange(GetParam().make, seed, -1);
+  if (expected.status == ATTNRT_ERROR_UNSUPPORTED &&
+      expected.error.find("no kernel is registered for this op") != std::string::npos) {
+    GTEST_SKIP() << "no plugin of this build serves the op (cpu_arm has no paged kernels)";
+  }
   ASSERT_EQ(expected.status, ATTNRT_OK) << expected.error;
   ASSERT_GT(expected.executor_calls, 0) << "the kernel opened no parallel region: nothing tested";
   for (size_t input : host_inputs) {
@@ -307,8 +311,14 @@ TEST(HostInputs, AnOutputOverAHostInputIsRefused) {
   ASSERT_EQ(attnrt_op_create(runtime.get(), c.kind, c.attributes.data(), &raw_op), ATTNRT_OK);
   OpPtr op(raw_op);
   attnrt_plan* raw_plan = nullptr;
-  ASSERT_EQ(attnrt_op_plan(op.get(), c.Inputs(), c.in.size(), c.Outputs(), c.out.size(), &raw_plan),
-            ATTNRT_OK);
+  const attnrt_status planned =
+      attnrt_op_plan(op.get(), c.Inputs(), c.in.size(), c.Outputs(), c.out.size(), &raw_plan);
+  if (planned == ATTNRT_ERROR_UNSUPPORTED &&
+      std::string(attnrt_last_error_message()).find("no kernel is registered for this op") !=
+          std::string::npos) {
+    GTEST_SKIP() << "no plugin of this build serves the op (cpu_arm has no paged kernels)";
+  }
+  ASSERT_EQ(planned, ATTNRT_OK) << attnrt_last_error_message();
   PlanPtr plan(raw_plan);
   // The key cache's storage as the slot mapping: the run would write new rows over it.
   Tensor& pool = c.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE];

@@ -36,7 +36,7 @@ attnrt_paged_gqa_attributes Attributes() {
 }
 
 // The workspace a decode step of `sequences` sequences (contexts up to 4096 tokens) asks for on
-// a runtime of `threads` threads.
+// a runtime of `threads` threads; 0 when no plugin of this build serves the op.
 size_t DecodeWorkspace(int64_t sequences, int32_t threads) {
   attnrt_runtime_options options = DefaultOptions();
   options.num_threads = threads;
@@ -71,9 +71,14 @@ size_t DecodeWorkspace(int64_t sequences, int32_t threads) {
       &q, &k, &v, &pool, &value_pool, &starts, &lens, &table};
   const attnrt_tensor* outs[1] = {&out};
   attnrt_plan* raw_plan = nullptr;
-  EXPECT_EQ(attnrt_op_plan(op.get(), in, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, outs, 1, &raw_plan),
-            ATTNRT_OK)
-      << attnrt_last_error_message();
+  const attnrt_status planned =
+      attnrt_op_plan(op.get(), in, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, outs, 1, &raw_plan);
+  if (planned == ATTNRT_ERROR_UNSUPPORTED &&
+      std::string(attnrt_last_error_message()).find("no kernel is registered for this op") !=
+          std::string::npos) {
+    return 0;
+  }
+  EXPECT_EQ(planned, ATTNRT_OK) << attnrt_last_error_message();
   PlanPtr plan(raw_plan);
   attnrt_plan_info info{};
   info.struct_size = sizeof(info);
@@ -87,6 +92,7 @@ TEST(Workspace, VarlenDecodeDoesNotGrowWithTheSequences) {
   for (const int32_t threads : {64, 256}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     const size_t few = DecodeWorkspace(threads, threads);
+    if (few == 0) GTEST_SKIP() << "no plugin of this build serves the varlen op";
     for (const int64_t sequences : {int64_t{256}, int64_t{1024}}) {
       const size_t many = DecodeWorkspace(sequences, threads);
       EXPECT_LE(many, few) << sequences << " sequences";
