@@ -3,10 +3,11 @@
 # then the block pool and paged GroupQueryAttention (tests/fuzz/paged_gqa_fuzzer.cpp), then paged
 # GroupQueryAttention over packed variable-length batches (tests/fuzz/paged_gqa_varlen_fuzzer.cpp),
 # then sparse MLA and its metadata op (tests/fuzz/sparse_mla_fuzzer.cpp), then plugin discovery and
-# dispatch facing a plugin made from the input (tests/fuzz/plugin_fuzzer.cpp).
+# dispatch facing a plugin made from the input (tests/fuzz/plugin_fuzzer.cpp), then attnrt's
+# Python entry points with atheris (tests/fuzz/python_entry_fuzzer.py, over build/ and build/venv).
 # Usage: scripts/fuzz.sh [SECONDS]      (default 60, shared: a sixth, at least 1 s, each for the
-#                                        paged, varlen, sparse MLA and plugin fuzzers, the rest
-#                                        for GQA)
+#                                        paged, varlen, sparse MLA, plugin and Python fuzzers, the
+#                                        rest for GQA)
 #
 # Builds libattnrt, the cpu_x86 plugin and the fuzzers with Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (the library and the plugin instrumented too) in build-fuzz/, then runs
@@ -111,10 +112,40 @@ fuzz() {
 
 # The total stays SECONDS (for SECONDS >= 5): 60 is 20 + 10 + 10 + 10 + 10.
 sixth=$((seconds / 6 > 0 ? seconds / 6 : 1))
-gqa_seconds=$((seconds - 4 * sixth > 0 ? seconds - 4 * sixth : 1))
+gqa_seconds=$((seconds - 5 * sixth > 0 ? seconds - 5 * sixth : 1))
 fuzz gqa_fuzzer corpus "$gqa_seconds"
 fuzz paged_gqa_fuzzer paged_corpus "$sixth"
 fuzz paged_gqa_varlen_fuzzer varlen_corpus "$sixth"
 fuzz sparse_mla_fuzzer sparse_mla_corpus "$sixth"
 fuzz plugin_fuzzer plugin_corpus "$sixth"
+
+# ---- the Python entry points (atheris, tests/fuzz/python_entry_fuzzer.py) ----------------------------
+# Over the release build's package (build/python) in the test venv (build/venv, scripts/test.sh),
+# with atheris from tests/python/requirements.txt: its corpus once (the regressions), then a sixth.
+python_build="$root/build"
+if [ ! -x "$python_build/venv/bin/python" ] || [ ! -f "$python_build/python/attnrt/__init__.py" ]; then
+  echo "fuzz: python_entry_fuzzer needs build/venv and build/python (scripts/test.sh makes both)" >&2
+  exit 1
+fi
+"$python_build/venv/bin/python" -m pip install -q --disable-pip-version-check \
+  "$(grep -E '^atheris==' "$root/tests/python/requirements.txt")"
+work="$(mktemp -d "${TMPDIR:-/tmp}/attnrt-fuzz.XXXXXX")"
+cp -R "$root/tests/fuzz/python_corpus/." "$work/"
+echo "fuzz: running tests/fuzz/python_entry_fuzzer.py over its corpus, then for ${sixth}s"
+for pass in "-runs=0" "-max_total_time=$sixth"; do
+  set +e
+  PYTHONPATH="$python_build/python" "$python_build/venv/bin/python" \
+    "$root/tests/fuzz/python_entry_fuzzer.py" "$pass" -timeout=25 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/python-" "$work" >"$work.log" 2>&1
+  rc=$?
+  set -e
+  grep -v -E '^#[0-9]+[[:space:]]' "$work.log" | grep -v -E '^(INFO|WARNING):' || true
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz: python_entry_fuzzer FAILED (exit $rc, $pass; log $work.log, inputs in $artifacts)" >&2
+    echo "fuzz: reproduce:  PYTHON_FUZZER_VERBOSE=1 PYTHONPATH=build/python build/venv/bin/python" \
+      "tests/fuzz/python_entry_fuzzer.py <input>" >&2
+    exit "$rc"
+  fi
+done
+rm -rf "$work" "$work.log"
 echo "fuzz: no crash"
