@@ -469,11 +469,6 @@ Status PlanImpl::Run(const TensorList& caller_inputs, const TensorList& outputs,
                      size_t workspace_size_given, void* stream) const {
   Signature given;
   ATTNRT_RETURN_IF_ERROR(ReadSignature(*family, caller_inputs, outputs, true, &given));
-  // From here on the host-read integer inputs are this run's copies: what is validated is what
-  // the kernel reads, whatever the caller's arrays become meanwhile.
-  HostSnapshot snapshot;
-  ATTNRT_RETURN_IF_ERROR(snapshot.Take(*family, caller_inputs, outputs));
-  const TensorList inputs = snapshot.inputs();
   // A plan for a growing cache runs other growing extents up to its capacity: the tensors are
   // compared at capacity, then validated and checked against the kernel and the workspace.
   const bool grown =
@@ -509,9 +504,15 @@ Status PlanImpl::Run(const TensorList& caller_inputs, const TensorList& outputs,
   }
   std::unique_ptr<Problem> grown_problem;
   if (grown) {
-    ATTNRT_RETURN_IF_ERROR(family->Prepare(inputs, outputs, &grown_problem));
+    ATTNRT_RETURN_IF_ERROR(family->Prepare(caller_inputs, outputs, &grown_problem));
     ATTNRT_RETURN_IF_ERROR(Covers(*grown_problem));
   }
+  // The tensors have the plan's shapes and strides (so the host integer inputs span only what
+  // their shapes say); from here on those inputs are this run's copies: what is validated is what
+  // the kernel reads, whatever the caller's arrays become meanwhile.
+  HostSnapshot snapshot;
+  ATTNRT_RETURN_IF_ERROR(snapshot.Take(*family, caller_inputs, outputs));
+  const TensorList inputs = snapshot.inputs();
   const Problem& run_problem = grown ? *grown_problem : *problem;
   // A run given no workspace borrows one of the plan's own, allocated at the first such run and
   // kept for the next (as many as run at once): a decode loop allocates and faults in its scratch

@@ -341,3 +341,50 @@ TEST(HostInputs, AnOutputOverAHostInputIsRefused) {
 
 }  // namespace
 }  // namespace attnrt_test
+
+namespace attnrt_test {
+namespace {
+
+// A plan run with a host integer input of other strides or another shape than planned is a plan
+// mismatch, refused before that input is read: its span under those strides (or that shape) may
+// run far past the caller's memory.
+TEST(HostInputs, AnInputOfOtherStridesOrShapeIsAPlanMismatchBeforeItIsRead) {
+  std::mt19937_64 rng(TestSeed());
+  Call c = GqaCall(rng);
+  RuntimePtr runtime = CreateRuntime();
+  attnrt_op* raw_op = nullptr;
+  ASSERT_EQ(attnrt_op_create(runtime.get(), c.kind, c.attributes.data(), &raw_op), ATTNRT_OK);
+  OpPtr op(raw_op);
+  attnrt_plan* raw_plan = nullptr;
+  ASSERT_EQ(attnrt_op_plan(op.get(), c.Inputs(), c.in.size(), c.Outputs(), c.out.size(), &raw_plan),
+            ATTNRT_OK)
+      << attnrt_last_error_message();
+  PlanPtr plan(raw_plan);
+  const attnrt_tensor planned = *c.in[ATTNRT_GQA_INPUT_SEQLENS_K].get();
+  const int64_t far_stride[] = {int64_t{1} << 30};
+  const int64_t back_stride[] = {-(int64_t{1} << 30)};
+  const int64_t long_shape[] = {int64_t{1} << 28};
+  struct Variant {
+    const char* name;
+    const int64_t* shape;
+    const int64_t* strides;
+  };
+  for (const Variant& v : {Variant{"strides 2^30", planned.shape, far_stride},
+                           Variant{"strides -2^30", planned.shape, back_stride},
+                           Variant{"2^28 elements", long_shape, nullptr}}) {
+    SCOPED_TRACE(v.name);
+    attnrt_tensor changed = planned;
+    changed.shape = v.shape;
+    changed.strides = v.strides;
+    c.Inputs();
+    c.in_ptrs[ATTNRT_GQA_INPUT_SEQLENS_K] = &changed;
+    const attnrt_status st = attnrt_plan_run(plan.get(), c.in_ptrs.data(), c.in.size(), c.Outputs(),
+                                             c.out.size(), nullptr, 0, nullptr);
+    EXPECT_EQ(st, ATTNRT_ERROR_PLAN_MISMATCH) << attnrt_last_error_message();
+    EXPECT_NE(std::string(attnrt_last_error_message()).find("input 'seqlens_k'"), std::string::npos)
+        << attnrt_last_error_message();
+  }
+}
+
+}  // namespace
+}  // namespace attnrt_test
