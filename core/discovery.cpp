@@ -48,7 +48,14 @@ std::vector<fs::path> CandidateFiles(const std::string& folder, const std::strin
     return files;
   }
   if (!fs::is_directory(folder, ec)) {
-    diagnostics->push_back({folder, "plugin folder from " + source + " does not exist"});
+    // Missing, not a folder, or unreadable (a symbolic link loop, no permission): said as such.
+    std::error_code missing;
+    const bool absent =
+        ec == std::errc::no_such_file_or_directory || (!ec && !fs::exists(folder, missing));
+    const std::string why = absent ? "does not exist"
+                            : ec   ? "cannot be read: " + ec.message()
+                                   : "is not a folder";
+    diagnostics->push_back({folder, "plugin folder from " + source + " " + why});
     return files;
   }
   for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {

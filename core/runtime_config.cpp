@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstddef>
 #include <cstdlib>
@@ -32,14 +33,21 @@ bool ParseInt(const std::string& text, int* out) {
   return ec == std::errc() && ptr == last;
 }
 
-bool IsTrue(const std::string& text) {
-  return text == "1" || text == "true" || text == "TRUE" || text == "on" || text == "ON" ||
-         text == "yes";
+std::string Lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
 }
 
+// 1, true, on, yes (any case).
+bool IsTrue(const std::string& text) {
+  const std::string t = Lower(text);
+  return t == "1" || t == "true" || t == "on" || t == "yes";
+}
+
+// 0, false, off, no (any case).
 bool IsFalse(const std::string& text) {
-  return text == "0" || text == "false" || text == "FALSE" || text == "off" || text == "OFF" ||
-         text == "no";
+  const std::string t = Lower(text);
+  return t == "0" || t == "false" || t == "off" || t == "no";
 }
 
 }  // namespace
@@ -205,8 +213,10 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
   } else if (const char* env = SecureEnv("ATTNRT_PLUGIN_ALLOW_INSECURE")) {
     config.allow_insecure_plugins = IsTrue(env);
     if (!config.allow_insecure_plugins && !IsFalse(env)) {
-      warnings->push_back("ATTNRT_PLUGIN_ALLOW_INSECURE: expected 1 or 0, got \"" +
-                          std::string(env) + "\"; plugins in insecure places are refused");
+      warnings->push_back(
+          "ATTNRT_PLUGIN_ALLOW_INSECURE: expected 1, true, on or yes (allow) or 0, false, off or "
+          "no (refuse), any case, got \"" +
+          std::string(env) + "\"; plugins in insecure places are refused");
     }
   }
   config.log = {options->log_fn, options->log_user_data};

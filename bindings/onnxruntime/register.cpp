@@ -4,8 +4,10 @@
 // these headers declare (ORT_API_VERSION), so the library needs no ONNX Runtime library to link
 // against.
 #include <onnxruntime_c_api.h>
+#include <charconv>
 
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <new>
@@ -125,6 +127,9 @@ void InitOp(GqaCustomOp* op, const OrtApi* api, ONNXTensorElementDataType query_
 }
 
 // attnrt.num_threads of the session options: 0 (default, attnrt's default) or a positive count.
+// The most threads a runtime takes (attnrt_runtime_options.num_threads).
+constexpr int32_t kMaxThreads = 1024;
+
 OrtStatus* NumThreads(const OrtApi* api, const OrtSessionOptions* options, int32_t* out) {
   *out = 0;
   int has = 0;
@@ -140,13 +145,16 @@ OrtStatus* NumThreads(const OrtApi* api, const OrtSessionOptions* options, int32
     return status;
   }
   value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
-  char* end = nullptr;
-  errno = 0;
-  const long parsed = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno != 0 || parsed < 0 || parsed > 4096) {
+  // Decimal digits only (no sign, no spaces), within the runtime's range: refused here, naming the
+  // entry, rather than by the runtime at session creation.
+  int32_t parsed = -1;
+  const char* last = value.data() + value.size();
+  const auto [end, error] = std::from_chars(value.data(), last, parsed);
+  if (value.empty() || value[0] == '-' || error != std::errc() || end != last || parsed < 0 ||
+      parsed > kMaxThreads) {
     const std::string message = std::string("attnrt: session config entry ") + kNumThreadsKey +
-                                ": expected an integer in [0, 4096] (0: attnrt's default), got \"" +
-                                value + "\"";
+                                ": expected an integer in [0, " + std::to_string(kMaxThreads) +
+                                "] (0: attnrt's default), got \"" + value + "\"";
     return api->CreateStatus(ORT_INVALID_ARGUMENT, message.c_str());
   }
   *out = static_cast<int32_t>(parsed);

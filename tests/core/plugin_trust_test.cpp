@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -163,6 +164,34 @@ TEST_F(PluginTrustTest, AllowInsecureVariableOtherThanTrueRefuses) {
   for (const char* value : {"0", "no", "maybe", "11"}) {
     ScopedEnv allow("ATTNRT_PLUGIN_ALLOW_INSECURE", value);
     EXPECT_FALSE(Discover(folder.string()).fake_loaded) << "ATTNRT_PLUGIN_ALLOW_INSECURE=" << value;
+  }
+}
+
+// The variable's yes-words are read in any case ("True" was refused while "TRUE" allowed).
+TEST_F(PluginTrustTest, AllowInsecureVariableInAnyCaseAllows) {
+  const fs::path folder = root_ / "open";
+  PlantFake(folder, fs::perms(0777));
+  for (const char* value : {"1", "true", "True", "YES", "On"}) {
+    ScopedEnv allow("ATTNRT_PLUGIN_ALLOW_INSECURE", value);
+    EXPECT_TRUE(Discover(folder.string()).fake_loaded) << "ATTNRT_PLUGIN_ALLOW_INSECURE=" << value;
+  }
+}
+
+// A plugin folder that cannot be searched says why: missing, not a folder, or unreadable (a
+// symbolic link loop was reported as missing).
+TEST_F(PluginTrustTest, AnUnsearchableFolderSaysWhy) {
+  const fs::path loop_a = root_ / "loop_a", loop_b = root_ / "loop_b", file = root_ / "a_file";
+  fs::create_symlink(loop_b, loop_a);
+  fs::create_symlink(loop_a, loop_b);
+  { std::ofstream(file.string()) << "x"; }
+  const std::pair<fs::path, const char*> cases[] = {{root_ / "missing", "does not exist"},
+                                                    {file, "is not a folder"},
+                                                    {loop_a, "cannot be read: "}};
+  for (const auto& [folder, words] : cases) {
+    const Outcome outcome = Discover(folder.string());
+    ASSERT_EQ(outcome.diagnostics.size(), 1u) << folder;
+    EXPECT_TRUE(ContainsI(outcome.diagnostics[0].message, words))
+        << folder << ": " << outcome.diagnostics[0].message;
   }
 }
 

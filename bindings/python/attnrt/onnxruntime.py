@@ -76,8 +76,10 @@ def register(session_options: Any, num_threads: int | None = None) -> Any:
     com.microsoft.GroupQueryAttention node of sessions made with them runs on attnrt.
     num_threads sets the session config entry attnrt.num_threads first. Returns the options."""
     if num_threads is not None:
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
-            raise ValueError(f"num_threads: expected an integer >= 0, got {num_threads!r}")
+        if (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                or not 0 <= num_threads <= 1024):
+            raise ValueError(f"num_threads: expected an integer in [0, 1024] (0: attnrt's "
+                             f"default), got {num_threads!r}")
         session_options.add_session_config_entry(NUM_THREADS_KEY, str(num_threads))
     session_options.register_custom_ops_library(library_path())
     return session_options
