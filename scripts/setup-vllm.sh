@@ -9,6 +9,8 @@
 #   PYTHON=python3.12    creates the venv with another interpreter (3.11 to 3.14)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/shared-torch.sh
+source "$root/scripts/shared-torch.sh"
 build_dir="${1:-build}"
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 python="${PYTHON:-python3}"
@@ -46,17 +48,9 @@ rm -rf "$venv"
 mkdir -p "$build_dir"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install "${pip_flags[@]}" --upgrade pip
-# The test venv (BUILD_DIR/venv, made by scripts/test.sh) already holds torch==$torch_version and its
-# ~3 GB of CUDA libraries: when it does, its site-packages is appended to this venv's path, so pip
-# finds torch installed instead of downloading it again (packages of this venv come first).
-shared="$build_dir/venv"
-if [ -x "$shared/bin/python" ] &&
-  [ "$("$shared/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" = "$torch_version" ] &&
-  [ "$("$shared/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$("$venv/bin/python" -c 'import sys; print(sys.version_info[:2])')" ]; then
-  site="$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$site" >"$own/attnrt-shared-torch.pth"
-  echo "setup-vllm: torch $torch_version from $shared"
+# torch from the test venv when it has this version (scripts/shared-torch.sh).
+if share_test_venv_torch "$venv" "$build_dir" "$torch_version"; then
+  echo "setup-vllm: torch $torch_version from $build_dir/venv"
 fi
 
 if [ -z "$wheel" ]; then

@@ -243,6 +243,12 @@ attnrt_status RunPlan(attnrt_plan* plan, GqaTensors& t) {
   return st;
 }
 
+bool NoKernelForOp(attnrt_status status) {
+  return status == ATTNRT_ERROR_UNSUPPORTED &&
+         std::string(attnrt_last_error_message()).find("no kernel is registered for this op") !=
+             std::string::npos;
+}
+
 std::string PlanKernel(const attnrt_plan* plan) {
   attnrt_plan_info info;
   std::memset(&info, 0, sizeof(info));

@@ -45,6 +45,7 @@
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/gqa.h"
 #include "fuzz_agreement.h"
+#include "fuzz_rng.h"
 
 namespace {
 
@@ -102,22 +103,7 @@ class Choices {
   FuzzedDataProvider& fdp_;
 };
 
-// splitmix64, for tensor contents (the fuzzer's bytes only choose the seed and the value mode).
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-1, 1).
-  float Unit() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
-
- private:
-  uint64_t state_;
-};
+using fuzz_rng::Rng;
 
 // Known, reported and unfixed findings can be masked while fuzzing for others:
 // GQA_FUZZER_AVOID=<token>[,<token>...]. A mask changes values only, never how bytes decode, so an

@@ -52,6 +52,7 @@
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "fuzz_agreement.h"
+#include "fuzz_rng.h"
 
 namespace {
 
@@ -109,21 +110,7 @@ attnrt_status Checked(const char* call, attnrt_status status) {
   return status;
 }
 
-// splitmix64, for tensor contents and shuffles (the fuzzer's bytes choose the seed).
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float Unit() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
-
- private:
-  uint64_t state_;
-};
+using fuzz_rng::Rng;
 
 using Bytes = std::vector<unsigned char>;
 

@@ -34,6 +34,7 @@
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/sparse_mla.h"
 #include "fuzz_agreement.h"
+#include "fuzz_rng.h"
 
 namespace {
 
@@ -61,20 +62,7 @@ class Choices {
   FuzzedDataProvider& fdp_;
 };
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float Unit() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
-
- private:
-  uint64_t state_;
-};
+using fuzz_rng::Rng;
 
 // A tensor with a heap buffer of exactly its bytes.
 struct Tensor {
