@@ -1,5 +1,6 @@
 #include "core/host_snapshot.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -68,10 +69,13 @@ Status HostSnapshot::Take(const OpFamily& family, const TensorList& inputs,
                           const TensorList& outputs) {
   const std::span<const size_t> indices = family.HostReadInputs();
   const std::span<const size_t> written = family.WrittenInputs();
-  pointers_.assign(inputs.tensors, inputs.tensors + inputs.count);
-  copies_.assign(inputs.count, attnrt_tensor{});
-  bytes_ = 0;
-  std::vector<Span> spans(inputs.count);
+  if (inputs.count > kMaxInputs) {
+    return Internal(
+        StrCat("HostSnapshot holds ", kMaxInputs, " inputs, the op has ", inputs.count));
+  }
+  count_ = inputs.count;
+  std::copy(inputs.tensors, inputs.tensors + inputs.count, pointers_.begin());
+  std::array<Span, kMaxInputs> spans{};  // size 0: not copied
   size_t total = 0;
   for (size_t i : indices) {
     const attnrt_tensor* t = inputs.at(i);
@@ -121,16 +125,14 @@ Status HostSnapshot::Take(const OpFamily& family, const TensorList& inputs,
   }
   size_t offset = 0;
   for (size_t i : indices) {
-    const attnrt_tensor* t = inputs.at(i);
-    if (!Snapshotted(t) || pointers_[i] == &copies_[i]) continue;
+    if (spans[i].size == 0) continue;
     std::memcpy(storage + offset, reinterpret_cast<const void*>(spans[i].begin), spans[i].size);
-    copies_[i] = *t;
+    copies_[i] = *inputs.at(i);
     copies_[i].data = storage + offset + spans[i].lead;
     copies_[i].byte_offset = 0;
     pointers_[i] = &copies_[i];
     offset += (spans[i].size + kAlignment - 1) / kAlignment * kAlignment;
   }
-  bytes_ = offset;
   return Status::Ok();
 }
 

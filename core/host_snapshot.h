@@ -6,10 +6,10 @@
 // of bounds.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "attnrt/attnrt.h"
 #include "core/ops/op_family.h"
@@ -26,19 +26,20 @@ class HostSnapshot {
   // `inputs()` then lists the same tensors with those inputs replaced by the copies.
   Status Take(const OpFamily& family, const TensorList& inputs, const TensorList& outputs);
 
-  TensorList inputs() const { return {pointers_.data(), pointers_.size()}; }
-  // Bytes copied by the last Take (for tests and measurements).
-  size_t bytes() const { return bytes_; }
+  TensorList inputs() const { return {pointers_.data(), count_}; }
+
+  // The most inputs an op has (sparse MLA: 18); a run's lists live here, not on the heap.
+  static constexpr size_t kMaxInputs = 32;
 
  private:
   static constexpr size_t kInlineBytes = 4096;
   static constexpr size_t kAlignment = 64;
 
-  std::vector<const attnrt_tensor*> pointers_;
-  std::vector<attnrt_tensor> copies_;
+  std::array<const attnrt_tensor*, kMaxInputs> pointers_{};
+  std::array<attnrt_tensor, kMaxInputs> copies_{};
+  size_t count_ = 0;
   alignas(kAlignment) std::byte inline_[kInlineBytes];
   std::unique_ptr<std::byte[]> heap_;
-  size_t bytes_ = 0;
 };
 
 }  // namespace attnrt::core
