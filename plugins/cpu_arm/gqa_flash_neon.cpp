@@ -139,10 +139,17 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsNeon = {
-    &Scores, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1};
+const GqaFlashOps kGqaFlashOpsNeon = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
+                                      &RowScale, 1,           nullptr,     nullptr};
 
-const GqaFlashOps kGqaFlashOpsDotProdApprox = {
-    &GqaFlashScoresDotProdApprox, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1};
+const GqaFlashOps kGqaFlashOpsDotProdApprox = {&GqaFlashScoresDotProdApprox,
+                                               &Accumulate,
+                                               &Dequantize,
+                                               &RowMax,
+                                               &RowExpSum,
+                                               &RowScale,
+                                               1,
+                                               nullptr,
+                                               nullptr};
 
 }  // namespace attnrt::cpu

@@ -699,7 +699,7 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsAvx512 = {
-    &Scores, &Accumulate, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1};
+const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
+                                        &RowScale, 1,           nullptr,     nullptr};
 
 }  // namespace attnrt::cpu
