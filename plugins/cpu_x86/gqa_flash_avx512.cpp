@@ -58,6 +58,9 @@ constexpr int64_t kTallRows = 8;
 constexpr int64_t kTransposeFloats = 8192;
 // Keys per P·V chunk: 64 keys x 4 vectors = 16 KiB of float32 V slab, well inside L1.
 constexpr int64_t kKeyChunk = 64;
+// Columns of the float32 V slab of a tall tile over a 16-bit cache (AccumulateTallWidened): 64
+// keys x 64 columns = 16 KiB.
+constexpr int64_t kSlabColumns = 64;
 // Short tiles stream K rows once: software prefetch this many bytes of K rows ahead of the demand
 // loads (measured on a float32 16k decode: 16 keys of 512 bytes ahead reads about 1.4x the bytes
 // per second of the hardware prefetcher alone).
@@ -624,6 +627,74 @@ void AccumulateChunk(const float* p, int64_t rows, int64_t ld, Kv v, int64_t key
   if (i < rows) AccumulateRows<Kv, 1, 4>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
 }
 
+// Rows [0, rows) of one column block [d0, d0 + 16 * V) (the last vector last_mask wide) over the
+// float32 slab `slab` (the block's columns of each key, kSlabColumns apart): row blocks of 6, then
+// 4, 2 and 1, as AccumulateChunk.
+template <int V>
+void AccumulateSlab(const float* p, int64_t rows, int64_t ld, const float* slab, int64_t keys,
+                    int64_t h, float* acc, __mmask16 last_mask, Prefetcher& ahead) {
+  using Slab = KvRows<GqaCacheType::kFloat32, false>;
+  const Slab v{reinterpret_cast<const unsigned char*>(slab), kSlabColumns * sizeof(float), nullptr};
+  int64_t i = 0;
+  for (; i + 6 <= rows; i += 6) {
+    AccumulateBlock<Slab, 6, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, last_mask, ahead);
+  }
+  if (i + 4 <= rows) {
+    AccumulateBlock<Slab, 4, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, last_mask, ahead);
+    i += 4;
+  }
+  if (i + 2 <= rows) {
+    AccumulateBlock<Slab, 2, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, last_mask, ahead);
+    i += 2;
+  }
+  if (i < rows) {
+    AccumulateBlock<Slab, 1, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, last_mask, ahead);
+  }
+}
+
+// P·V of a tall tile over float16 or bfloat16 V rows: each chunk of kKeyChunk keys is widened to
+// float32 once per column block of 64 (a 16 KiB slab that stays in L1) and every row block reads
+// the slab, where AccumulateChunk would widen every V vector again for each block of 6 rows (the
+// widening instructions compete with the FMAs for the same ports). The slab holds the values
+// Load returns and every accumulator element still adds the keys in order: the same bits.
+template <class Kv>
+void AccumulateTallWidened(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
+                           float* acc, Prefetcher& ahead) {
+  alignas(64) float slab[kKeyChunk * kSlabColumns];
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
+    const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
+    const Kv chunk = v.Offset(j0);
+    for (int64_t d0 = 0; d0 < h; d0 += kSlabColumns) {
+      const int64_t width = h - d0 < kSlabColumns ? h - d0 : kSlabColumns;  // a multiple of 8
+      const int64_t vectors = (width + 15) / 16;
+      const __mmask16 last = width % 16 == 0 ? kAllLanes : kLow8;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < vectors; ++c) {
+          const __mmask16 mask = c == vectors - 1 ? last : kAllLanes;
+          _mm512_store_ps(slab + j * kSlabColumns + c * 16,
+                          chunk.Load(j, d0 + c * 16, _mm512_setzero_ps(), mask));
+        }
+      }
+      const float* pj = p + j0;
+      float* ad = acc + d0;
+      switch (vectors) {
+        case 1:
+          AccumulateSlab<1>(pj, rows, ld, slab, n, h, ad, last, ahead);
+          break;
+        case 2:
+          AccumulateSlab<2>(pj, rows, ld, slab, n, h, ad, last, ahead);
+          break;
+        case 3:
+          AccumulateSlab<3>(pj, rows, ld, slab, n, h, ad, last, ahead);
+          break;
+        default:
+          AccumulateSlab<4>(pj, rows, ld, slab, n, h, ad, last, ahead);
+          break;
+      }
+    }
+  }
+}
+
 template <class Kv>
 void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
                   float* acc, const void* prefetch, size_t prefetch_bytes) {
@@ -631,6 +702,10 @@ void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, 
   const int64_t row_blocks = tall ? (rows + 5) / 6 : (rows + 3) / 4;
   const int64_t column_blocks = (h + 63) / 64;
   Prefetcher ahead(prefetch, prefetch_bytes, row_blocks * column_blocks * keys);
+  if constexpr (Kv::kCacheType == GqaCacheType::kFloat16 ||
+                Kv::kCacheType == GqaCacheType::kBFloat16) {
+    if (tall) return AccumulateTallWidened(p, rows, ld, v, keys, h, acc, ahead);
+  }
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
     const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
     if (tall) {
