@@ -25,6 +25,12 @@ namespace attnrt::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 4;
+// Tiles taller than this (prompts) read float16/bfloat16 V through a float32 slab of kKeyChunk keys
+// x kSlabColumns columns, widened once per chunk (AccumulateTallWidened); shorter ones (decode: the
+// G heads of one token) use each widened vector for all their rows already.
+constexpr int64_t kTallRows = 8;
+constexpr int64_t kKeyChunk = 64;
+constexpr int64_t kSlabColumns = 24;
 constexpr size_t kLine = 64;
 
 // Lane i = horizontal sum of a[i]: 8 reductions for the price of about 2.
@@ -335,12 +341,65 @@ void AccumulateRows(const float* p, int64_t ld, const Kv& v, int64_t keys, int64
   if (d < h) AccumulateBlock<Kv, R, 1>(p, ld, v, d, keys, h, acc + d, ahead);
 }
 
+// Rows [0, rows) of one column block of V vectors over the float32 slab (kSlabColumns apart).
+template <int V>
+void AccumulateSlab(const float* p, int64_t rows, int64_t ld, const float* slab, int64_t keys,
+                    int64_t h, float* acc, Prefetcher& ahead) {
+  using Slab = KvRows<GqaCacheType::kFloat32, false>;
+  const Slab v{reinterpret_cast<const unsigned char*>(slab), kSlabColumns * sizeof(float), nullptr};
+  int64_t i = 0;
+  for (; i + kRowBlock <= rows; i += kRowBlock) {
+    AccumulateBlock<Slab, kRowBlock, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, ahead);
+  }
+  for (; i < rows; ++i)
+    AccumulateBlock<Slab, 1, V>(p + i * ld, ld, v, 0, keys, h, acc + i * h, ahead);
+}
+
+// P·V of a tall tile over float16 or bfloat16 V rows: each chunk of kKeyChunk keys is widened to
+// float32 once per column block of 24 (a 6 KiB slab that stays in L1) and every block of rows reads
+// the slab, where AccumulateRows would widen every V vector again for each block of 4 rows. The
+// slab holds the values Load returns and every accumulator element still adds the keys in order
+// (the partial sums go through acc between chunks, exactly): the same bits.
+template <class Kv>
+void AccumulateTallWidened(const float* p, int64_t rows, int64_t ld, const Kv& v, int64_t keys,
+                           int64_t h, float* acc, Prefetcher& ahead) {
+  alignas(32) float slab[kKeyChunk * kSlabColumns];
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
+    const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
+    const Kv chunk = v.Offset(j0);
+    for (int64_t d0 = 0; d0 < h; d0 += kSlabColumns) {
+      const int64_t vectors = (h - d0 < kSlabColumns ? h - d0 : kSlabColumns) / 8;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < vectors; ++c) {
+          _mm256_store_ps(slab + j * kSlabColumns + c * 8,
+                          chunk.Load(j, d0 + c * 8, _mm256_setzero_ps()));
+        }
+      }
+      switch (vectors) {
+        case 1:
+          AccumulateSlab<1>(p + j0, rows, ld, slab, n, h, acc + d0, ahead);
+          break;
+        case 2:
+          AccumulateSlab<2>(p + j0, rows, ld, slab, n, h, acc + d0, ahead);
+          break;
+        default:
+          AccumulateSlab<3>(p + j0, rows, ld, slab, n, h, acc + d0, ahead);
+          break;
+      }
+    }
+  }
+}
+
 template <class Kv>
 void AccumulateOf(const float* p, int64_t rows, int64_t ld, const Kv& v, int64_t keys, int64_t h,
                   float* acc, const void* prefetch, size_t prefetch_bytes) {
   const int64_t width = Kv::kCacheType == GqaCacheType::kInt4 ? 16 : 24;  // AccumulateRows' blocks
   const int64_t passes = ((rows + kRowBlock - 1) / kRowBlock) * ((h + width - 1) / width);
   Prefetcher ahead(prefetch, prefetch_bytes, passes * keys);
+  if constexpr (Kv::kCacheType == GqaCacheType::kFloat16 ||
+                Kv::kCacheType == GqaCacheType::kBFloat16) {
+    if (rows > kTallRows) return AccumulateTallWidened(p, rows, ld, v, keys, h, acc, ahead);
+  }
   int64_t i = 0;
   for (; i + kRowBlock <= rows; i += kRowBlock) {
     AccumulateRows<Kv, kRowBlock>(p + i * ld, ld, v, keys, h, acc + i * h, ahead);
