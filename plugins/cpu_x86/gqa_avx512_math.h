@@ -162,6 +162,35 @@ inline void RowScale(float alpha, float* y, int64_t n) {
   }
 }
 
+// x = float(bfloat16(x)) over [0, n), to nearest even, bit for bit gqa_convert.h's
+// FloatToBFloat16 (integer rounding: VCVTNEPS2BF16 would read subnormal inputs as zero); NaN stays
+// NaN, quieted, with its top payload bits.
+inline void RowRoundBFloat16(float* x, int64_t n) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i infinity = _mm512_set1_epi32(0x7F800000);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = Mask16(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, x + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), infinity);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    _mm512_mask_storeu_ps(x + i, mask, _mm512_castsi512_ps(_mm512_and_si512(r, high)));
+  }
+}
+
+// x = float(float16(x)) over [0, n): VCVTPS2PH to nearest even, then VCVTPH2PS (exact), which
+// gqa_convert.h's FloatToHalf and HalfToFloat give bit for bit.
+inline void RowRoundHalf(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = Mask16(n - i);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mask, x + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_mask_storeu_ps(x + i, mask, _mm512_cvtph_ps(h));
+  }
+}
+
 constexpr size_t kCacheLine = 64;
 
 // Spreads the prefetch of a byte range over `steps` calls of Step(): the next block streams in

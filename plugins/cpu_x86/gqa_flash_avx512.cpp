@@ -159,6 +159,25 @@ void PrefetchRows(const Kv& k, int64_t j, int64_t n, size_t used, int hint) {
   }
 }
 
+// Bytes of a row's h elements (GqaCacheRowBytes, computed here so that the file depends on no
+// function outside it: its white-box tests link it alone).
+constexpr size_t RowBytes(GqaCacheType type, int64_t h) {
+  const auto n = static_cast<size_t>(h);
+  switch (type) {
+    case GqaCacheType::kFloat32:
+      return n * 4;
+    case GqaCacheType::kFloat16:
+    case GqaCacheType::kBFloat16:
+      return n * 2;
+    case GqaCacheType::kInt4:
+      return n / 2;
+    case GqaCacheType::kInt8:
+    case GqaCacheType::kFloat8E4M3Fn:
+      break;
+  }
+  return n;
+}
+
 // ---- scores, short tiles ------------------------------------------------------------------------
 
 // out[r*ld + c] = scale * <q_r, k_c> for R rows (stride h) and C keys. Forced inline (with
@@ -249,7 +268,7 @@ void ScoresShortOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, 
                    float* scores, int64_t ld, Prefetcher& ahead) {
   // Keys outer: four keys stay in L1 while every row of the tile meets them.
   int64_t j = 0;
-  const size_t used = GqaCacheRowBytes(Kv::kCacheType, h);
+  const size_t used = RowBytes(Kv::kCacheType, h);
   const int64_t lead = static_cast<int64_t>((kKeyLeadBytes + used - 1) / used);
   for (; j + 4 <= keys; j += 4) {
     ahead.Step();
@@ -772,9 +791,25 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
   });
 }
 
+void Round(float* x, int64_t n, GqaFloatType type) {
+  switch (type) {
+    case GqaFloatType::kBFloat16:
+      return RowRoundBFloat16(x, n);
+    case GqaFloatType::kFloat16:
+      return RowRoundHalf(x, n);
+    case GqaFloatType::kFloat32:
+      return;
+  }
+}
+
 }  // namespace
 
+// accumulate_rounded: NULL (the driver calls accumulate) without AVX512-BF16.
 const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
-                                        &RowScale, 1,           nullptr,     nullptr};
+                                        &RowScale, 1,           &Round,      nullptr};
+
+const GqaFlashOps kGqaFlashOpsAvx512Bf16 = {&Scores, &Accumulate, &Dequantize,
+                                            &RowMax, &RowExpSum,  &RowScale,
+                                            1,       &Round,      &GqaFlashAccumulateRoundedBf16};
 
 }  // namespace attnrt::cpu
