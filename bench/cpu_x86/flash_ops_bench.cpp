@@ -1,16 +1,14 @@
-// gqa.flash.avx512's P·V block operation on a prompt tile, on its own (linked from the plugin's
-// objects, attnrt_cpu_x86_flash_internal): accumulate (float32 FMAs, each bfloat16 V element
-// widened per use) against accumulate_rounded (VDPBF16PS over key pairs, for P rounded to
-// bfloat16), which give the same bits.
+// gqa.flash.avx512's P·V block operation (accumulate) on a prompt tile, on its own (linked from
+// the plugin's objects, attnrt_cpu_x86_flash_internal): a bfloat16 V (widened to float32 once per
+// chunk of keys into a slab every block of rows reads) against a float32 V of the same values, so
+// the difference is what the widening costs.
 //
-//   BM_FlashPv/<op>/rows:128/keys:<K>         one call (h 128) over K in {64, 128, 256, 512} keys
-//   of a
-//                                             bfloat16 V (a BSNH cache's rows: 8 kv heads apart)
+//   BM_FlashPv/<v dtype>/rows:128/keys:<K>    one call (h 128) over K in {64, 128, 256, 512} keys
+//                                             of a BSNH cache's rows (8 kv heads apart)
 //
-// Warm caches: one tile's P, V and accumulator (at most 256 KiB) stay in L2, as the flash driver
-// reads them. Counter FLOP/s: 2 * rows * keys * h. Compare the two ops run interleaved, e.g.
+// Warm caches: one tile's P, V and accumulator (at most 256 KiB of bfloat16 V) stay in L2, as the
+// flash driver reads them. Counter FLOP/s: 2 * rows * keys * h. Compare the two run interleaved:
 //   bench_flash_ops_cpu_x86 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
-// accumulate_rounded needs AVX512-BF16; its benchmarks skip (with the reason) without it.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -27,7 +25,6 @@ namespace {
 using attnrt::cpu::GqaCacheType;
 using attnrt::cpu::GqaFlashKv;
 using attnrt::cpu::kGqaFlashOpsAvx512;
-using attnrt::cpu::kGqaFlashOpsAvx512Bf16;
 
 constexpr int64_t kRows = 128;
 constexpr int64_t kHeadSize = 128;
@@ -46,12 +43,11 @@ float BFloat16Value(uint16_t b) {
   return x;
 }
 
-void BM_FlashPv(benchmark::State& state, bool rounded) {
+void BM_FlashPv(benchmark::State& state, bool bfloat16) {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
-  if (!avx512 || (rounded && !__builtin_cpu_supports("avx512bf16"))) {
-    state.SkipWithError(rounded ? "needs AVX-512 F/BW/VL, FMA and AVX512-BF16"
-                                : "needs AVX-512 F/BW/VL and FMA");
+  if (!avx512) {
+    state.SkipWithError("needs AVX-512 F/BW/VL and FMA");
     return;
   }
   const int64_t keys = state.range(0);
@@ -60,16 +56,22 @@ void BM_FlashPv(benchmark::State& state, bool rounded) {
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> p(static_cast<size_t>(kRows * ld));
-  for (float& e : p) e = BFloat16Value(BFloat16Bits(unit(rng) / static_cast<float>(keys)));
-  std::vector<uint16_t> v(static_cast<size_t>(keys * kKvNumHeads * kHeadSize));
-  for (uint16_t& e : v) e = BFloat16Bits(normal(rng));
+  for (float& e : p) e = unit(rng) / static_cast<float>(keys);
+  const size_t elements = static_cast<size_t>(keys * kKvNumHeads * kHeadSize);
+  std::vector<uint16_t> v16(elements);
+  std::vector<float> v32(elements);
+  for (size_t i = 0; i < elements; ++i) {
+    v16[i] = BFloat16Bits(normal(rng));
+    v32[i] = BFloat16Value(v16[i]);
+  }
   std::vector<float> acc(static_cast<size_t>(kRows * kHeadSize), 0.0f);
-  const GqaFlashKv kv{v.data(), kKvNumHeads * kHeadSize * sizeof(uint16_t), GqaCacheType::kBFloat16,
-                      nullptr, false};
-  const auto op =
-      rounded ? kGqaFlashOpsAvx512Bf16.accumulate_rounded : kGqaFlashOpsAvx512.accumulate;
+  const GqaFlashKv kv = bfloat16
+                            ? GqaFlashKv{v16.data(), kKvNumHeads * kHeadSize * sizeof(uint16_t),
+                                         GqaCacheType::kBFloat16, nullptr, false}
+                            : GqaFlashKv{v32.data(), kKvNumHeads * kHeadSize * sizeof(float),
+                                         GqaCacheType::kFloat32, nullptr, false};
   for (auto _ : state) {
-    op(p.data(), kRows, ld, kv, keys, kHeadSize, acc.data(), nullptr, 0);
+    kGqaFlashOpsAvx512.accumulate(p.data(), kRows, ld, kv, keys, kHeadSize, acc.data(), nullptr, 0);
     benchmark::DoNotOptimize(acc.data());
     benchmark::ClobberMemory();
   }
@@ -79,11 +81,11 @@ void BM_FlashPv(benchmark::State& state, bool rounded) {
 }
 
 void Register() {
-  for (const bool rounded : {false, true}) {
+  for (const bool bfloat16 : {true, false}) {
     const std::string name =
-        std::string("BM_FlashPv/") + (rounded ? "accumulate_rounded" : "accumulate") + "/rows:128";
+        std::string("BM_FlashPv/") + (bfloat16 ? "bfloat16" : "float32") + "/rows:128";
     auto* b = benchmark::RegisterBenchmark(
-        name.c_str(), [rounded](benchmark::State& state) { BM_FlashPv(state, rounded); });
+        name.c_str(), [bfloat16](benchmark::State& state) { BM_FlashPv(state, bfloat16); });
     b->ArgName("keys")->Arg(64)->Arg(128)->Arg(256)->Arg(512);
   }
 }

@@ -804,12 +804,9 @@ void Round(float* x, int64_t n, GqaFloatType type) {
 
 }  // namespace
 
-// accumulate_rounded: NULL (the driver calls accumulate) without AVX512-BF16.
+// accumulate_rounded: NULL (the driver calls accumulate: its float32 FMAs over a V widened once
+// per chunk of a tall tile leave no faster path for rounded P on this ISA).
 const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
                                         &RowScale, 1,           &Round,      nullptr};
-
-const GqaFlashOps kGqaFlashOpsAvx512Bf16 = {&Scores, &Accumulate, &Dequantize,
-                                            &RowMax, &RowExpSum,  &RowScale,
-                                            1,       &Round,      &GqaFlashAccumulateRoundedBf16};
 
 }  // namespace attnrt::cpu

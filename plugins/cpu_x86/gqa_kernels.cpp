@@ -88,14 +88,6 @@ std::string BFloat16DeclineReason(const attnrt_gqa_problem& p) {
          "products); the other flash kernels and the naive ones run the other dtypes";
 }
 
-// GqaFlashRunWith with the operations GqaFlashOpsFor picks for this CPU.
-template <const GqaFlashOps& kOps>
-int32_t FlashRun(void* plugin_context, const void* args, char* error,
-                 size_t error_capacity) noexcept {
-  return GqaFlashRun(plugin_context, args, error, error_capacity,
-                     GqaFlashOpsFor(plugin_context, kOps));
-}
-
 // A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason); the
 // AVX2 ones need F16C for float16 problems, the AMX one bfloat16 problems.
 template <Isa kIsa, bool kFlash>
@@ -165,7 +157,7 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .priority = kFlashPriority + kAvx512Bonus,
      .supports = &Supports<Isa::kAvx512, true>,
      .workspace_size = &GqaFlashWorkspaceSize,
-     .run = &FlashRun<kGqaFlashOpsAvx512>},
+     .run = &GqaFlashRunWith<kGqaFlashOpsAvx512>},
     {.struct_size = sizeof(attnrt_kernel_desc),
      .name = "cpu_x86.gqa.flash.amx",
      .op_kind = ATTNRT_OP_GQA,
@@ -177,12 +169,6 @@ constexpr attnrt_kernel_desc kKernels[] = {
 };
 
 }  // namespace
-
-const GqaFlashOps& GqaFlashOpsFor(const void* plugin_context, const GqaFlashOps& ops) noexcept {
-  const auto& context = *static_cast<const PluginContext*>(plugin_context);
-  if (&ops == &kGqaFlashOpsAvx512 && context.cpu.avx512bf16) return kGqaFlashOpsAvx512Bf16;
-  return ops;
-}
 
 int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
                                size_t reason_capacity) noexcept {

@@ -31,20 +31,6 @@ void GqaAttendRowsAvx512(const GqaRun& run, float* scratch, int64_t unit_begin, 
 void GqaAttendRowsPagedAvx512(const GqaRun& run, float* scratch, int64_t unit_begin,
                               int64_t unit_end);
 extern const GqaFlashOps kGqaFlashOpsAvx512;
-// kGqaFlashOpsAvx512 with accumulate_rounded on AVX512-BF16 (GqaFlashAccumulateRoundedBf16): use
-// only when the probe also found AVX512-BF16 usable (CpuFeatures::avx512bf16).
-extern const GqaFlashOps kGqaFlashOpsAvx512Bf16;
-// accumulate_rounded of kGqaFlashOpsAvx512Bf16 (gqa_flash_avx512_bf16.cpp): for a bfloat16 V and
-// tiles taller than 8 rows, P·V on VDPBF16PS over key pairs, with accumulate's bits for P whose
-// elements are bfloat16 values (subnormal P or V elements read as zero); otherwise
-// kGqaFlashOpsAvx512.accumulate. Executes AVX512-BF16 instructions.
-void GqaFlashAccumulateRoundedBf16(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v,
-                                   int64_t keys, int64_t h, float* acc, const void* prefetch,
-                                   size_t prefetch_bytes);
-// The block operations a gqa.flash kernel built on `ops` runs with on this plugin's CPU:
-// kGqaFlashOpsAvx512Bf16 for kGqaFlashOpsAvx512 where the probe found AVX512-BF16 usable, else
-// `ops`. plugin_context is a PluginContext*.
-const GqaFlashOps& GqaFlashOpsFor(const void* plugin_context, const GqaFlashOps& ops) noexcept;
 
 // Block operations of gqa.flash.amx (tall-tile scores on AMX-BF16, the rest gqa.flash.avx512's):
 // use only when the probe found AVX-512 F/BW/VL, FMA and AMX-BF16 usable and the tile data

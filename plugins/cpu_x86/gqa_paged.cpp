@@ -64,8 +64,7 @@ size_t WorkspaceSize(void* plugin_context, const void* problem) noexcept {
                               PagedGqaPoolStrides(p, p.value_cache_strides),
                               nullptr,
                               nullptr};
-  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout,
-                                    GqaFlashOpsFor(plugin_context, kOps));
+  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout, kOps);
 }
 
 template <const GqaFlashOps& kOps>
@@ -83,8 +82,7 @@ int32_t Run(void* plugin_context, const void* args, char* error, size_t error_ca
                                 PagedGqaPoolStrides(p, p.value_cache_strides),
                                 &PagedGqaStage,
                                 &stage};
-    return GqaFlashRunPaged(plugin_context, a.gqa, paging, GqaFlashOpsFor(plugin_context, kOps),
-                            error, error_capacity);
+    return GqaFlashRunPaged(plugin_context, a.gqa, paging, kOps, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");
     return ATTNRT_ERROR_INTERNAL;

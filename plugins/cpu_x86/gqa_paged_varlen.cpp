@@ -126,11 +126,10 @@ size_t FlashWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_varlen_problem)) return 0;
   const attnrt_paged_gqa_problem decode = DecodeProblem(p);
-  return std::max(
-      GqaFlashPagedWorkspaceSize(plugin_context, p.paged.gqa, Paging(p.paged, nullptr, nullptr),
-                                 GqaFlashOpsFor(plugin_context, kOps)),
-      GqaFlashPagedWorkspaceSize(plugin_context, decode.gqa, Paging(decode, nullptr, nullptr),
-                                 GqaFlashOpsFor(plugin_context, kOps)));
+  return std::max(GqaFlashPagedWorkspaceSize(plugin_context, p.paged.gqa,
+                                             Paging(p.paged, nullptr, nullptr), kOps),
+                  GqaFlashPagedWorkspaceSize(plugin_context, decode.gqa,
+                                             Paging(decode, nullptr, nullptr), kOps));
 }
 
 size_t NaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept {
@@ -148,8 +147,7 @@ int32_t FlashRun(void* plugin_context, const void* args, char* error,
     if (fits != ATTNRT_OK) return fits;
     const PagedCall call(a);
     const GqaFlashPaging paging = Paging(*call.paged.problem, call.paged.block_table, &call.stage);
-    return GqaFlashRunPaged(plugin_context, call.paged.gqa, paging,
-                            GqaFlashOpsFor(plugin_context, kOps), error, error_capacity);
+    return GqaFlashRunPaged(plugin_context, call.paged.gqa, paging, kOps, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa_varlen.flash run()");
     return ATTNRT_ERROR_INTERNAL;

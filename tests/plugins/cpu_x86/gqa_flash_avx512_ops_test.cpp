@@ -1,14 +1,13 @@
-// White-box tests of gqa.flash.avx512's block operations for probabilities rounded to the query
-// type (plugins/cpu_common/gqa_flash.h: round, accumulate_rounded), linked from the plugin's
-// objects (attnrt_cpu_x86_flash_internal):
-//   - kGqaFlashOpsAvx512Bf16.accumulate_rounded (VDPBF16PS over key pairs) has exactly the bits of
-//     kGqaFlashOpsAvx512.accumulate (float32 FMAs in key order) on the same bfloat16-valued P and
-//     bfloat16 V, for tall tiles of every shape class, odd key counts, head sizes that are not a
-//     multiple of 16, and a preloaded accumulator; split into several calls at any key offset, it
-//     gives the bits of one call; unrounded P (outside its contract) gives other bits.
-//   - round against gqa_convert.h's scalar conversions over the bfloat16 and float16 edge values.
-// Skipped, saying why, where the CPU or OS lacks AVX-512 F/BW/VL and FMA (and AVX512-BF16 for the
-// VDPBF16PS operation).
+// White-box tests of gqa.flash.avx512's block operations, linked from the plugin's objects
+// (attnrt_cpu_x86_flash_internal):
+//   - accumulate over a float16/bfloat16 V: a tall tile (more than 8 rows, read through a float32
+//     slab widened once per chunk of keys) has exactly the bits of the same rows handed over in
+//     blocks of at most 8 (decode tiles, each V vector widened where it is used), for every shape
+//     class, odd key counts, head sizes that are not a multiple of 16 and a preloaded accumulator;
+//     split into several calls at any key offset, it gives the bits of one call.
+//   - round (plugins/cpu_common/gqa_flash.h) against gqa_convert.h's scalar conversions over the
+//     bfloat16 and float16 edge values.
+// Skipped, saying why, where the CPU or OS lacks AVX-512 F/BW/VL and FMA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,17 +30,10 @@ bool HasAvx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 }
 
-bool HasAvx512Bf16() { return HasAvx512() && __builtin_cpu_supports("avx512bf16"); }
-
 #define SKIP_WITHOUT_AVX512()                                              \
   if (!HasAvx512())                                                        \
   GTEST_SKIP() << "the CPU or OS lacks AVX-512 F/BW/VL or FMA (the block " \
                   "operations of gqa.flash.avx512)"
-#define SKIP_WITHOUT_AVX512_BF16()                                \
-  if (!HasAvx512Bf16())                                           \
-  GTEST_SKIP() << "the CPU or OS lacks AVX512-BF16 (VDPBF16PS): " \
-                  "accumulate_rounded's fast path cannot run here"
-
 uint32_t Bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
@@ -54,16 +46,13 @@ float FromBits(uint32_t u) {
   return x;
 }
 
-// A bfloat16 value: no subnormals (VDPBF16PS reads them as zero, outside the comparison).
-float ToBFloat16(float x) {
-  const float r = BFloat16ToFloat(FloatToBFloat16(x));
-  return std::fabs(r) < 0x1p-120f ? 0.0f : r;
-}
+float ToBFloat16(float x) { return BFloat16ToFloat(FloatToBFloat16(x)); }
 
-// One P·V problem: P rows x ld (keys used), V keys rows of h bfloat16 with a row stride of three
-// heads (a BSNH cache's kv head), acc rows x h.
+// One P·V problem: P rows x ld (keys used), V keys rows of h bfloat16 (or float16) with a row
+// stride of three heads (a BSNH cache's kv head), acc rows x h.
 struct Problem {
   int64_t rows = 0, keys = 0, h = 0, ld = 0;
+  GqaCacheType type = GqaCacheType::kBFloat16;
   std::vector<float> p;
   std::vector<uint16_t> v;
   std::vector<float> acc;
@@ -71,7 +60,7 @@ struct Problem {
   GqaFlashKv Kv(int64_t first_key = 0) const {
     return {reinterpret_cast<const unsigned char*>(v.data()) +
                 static_cast<size_t>(first_key) * row_bytes(),
-            row_bytes(), GqaCacheType::kBFloat16, nullptr, false};
+            row_bytes(), type, nullptr, false};
   }
 };
 
@@ -79,8 +68,9 @@ struct Problem {
 // keys), rounded to bfloat16 unless `rounded` is false; V normal, rounded to bfloat16; acc
 // preloaded with normal values, some of them exact zeros of either sign.
 Problem MakeProblem(int64_t rows, int64_t keys, int64_t h, std::mt19937_64& rng,
-                    bool rounded = true) {
+                    bool rounded = true, GqaCacheType type = GqaCacheType::kBFloat16) {
   Problem x;
+  x.type = type;
   x.rows = rows;
   x.keys = keys;
   x.h = h;
@@ -100,7 +90,9 @@ Problem MakeProblem(int64_t rows, int64_t keys, int64_t h, std::mt19937_64& rng,
   x.v.assign(static_cast<size_t>(keys * 3 * h), 0x7FC0);  // other heads: NaN, never read
   for (int64_t j = 0; j < keys; ++j) {
     for (int64_t d = 0; d < h; ++d) {
-      x.v[static_cast<size_t>(j * 3 * h + d)] = FloatToBFloat16(ToBFloat16(4.0f * normal(rng)));
+      const float e = 4.0f * normal(rng);
+      x.v[static_cast<size_t>(j * 3 * h + d)] =
+          type == GqaCacheType::kFloat16 ? FloatToHalf(e) : FloatToBFloat16(e);
     }
   }
   x.acc.resize(static_cast<size_t>(rows * h));
@@ -111,10 +103,22 @@ Problem MakeProblem(int64_t rows, int64_t keys, int64_t h, std::mt19937_64& rng,
   return x;
 }
 
-std::vector<float> Accumulate(const GqaFlashOps& ops, const Problem& x, bool rounded_op) {
+// acc after accumulate over all rows in one call (a tall tile when rows > 8).
+std::vector<float> Accumulate(const Problem& x) {
   std::vector<float> acc = x.acc;
-  const auto fn = rounded_op ? ops.accumulate_rounded : ops.accumulate;
-  fn(x.p.data(), x.rows, x.ld, x.Kv(), x.keys, x.h, acc.data(), nullptr, 0);
+  kGqaFlashOpsAvx512.accumulate(x.p.data(), x.rows, x.ld, x.Kv(), x.keys, x.h, acc.data(), nullptr,
+                                0);
+  return acc;
+}
+
+// acc after accumulate over blocks of at most 8 rows (decode tiles), `shift` keys further into V.
+std::vector<float> AccumulateShortTiles(const Problem& x, int64_t shift = 0) {
+  std::vector<float> acc = x.acc;
+  for (int64_t r = 0; r < x.rows; r += 8) {
+    const int64_t n = std::min<int64_t>(8, x.rows - r);
+    kGqaFlashOpsAvx512.accumulate(x.p.data() + r * x.ld, n, x.ld, x.Kv(shift), x.keys - shift, x.h,
+                                  acc.data() + r * x.h, nullptr, 0);
+  }
   return acc;
 }
 
@@ -131,101 +135,59 @@ std::string FirstDifference(const std::vector<float>& a, const std::vector<float
   return {};
 }
 
-TEST(GqaFlashAvx512Ops, Bf16TableHasTheFastPath) {
-  EXPECT_EQ(kGqaFlashOpsAvx512.accumulate_rounded, nullptr);
-  EXPECT_NE(kGqaFlashOpsAvx512Bf16.accumulate_rounded, nullptr);
-  EXPECT_NE(kGqaFlashOpsAvx512.round, nullptr);
-  EXPECT_EQ(kGqaFlashOpsAvx512Bf16.tall_split_keys, kGqaFlashOpsAvx512.tall_split_keys);
-}
-
-TEST(GqaFlashAvx512Ops, AccumulateRoundedHasAccumulatesBits) {
-  SKIP_WITHOUT_AVX512_BF16();
+TEST(GqaFlashAvx512Ops, TallTilesHaveShortTilesBits) {
+  SKIP_WITHOUT_AVX512();
   std::mt19937_64 rng(20240611);
-  const int64_t row_counts[] = {1, 8, 9, 13, 64, 128};
+  const int64_t row_counts[] = {9, 13, 64, 128};
   const int64_t key_counts[] = {1, 2, 3, 17, 63, 64, 65, 129, 200};
-  const int64_t head_sizes[] = {64, 128, 256, 8, 24, 72, 512, 1040};
-  for (const int64_t h : head_sizes) {
-    for (const int64_t rows : row_counts) {
-      for (const int64_t keys : key_counts) {
-        const Problem x = MakeProblem(rows, keys, h, rng);
-        const std::string diff = FirstDifference(Accumulate(kGqaFlashOpsAvx512Bf16, x, true),
-                                                 Accumulate(kGqaFlashOpsAvx512, x, false), h);
-        EXPECT_EQ(diff, "") << "rows " << rows << " keys " << keys << " h " << h;
+  const int64_t head_sizes[] = {64, 128, 256, 8, 24, 72, 512};
+  for (const GqaCacheType type : {GqaCacheType::kBFloat16, GqaCacheType::kFloat16}) {
+    for (const int64_t h : head_sizes) {
+      for (const int64_t rows : row_counts) {
+        for (const int64_t keys : key_counts) {
+          const Problem x = MakeProblem(rows, keys, h, rng, /*rounded=*/false, type);
+          EXPECT_EQ(FirstDifference(Accumulate(x), AccumulateShortTiles(x), h), "")
+              << "rows " << rows << " keys " << keys << " h " << h << " float16 "
+              << (type == GqaCacheType::kFloat16);
+        }
       }
     }
   }
 }
 
-TEST(GqaFlashAvx512Ops, AccumulateRoundedSplitCallsGiveOneCallsBits) {
-  SKIP_WITHOUT_AVX512_BF16();
+TEST(GqaFlashAvx512Ops, TallTileSplitCallsGiveOneCallsBits) {
+  SKIP_WITHOUT_AVX512();
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
     const int64_t rows = std::uniform_int_distribution<int64_t>(9, 128)(rng);
     const int64_t keys = std::uniform_int_distribution<int64_t>(1, 200)(rng);
     const int64_t head_sizes[] = {64, 128, 256, 8, 24, 72};
     const int64_t h = head_sizes[trial % 6];
-    const Problem x = MakeProblem(rows, keys, h, rng);
-    const std::vector<float> whole = Accumulate(kGqaFlashOpsAvx512Bf16, x, true);
+    const Problem x = MakeProblem(rows, keys, h, rng, /*rounded=*/false);
+    const std::vector<float> whole = Accumulate(x);
     std::vector<float> split = x.acc;
     std::string pieces;
     for (int64_t j0 = 0; j0 < keys;) {
       const int64_t n =
           std::min<int64_t>(keys - j0, std::uniform_int_distribution<int64_t>(1, 70)(rng));
-      kGqaFlashOpsAvx512Bf16.accumulate_rounded(x.p.data() + j0, rows, x.ld, x.Kv(j0), n, h,
-                                                split.data(), nullptr, 0);
+      kGqaFlashOpsAvx512.accumulate(x.p.data() + j0, rows, x.ld, x.Kv(j0), n, h, split.data(),
+                                    nullptr, 0);
       pieces += " " + std::to_string(n);
       j0 += n;
     }
     EXPECT_EQ(FirstDifference(split, whole, h), "")
         << "rows " << rows << " keys " << keys << " h " << h << ", calls of" << pieces;
-    EXPECT_EQ(FirstDifference(split, Accumulate(kGqaFlashOpsAvx512, x, false), h), "");
   }
 }
 
-// An odd key count pairs the last key with nothing: that partner must add exactly nothing, -0
-// included (a +0 product would turn a -0 sum into +0).
-TEST(GqaFlashAvx512Ops, AccumulateRoundedKeepsNegativeZeroSums) {
-  SKIP_WITHOUT_AVX512_BF16();
-  for (const int64_t keys : {1, 3, 65}) {
-    Problem x;
-    x.rows = 9;
-    x.keys = keys;
-    x.h = 32;
-    x.ld = keys;
-    x.p.assign(static_cast<size_t>(x.rows * x.ld), 0.0f);
-    x.v.assign(static_cast<size_t>(keys * 3 * x.h), FloatToBFloat16(-1.5f));
-    x.acc.assign(static_cast<size_t>(x.rows * x.h), -0.0f);
-    const std::vector<float> expected = Accumulate(kGqaFlashOpsAvx512, x, false);
-    ASSERT_EQ(Bits(expected[0]), 0x80000000u);
-    EXPECT_EQ(FirstDifference(Accumulate(kGqaFlashOpsAvx512Bf16, x, true), expected, x.h), "")
-        << "keys " << keys;
-  }
-}
-
-// Control: P with more than bfloat16's bits is outside the contract, and the pair products read
-// only its bfloat16 part; the comparison above would see that.
-TEST(GqaFlashAvx512Ops, AccumulateRoundedOfUnroundedProbabilitiesDiffers) {
-  SKIP_WITHOUT_AVX512_BF16();
+// Control: the comparison above sees a tile that reads V one key off.
+TEST(GqaFlashAvx512Ops, TallTileComparisonSeesAShiftedV) {
+  SKIP_WITHOUT_AVX512();
   std::mt19937_64 rng(11);
-  const Problem x = MakeProblem(32, 64, 128, rng, /*rounded=*/false);
-  EXPECT_NE(FirstDifference(Accumulate(kGqaFlashOpsAvx512Bf16, x, true),
-                            Accumulate(kGqaFlashOpsAvx512, x, false), x.h),
-            "");
-}
-
-// Other cache types go to accumulate itself.
-TEST(GqaFlashAvx512Ops, AccumulateRoundedOfOtherCacheTypesIsAccumulate) {
-  SKIP_WITHOUT_AVX512_BF16();
-  std::mt19937_64 rng(3);
-  const Problem x = MakeProblem(16, 33, 64, rng);
-  std::vector<uint16_t> half(x.v.size());
-  for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToHalf(BFloat16ToFloat(x.v[i]));
-  const GqaFlashKv kv{half.data(), x.row_bytes(), GqaCacheType::kFloat16, nullptr, false};
-  std::vector<float> a = x.acc, b = x.acc;
-  kGqaFlashOpsAvx512Bf16.accumulate_rounded(x.p.data(), x.rows, x.ld, kv, x.keys, x.h, a.data(),
-                                            nullptr, 0);
-  kGqaFlashOpsAvx512.accumulate(x.p.data(), x.rows, x.ld, kv, x.keys, x.h, b.data(), nullptr, 0);
-  EXPECT_EQ(FirstDifference(a, b, x.h), "");
+  Problem x = MakeProblem(32, 65, 128, rng, /*rounded=*/false);
+  const std::vector<float> shifted = AccumulateShortTiles(x, 1);
+  x.keys -= 1;
+  EXPECT_NE(FirstDifference(Accumulate(x), shifted, x.h), "");
 }
 
 // Float32 values around every bfloat16 / float16 rounding boundary, and the special ones.
