@@ -671,14 +671,15 @@ void AccumulateSlab(const float* p, int64_t rows, int64_t ld, const float* slab,
   }
 }
 
-// P·V of a tall tile over float32, float16 or bfloat16 V rows: each chunk of kKeyChunk keys is
-// widened (copied, for float32) once per column block of 64 into a 16 KiB float32 slab that stays
-// in L1, and every row block reads the slab, where AccumulateChunk would widen every V vector again
-// for each block of 6 rows (the widening instructions compete with the FMAs for the same ports)
-// and read float32 rows from wherever the cache keeps them (rows of a BSNH cache lie kv_num_heads
-// rows apart). The slab holds the values Load returns and every accumulator element still adds
-// the keys in order: the same bits. Measured with bench_flash_ops_cpu_x86 (128 rows, h 128, one
-// thread): bfloat16 V 130-145 GFLOP/s (about 100 widening per use), float32 V 115-142 (90-133).
+// P·V of a tall tile over float16 or bfloat16 V rows, or strided float32 ones: each chunk of
+// kKeyChunk keys is widened (copied, for float32) once per column block of 64 into a 16 KiB float32
+// slab that stays in L1, and every row block reads the slab, where AccumulateChunk would widen
+// every V vector again for each block of 6 rows (the widening instructions compete with the FMAs
+// for the same ports) and read float32 rows from wherever the cache keeps them (rows of a BSNH
+// cache lie kv_num_heads rows apart). The slab holds the values Load returns and every accumulator
+// element still adds the keys in order: the same bits. Measured with bench_flash_ops_cpu_x86 (128
+// rows, h 128, one thread): bfloat16 V 130-145 GFLOP/s (about 100 widening per use), float32 V
+// 115-142 (90-133).
 template <class Kv>
 void AccumulateTallWidened(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, int64_t h,
                            float* acc, Prefetcher& ahead) {
@@ -727,7 +728,11 @@ void AccumulateOf(const float* p, int64_t rows, int64_t ld, Kv v, int64_t keys, 
   if constexpr (Kv::kCacheType == GqaCacheType::kFloat16 ||
                 Kv::kCacheType == GqaCacheType::kBFloat16 ||
                 Kv::kCacheType == GqaCacheType::kFloat32) {
-    if (tall) return AccumulateTallWidened(p, rows, ld, v, keys, h, acc, ahead);
+    // Float32 rows that are already contiguous (BNSH blocks, a contiguous cache) gain nothing
+    // from a copy.
+    const bool packed = Kv::kCacheType == GqaCacheType::kFloat32 &&
+                        v.row_bytes == static_cast<size_t>(h) * sizeof(float);
+    if (tall && !packed) return AccumulateTallWidened(p, rows, ld, v, keys, h, acc, ahead);
   }
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
     const int64_t n = keys - j0 < kKeyChunk ? keys - j0 : kKeyChunk;
