@@ -322,14 +322,15 @@ def header_line(args, modes):
 
 def attnrt_call(cell, rt, mode, seen, key):
     """cell.run_attnrt, returning the kernel of the plan the call made (from the runtime's log);
-    a plan from the cache made no line: the kernel last seen for the same key."""
+    a plan from the cache made no line: the kernel last seen for the same key (thread count, mode,
+    dtype, block size, new tokens), else for the same key but the new tokens."""
     sink = [""]
     with stderr_captured(sink):
         cell.run_attnrt(rt, p_precision=mode)
     found = PLAN_LOG.findall(sink[0])
     if found:
-        seen[key] = found[-1][1]
-    return seen.get(key, "?")
+        seen[key] = seen[key[:-1]] = found[-1][1]
+    return seen.get(key, seen.get(key[:-1], "? (a plan from the cache)"))
 
 
 def kernel_table(args, step, contexts, runtimes, py_runtimes, seen):
