@@ -69,6 +69,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def check_p_precision(modes, rt):
     import inspect
 
     import attnrt
-    from attnrt import _torch_lib
+    from attnrt import _torch_lib, _varlen
 
     if isinstance(rt, int):
         args = [a.name for a in _torch_lib._varlen_on._schema.arguments]
@@ -166,11 +167,12 @@ def check_p_precision(modes, rt):
                 f"(torch.ops.attnrt._paged_attention_varlen_on, {_torch_lib.__file__}) takes no "
                 f"argument after kv_layout (its arguments: {', '.join(args)}); install an attnrt "
                 "whose operator takes the precision mode, or use --p-precision exact")
-    if "p_precision" not in inspect.signature(attnrt.paged_attention_varlen).parameters:
-        raise SystemExit(
-            f"--p-precision {','.join(modes)}: the installed attnrt.paged_attention_varlen "
-            f"({attnrt.__file__}) has no keyword p_precision; install an attnrt that has it, or "
-            "use --p-precision exact")
+    for fn in (attnrt.paged_attention_varlen, _varlen.paged_attention_varlen_python):
+        if "p_precision" not in inspect.signature(fn).parameters:
+            raise SystemExit(
+                f"--p-precision {','.join(modes)}: the installed attnrt's {fn.__name__} "
+                f"({attnrt.__file__}) has no keyword p_precision; install an attnrt that has it, "
+                "or use --p-precision exact")
 
 
 class Cell:
@@ -572,7 +574,7 @@ def e2e_check(args, runner_dir, names):
     with open(os.path.join(args.e2e, "config.json")) as f:
         config = json.load(f)
     for w in names:
-        a = vllm_reference_run.parse_args([args.e2e] + WORKLOADS[w][1] + args.e2e_args.split())
+        a = vllm_reference_run.parse_args([args.e2e] + WORKLOADS[w][1] + shlex.split(args.e2e_args))
         need = max(a.max_prompt_len + a.gen_tokens, a.max_batched_tokens)
         have = config.get("max_position_embeddings", 0)
         if have < need:
@@ -609,7 +611,7 @@ def e2e_run(args, runner, hook_dir, w, backend, rnd):
     base = os.path.join(args.e2e_dir, f"e2e_{w}_{backend}_{rnd}")
     cmd = ([sys.executable, runner, args.e2e, "--in-process", "--no-perturb", "--dtype",
             args.e2e_dtype, "--max-batched-tokens", str(args.e2e_max_batched_tokens),
-            "--out", base + ".json"] + WORKLOADS[w][1] + args.e2e_args.split())
+            "--out", base + ".json"] + WORKLOADS[w][1] + shlex.split(args.e2e_args))
     print("+", " ".join(cmd), flush=True)
     with open(base + ".log", "w") as log:
         rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log).returncode
