@@ -513,7 +513,7 @@ WORKLOAD_ALIASES = {"mixed": "a", "long": "b"}  # the names of the first two wor
 # pick "amx" (vLLM 0.32 has no setting for it); it wraps _get_attn_isa when vLLM's cpu_attn module
 # is first imported, which every caller (the metadata builder, the platform) looks up there.
 ISA_HOOK = r'''
-import importlib.abc, importlib.util, sys, os
+import importlib.abc, importlib.machinery, importlib.util, os, sys
 _TARGET = "vllm.v1.attention.backends.cpu_attn"
 _NO_AMX = os.environ.get("ATTNRT_BENCH_NO_AMX") == "1"
 
@@ -551,6 +551,13 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 sys.meta_path.insert(0, _Finder())
+
+# Then the sitecustomize this one shadows, if there is one.
+_here = os.path.dirname(os.path.abspath(__file__))
+_other = importlib.machinery.PathFinder.find_spec(
+    "sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
+if _other is not None and _other.loader is not None:
+    _other.loader.exec_module(importlib.util.module_from_spec(_other))
 '''
 
 
