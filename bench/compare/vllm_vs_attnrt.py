@@ -620,6 +620,8 @@ def e2e_run(args, runner, hook_dir, w, backend, rnd):
             args.e2e_dtype, "--max-batched-tokens", str(args.e2e_max_batched_tokens),
             "--out", base + ".json"] + WORKLOADS[w][1] + shlex.split(args.e2e_args))
     print("+", " ".join(cmd), flush=True)
+    if os.path.exists(base + ".json"):  # no result of an earlier run read as this one's
+        os.remove(base + ".json")
     with open(base + ".log", "w") as log:
         rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log).returncode
     with open(base + ".log") as f:
