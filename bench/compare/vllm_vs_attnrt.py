@@ -18,44 +18,161 @@ runtime on the same torch intra-op threads (a team of t, as the vLLM backend run
 --own-pool on attnrt.Runtime(num_threads=t), threads of its own.
 attnrt.paged_attention_varlen goes through the C++ torch operator (libattnrt_torch.so) when it is
 built; --python-path adds its Python path (SWIG and DLPack) as a further column, interleaved.
+The kernel attnrt ran (its runtimes log each plan they make, ATTNRT_DEBUG) and vLLM's ISA are
+printed when they change and listed under the table.
 
 --prefill: one chunk of a chunked prefill per cell instead (batch 1, the last 2048 tokens of the
 context new and causal among themselves, contexts >= 2048), the two outputs checked against each
-other.
+other. --table bf16: the bfloat16 cells in one run, a decode table (block sizes 128 and 16, batch 1
+and 8, contexts 1k, 4k, 16k) and a prefill table (2048-token chunks over contexts 2048 and 4096).
 
-End to end (--e2e MODEL_DIR): tokens/s of scripts/vllm_reference_run.py --in-process (engine and
-worker in one process) with vLLM's backend and with attnrt (ATTNRT_VLLM=1), on the mixed workload of the end-to-end check and on a long-context
-decode-heavy one (8 prompts of 4096 tokens, 128 new tokens each); needs a checkpoint with
-max_position_embeddings >= 4224 (make-llama-checkpoint.py --max-pos 8192).
+--no-amx: both sides as on a host without AMX, the same command meaning the same on any host:
+vLLM's ISA choice (vllm.v1.attention.backends.cpu_attn._get_attn_isa) has "amx" replaced by "vec",
+its non-AMX choice for those block sizes, and attnrt runs with ATTNRT_DISABLE=*amx* (appended to
+any ATTNRT_DISABLE given), set before any attnrt runtime exists. Only attention changes: torch's
+own kernels (the model's dense layers end to end) use what the CPU has.
+--p-precision exact,input: one attnrt column per mode of paged_attention_varlen's p_precision
+("exact": P kept in float32; "input": P rounded to the query type before P·V, as vLLM does),
+interleaved in the same rotation; needs an attnrt that takes the keyword (checked first).
+
+End to end (--e2e MODEL_DIR): generate time and tokens/s (prompt and new tokens over the generate
+time) of scripts/vllm_reference_run.py --in-process (engine and worker in one process), bfloat16,
+vLLM's default block size (128), chunked prefill of --e2e-max-batched-tokens (2048) per step, with
+vLLM's backend and with attnrt (ATTNRT_VLLM=1; one run per --p-precision mode, through
+ATTNRT_VLLM_P_PRECISION), each run its own process, alternated (vLLM, attnrt, vLLM, attnrt ...)
+for --rounds rounds; the ratio is vLLM's time / attnrt's, with its median per workload. Workloads
+(--e2e-only a,b,c; mixed = a, long = b):
+  a  8 prompts of 64..4000 tokens (seeded lengths), 64 new tokens each
+  b  8 prompts of 4096 tokens, 128 new
+  c  16 prompts of 1024 tokens, 256 new
+The checkpoint needs max_position_embeddings >= 4224, e.g.
+  scripts/make-llama-checkpoint.py build/vllm-bench/llama-h128 --dtype bfloat16 --head-dim 128 \
+      --hidden 1024 --heads 8 --kv-heads 2 --max-pos 8192 --qk-std 0.08 --lm-head-std 0.1
+--no-amx reaches the engine through a sitecustomize hook the script writes to --e2e-dir and puts
+first on the runs' PYTHONPATH (vLLM has no setting for its CPU attention ISA); the hook reports
+vLLM's ISA choices on stderr in every run. Each run's stderr goes to a .log beside its JSON.
 
 Usage (in the venv of scripts/setup-vllm.sh, with attnrt installed or on PYTHONPATH):
   bench/compare/vllm_vs_attnrt.py [--quick | --contexts 1024] [--reps 7] [--threads 1,2]
-      [--python-path] [--prefill] [--out table.md]
-  bench/compare/vllm_vs_attnrt.py --e2e build/vllm-bench/llama
+      [--dtypes float32,bfloat16] [--block-sizes 16,128] [--python-path] [--prefill]
+      [--no-amx] [--p-precision exact,input] [--out table.md]
+  bench/compare/vllm_vs_attnrt.py --table bf16 [--threads 1,2] [--no-amx] [--p-precision exact,input]
+  bench/compare/vllm_vs_attnrt.py --e2e build/vllm-bench/llama-h128 [--e2e-only a,b,c] [--rounds 2]
+      [--no-amx] [--p-precision exact,input] [--e2e-args "--num-prompts 2 --gen-tokens 8"]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
 import os
+import re
+import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 32, 8, 128
-PREFILL_CHUNK = 2048  # --prefill: new tokens per step (the chunk of the end-to-end long workload)
+PREFILL_CHUNK = 2048  # --prefill: new tokens per step (the chunk of the end-to-end workloads)
 TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 2e-2}
+P_PRECISIONS = ("exact", "input")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+NO_AMX = False  # --no-amx: set in main() before anything else runs
+AMX_GLOB = "*amx*"
+
+
+def non_amx_isa(isa):
+    """vLLM's ISA on a host without AMX for a choice made on this host: _get_attn_isa returns
+    "amx" only for bfloat16 at block sizes that are multiples of 32, where an x86 host without AMX
+    gets "vec"; every other choice is made without AMX already."""
+    return "vec" if isa == "amx" else isa
 
 
 def vllm_isa(dtype, block_size):
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-    return _get_attn_isa(dtype, block_size, HEAD_SIZE, "auto")
+    isa = _get_attn_isa(dtype, block_size, HEAD_SIZE, "auto")
+    return non_amx_isa(isa) if NO_AMX else isa
+
+
+def disable_amx_in(env):
+    """ATTNRT_DISABLE with every AMX kernel excluded (appended to the globs already there)."""
+    given = env.get("ATTNRT_DISABLE", "").strip()
+    globs = [g for g in given.split(",") if g.strip()]
+    if AMX_GLOB not in globs:
+        globs.append(AMX_GLOB)
+    env["ATTNRT_DISABLE"] = ",".join(globs)
+    return env["ATTNRT_DISABLE"]
+
+
+PLAN_LOG = re.compile(r"attnrt \[debug\]: plan (\S+) .*? kernel=(\S+)")
+
+
+@contextlib.contextmanager
+def stderr_captured(sink):
+    """Collects what is written to file descriptor 2 (the C++ library's log) meanwhile into
+    sink[0]; the lines that are not attnrt's debug lines are written back to stderr."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink[0] = text
+            rest = "".join(ln for ln in text.splitlines(True) if not ln.startswith("attnrt [debug]: "))
+            if rest:
+                sys.stderr.write(rest)
+
+
+@contextlib.contextmanager
+def env_set(name, value):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def check_p_precision(modes, rt):
+    """Fails with the reason when the installed attnrt cannot run a mode other than exact through
+    the path the table uses (rt: the C++ operator's runtime id, or an attnrt.Runtime)."""
+    if modes == ["exact"]:
+        return
+    import inspect
+
+    import attnrt
+    from attnrt import _torch_lib, _varlen
+
+    if isinstance(rt, int):
+        args = [a.name for a in _torch_lib._varlen_on._schema.arguments]
+        if args[-1] == "kv_layout":
+            raise SystemExit(
+                f"--p-precision {','.join(modes)}: the installed attnrt's C++ operator "
+                f"(torch.ops.attnrt._paged_attention_varlen_on, {_torch_lib.__file__}) takes no "
+                f"argument after kv_layout (its arguments: {', '.join(args)}); install an attnrt "
+                "whose operator takes the precision mode, or use --p-precision exact")
+    for fn in (attnrt.paged_attention_varlen, _varlen.paged_attention_varlen_python):
+        if "p_precision" not in inspect.signature(fn).parameters:
+            raise SystemExit(
+                f"--p-precision {','.join(modes)}: the installed attnrt's {fn.__name__} "
+                f"({attnrt.__file__}) has no keyword p_precision; install an attnrt that has it, "
+                "or use --p-precision exact")
 
 
 class Cell:
@@ -123,22 +240,25 @@ class Cell:
             self.kv_copy = self.attnrt_kv.clone()
         return self.kv_copy.view(torch.int64).sum()
 
-    def run_attnrt(self, rt, python_path=False):
+    def run_attnrt(self, rt, python_path=False, p_precision="exact"):
         """attnrt's step: rt is an attnrt.Runtime (its own threads), or the int id of a runtime of
-        the C++ operator on torch's intra-op threads (as the vLLM backend runs it)."""
+        the C++ operator on torch's intra-op threads (as the vLLM backend runs it). p_precision
+        other than "exact" is passed on (the operator's argument after kv_layout; the keyword)."""
         import attnrt
         from attnrt import _torch_lib, _varlen
 
         if isinstance(rt, int):
+            extra = () if p_precision == "exact" else (p_precision,)
             _torch_lib._varlen_on(rt, self.query, self.attnrt_k, self.attnrt_v,
                                   self.query_start_loc, self.seq_lens, self.block_table,
                                   self.attnrt_out, None, None, None, None, self.scale, -1, 0.0,
-                                  "BNSH")
+                                  "BNSH", *extra)
             return
         fn = _varlen.paged_attention_varlen_python if python_path else attnrt.paged_attention_varlen
+        kw = {} if p_precision == "exact" else {"p_precision": p_precision}
         fn(rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
            self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
-           block_size=self.block_size)
+           block_size=self.block_size, **kw)
 
 
 def reference(cell):
@@ -169,87 +289,159 @@ def time_interleaved(fns, reps):
     return [statistics.median(t) for t in times]
 
 
-def kernel_table(args):
+def make_runtimes(args, threads):
+    """attnrt's runtimes per thread count, made with ATTNRT_DEBUG=1 so that each logs the plans it
+    makes (kernel=...): a plan is made on a cell's first call, which kernel_table reads."""
     import attnrt
+    from attnrt import _torch_lib
 
+    sink = [""]
+    with stderr_captured(sink), env_set("ATTNRT_DEBUG", "1"):
+        if args.own_pool or not _torch_lib.load():
+            runtimes = {t: attnrt.Runtime(num_threads=t, debug=True) for t in threads}
+            what = "attnrt: attnrt.Runtime(num_threads=t), threads of its own"
+        else:
+            runtimes = {t: _torch_lib.torch_threads_runtime(t) for t in threads}
+            what = ("attnrt: the C++ operator's runtime on torch's intra-op threads (as the vLLM "
+                    "backend runs it)")
+    print(what, flush=True)
+    py_runtimes = ({t: attnrt.Runtime(num_threads=t) for t in threads} if args.python_path
+                   else {})
+    return runtimes, py_runtimes
+
+
+def header_line(args, modes):
+    amx_host = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    disabled = os.environ.get("ATTNRT_DISABLE", "")
+    if NO_AMX:
+        amx = (f"AMX excluded (--no-amx): vLLM's ISA amx -> vec, attnrt ATTNRT_DISABLE={disabled}"
+               f" (this host {'has' if amx_host else 'has no'} AMX)")
+    else:
+        amx = (f"AMX as this host has it ({'AMX' if amx_host else 'no AMX'}; ATTNRT_DISABLE="
+               f"{disabled or 'unset'})")
+    return f"{amx}; attnrt p_precision: {', '.join(modes)}"
+
+
+def attnrt_call(cell, rt, mode, seen, key):
+    """cell.run_attnrt, returning the kernel of the plan the call made (from the runtime's log);
+    a plan from the cache made no line: the kernel last seen for the same key (thread count, mode,
+    dtype, block size, new tokens), else for the same key but the new tokens."""
+    sink = [""]
+    with stderr_captured(sink):
+        cell.run_attnrt(rt, p_precision=mode)
+    found = PLAN_LOG.findall(sink[0])
+    if found:
+        seen[key] = seen[key[:-1]] = found[-1][1]
+    return seen.get(key, seen.get(key[:-1], "? (a plan from the cache)"))
+
+
+def kernel_table(args, step, contexts, runtimes, py_runtimes, seen):
+    """Rows of one table: step "decode" (batch 1 and 8, one new token) or "prefill" (batch 1, a
+    PREFILL_CHUNK-token chunk, contexts >= PREFILL_CHUNK)."""
     threads = [int(t) for t in args.threads.split(",")]
-    contexts = [1024, 4096] if args.quick else [1024, 4096, 16384]
-    if args.contexts:
-        contexts = [int(c) for c in args.contexts.split(",")]
+    modes = args.modes
     batches, q_len = (1, 8), 1
-    if args.prefill:  # one chunk of a chunked prefill: the last 2048 tokens of the context are new
+    if step == "prefill":  # one chunk of a chunked prefill: the last 2048 tokens are new
         batches, q_len = (1,), PREFILL_CHUNK
         contexts = [c for c in contexts if c >= PREFILL_CHUNK]
     rows = []
-    from attnrt import _torch_lib
-
-    if args.own_pool or not _torch_lib.load():
-        runtimes = {t: attnrt.Runtime(num_threads=t) for t in threads}
-        print("attnrt: attnrt.Runtime(num_threads=t), threads of its own", flush=True)
-    else:
-        runtimes = {t: _torch_lib.torch_threads_runtime(t) for t in threads}
-        print("attnrt: the C++ operator's runtime on torch's intra-op threads (as the vLLM "
-              "backend runs it)", flush=True)
-    py_runtimes = ({t: attnrt.Runtime(num_threads=t) for t in threads} if args.python_path
-                   else {})
-    for dtype, block_size, batch, context in itertools.product(
-            (torch.float32, torch.bfloat16), (16, 128), batches, contexts):
+    dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
+    block_sizes = [int(b) for b in args.block_sizes.split(",")]
+    shown = None
+    for dtype, block_size, batch, context in itertools.product(dtypes, block_sizes, batches,
+                                                               contexts):
         cell = Cell(batch, context, block_size, dtype, q_len=q_len)
-        metadata_by_t = {}
+        metadata_by_t, kernels_by_t = {}, {}
         for t in threads:
             torch.set_num_threads(t)
             metadata_by_t[t] = cell.vllm_metadata()
             cell.run_vllm(metadata_by_t[t])
-            cell.run_attnrt(runtimes[t])
             if q_len == 1:
                 ref = reference(cell) if t == threads[0] else ref
                 err_v = (cell.vllm_out.double() - ref).abs().max().item()
-                err_a = (cell.attnrt_out.double() - ref).abs().max().item()
             else:  # prefill cells: the two backends against each other only
                 err_v = err_a = float("nan")
-            diff = (cell.vllm_out.double() - cell.attnrt_out.double()).abs().max().item()
-            tol = TOLERANCE[dtype]
-            if diff > tol:
-                raise SystemExit(f"outputs differ: {dtype} bs {block_size} batch {batch} ctx "
-                                 f"{context} threads {t}: max |vllm - attnrt| {diff:.3g} > {tol} "
-                                 f"(vs float64: vllm {err_v:.3g}, attnrt {err_a:.3g})")
+            kernels, diff, tol = {}, 0.0, TOLERANCE[dtype]
+            for mode in modes:
+                key = (t, mode, dtype, block_size, q_len)
+                kernels[mode] = attnrt_call(cell, runtimes[t], mode, seen, key)
+                if q_len == 1 and mode == modes[0]:
+                    err_a = (cell.attnrt_out.double() - ref).abs().max().item()
+                d = (cell.vllm_out.double() - cell.attnrt_out.double()).abs().max().item()
+                if not d <= tol:
+                    raise SystemExit(f"outputs differ: {dtype} bs {block_size} batch {batch} ctx "
+                                     f"{context} threads {t} p_precision {mode}: max |vllm - "
+                                     f"attnrt| {d:.3g} > {tol} (vs float64: vllm {err_v:.3g}, "
+                                     f"attnrt ({modes[0]}) {err_a:.3g})")
+                diff = max(diff, d)
+            kernels_by_t[t] = kernels
+            if (cell.isa, kernels) != shown:
+                shown = (cell.isa, kernels)
+                print(f"  kernels from {str(dtype).replace('torch.', '')} bs {block_size} {step}: "
+                      f"vLLM isa {cell.isa}; attnrt " +
+                      ", ".join(f"{m} {k}" if len(modes) > 1 else k for m, k in kernels.items()),
+                      flush=True)
             if args.python_path:
+                cell.run_attnrt(runtimes[t], p_precision=modes[0])
                 got = cell.attnrt_out.clone()
-                cell.run_attnrt(py_runtimes[t], python_path=True)
+                cell.run_attnrt(py_runtimes[t], python_path=True, p_precision=modes[0])
                 if not torch.equal(got, cell.attnrt_out):
                     raise SystemExit("attnrt's C++ operator and Python path differ")
             reps = args.reps if batch * context <= 32768 and q_len == 1 else max(3, args.reps // 2)
             rt, md = runtimes[t], metadata_by_t[t]
-            fns = [lambda: cell.run_vllm(md), lambda: cell.run_attnrt(rt), cell.read_kv]
+            fns = [lambda: cell.run_vllm(md)]
+            fns += [lambda m=m: cell.run_attnrt(rt, p_precision=m) for m in modes]
+            fns.append(cell.read_kv)
             if args.python_path:
-                fns.append(lambda: cell.run_attnrt(py_runtimes[t], python_path=True))
+                fns.append(lambda: cell.run_attnrt(py_runtimes[t], python_path=True,
+                                                   p_precision=modes[0]))
             times = time_interleaved(fns, reps)
-            tv, ta, tr = times[0], times[1], times[2]
+            tv, by_mode, tr = times[0], dict(zip(modes, times[1:1 + len(modes)])), \
+                times[1 + len(modes)]
             row = dict(dtype=str(dtype).replace("torch.", ""), block_size=block_size, batch=batch,
-                       context=context, threads=t, vllm_ms=tv * 1e3, attnrt_ms=ta * 1e3,
-                       ratio=tv / ta, read_ms=tr * 1e3, max_diff=diff, err_vllm=err_v,
-                       err_attnrt=err_a)
+                       context=context, threads=t, vllm_ms=tv * 1e3,
+                       attnrt_ms=by_mode[modes[0]] * 1e3, ratio=tv / by_mode[modes[0]],
+                       read_ms=tr * 1e3, max_diff=diff, err_vllm=err_v, err_attnrt=err_a,
+                       ms_by_mode={m: x * 1e3 for m, x in by_mode.items()},
+                       ratio_by_mode={m: tv / x for m, x in by_mode.items()},
+                       step=step, isa=cell.isa, kernels=kernels)
             if args.python_path:
-                row.update(attnrt_py_ms=times[3] * 1e3, ratio_py=tv / times[3])
+                row.update(attnrt_py_ms=times[-1] * 1e3, ratio_py=tv / times[-1])
             rows.append(row)
             py = (f"  attnrt (Python path) {row['attnrt_py_ms']:8.3f} ms ratio "
                   f"{row['ratio_py']:5.2f}" if args.python_path else "")
+            if modes == ["exact"]:
+                at = f"attnrt {row['attnrt_ms']:8.3f} ms  ratio {row['ratio']:5.2f}"
+            else:
+                at = "  ".join(f"attnrt {m} {row['ms_by_mode'][m]:8.3f} ms ratio "
+                               f"{row['ratio_by_mode'][m]:5.2f}" for m in modes)
             print(f"{row['dtype']:8s} bs {block_size:3d} batch {batch} ctx {context:5d} "
-                  f"t {t}: vLLM {row['vllm_ms']:8.3f} ms  attnrt {row['attnrt_ms']:8.3f} ms  "
-                  f"ratio {row['ratio']:5.2f}{py}  K/V read {row['read_ms']:8.3f} ms  "
-                  f"(max |diff| {diff:.2g})", flush=True)
+                  f"t {t}: vLLM {row['vllm_ms']:8.3f} ms  {at}{py}  K/V read "
+                  f"{row['read_ms']:8.3f} ms  (max |diff| {diff:.2g})", flush=True)
         del cell
     return rows
 
 
-def markdown(rows):
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def markdown(rows, modes):
     if "ratio_py" in rows[0]:
         return markdown_paths(rows)
     threads = sorted({r["threads"] for r in rows})
-    lines = ["| dtype | block | batch | context | " +
-             " | ".join(f"vLLM ms ({t}t) | attnrt ms ({t}t) | ratio ({t}t) | K/V read ms ({t}t)"
-                        for t in threads) + " |",
-             "|---|---|---|---|" + "---|---|---|---|" * len(threads)]
+    plain = modes == ["exact"]  # the table as it was before precision modes
+
+    def attnrt_heads(t):
+        if plain:
+            return [f"attnrt ms ({t}t)", f"ratio ({t}t)"]
+        return [h for m in modes for h in (f"attnrt ms ({m}, {t}t)", f"ratio ({m}, {t}t)")]
+
+    heads = [h for t in threads
+             for h in [f"vLLM ms ({t}t)"] + attnrt_heads(t) + [f"K/V read ms ({t}t)"]]
+    per_t = 2 + 2 * len(modes)
+    lines = ["| dtype | block | batch | context | " + " | ".join(heads) + " |",
+             "|---|---|---|---|" + "---|" * (per_t * len(threads))]
     keys = []
     for r in rows:
         k = (r["dtype"], r["block_size"], r["batch"], r["context"])
@@ -260,15 +452,27 @@ def markdown(rows):
         for t in threads:
             r = next((r for r in rows if (r["dtype"], r["block_size"], r["batch"], r["context"]) == k
                       and r["threads"] == t), None)
-            cells.append("| | | " if r is None else
-                         f"{r['vllm_ms']:.3f} | {r['attnrt_ms']:.3f} | {r['ratio']:.2f} | "
-                         f"{r['read_ms']:.3f}")
+            cells.append(" | ".join([""] * per_t) if r is None else
+                         f"{r['vllm_ms']:.3f} | " +
+                         "".join(f"{r['ms_by_mode'][m]:.3f} | {r['ratio_by_mode'][m]:.2f} | "
+                                 for m in modes) + f"{r['read_ms']:.3f}")
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + " |")
     for t in threads:
-        ratios = [r["ratio"] for r in rows if r["threads"] == t]
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        lines.append(f"\n{t} thread(s): geomean ratio {geo:.2f}, min {min(ratios):.2f}, "
-                     f"max {max(ratios):.2f} over {len(ratios)} cells")
+        for m in modes:
+            ratios = [r["ratio_by_mode"][m] for r in rows if r["threads"] == t]
+            what = f"{t} thread(s)" if plain else f"{t} thread(s), p_precision {m}"
+            lines.append(f"\n{what}: geomean ratio {geomean(ratios):.2f}, min {min(ratios):.2f}, "
+                         f"max {max(ratios):.2f} over {len(ratios)} cells")
+    groups = {}
+    for r in rows:
+        g = groups.setdefault((r["dtype"], r["block_size"], r["step"]), ({}, {}))
+        g[0][r["isa"]] = None
+        for m, name in r["kernels"].items():
+            g[1].setdefault(m, {})[name] = None
+    lines.append("\nkernels: " + "; ".join(
+        f"{d} block {b} {s}: vLLM isa {'/'.join(isas)}, attnrt " +
+        ", ".join(("" if plain else f"{m} ") + "/".join(names) for m, names in ks.items())
+        for (d, b, s), (isas, ks) in groups.items()))
     return "\n".join(lines)
 
 
@@ -285,41 +489,203 @@ def markdown_paths(rows):
     for t in sorted({r["threads"] for r in rows}):
         for key, what in (("ratio", "C++ operator"), ("ratio_py", "Python path")):
             ratios = [r[key] for r in rows if r["threads"] == t]
-            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            lines.append(f"\n{t} thread(s), {what}: geomean ratio {geo:.2f}, min {min(ratios):.2f}, "
+            lines.append(f"\n{t} thread(s), {what}: geomean ratio {geomean(ratios):.2f}, "
+                         f"min {min(ratios):.2f}, "
                          f"max {max(ratios):.2f} over {len(ratios)} cells")
     return "\n".join(lines)
 
 
+WORKLOADS = {  # --e2e: name -> (description, scripts/vllm_reference_run.py options)
+    "a": ("mixed: 8 prompts of 64..4000 tokens, 64 new",
+          ["--num-prompts", "8", "--min-prompt-len", "64", "--max-prompt-len", "4000",
+           "--gen-tokens", "64"]),
+    "b": ("8 prompts of 4096 tokens, 128 new",
+          ["--num-prompts", "8", "--min-prompt-len", "4096", "--max-prompt-len", "4096",
+           "--gen-tokens", "128"]),
+    "c": ("16 prompts of 1024 tokens, 256 new",
+          ["--num-prompts", "16", "--min-prompt-len", "1024", "--max-prompt-len", "1024",
+           "--gen-tokens", "256"]),
+}
+WORKLOAD_ALIASES = {"mixed": "a", "long": "b"}  # the names of the first two workloads before
+
+# Put first on PYTHONPATH of the end-to-end runs (written to --e2e-dir): reports vLLM's CPU
+# attention ISA choices on stderr and, with ATTNRT_BENCH_NO_AMX=1, returns "vec" where vLLM would
+# pick "amx" (vLLM 0.32 has no setting for it); it wraps _get_attn_isa when vLLM's cpu_attn module
+# is first imported, which every caller (the metadata builder, the platform) looks up there.
+ISA_HOOK = r'''
+import importlib.abc, importlib.machinery, importlib.util, os, sys
+_TARGET = "vllm.v1.attention.backends.cpu_attn"
+_NO_AMX = os.environ.get("ATTNRT_BENCH_NO_AMX") == "1"
+
+def _patch(module):
+    original, seen = module._get_attn_isa, set()
+
+    def _get_attn_isa(dtype, block_size, head_size=None, kv_cache_dtype=None):
+        isa = original(dtype, block_size, head_size, kv_cache_dtype)
+        chosen = "vec" if _NO_AMX and isa == "amx" else isa
+        key = (str(dtype), block_size, head_size, isa)
+        if key not in seen:
+            seen.add(key)
+            forced = f" (forced from {isa})" if chosen != isa else ""
+            print(f"vllm-isa: {str(dtype).replace('torch.', '')} block {block_size} head "
+                  f"{head_size}: {chosen}{forced}", file=sys.stderr, flush=True)
+        return chosen
+
+    module._get_attn_isa = _get_attn_isa
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _TARGET:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Finder())
+
+# Then the sitecustomize this one shadows, if there is one.
+_here = os.path.dirname(os.path.abspath(__file__))
+_other = importlib.machinery.PathFinder.find_spec(
+    "sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
+if _other is not None and _other.loader is not None:
+    _other.loader.exec_module(importlib.util.module_from_spec(_other))
+'''
+
+
+def e2e_workloads(spec):
+    names = []
+    for w in (spec or "a,b,c").split(","):
+        w = WORKLOAD_ALIASES.get(w.strip(), w.strip())
+        if w not in WORKLOADS:
+            raise SystemExit(f"--e2e-only: expected workloads among a, b, c (or mixed, long), "
+                             f"got '{w}'")
+        names.append(w)
+    return names
+
+
+def e2e_check(args, runner_dir, names):
+    """The checkpoint serves every run (max_position_embeddings), and the installed attnrt's vLLM
+    backend reads ATTNRT_VLLM_P_PRECISION when a mode other than exact is asked."""
+    sys.path.insert(0, runner_dir)
+    import vllm_reference_run
+
+    with open(os.path.join(args.e2e, "config.json")) as f:
+        config = json.load(f)
+    for w in names:
+        a = vllm_reference_run.parse_args([args.e2e] + WORKLOADS[w][1] + shlex.split(args.e2e_args))
+        need = max(a.max_prompt_len + a.gen_tokens, a.max_batched_tokens)
+        have = config.get("max_position_embeddings", 0)
+        if have < need:
+            raise SystemExit(f"--e2e {args.e2e}: workload {w} needs max_position_embeddings >= "
+                             f"{need}, the checkpoint has {have} (make-llama-checkpoint.py "
+                             "--max-pos 8192)")
+    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    print(f"checkpoint {args.e2e}: {config.get('num_hidden_layers')} layers, "
+          f"{config.get('num_attention_heads')} heads, {config.get('num_key_value_heads')} KV "
+          f"heads, head size {head}, {config.get('torch_dtype')}; runs in {args.e2e_dtype}",
+          flush=True)
+    if args.modes != ["exact"]:
+        import importlib.util
+
+        spec = importlib.util.find_spec("attnrt._vllm_backend")
+        src = open(spec.origin).read() if spec and spec.origin else ""
+        if "ATTNRT_VLLM_P_PRECISION" not in src:
+            raise SystemExit(f"--p-precision {','.join(args.modes)}: the installed attnrt's vLLM "
+                             f"backend ({spec.origin if spec else 'not found'}) does not read "
+                             "ATTNRT_VLLM_P_PRECISION; install an attnrt that has it, or use "
+                             "--p-precision exact")
+
+
+def e2e_run(args, runner, hook_dir, w, backend, rnd):
+    """One run in its own process; returns (generate s, tokens/s, kernels or ISAs it reported)."""
+    env = dict(os.environ)
+    env["ATTNRT_VLLM"] = "0" if backend == "vllm" else "1"
+    env["PYTHONPATH"] = os.pathsep.join([hook_dir] + [p for p in [env.get("PYTHONPATH")] if p])
+    if NO_AMX:
+        env["ATTNRT_BENCH_NO_AMX"] = "1"  # ATTNRT_DISABLE is in os.environ already
+    if backend != "vllm":
+        env["ATTNRT_VLLM_P_PRECISION"] = backend
+        env["ATTNRT_DEBUG"] = "1"  # one log line per plan made: the kernels it ran
+    base = os.path.join(args.e2e_dir, f"e2e_{w}_{backend}_{rnd}")
+    cmd = ([sys.executable, runner, args.e2e, "--in-process", "--no-perturb", "--dtype",
+            args.e2e_dtype, "--max-batched-tokens", str(args.e2e_max_batched_tokens),
+            "--out", base + ".json"] + WORKLOADS[w][1] + shlex.split(args.e2e_args))
+    print("+", " ".join(cmd), flush=True)
+    if os.path.exists(base + ".json"):  # no result of an earlier run read as this one's
+        os.remove(base + ".json")
+    with open(base + ".log", "w") as log:
+        rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log).returncode
+    with open(base + ".log") as f:
+        text = f.read()
+    if rc != 0:
+        sys.stderr.write(text[-4000:])
+        raise SystemExit(f"{' '.join(cmd)} failed ({rc}); its stderr is in {base}.log")
+    with open(base + ".json") as f:
+        r = json.load(f)
+    gen = sum(len(x["gen_ids"]) for x in r["results"])
+    t = r["timing_s"]["generate"]
+    used = {}
+    for ln in text.splitlines():
+        m = PLAN_LOG.search(ln)
+        if m:
+            used[m.group(2)] = used.get(m.group(2), 0) + 1
+        elif ln.startswith("vllm-isa: "):
+            used[ln[len("vllm-isa: "):]] = None
+    return t, (r["prompt_tokens"] + gen) / t, r["prompt_tokens"], gen, used
+
+
 def e2e(args):
     here = os.path.dirname(os.path.abspath(__file__))
-    runner = os.path.join(here, "..", "..", "scripts", "vllm_reference_run.py")
-    workloads = {
-        "mixed (8 prompts 16..2048 tokens, 64 new)": [],
-        "long decode (8 x 4096-token prompts, 128 new)": [
-            "--min-prompt-len", "4096", "--max-prompt-len", "4096", "--gen-tokens", "128",
-            "--max-batched-tokens", "2048"],
-    }
-    lines = ["| workload | backend | generate s | prompt tok | new tok | tokens/s (all) | new tok/s |",
-             "|---|---|---|---|---|---|---|"]
-    for name, extra in workloads.items():
-        if args.e2e_only and not name.startswith(args.e2e_only):
-            continue
-        for backend in ("vLLM CPU_ATTN", "attnrt"):
-            env = dict(os.environ)
-            env["ATTNRT_VLLM"] = "1" if backend == "attnrt" else "0"
-            out = os.path.join(args.e2e_dir, f"e2e_{len(extra)}_{env['ATTNRT_VLLM']}.json")
-            cmd = [sys.executable, runner, args.e2e, "--in-process", "--no-perturb", "--out", out] + extra
-            print("+", " ".join(cmd), flush=True)
-            subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-            with open(out) as f:
-                r = json.load(f)
-            gen = sum(len(x["gen_ids"]) for x in r["results"])
-            t = r["timing_s"]["generate"]
-            lines.append(f"| {name} | {backend} | {t:.1f} | {r['prompt_tokens']} | {gen} | "
-                         f"{(r['prompt_tokens'] + gen) / t:.0f} | {gen / t:.1f} |")
+    runner_dir = os.path.normpath(os.path.join(here, "..", "..", "scripts"))
+    runner = os.path.join(runner_dir, "vllm_reference_run.py")
+    names = e2e_workloads(args.e2e_only)
+    e2e_check(args, runner_dir, names)
+    hook_dir = os.path.join(args.e2e_dir, "vllm_vs_attnrt_hook")
+    os.makedirs(hook_dir, exist_ok=True)
+    with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
+        f.write(ISA_HOOK)
+    modes, plain = args.modes, args.modes == ["exact"]
+    label = (lambda m: "attnrt") if plain else (lambda m: f"attnrt {m}")
+    heads = ["vLLM s", "vLLM tok/s"] + [h for m in modes for h in (
+        f"{label(m)} s", f"{label(m)} tok/s", "ratio" if plain else f"ratio ({m})")]
+    lines = ["| workload | round | " + " | ".join(heads) + " |",
+             "|---|---|" + "---|" * len(heads)]
+    print(header_line(args, modes), flush=True)
+    medians, reports = [], []
+    for w in names:
+        ratios = {m: [] for m in modes}
+        seen = {}
+        for rnd in range(1, args.rounds + 1):
+            t_v, tps_v, prompt, gen, used = e2e_run(args, runner, hook_dir, w, "vllm", rnd)
+            seen.setdefault("vLLM", {}).update(used)
+            cells = [f"{t_v:.2f}", f"{tps_v:.0f}"]
+            for m in modes:
+                t_a, tps_a, prompt_a, gen_a, used = e2e_run(args, runner, hook_dir, w, m, rnd)
+                if (prompt_a, gen_a) != (prompt, gen):
+                    raise SystemExit(f"workload {w}: vLLM ran {prompt} prompt and {gen} new tokens, "
+                                     f"attnrt {m} {prompt_a} and {gen_a}")
+                seen.setdefault(label(m), {}).update(used)
+                ratios[m].append(t_v / t_a)
+                cells += [f"{t_a:.2f}", f"{tps_a:.0f}", f"{t_v / t_a:.2f}"]
+            lines.append(f"| {w}: {WORKLOADS[w][0]} ({prompt} prompt, {gen} new tokens) | {rnd} | "
+                         + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
-    return "\n".join(lines)
+        medians.append(f"{w}: median ratio " + ", ".join(
+            ("" if plain else f"{m} ") + f"{statistics.median(ratios[m]):.2f}" for m in modes) +
+            f" over {args.rounds} round(s)")
+        reports.append(f"{w}: " + "; ".join(f"{who} " + ", ".join(
+            k if n is None else f"{k} ({n} plans)" for k, n in used.items())
+            for who, used in seen.items()))
+    return "\n".join(lines + [""] + medians + ["", "reported by the runs:"] + reports)
 
 
 def request_amx_permission():
@@ -333,32 +699,108 @@ def request_amx_permission():
     libc.syscall(arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata)  # fails harmlessly without AMX
 
 
+TABLES = {  # --table: (dtypes, block sizes, decode contexts, prefill contexts)
+    "bf16": ("bfloat16", "128,16", "1024,4096,16384", "2048,4096"),
+}
+
+
 def main():
+    global NO_AMX
     request_amx_permission()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
     p.add_argument("--contexts", default=None, help="comma-separated contexts (e.g. 1024)")
+    p.add_argument("--dtypes", default=None, help="comma-separated, of float32 and bfloat16 "
+                   "(default: both)")
+    p.add_argument("--block-sizes", default=None, help="comma-separated (default: 16,128)")
+    p.add_argument("--table", choices=sorted(TABLES), default=None,
+                   help="bf16: bfloat16, block sizes 128 and 16; a decode table (batch 1 and 8, "
+                        "contexts 1k, 4k, 16k) and a prefill table (2048-token chunks over "
+                        "contexts 2048 and 4096) in one run")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--python-path", action="store_true",
                    help="also time attnrt's Python path (PagedGqaVarlenOp through SWIG and DLPack, "
-                        "as before the C++ operator), interleaved")
+                        "as before the C++ operator), interleaved (first --p-precision mode)")
     p.add_argument("--own-pool", action="store_true",
                    help="run attnrt on attnrt.Runtime(num_threads=t), threads of its own, instead "
                         "of the C++ operator's runtime on torch's intra-op threads")
     p.add_argument("--prefill", action="store_true",
                    help="one chunked-prefill step per cell instead of a decode step: the last "
                         f"{PREFILL_CHUNK} tokens of one sequence new, contexts >= {PREFILL_CHUNK}")
+    p.add_argument("--no-amx", action="store_true",
+                   help="both sides as on a host without AMX: vLLM's ISA amx -> vec, attnrt with "
+                        f"ATTNRT_DISABLE={AMX_GLOB} (end to end too)")
+    p.add_argument("--p-precision", default="exact",
+                   help="comma-separated attnrt precision modes, of exact and input: one attnrt "
+                        "column (end to end: one attnrt run) per mode (default: exact)")
     p.add_argument("--out", default=None, help="append the markdown table(s) here")
     p.add_argument("--e2e", default=None, metavar="MODEL_DIR", help="end-to-end tokens/s instead")
-    p.add_argument("--e2e-dir", default="/tmp", help="where the end-to-end runs write JSON")
-    p.add_argument("--e2e-only", default=None, choices=["mixed", "long"], help="one workload only")
+    p.add_argument("--e2e-dir", default="/tmp", help="where the end-to-end runs write JSON and logs")
+    p.add_argument("--e2e-only", default=None, metavar="a,b,c",
+                   help="these workloads only (mixed = a, long = b)")
+    p.add_argument("--rounds", type=int, default=2, help="end-to-end rounds (default: 2)")
+    p.add_argument("--e2e-dtype", choices=sorted(DTYPES), default="bfloat16")
+    p.add_argument("--e2e-max-batched-tokens", type=int, default=PREFILL_CHUNK,
+                   help=f"tokens per engine step, the prefill chunk (default: {PREFILL_CHUNK})")
+    p.add_argument("--e2e-args", default="", metavar="OPTIONS",
+                   help="more scripts/vllm_reference_run.py options for every run, after the "
+                        "workload's (which they override), e.g. \"--num-prompts 2 --gen-tokens 8\"")
     args = p.parse_args()
-    text = e2e(args) if args.e2e else markdown(kernel_table(args))
+    args.modes = [m.strip() for m in args.p_precision.split(",") if m.strip()]
+    bad = [m for m in args.modes if m not in P_PRECISIONS]
+    if bad or not args.modes or len(set(args.modes)) != len(args.modes):
+        p.error(f"--p-precision: expected distinct modes among {', '.join(P_PRECISIONS)}, got "
+                f"'{args.p_precision}'")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    NO_AMX = args.no_amx
+    if NO_AMX:  # before attnrt makes any runtime (the C++ operator's are made on first use)
+        disable_amx_in(os.environ)
+    if args.e2e:
+        text = e2e(args)
+    else:
+        text = kernel_tables(args, p)
     print(text)
     if args.out:
         with open(args.out, "a") as f:
             f.write(text + "\n")
+
+
+def kernel_tables(args, p):
+    steps = ["prefill"] if args.prefill else ["decode"]
+    prefill_contexts, args.contexts_given = None, args.contexts is not None
+    if args.table:
+        dtypes, block_sizes, decode_contexts, prefill_contexts = TABLES[args.table]
+        args.dtypes = args.dtypes or dtypes
+        args.block_sizes = args.block_sizes or block_sizes
+        args.contexts = args.contexts or decode_contexts
+        steps = ["decode", "prefill"]
+    args.dtypes = args.dtypes or "float32,bfloat16"
+    args.block_sizes = args.block_sizes or "16,128"
+    for d in args.dtypes.split(","):
+        if d not in DTYPES:
+            p.error(f"--dtypes: expected float32 or bfloat16, got '{d}'")
+    contexts = [1024, 4096] if args.quick else [1024, 4096, 16384]
+    if args.contexts:
+        contexts = [int(c) for c in args.contexts.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    runtimes, py_runtimes = make_runtimes(args, threads)
+    check_p_precision(args.modes, runtimes[threads[0]])
+    print(header_line(args, args.modes), flush=True)
+    seen, texts = {}, []
+    for step in steps:
+        ctx = contexts
+        if step == "prefill" and prefill_contexts and not args.contexts_given:
+            ctx = [int(c) for c in prefill_contexts.split(",")]
+        rows = kernel_table(args, step, ctx, runtimes, py_runtimes, seen)
+        if not rows:
+            p.error(f"{step}: no cell (contexts {ctx}; a prefill chunk needs >= {PREFILL_CHUNK})")
+        title = ("" if len(steps) == 1 else
+                 "decode (one new token per sequence):\n\n" if step == "decode" else
+                 f"prefill (a {PREFILL_CHUNK}-token chunk, batch 1):\n\n")
+        texts.append(title + markdown(rows, args.modes))
+    return "\n\n".join(texts)
 
 
 if __name__ == "__main__":
