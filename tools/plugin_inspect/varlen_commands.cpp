@@ -86,6 +86,7 @@ VarlenConfig config_from(const po::variables_map& vm) {
   const PagedFlags paged = read_paged_flags(vm);
   c.attributes.block_size = paged.block_size;
   c.attributes.kv_layout = paged.kv_layout;
+  c.attributes.p_precision = paged.p_precision;
   c.dtype = query_dtype_from_name(vm["dtype"].as<std::string>());
 
   if (vm.count("q-lens")) {
@@ -155,7 +156,9 @@ std::string describe(const VarlenConfig& c) {
          " seq_lens=" + join(c.seq_lens) + " N=" + std::to_string(g.num_heads) +
          " Nkv=" + std::to_string(g.kv_num_heads) + " H=" + std::to_string(c.head_size) + " " +
          dtype_name(c.dtype) + ", block_size " + std::to_string(c.attributes.block_size) + " " +
-         (c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH");
+         (c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH") +
+         ", p_precision " +
+         (c.attributes.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact");
 }
 
 // The op's tensors: the host-read query_start_loc, seq_lens and block_table always hold their
@@ -262,6 +265,7 @@ nlohmann::ordered_json problem_json(const VarlenConfig& c, const VarlenTensors& 
   problem["scale"] = g.scale;
   problem["block_size"] = c.attributes.block_size;
   problem["kv_layout"] = c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "bnsh" : "bsnh";
+  problem["p_precision"] = c.attributes.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact";
   problem["tensors"] = nlohmann::ordered_json::array();
   append_tensors_json(problem["tensors"], t.in_ptrs.data(), t.in_ptrs.size(),
                       [](size_t i) { return attnrt_op_input_name(ATTNRT_OP_PAGED_GQA_VARLEN, i); });

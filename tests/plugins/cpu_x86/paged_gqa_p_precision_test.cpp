@@ -284,10 +284,12 @@ attnrt_paged_gqa_attributes Attributes(int64_t block_size, bool bnsh, int32_t p_
 // Runs one step with a fresh copy of the pools; the output rows in query order (sequence by
 // sequence), as doubles. `varlen`: the packed op; else the padded paged op (all q_len equal).
 // Returns false (with *why) when the pinned kernel does not serve the problem.
-// `struct_size`, when not 0, is the attributes' struct_size (an older caller's).
+// `struct_size`, when not 0, is the attributes' struct_size (an older caller's). With `explained`
+// the op is explained instead of run: each candidate's "kernel: reason".
 bool RunStep(attnrt_runtime* runtime, bool varlen, const Data& d, const Type& t,
              const Pools& pools0, int32_t p_precision, std::vector<double>* out,
-             std::string* kernel, std::string* why, size_t struct_size = 0) {
+             std::string* kernel, std::string* why, size_t struct_size = 0,
+             std::vector<std::string>* explained = nullptr) {
   Pools pools = pools0;
   const int64_t B = static_cast<int64_t>(d.seqs.size());
   int64_t rows = 0;
@@ -369,6 +371,22 @@ bool RunStep(attnrt_runtime* runtime, bool varlen, const Data& d, const Type& t,
   if (s != ATTNRT_OK) return false;
   OpPtr op_holder(op);
   const attnrt_tensor* outs[] = {&to};
+  if (explained != nullptr) {
+    attnrt_explanation* raw = nullptr;
+    s = attnrt_op_explain(op, in.data(), in.size(), outs, 1, &raw);
+    EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
+    if (s != ATTNRT_OK) return false;
+    ExplanationPtr explanation(raw);
+    size_t count = 0;
+    attnrt_explanation_count(raw, &count);
+    for (size_t c = 0; c < count; ++c) {
+      attnrt_candidate candidate{};
+      candidate.struct_size = sizeof(candidate);
+      if (attnrt_explanation_candidate(raw, c, &candidate) != ATTNRT_OK) break;
+      explained->push_back(std::string(candidate.kernel) + ": " + candidate.reason);
+    }
+    return true;
+  }
   attnrt_plan* plan = nullptr;
   s = attnrt_op_plan(op, in.data(), in.size(), outs, 1, &plan);
   if (s != ATTNRT_OK) {
@@ -396,11 +414,12 @@ std::vector<std::string> Kernels(int32_t op_kind) {
   return names;
 }
 
-// Decode (q_len 1) and a prefill chunk (q_len 5 after a past), for the padded op one of each per
-// call (equal q_len); for the varlen op mixed in one call.
+// Decodes (q_len 1) and prefill chunks (q_len 5 or 7 after a past, or a first prompt), for the
+// padded op in separate calls (equal q_len); for the varlen op mixed in one call.
 std::vector<std::vector<Sequence>> Steps(bool varlen) {
   if (varlen) return {{{1, 170}, {5, 140}, {1, 33}}, {{7, 7}, {1, 260}}};
-  return {{{1, 170}, {1, 33}}, {{5, 140}, {5, 261}}};
+  // A prompt chunk after a past is one sequence per call (GroupQueryAttention's rule).
+  return {{{1, 170}, {1, 33}}, {{5, 140}}, {{5, 261}}};
 }
 
 // ---- validation -----------------------------------------------------------------------------
@@ -462,6 +481,42 @@ TEST(PagedPPrecision, AttributesOfAbi14GetExact) {
         << why;
     EXPECT_EQ(old, exact) << kernel;
     EXPECT_NE(input, exact) << kernel << ": EXACT and INPUT gave the same bfloat16 outputs";
+  }
+}
+
+// A plugin built for ABI 1.4 does not see p_precision: its paged kernel is offered EXACT problems
+// only, and its varlen kernel no problem at all (the varlen problem's fields moved in ABI 1.5).
+TEST(PagedPPrecision, OlderPluginsAreNotOfferedWhatTheyCannotRead) {
+  CleanAttnrtEnv env;
+  const char* paths[] = {ATTNRT_TEST_PLUGINS_ABI14};
+  attnrt_runtime_options options = DefaultOptions();
+  options.plugin_paths = paths;
+  options.num_plugin_paths = 1;
+  options.search_default_paths = 0;
+  RuntimePtr runtime = CreateRuntime(options);
+  ASSERT_TRUE(runtime);
+  std::mt19937_64 rng(TestSeed());
+  const Data d({{1, 40}}, rng);
+  const Pools pools(d, kTypeBf16, 16, false, rng);
+  std::vector<double> unused;
+  std::string kernel, why;
+  auto explain = [&](bool varlen, int32_t mode) {
+    std::vector<std::string> explained;
+    EXPECT_TRUE(RunStep(runtime.get(), varlen, d, kTypeBf16, pools, mode, &unused, &kernel, &why, 0,
+                        &explained));
+    EXPECT_EQ(explained.size(), 1u);
+    return explained.empty() ? std::string() : explained[0];
+  };
+  const std::string exact = explain(false, ATTNRT_P_PRECISION_EXACT);
+  EXPECT_NE(exact.find("test fixture kernel never runs"), std::string::npos) << exact;
+  const std::string input = explain(false, ATTNRT_P_PRECISION_INPUT);
+  EXPECT_NE(input.find("was built for ABI 1.4, and p_precision INPUT needs ABI 1.5"),
+            std::string::npos)
+      << input;
+  for (int32_t mode : {ATTNRT_P_PRECISION_EXACT, ATTNRT_P_PRECISION_INPUT}) {
+    const std::string varlen = explain(true, mode);
+    EXPECT_NE(varlen.find("was built for ABI 1.4"), std::string::npos) << varlen;
+    EXPECT_NE(varlen.find("needs ABI 1.5"), std::string::npos) << varlen;
   }
 }
 
@@ -569,8 +624,10 @@ TEST_P(PPrecisionKernels, Float16TypesMatchTheInputDefinition) {
         }
       }
     }
-    std::printf("%s %s: max |out - INPUT reference| %.3g, max |out - exact| / bound %.3f\n",
-                param.kernel.c_str(), t.name, worst_input, worst_bound_ratio);
+    if (ran > 0) {
+      std::printf("%s %s: max |out - INPUT reference| %.3g, max |out - exact| / bound %.3f\n",
+                  param.kernel.c_str(), t.name, worst_input, worst_bound_ratio);
+    }
     if (t.bits == 8 && ran > 0) {
       EXPECT_TRUE(modes_apart) << "the exact float64 attention lies within the INPUT tolerance "
                                   "everywhere: this check cannot tell INPUT from EXACT";
@@ -587,8 +644,8 @@ std::vector<Param> AllKernels() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PPrecisionKernels, ::testing::ValuesIn(AllKernels()),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           std::string name = info.param.kernel;
+                         [](const ::testing::TestParamInfo<Param>& param_info) {
+                           std::string name = param_info.param.kernel;
                            for (char& c : name) {
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            }
