@@ -206,7 +206,6 @@ bool RowsOfBlock(const GqaRun& r, const TaskSpan& span, int64_t j0, int64_t j1, 
 // The block-operation view of cache rows from `row` on, `stride` bytes apart.
 GqaFlashKv RowsAt(const GqaRun& r, const void* row, size_t stride, const float* scale);
 
-// The online-softmax step of one kv head over the scores of key block [br.ja, br.je).
 // p_precision INPUT (GqaRun::round_probabilities): x[0, n) rounded to T in place, through
 // ops.round when the set has one.
 void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatType type);
@@ -216,6 +215,7 @@ void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatTyp
 using AccumulateFn = decltype(GqaFlashOps::accumulate);
 AccumulateFn AccumulateFor(const FlashJob& job, const GqaFlashKv& v);
 
+// The online-softmax step of one kv head over the scores of key block [br.ja, br.je).
 void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& head,
                   const BlockRows& br);
 

@@ -26,7 +26,7 @@ std::string usage() {
          "           [--past-len P] [--total-len T] [--device cpu|cuda] [attribute flags]\n"
          "       plugin-inspect explain --op paged_gqa [--block-size BS] [--paged-layout "
          "bsnh|bnsh]\n"
-         "           [the gqa options]\n"
+         "           [--p-precision exact|input] [the gqa options]\n"
          "       plugin-inspect explain --op sparse_mla [--scenario csa|hca|swa] [--quant-mode "
          "1|2|3]\n"
          "           [the sparse MLA options below] [--device cpu|cuda]\n"

@@ -326,13 +326,15 @@ po::options_description varlen_options(bool run) {
       ("batch", po::value<int64_t>(), "sequences B (the count of --q-lens)")          //
       ("block-size", po::value<int32_t>(), "tokens per block, 1..1024 (default 16)")  //
       ("paged-layout", po::value<std::string>()->default_value("bsnh"),
-       "block layout of the pools: bsnh or bnsh")                            //
-      ("num-heads", po::value<int>(), "num_heads N (query heads)")           //
-      ("kv-num-heads", po::value<int>(), "kv_num_heads Nkv (N % Nkv == 0)")  //
-      ("head-size", po::value<int>(), "head size H (multiple of 8)")         //
-      ("local-window", po::value<int>(), "local_window_size W (-1 off)")     //
-      ("softcap", po::value<float>(), "softcap (applied when > 0)")          //
-      ("scale", po::value<float>(), "scale (0 = 1/sqrt(H))")                 //
+       "block layout of the pools: bsnh or bnsh")  //
+      ("p-precision", po::value<std::string>()->default_value("exact"),
+       "softmax probabilities for P·V: exact (float32) or input (rounded to the query dtype)")  //
+      ("num-heads", po::value<int>(), "num_heads N (query heads)")                              //
+      ("kv-num-heads", po::value<int>(), "kv_num_heads Nkv (N % Nkv == 0)")                     //
+      ("head-size", po::value<int>(), "head size H (multiple of 8)")                            //
+      ("local-window", po::value<int>(), "local_window_size W (-1 off)")                        //
+      ("softcap", po::value<float>(), "softcap (applied when > 0)")                             //
+      ("scale", po::value<float>(), "scale (0 = 1/sqrt(H))")                                    //
       ("dtype", po::value<std::string>()->default_value("float32"),
        "query, K/V and cache dtype float32|float16|bfloat16");
   if (run) {
