@@ -50,6 +50,8 @@ std::string Describe(const OpFamily& family, const Signature& signature) {
   for (size_t i = 0; i < signature.outputs.size(); ++i) {
     append(family.output_name(i), signature.outputs[i]);
   }
+  const std::string attributes = family.AttributeText();
+  if (!attributes.empty()) text += " " + attributes;
   return text;
 }
 

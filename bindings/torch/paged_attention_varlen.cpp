@@ -95,6 +95,14 @@ int32_t KvLayout(const std::string& layout) {
   ATTNRT_TORCH_CHECK_ARG(false, "kv_layout: expected one of BSNH, BNSH, got '", layout, "'");
 }
 
+int32_t PPrecision(const std::string& precision) {
+  std::string lower = precision;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "exact") return ATTNRT_P_PRECISION_EXACT;
+  if (lower == "input") return ATTNRT_P_PRECISION_INPUT;
+  ATTNRT_TORCH_CHECK_ARG(false, "p_precision: expected 'exact' or 'input', got '", precision, "'");
+}
+
 // A head count or block size taken from a shape, as the op's int32 attribute (a view expanded
 // past 2^31 heads would wrap).
 int32_t Int32(int64_t value, const char* name, at::IntArrayRef sizes) {
@@ -159,7 +167,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const at::Tensor& block_table, const at::Tensor& out,
          const c10::optional<at::Tensor>& k_view, const c10::optional<at::Tensor>& v_view,
          const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks_view,
-         double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout) {
+         double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout,
+         const std::string& p_precision) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -180,6 +189,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   // The attributes, from the shapes as attnrt.paged_attention_varlen derives them.
   OpKey key;
   key.kv_layout = KvLayout(kv_layout);
+  key.p_precision = PPrecision(p_precision);
   ATTNRT_TORCH_CHECK_ARG(
       k_cache.dim() == 4,
       "k_cache: expected 4 dimensions [num_blocks, block_size, Nkv, H] (BSNH) or "
@@ -248,9 +258,11 @@ void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
                           const c10::optional<at::Tensor>& slot_mapping,
                           const c10::optional<at::Tensor>& sinks, double softmax_scale,
-                          int64_t window_left, double softcap, c10::string_view kv_layout) {
+                          int64_t window_left, double softcap, c10::string_view kv_layout,
+                          c10::string_view p_precision) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
-      slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout));
+      slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
+      std::string(p_precision));
 }
 
 void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache,
@@ -260,20 +272,23 @@ void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tens
                             const c10::optional<at::Tensor>& v,
                             const c10::optional<at::Tensor>& slot_mapping,
                             const c10::optional<at::Tensor>& sinks, double softmax_scale,
-                            int64_t window_left, double softcap, c10::string_view kv_layout) {
+                            int64_t window_left, double softcap, c10::string_view kv_layout,
+                            c10::string_view p_precision) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
-      sinks, softmax_scale, window_left, softcap, std::string(kv_layout));
+      sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision));
 }
 
 }  // namespace
 
 // The schema of the Python-registered operator, so that callers do not change; window_left is a
-// SymInt as torch.library.custom_op declares an int.
+// SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
+// op's attribute) comes last with its default, so positional callers of the older schema work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
-  "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\""
+  "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
+  "str p_precision=\"exact\""
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

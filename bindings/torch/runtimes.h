@@ -91,6 +91,7 @@ struct OpKey {
   float scale = 0.0f;
   float softcap = 0.0f;
   int32_t local_window_size = -1;
+  int32_t p_precision = 0;  // attnrt_p_precision
   bool operator==(const OpKey& other) const;
 };
 

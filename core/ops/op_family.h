@@ -68,6 +68,9 @@ class OpFamily {
   // indices, metadata): each run copies them once (HostSnapshot) and validates and runs on the
   // copies only. WrittenInputs: inputs a run writes in place (paged caches), which must not share
   // bytes with them.
+  // Attributes a plan's description (debug log, errors) names after its tensors, e.g.
+  // "p_precision=input"; "" for none.
+  virtual std::string AttributeText() const { return ""; }
   virtual std::span<const size_t> HostReadInputs() const { return {}; }
   virtual std::span<const size_t> WrittenInputs() const { return {}; }
   // The dimensions of a cache that grows from run to run in these tensors (read only after the

@@ -17,6 +17,7 @@ class PagedGqaProblem final : public Problem {
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.gqa.device_type; }
   AbiNeed abi_need() const override {
+    if (problem_.p_precision != ATTNRT_P_PRECISION_EXACT) return {5, "p_precision INPUT"};
     if (compact_pools_) return {};
     return {2, "a strided key_cache/value_cache"};
   }
@@ -44,6 +45,10 @@ class PagedGqaFamily final : public OpFamily {
   explicit PagedGqaFamily(const attnrt_paged_gqa_attributes& attributes)
       : attributes_(attributes) {}
 
+  std::string AttributeText() const override {
+    return attributes_.p_precision == ATTNRT_P_PRECISION_INPUT ? "p_precision=input"
+                                                               : "p_precision=exact";
+  }
   int32_t kind() const override { return ATTNRT_OP_PAGED_GQA; }
   size_t max_inputs() const override { return ATTNRT_PAGED_GQA_NUM_INPUTS; }
   size_t max_outputs() const override { return ATTNRT_PAGED_GQA_NUM_OUTPUTS; }

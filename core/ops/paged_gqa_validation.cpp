@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -242,6 +243,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.block_size = a.block_size;
   p.max_blocks_per_seq = table.shape[1];
   p.kv_layout = a.kv_layout;
+  p.p_precision = a.p_precision;
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], p.key_cache_strides);
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], p.value_cache_strides);
   *out = p;
@@ -367,12 +369,16 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
     }
     size_t struct_size;
     std::memcpy(&struct_size, attributes, sizeof struct_size);
-    if (struct_size < sizeof(attnrt_paged_gqa_attributes)) {
+    // ABI 1.2-1.4 callers end at kv_layout; p_precision (ABI 1.5) is EXACT for them.
+    constexpr size_t kMinSize = offsetof(attnrt_paged_gqa_attributes, p_precision);
+    constexpr size_t kPrecisionEnd = kMinSize + sizeof(int32_t);
+    if (struct_size < kMinSize) {
       return AbiMismatch(StrCat("attnrt_paged_gqa_attributes struct_size must be at least ",
-                                sizeof(attnrt_paged_gqa_attributes), ", got ", struct_size));
+                                kMinSize, ", got ", struct_size));
     }
     attnrt_paged_gqa_attributes a;
-    std::memcpy(&a, attributes, sizeof a);
+    std::memcpy(&a, attributes, struct_size < kPrecisionEnd ? kMinSize : sizeof a);
+    if (struct_size < kPrecisionEnd) a.p_precision = ATTNRT_P_PRECISION_EXACT;
     a.struct_size = sizeof(attnrt_paged_gqa_attributes);
     ATTNRT_RETURN_IF_ERROR(gqa::ValidateAttributes(&a.gqa, &a.gqa));
     if (a.gqa.sliding_window_cache != 0) {
@@ -389,6 +395,10 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
     }
     if (a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BSNH && a.kv_layout != ATTNRT_PAGED_KV_LAYOUT_BNSH) {
       return InvalidArgument(StrCat("kv_layout must be 0 (BSNH) or 1 (BNSH), got ", a.kv_layout));
+    }
+    if (a.p_precision != ATTNRT_P_PRECISION_EXACT && a.p_precision != ATTNRT_P_PRECISION_INPUT) {
+      return InvalidArgument(
+          StrCat("p_precision must be 0 (EXACT) or 1 (INPUT), got ", a.p_precision));
     }
     if (out == nullptr) return InvalidArgument("PagedGroupQueryAttention: out must not be NULL");
     *out = a;

@@ -17,6 +17,13 @@ class PagedGqaVarlenProblem final : public Problem {
 
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
+  // attnrt_paged_gqa_problem grew a field in ABI 1.5 (p_precision), which moved the varlen
+  // problem's own fields: older kernels would read them at the wrong offsets.
+  AbiNeed abi_need() const override {
+    return {5,
+            "the attnrt_paged_gqa_varlen_problem layout (p_precision appended to its paged "
+            "member)"};
+  }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
@@ -41,6 +48,10 @@ class PagedGqaVarlenFamily final : public OpFamily {
   explicit PagedGqaVarlenFamily(const attnrt_paged_gqa_attributes& attributes)
       : attributes_(attributes) {}
 
+  std::string AttributeText() const override {
+    return attributes_.p_precision == ATTNRT_P_PRECISION_INPUT ? "p_precision=input"
+                                                               : "p_precision=exact";
+  }
   int32_t kind() const override { return ATTNRT_OP_PAGED_GQA_VARLEN; }
   size_t max_inputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS; }
   size_t max_outputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS; }

@@ -192,6 +192,25 @@ GqaFlashKv BlockOf(const GqaRun& r, const KvSource& src, int64_t j, const float*
 
 }  // namespace
 
+void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatType type) {
+  if (n <= 0) return;
+  if (ops.round != nullptr) {
+    ops.round(x, n, type);
+  } else {
+    GqaRoundToType(x, n, type);
+  }
+}
+
+AccumulateFn AccumulateFor(const FlashJob& job, const GqaFlashKv& v) {
+  const GqaFlashOps& ops = *job.ops;
+  const GqaRun& r = *job.run;
+  if (!r.round_probabilities || ops.accumulate_rounded == nullptr) return ops.accumulate;
+  const bool same_16_bit =
+      (v.type == GqaCacheType::kBFloat16 && r.type == GqaFloatType::kBFloat16) ||
+      (v.type == GqaCacheType::kFloat16 && r.type == GqaFloatType::kFloat16);
+  return same_16_bit ? ops.accumulate_rounded : ops.accumulate;
+}
+
 // The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
 // row stride kv_block, key ja at column 0): bias, row max, exp and sum, rescale of acc and l by
 // exp(m_old - m_new); columns outside a row's window become 0 (P·V skips them: AccumulateRagged).
@@ -237,6 +256,8 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
       }
       const float m_new = std::max(t.m[row], row_max);
       const float sum = ops.exp_sum(x + a, e - a, m_new);
+      // p_precision INPUT: P·V reads p rounded to T; l (below) adds the float32 p.
+      if (r.round_probabilities) RoundProbabilities(ops, x + a, e - a, r.type);
       Zero(x, 0, a);
       Zero(x, e, width);
       if (t.m[row] != kNegInf && t.m[row] != m_new) {
@@ -291,7 +312,6 @@ void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
 void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head, int64_t ja,
                        bool tiles, int64_t row0, int64_t rows, int64_t c0, int64_t c1) {
   const GqaRun& r = *job.run;
-  const GqaFlashOps& ops = *job.ops;
   const int64_t h = r.head_size;
   const int64_t ld = job.blocks.kv_block;
   if (c1 <= c0 || rows <= 0) return;
@@ -300,13 +320,13 @@ void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head,
   if (tiles) {
     const GqaFlashKv v_rows{t.v_tile + c0 * h, static_cast<size_t>(h) * sizeof(float),
                             GqaCacheType::kFloat32, nullptr, false};
-    ops.accumulate(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
+    AccumulateFor(job, v_rows)(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
     return;
   }
   for (int64_t j = ja + c0, n; j < ja + c1; j += n) {
     n = head.values.Segment(j, ja + c1);
-    ops.accumulate(p + (j - ja - c0), rows, ld, BlockOf(r, head.values, j, head.v_scale), n, h, acc,
-                   nullptr, 0);
+    const GqaFlashKv v_rows = BlockOf(r, head.values, j, head.v_scale);
+    AccumulateFor(job, v_rows)(p + (j - ja - c0), rows, ld, v_rows, n, h, acc, nullptr, 0);
   }
 }
 
@@ -421,8 +441,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
                               : j1 < span.key_end
                                   ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
                                   : Prefetch{nullptr, 0};
-      ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
-                     k_next.begin, k_next.bytes);
+      AccumulateFor(job, v_rows)(block_scores, row_count, ld, v_rows, width, h,
+                                 t.acc + row_begin * h, k_next.begin, k_next.bytes);
     } else {
       if (AccumulateRagged(job, span, t, head, br, false)) continue;
       // Paged: V in runs of rows that lie in one cache block, each run split further so that the
@@ -441,8 +461,9 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
             k_next = SegmentPrefetch(keys, jn, std::min(n, next_end - jn), row_bytes);
           }
         }
-        ops.accumulate(block_scores + (j - ja), row_count, ld, BlockOf(r, values, j, head.v_scale),
-                       n, h, t.acc + row_begin * h, k_next.begin, k_next.bytes);
+        const GqaFlashKv v_rows = BlockOf(r, values, j, head.v_scale);
+        AccumulateFor(job, v_rows)(block_scores + (j - ja), row_count, ld, v_rows, n, h,
+                                   t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
     }
   }

@@ -219,6 +219,9 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     } else {
       const float m = r.sink_softmax && sink > row_max ? sink : row_max;
       sum = Ops::ExpSum(x, count, m) + (r.sink_softmax ? expf(sink - m) : 0.0f);
+      // p_precision INPUT (paged ops): P·V reads each p = exp(s - m) rounded to T; the sum above
+      // is of the float32 p. Normalizing by 1/sum below is P·V's own float32 scaling.
+      if (r.round_probabilities) GqaRoundToType(x, count, r.type);
     }
   }
   if (zero_row) {

@@ -205,6 +205,14 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
 
 GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept { return ResolveRun(args); }
 
+void GqaRoundToType(float* x, int64_t n, GqaFloatType type) noexcept {
+  if (type == GqaFloatType::kBFloat16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = BFloat16ToFloat(FloatToBFloat16(x[i]));
+  } else if (type == GqaFloatType::kFloat16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = HalfToFloat(FloatToHalf(x[i]));
+  }
+}
+
 GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args& args,
                          void* window_area) noexcept {
   GqaRun r = ResolveRun(args);

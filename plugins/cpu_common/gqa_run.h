@@ -157,7 +157,15 @@ struct GqaRun {
   const int32_t* query_start_loc;
   // Varlen only: the pool slot of each new K/V row, -1 for a row not written; NULL: every row.
   const int64_t* slot_mapping;
+
+  // The paged ops' p_precision INPUT with a 16-bit T (attnrt/ops/paged_gqa.h): each probability
+  // p = exp(s - m) is rounded to T (to nearest even) before it multiplies V; the softmax sum adds
+  // the unrounded p. False: P stays float32 (EXACT, and INPUT with T = float32).
+  bool round_probabilities;
 };
+
+// x[0, n) = float(T(x)) in place, to nearest even (T float16 or bfloat16; nothing for float32).
+void GqaRoundToType(float* x, int64_t n, GqaFloatType type) noexcept;
 
 // Query rows of sequence b: query_start_loc[b + 1] - query_start_loc[b], or S.
 int64_t GqaQueryLength(const GqaRun& run, int64_t b) noexcept;

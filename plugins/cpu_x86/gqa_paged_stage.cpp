@@ -112,6 +112,8 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.block_size = p.block_size;
   r.key_strides = PagedGqaPoolStrides(p, p.key_cache_strides);
   r.value_strides = PagedGqaPoolStrides(p, p.value_cache_strides);
+  r.round_probabilities =
+      p.p_precision == ATTNRT_P_PRECISION_INPUT && r.type != GqaFloatType::kFloat32;
   if (r.kv_seq > 0) {
     AppendJob job{&a, &r};
     host.parallel_for(host.host_context, static_cast<size_t>(r.batch * r.kv_heads), 1, AppendUnits,

@@ -72,6 +72,34 @@ TEST_F(PluginInspectVarlen, ListShowsTheVarlenKernelsOnly) {
       << r.out;
 }
 
+// The paged ops' p_precision (ABI 1.5) is an attribute of the explained problem: in the JSON
+// problem and the headline, "exact" unless --p-precision says input; other values are refused.
+TEST_F(PluginInspectVarlen, ExplainShowsPPrecision) {
+  std::vector<std::string> args = Problem("explain");
+  args.push_back("--json");
+  const json exact = ParseJson(Run(args));
+  EXPECT_EQ(exact["problem"]["p_precision"], "exact") << exact["problem"].dump();
+  args.insert(args.end(), {"--p-precision", "input"});
+  const json input = ParseJson(Run(args));
+  EXPECT_EQ(input["problem"]["p_precision"], "input") << input["problem"].dump();
+  int selected = 0;
+  for (const json& candidate : input["candidates"]) selected += candidate["status"] == "selected";
+  EXPECT_EQ(selected, 1) << input["candidates"].dump();
+  std::vector<std::string> text_args = Problem("explain");
+  text_args.insert(text_args.end(), {"--p-precision", "input"});
+  const Result text = Run(text_args);
+  ASSERT_EQ(text.exit_code, 0) << text.all();
+  EXPECT_TRUE(Contains(text.out, "p_precision input")) << text.out;
+  std::vector<std::string> paged = {"explain", "--op",          "paged_gqa", "--block-size",
+                                    "16",      "--p-precision", "input",     "--json"};
+  const Result paged_result = Run(paged);
+  ASSERT_EQ(paged_result.exit_code, 0) << paged_result.all();
+  EXPECT_EQ(ParseJson(paged_result)["problem"]["p_precision"], "input") << paged_result.out;
+  std::vector<std::string> bad = Problem("explain");
+  bad.insert(bad.end(), {"--p-precision", "half"});
+  ExpectUsageError(bad, "--p-precision must be exact or input, got 'half'");
+}
+
 TEST_F(PluginInspectVarlen, ExplainRanksTheKernelsForThePackedBatch) {
   std::vector<std::string> args = Problem("explain");
   args.push_back("--json");

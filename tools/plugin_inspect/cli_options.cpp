@@ -187,7 +187,9 @@ po::options_description paged_cache_options(bool shorthand) {
   desc.add_options()                                                                  //
       ("block-size", po::value<int32_t>(), "tokens per block, 1..1024 (default 16)")  //
       ("paged-layout", po::value<std::string>()->default_value("bsnh"),
-       "block layout of the pools: bsnh or bnsh");
+       "block layout of the pools: bsnh or bnsh")  //
+      ("p-precision", po::value<std::string>()->default_value("exact"),
+       "softmax probabilities for P·V: exact (float32) or input (rounded to the query dtype)");
   return desc;
 }
 
@@ -209,6 +211,11 @@ PagedFlags read_paged_flags(const po::variables_map& vm) {
     throw UsageError("--paged-layout must be bsnh or bnsh, got '" + layout + "'");
   }
   flags.kv_layout = layout == "bnsh" ? ATTNRT_PAGED_KV_LAYOUT_BNSH : ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  const std::string precision = vm["p-precision"].as<std::string>();
+  if (precision != "exact" && precision != "input") {
+    throw UsageError("--p-precision must be exact or input, got '" + precision + "'");
+  }
+  flags.p_precision = precision == "input" ? ATTNRT_P_PRECISION_INPUT : ATTNRT_P_PRECISION_EXACT;
   return flags;
 }
 

@@ -71,11 +71,13 @@ struct GqaFlags {
 po::options_description gqa_flag_options();
 GqaFlags read_gqa_flags(const po::variables_map& vm);
 
-// --paged BLOCK_SIZE (when `shorthand`), --block-size BS (default 16), --paged-layout bsnh|bnsh.
+// --paged BLOCK_SIZE (when `shorthand`), --block-size BS (default 16), --paged-layout bsnh|bnsh,
+// --p-precision exact|input.
 po::options_description paged_cache_options(bool shorthand);
 struct PagedFlags {
   int32_t block_size = 16;
-  int32_t kv_layout = 0;  // attnrt_paged_kv_layout
+  int32_t kv_layout = 0;    // attnrt_paged_kv_layout
+  int32_t p_precision = 0;  // attnrt_p_precision
 };
 // Throws UsageError naming the flag for a block size outside [1, 1024] or an unknown layout.
 PagedFlags read_paged_flags(const po::variables_map& vm);

@@ -26,7 +26,7 @@ std::string usage() {
          "           [--past-len P] [--total-len T] [--device cpu|cuda] [attribute flags]\n"
          "       plugin-inspect explain --op paged_gqa [--block-size BS] [--paged-layout "
          "bsnh|bnsh]\n"
-         "           [the gqa options]\n"
+         "           [--p-precision exact|input] [the gqa options]\n"
          "       plugin-inspect explain --op sparse_mla [--scenario csa|hca|swa] [--quant-mode "
          "1|2|3]\n"
          "           [the sparse MLA options below] [--device cpu|cuda]\n"
@@ -118,6 +118,7 @@ nlohmann::ordered_json problem_json(const GqaConfig& config, const std::string& 
   if (op == OpFamily::kPagedGqa) {
     problem["block_size"] = paged.block_size;
     problem["kv_layout"] = paged.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "bnsh" : "bsnh";
+    problem["p_precision"] = paged.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact";
   }
   problem["tensors"] = nlohmann::ordered_json::array();
   return problem;
@@ -197,7 +198,7 @@ int cmd_explain(const Args& args) {
   ExplanationPtr explanation;
   if (op == OpFamily::kPagedGqa) {
     PagedSession session(runtime.get(), config.attributes, paged.block_size, paged.kv_layout,
-                         config, /*allocate=*/false);
+                         config, /*allocate=*/false, paged.p_precision);
     explanation = session.explain(tensors, device, &result["problem"]["tensors"]);
   } else {
     GqaSession session(runtime.get(), config.attributes);
@@ -211,7 +212,9 @@ int cmd_explain(const Args& args) {
   std::string headline = std::string(op_name(op)) + ": " + describe_config(config);
   if (op == OpFamily::kPagedGqa) {
     headline += ", block_size " + std::to_string(paged.block_size) + " " +
-                (paged.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH");
+                (paged.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH") +
+                ", p_precision " +
+                (paged.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact");
   }
   headline += ", model " + model + ", device " + device_name(device.device_type);
   print_explanation(result, headline);

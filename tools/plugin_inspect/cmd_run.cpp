@@ -21,6 +21,7 @@ constexpr const char* kUsage =
     "                          [--seed N] [--check|--no-check] [--check-prompt] [--tolerance X]\n"
     "                          [attribute flags]\n"
     "       plugin-inspect run --op paged_gqa [--block-size BS] [--paged-layout bsnh|bnsh]\n"
+    "           [--p-precision exact|input]\n"
     "                          [the model options] (--paged BS: short for --op paged_gqa\n"
     "                          --block-size BS)\n"
     "       plugin-inspect run [--op gqa] --inputs DIR --outputs DIR [--num-heads N\n"
@@ -147,6 +148,7 @@ int cmd_run(const Args& args) {
     const PagedFlags paged = read_paged_flags(vm);
     options.paged_block_size = paged.block_size;
     options.paged_layout = paged.kv_layout;
+    options.paged_p_precision = paged.p_precision;
   }
 
   if (options.inputs_dir || options.outputs_dir) {

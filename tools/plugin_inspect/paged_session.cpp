@@ -22,7 +22,7 @@ struct PagedSession::Binding {
 
 PagedSession::PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes& attributes,
                            int32_t block_size, int32_t kv_layout, const GqaConfig& config,
-                           bool allocate)
+                           bool allocate, int32_t p_precision)
     : block_size_(block_size),
       kv_layout_(kv_layout),
       batch_(config.batch),
@@ -32,6 +32,7 @@ PagedSession::PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes&
   paged.gqa = attributes;
   paged.block_size = block_size;
   paged.kv_layout = kv_layout;
+  paged.p_precision = p_precision;
   attnrt_op* op = nullptr;
   check(attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &paged, &op));
   op_.reset(op);

@@ -21,7 +21,8 @@ class PagedSession {
   // `config` is the workload's first call: batch, heads, head size, cache dtype and the capacity
   // (past_len) every sequence may reach. allocate = false builds descriptors only (explain).
   PagedSession(attnrt_runtime* runtime, const attnrt_gqa_attributes& attributes, int32_t block_size,
-               int32_t kv_layout, const GqaConfig& config, bool allocate);
+               int32_t kv_layout, const GqaConfig& config, bool allocate,
+               int32_t p_precision = ATTNRT_P_PRECISION_EXACT);
   ~PagedSession();
   PagedSession(const PagedSession&) = delete;
   PagedSession& operator=(const PagedSession&) = delete;

@@ -32,6 +32,7 @@ struct RunOptions {
   std::optional<std::string> outputs_dir;
   std::optional<int32_t> paged_block_size;  // --paged: run over a paged KV cache
   int32_t paged_layout = 0;                 // --paged-layout: attnrt_paged_kv_layout
+  int32_t paged_p_precision = 0;            // --p-precision: attnrt_p_precision
 };
 
 int run_model(const RunOptions& options);  // --model (prompt + decode steps)

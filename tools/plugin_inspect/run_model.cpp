@@ -142,7 +142,7 @@ int run_model(const RunOptions& options) {
   std::optional<PagedSession> paged;
   if (options.paged_block_size) {
     paged.emplace(runtime.get(), prompt.attributes, *options.paged_block_size, options.paged_layout,
-                  prompt, /*allocate=*/true);
+                  prompt, /*allocate=*/true, options.paged_p_precision);
   }
   std::optional<ReferenceSessions> reference;
   if (options.check) reference.emplace(runtime.get(), options.common.runtime, prompt.attributes);
@@ -239,6 +239,7 @@ int run_model(const RunOptions& options) {
     if (paged) {
       json["paged"] = {{"block_size", *options.paged_block_size},
                        {"kv_layout", options.paged_layout == 1 ? "bnsh" : "bsnh"},
+                       {"p_precision", options.paged_p_precision == 1 ? "input" : "exact"},
                        {"blocks_used", pool.blocks_used},
                        {"num_blocks", pool.num_blocks},
                        {"internal_fragmentation", pool.internal_fragmentation}};

@@ -86,6 +86,7 @@ VarlenConfig config_from(const po::variables_map& vm) {
   const PagedFlags paged = read_paged_flags(vm);
   c.attributes.block_size = paged.block_size;
   c.attributes.kv_layout = paged.kv_layout;
+  c.attributes.p_precision = paged.p_precision;
   c.dtype = query_dtype_from_name(vm["dtype"].as<std::string>());
 
   if (vm.count("q-lens")) {
@@ -155,7 +156,9 @@ std::string describe(const VarlenConfig& c) {
          " seq_lens=" + join(c.seq_lens) + " N=" + std::to_string(g.num_heads) +
          " Nkv=" + std::to_string(g.kv_num_heads) + " H=" + std::to_string(c.head_size) + " " +
          dtype_name(c.dtype) + ", block_size " + std::to_string(c.attributes.block_size) + " " +
-         (c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH");
+         (c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "BNSH" : "BSNH") +
+         ", p_precision " +
+         (c.attributes.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact");
 }
 
 // The op's tensors: the host-read query_start_loc, seq_lens and block_table always hold their
@@ -262,6 +265,7 @@ nlohmann::ordered_json problem_json(const VarlenConfig& c, const VarlenTensors& 
   problem["scale"] = g.scale;
   problem["block_size"] = c.attributes.block_size;
   problem["kv_layout"] = c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH ? "bnsh" : "bsnh";
+  problem["p_precision"] = c.attributes.p_precision == ATTNRT_P_PRECISION_INPUT ? "input" : "exact";
   problem["tensors"] = nlohmann::ordered_json::array();
   append_tensors_json(problem["tensors"], t.in_ptrs.data(), t.in_ptrs.size(),
                       [](size_t i) { return attnrt_op_input_name(ATTNRT_OP_PAGED_GQA_VARLEN, i); });
@@ -322,13 +326,15 @@ po::options_description varlen_options(bool run) {
       ("batch", po::value<int64_t>(), "sequences B (the count of --q-lens)")          //
       ("block-size", po::value<int32_t>(), "tokens per block, 1..1024 (default 16)")  //
       ("paged-layout", po::value<std::string>()->default_value("bsnh"),
-       "block layout of the pools: bsnh or bnsh")                            //
-      ("num-heads", po::value<int>(), "num_heads N (query heads)")           //
-      ("kv-num-heads", po::value<int>(), "kv_num_heads Nkv (N % Nkv == 0)")  //
-      ("head-size", po::value<int>(), "head size H (multiple of 8)")         //
-      ("local-window", po::value<int>(), "local_window_size W (-1 off)")     //
-      ("softcap", po::value<float>(), "softcap (applied when > 0)")          //
-      ("scale", po::value<float>(), "scale (0 = 1/sqrt(H))")                 //
+       "block layout of the pools: bsnh or bnsh")  //
+      ("p-precision", po::value<std::string>()->default_value("exact"),
+       "softmax probabilities for P·V: exact (float32) or input (rounded to the query dtype)")  //
+      ("num-heads", po::value<int>(), "num_heads N (query heads)")                              //
+      ("kv-num-heads", po::value<int>(), "kv_num_heads Nkv (N % Nkv == 0)")                     //
+      ("head-size", po::value<int>(), "head size H (multiple of 8)")                            //
+      ("local-window", po::value<int>(), "local_window_size W (-1 off)")                        //
+      ("softcap", po::value<float>(), "softcap (applied when > 0)")                             //
+      ("scale", po::value<float>(), "scale (0 = 1/sqrt(H))")                                    //
       ("dtype", po::value<std::string>()->default_value("float32"),
        "query, K/V and cache dtype float32|float16|bfloat16");
   if (run) {

@@ -56,6 +56,17 @@
  * only when batch x kv_num_heads is below the thread count; the results then differ by the
  * float32 rounding of the split (a few ulp).
  *
+ * Probability precision (p_precision, ABI 1.5; docs/gqa-semantics.md, "Probability precision"):
+ * EXACT (default) keeps every softmax probability p = exp(s - m) in float32 when it multiplies V.
+ * INPUT rounds each p to the query type T (to nearest even) before it multiplies V, as
+ * FlashAttention, FlashInfer and vLLM's CPU kernels do; the running sum l adds the unrounded
+ * float32 p (as FlashAttention-2 does), m is the running maximum of the scores the kernel has seen
+ * (the row maximum once the key holding it has been read), and everything else is as EXACT.
+ * For T = float32 INPUT is EXACT, bit for bit; with a quantized cache T is still the query type.
+ * Per output element, |INPUT - exact attention| <= (u_T + u_T) * max_j |v_j| + (float32
+ * accumulation), u_T the unit roundoff of T (2^-8 bfloat16, 2^-11 float16; a float16 p below
+ * 2^-14 adds at most 2^-25 |v_j| / l each).
+ *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.
  *
@@ -115,6 +126,13 @@ typedef enum attnrt_paged_kv_layout {
   ATTNRT_PAGED_KV_LAYOUT_BNSH = 1
 } attnrt_paged_kv_layout;
 
+/** Precision of the softmax probabilities P when they multiply V (p_precision attribute, ABI 1.5;
+ *  see above). */
+typedef enum attnrt_p_precision {
+  ATTNRT_P_PRECISION_EXACT = 0, /* P stays float32 (default) */
+  ATTNRT_P_PRECISION_INPUT = 1  /* P rounded to the query type T before P·V */
+} attnrt_p_precision;
+
 /** Smallest and largest block_size (tokens per block). */
 #define ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE 1
 #define ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE 1024
@@ -125,15 +143,19 @@ typedef struct attnrt_paged_gqa_attributes {
   attnrt_gqa_attributes gqa; /* sliding_window_cache must be 0 */
   int32_t block_size;        /* tokens per block, in [1, 1024] */
   int32_t kv_layout;         /* attnrt_paged_kv_layout; default BSNH */
+  /* ABI 1.5: attnrt_p_precision; default EXACT. A caller whose struct_size ends before this field
+   * (built against ABI 1.2-1.4) gets EXACT. */
+  int32_t p_precision;
 } attnrt_paged_gqa_attributes;
 
-/** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0 and
- *  kv_layout = BSNH. */
+/** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0,
+ *  kv_layout = BSNH and p_precision = EXACT. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
   a->struct_size = sizeof(attnrt_paged_gqa_attributes);
   attnrt_gqa_attributes_init(&a->gqa);
   a->block_size = 0;
   a->kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  a->p_precision = ATTNRT_P_PRECISION_EXACT;
 }
 
 /**
@@ -156,6 +178,10 @@ typedef struct attnrt_paged_gqa_problem {
    * whose pools are compact. */
   int64_t key_cache_strides[4];
   int64_t value_cache_strides[4];
+  /* ABI 1.5: attnrt_p_precision, as the attribute. A kernel of an older plugin does not see this
+   * field: the runtime offers it only EXACT problems (and no paged varlen problem, whose layout
+   * this field changed). A kernel that cannot round P as INPUT says so in supports(). */
+  int32_t p_precision;
 } attnrt_paged_gqa_problem;
 
 /**

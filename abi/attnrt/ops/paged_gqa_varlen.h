@@ -74,13 +74,15 @@ typedef enum attnrt_paged_gqa_varlen_output {
 } attnrt_paged_gqa_varlen_output;
 
 /* Attributes: attnrt_paged_gqa_attributes (attnrt/ops/paged_gqa.h), with do_rotary = 0 and
- * qk_output = 0. */
+ * qk_output = 0; p_precision (ABI 1.5) as the paged op's. */
 
 /**
  * The validated problem kernels receive. `paged` describes the call as a paged op over a padded
  * batch of B sequences of num_tokens query rows each (an upper bound: each sequence's rows are
  * its q_len_b, known at run): paged.gqa.sequence_length = num_tokens, kv_sequence_length =
- * num_tokens (0 without key/value), the pools' fields as the paged op's.
+ * num_tokens (0 without key/value), the pools' fields and p_precision as the paged op's.
+ * ABI 1.5 appended p_precision to attnrt_paged_gqa_problem, which moved num_tokens and
+ * has_slot_mapping: kernels of plugins built for ABI 1.2-1.4 are not offered varlen problems.
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;

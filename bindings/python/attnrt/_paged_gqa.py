@@ -13,6 +13,19 @@ from ._op import Op, io_names
 
 PAGED_GQA_INPUTS, PAGED_GQA_OUTPUTS = io_names(_c.ATTNRT_OP_PAGED_GQA)
 KV_LAYOUTS = {"BSNH": _c.ATTNRT_PAGED_KV_LAYOUT_BSNH, "BNSH": _c.ATTNRT_PAGED_KV_LAYOUT_BNSH}
+P_PRECISIONS = {"exact": _c.ATTNRT_P_PRECISION_EXACT, "input": _c.ATTNRT_P_PRECISION_INPUT}
+
+
+def p_precision_value(p_precision) -> int:
+    """The attnrt_p_precision of "exact" / "input" (any case) or 0 / 1; InvalidArgumentError (a
+    ValueError) naming p_precision otherwise."""
+    if isinstance(p_precision, str) and p_precision.lower() in P_PRECISIONS:
+        return P_PRECISIONS[p_precision.lower()]
+    if isinstance(p_precision, int) and not isinstance(p_precision, bool) and \
+            p_precision in P_PRECISIONS.values():
+        return p_precision
+    raise InvalidArgumentError(
+        f"p_precision: expected 'exact' or 'input', got {p_precision!r}")
 
 
 class PagedGqaOp(Op):
@@ -21,7 +34,10 @@ class PagedGqaOp(Op):
 
     Attributes: every GqaOp attribute (sliding_window_cache must be 0), block_size (tokens per
     block, 1..1024, required) and kv_layout ("BSNH" default: pools [num_blocks, block_size, Nkv, H],
-    vLLM's and FlashAttention's paged layout; or "BNSH": [num_blocks, Nkv, block_size, H]).
+    vLLM's and FlashAttention's paged layout; or "BNSH": [num_blocks, Nkv, block_size, H]) and
+    p_precision ("exact" default: softmax probabilities stay float32 for P·V; "input": each is
+    rounded to the query dtype first, as FlashAttention and vLLM's CPU kernels do;
+    docs/gqa-semantics.md, "Probability precision").
 
     Inputs (PAGED_GQA_INPUTS): GroupQueryAttention's, with key_cache / value_cache (the pools, T_CACHE
     as above; uint8 with H/2 for a 4-bit cache) in place of past_key / past_value, and block_table
@@ -43,7 +59,7 @@ class PagedGqaOp(Op):
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
-                 kv_layout: str | int = "BSNH", **attributes):
+                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact", **attributes):
         native = _c.PagedGqaAttributes()
         gqa = native.gqa
         set_gqa_attributes(gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
@@ -56,7 +72,9 @@ class PagedGqaOp(Op):
         native.block_size = _arrays.integer(block_size, "block_size", 32)
         native.kv_layout = _arrays.integer(kv_layout, "kv_layout", 32)
         self.attributes: dict[str, Any] = {n: getattr(gqa, n) for n in GQA_ATTRIBUTES}
-        self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout)
+        native.p_precision = p_precision_value(p_precision)
+        self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
+                               p_precision=native.p_precision)
         super().__init__(runtime, native)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:

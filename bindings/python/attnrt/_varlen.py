@@ -11,7 +11,7 @@ from . import _arrays, _torch_lib
 from ._errors import InvalidArgumentError
 from ._gqa import GQA_ATTRIBUTES, set_gqa_attributes
 from ._op import Op, io_names
-from ._paged_gqa import KV_LAYOUTS
+from ._paged_gqa import KV_LAYOUTS, p_precision_value
 
 PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS = io_names(_c.ATTNRT_OP_PAGED_GQA_VARLEN)
 
@@ -21,8 +21,8 @@ class PagedGqaVarlenOp(Op):
     (attnrt/ops/paged_gqa_varlen.h): prefill chunks and decodes of any number of sequences in one
     call, as a serving engine makes it per layer.
 
-    Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, scale, softcap,
-    local_window_size, smooth_softmax, quantization), without rotary or qk_output.
+    Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, p_precision, scale,
+    softcap, local_window_size, smooth_softmax, quantization), without rotary or qk_output.
 
     Inputs (PAGED_GQA_VARLEN_INPUTS): query [num_tokens, N*H] (or [num_tokens, N, H]); key, value
     [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
@@ -41,7 +41,7 @@ class PagedGqaVarlenOp(Op):
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
-                 kv_layout: str | int = "BSNH", **attributes):
+                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact", **attributes):
         native = _c.PagedGqaAttributes()
         set_gqa_attributes(native.gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
                                         **attributes}, self.TITLE)
@@ -53,7 +53,9 @@ class PagedGqaVarlenOp(Op):
         native.block_size = _arrays.integer(block_size, "block_size", 32)
         native.kv_layout = _arrays.integer(kv_layout, "kv_layout", 32)
         self.attributes: dict[str, Any] = {n: getattr(native.gqa, n) for n in GQA_ATTRIBUTES}
-        self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout)
+        native.p_precision = p_precision_value(p_precision)
+        self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
+                               p_precision=native.p_precision)
         super().__init__(runtime, native, True)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -125,7 +127,8 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
                            k=None, v=None, softmax_scale: float | None = None,
                            causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                            sinks=None, slot_mapping=None, out=None, kv_layout: str = "BSNH",
-                           block_size: int | None = None, k_scale=None, v_scale=None):
+                           block_size: int | None = None, k_scale=None, v_scale=None,
+                           p_precision: str = "exact"):
     """Paged attention over a packed batch, FlashAttention/vLLM style, in one call; no copies.
 
     q [num_tokens, N, H] (or [num_tokens, N*H]); k_cache, v_cache the block pools
@@ -135,26 +138,30 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
     says, -1 = not written; otherwise where the table and seq_lens say). Query row i of sequence b
     is token seq_lens[b] - q_len_b + i, causal. window_size (left, right) as FlashAttention's;
-    softcap > 0 caps the scores; sinks [N] are per-head sink logits. Returns out (allocated like q
-    unless given).
+    softcap > 0 caps the scores; sinks [N] are per-head sink logits. p_precision "exact"
+    (default) keeps the softmax probabilities in float32 for P·V; "input" rounds each to q's
+    dtype first, as FlashAttention and vLLM's CPU kernels do (docs/gqa-semantics.md, "Probability
+    precision"; the same as "exact" for float32). Returns out (allocated like q unless given).
 
     Torch tensors go through the C++ operator library when it is built (attnrt._torch_lib: a few
     microseconds a call); anything else, or quantized caches, through the Python path.
     """
     if not causal:
         raise InvalidArgumentError("causal: only causal attention is supported (got False)")
+    precision = p_precision_value(p_precision)
     if _torch_lib.for_tensor(q) and k_scale is None and v_scale is None:
         window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
-                                 sinks, slot_mapping, out, kv_layout, block_size)
+                                 sinks, slot_mapping, out, kv_layout, block_size,
+                                 "input" if precision else "exact")
         if done is not None:
             return done
     return paged_attention_varlen_python(
         runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
         softmax_scale=softmax_scale, window_size=window_size, softcap=softcap, sinks=sinks,
         slot_mapping=slot_mapping, out=out, kv_layout=kv_layout, block_size=block_size,
-        k_scale=k_scale, v_scale=v_scale)
+        k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
 
 
 def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
@@ -162,14 +169,15 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
                                   softmax_scale: float | None = None, window_size=(-1, -1),
                                   softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
                                   kv_layout: str = "BSNH", block_size: int | None = None,
-                                  k_scale=None, v_scale=None):
+                                  k_scale=None, v_scale=None, p_precision: str = "exact"):
     """paged_attention_varlen through PagedGqaVarlenOp (SWIG, DLPack): numpy, DLPack and torch
     inputs alike, quantized caches too (the path the C++ operator shortens for torch tensors)."""
     num_heads, kv_heads, cache_block_size = _heads(q, k_cache, kv_layout)
     if block_size is None:
         block_size = cache_block_size
     attributes = {"local_window_size": _window(window_size),
-                  "softcap": _arrays.attribute(softcap, float, "softcap")}
+                  "softcap": _arrays.attribute(softcap, float, "softcap"),
+                  "p_precision": p_precision_value(p_precision)}
     if softmax_scale is not None:
         attributes["scale"] = _arrays.attribute(softmax_scale, float, "softmax_scale")
     if k_scale is not None:

@@ -27,6 +27,7 @@ library, an attnrt.Runtime with that many threads of its own.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -100,20 +101,42 @@ def describe() -> str:
             "(torch.get_num_threads()) with the C++ operator, else as many of attnrt's own")
 
 
-def _announce() -> None:
-    """Says once per process, in vLLM's log, that attnrt serves its attention layers (when the
-    first layer is built: vLLM's logging is configured by then, unlike when plugins load)."""
+# The softmax probabilities' precision for P·V (attnrt.paged_attention_varlen's p_precision):
+# "input" by default, as vLLM's own CPU attention kernels round P to the cache dtype.
+P_PRECISION_ENV = "ATTNRT_VLLM_P_PRECISION"
+DEFAULT_P_PRECISION = "input"
+
+
+def p_precision_from_env() -> str:
+    """ATTNRT_VLLM_P_PRECISION: "exact" or "input" (any case; unset or empty: "input").
+    Anything else is a ValueError naming the variable."""
+    value = os.environ.get(P_PRECISION_ENV, "")
+    chosen = value.strip().lower() or DEFAULT_P_PRECISION
+    if chosen not in ("exact", "input"):
+        raise ValueError(f"{P_PRECISION_ENV}: expected 'exact' or 'input' (unset: "
+                         f"'{DEFAULT_P_PRECISION}'), got {value!r}")
+    return chosen
+
+
+def _announce(p_precision: str) -> None:
+    """Says once per process, in vLLM's log, that attnrt serves its attention layers and with
+    which p_precision (when the first layer is built: vLLM's logging is configured by then, unlike
+    when plugins load)."""
     global _announced
     if _announced:
         return
     _announced = True
     from vllm.logger import init_logger
 
-    init_logger("vllm.attnrt").info(
+    logger = init_logger("vllm.attnrt")
+    logger.info(
         "attnrt serves attention (attnrt.vllm.AttnrtBackend in vLLM's CPU_ATTN slot; threads: "
         "%s, torch.get_num_threads() at each step, now %d)",
         "torch's intra-op threads" if _torch_lib.load() else "attnrt's own pool",
         torch.get_num_threads())
+    logger.info("attnrt p_precision %s (%s=exact|input; 'input' rounds softmax probabilities to "
+                "the model dtype before P·V, as vLLM's CPU kernels do)", p_precision,
+                P_PRECISION_ENV)
 
 
 class AttnrtBackend(AttentionBackend):
@@ -276,7 +299,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self._sinks_cast: torch.Tensor | None = None
         self._kv_cache: torch.Tensor | None = None
         self._pools: tuple = ()
-        _announce()
+        self.p_precision = p_precision_from_env()
+        _announce(self.p_precision)
 
     def _set_kv_cache(self, kv_cache: torch.Tensor) -> None:
         """The layer's K and V pools: BNSH views of the slab halves (kept while vLLM passes the
@@ -340,7 +364,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 _torch_lib._varlen_on(
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                    window[0], self.logits_soft_cap, "BNSH")
+                    window[0], self.logits_soft_cap, "BNSH", self.p_precision)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
@@ -348,7 +372,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
             attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
             window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
-            kv_layout="BNSH", block_size=block_size)
+            kv_layout="BNSH", block_size=block_size, p_precision=self.p_precision)
         return output
 
 

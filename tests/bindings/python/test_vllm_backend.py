@@ -173,6 +173,66 @@ def test_layers_run_on_torch_threads_when_the_operator_is_loaded():
         torch.set_num_threads(previous)
 
 
+# ---- ATTNRT_VLLM_P_PRECISION: the probabilities' precision of the backend's layers -------------
+
+
+def _impl_args():
+    return dict(num_heads=N, head_size=H, scale=0.125, num_kv_heads=NKV, alibi_slopes=None,
+                sliding_window=None, kv_cache_dtype="auto")
+
+
+@needs_vllm
+@pytest.mark.parametrize("value, mode", [(None, "input"), ("", "input"), ("input", "input"),
+                                         ("exact", "exact"), (" EXACT ", "exact")])
+def test_p_precision_from_the_environment(monkeypatch, value, mode):
+    from attnrt._vllm_backend import AttnrtImpl
+
+    if value is None:
+        monkeypatch.delenv("ATTNRT_VLLM_P_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("ATTNRT_VLLM_P_PRECISION", value)
+    assert AttnrtImpl(**_impl_args()).p_precision == mode
+
+
+@needs_vllm
+@pytest.mark.parametrize("value", ["fp32", "1", "inputs", "exact input"])
+def test_p_precision_other_values_fail_at_start_up_naming_the_variable(monkeypatch, value):
+    from attnrt._vllm_backend import AttnrtImpl
+
+    monkeypatch.setenv("ATTNRT_VLLM_P_PRECISION", value)
+    with pytest.raises(ValueError, match=r"ATTNRT_VLLM_P_PRECISION: expected 'exact' or 'input'"):
+        AttnrtImpl(**_impl_args())
+
+
+@needs_vllm
+def test_p_precision_reaches_the_layer(monkeypatch):
+    """bfloat16 layers give different outputs in the two modes (float32 ones the same)."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    g = torch.Generator().manual_seed(5)
+    seq, num_blocks = 40, 4
+    outs = {}
+    kv0 = (torch.randn(num_blocks, NKV, BS, 2 * H, generator=g) * 2).to(torch.bfloat16)
+    qkv = (torch.randn(1, (N + 2 * NKV) * H, generator=g) * 2).to(torch.bfloat16)
+    for mode in ("exact", "input"):
+        monkeypatch.setenv("ATTNRT_VLLM_P_PRECISION", mode)
+        impl = AttnrtImpl(**_impl_args())
+        kv = kv0.clone()
+        q, k, v = qkv.split([N * H, NKV * H, NKV * H], dim=-1)
+        md = AttnrtMetadata(
+            num_actual_tokens=1, max_query_len=1, max_seq_len=seq,
+            query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+            seq_lens=torch.tensor([seq], dtype=torch.int32),
+            block_table=torch.tensor([[0, 1, 2]], dtype=torch.int32),
+            slot_mapping=torch.tensor([(seq - 1) // BS * BS + (seq - 1) % BS],
+                                      dtype=torch.int64))
+        output = torch.zeros(1, N, H, dtype=torch.bfloat16)
+        impl.forward(None, q.view(-1, N, H), k.view(-1, NKV, H), v.view(-1, NKV, H), kv, md,
+                     output)
+        outs[mode] = output
+    assert not torch.equal(outs["exact"], outs["input"])
+
+
 # ---- ATTNRT_VLLM: asked for attnrt, vLLM gets it or fails to start -------------------------------
 
 
