@@ -139,8 +139,8 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsNeon = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
-                                      &RowScale, 1,           nullptr,     nullptr};
+const GqaFlashOps kGqaFlashOpsNeon = {&Scores,    &Accumulate, &Dequantize, &RowMax,
+                                      &RowExpSum, &RowScale,   1,           nullptr};
 
 const GqaFlashOps kGqaFlashOpsDotProdApprox = {&GqaFlashScoresDotProdApprox,
                                                &Accumulate,
@@ -149,7 +149,6 @@ const GqaFlashOps kGqaFlashOpsDotProdApprox = {&GqaFlashScoresDotProdApprox,
                                                &RowExpSum,
                                                &RowScale,
                                                1,
-                                               nullptr,
                                                nullptr};
 
 }  // namespace attnrt::cpu

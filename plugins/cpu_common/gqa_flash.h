@@ -64,19 +64,10 @@ struct GqaFlashOps {
   // decode) only where the splits fall on such multiples; elsewhere each key block is copied
   // into one float32 block first, so that the calls are the contiguous cache's.
   int32_t tall_split_keys;
-  // Optional (NULL: not provided). For runs whose probabilities are rounded to the query type T
-  // before P·V (the paged ops' input precision):
-  // round: x[0, n) = float(T(x)) in place, to nearest even; the driver rounds P with it before
-  //   P·V (a scalar loop when NULL).
+  // Optional (NULL: a scalar loop). For runs whose probabilities are rounded to the query type T
+  // before P·V (the paged ops' p_precision INPUT): x[0, n) = float(T(x)) in place, to nearest
+  // even.
   void (*round)(float* x, int64_t n, GqaFloatType type);
-  // accumulate_rounded: accumulate's contract for P whose every element is exactly a value of
-  //   v's 16-bit cache type, computed with that type's pair products where the ISA has them
-  //   (AVX512-BF16's VDPBF16PS); keys are still added in order, so the result has accumulate's
-  //   bits on the same P, except that subnormal P or V elements count as 0. The driver calls it
-  //   instead of accumulate for such runs when it is not NULL.
-  void (*accumulate_rounded)(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v,
-                             int64_t keys, int64_t h, float* acc, const void* prefetch,
-                             size_t prefetch_bytes);
 };
 
 // Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.

@@ -189,8 +189,8 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
       float* block_scores = head.t.scores + row_begin * ld + (j - ja);
       const GqaFlashKv rows = RowsAt(r, row, source.stride, v ? head.v_scale : head.k_scale);
       if (v) {
-        AccumulateFor(job, rows)(block_scores, row_count, ld, rows, n, h,
-                                 head.t.acc + row_begin * h, share.begin, share.bytes);
+        ops.accumulate(block_scores, row_count, ld, rows, n, h, head.t.acc + row_begin * h,
+                       share.begin, share.bytes);
       } else {
         ops.scores(head.t.q + row_begin * h, row_count, rows, n, h, r.scale, block_scores, ld,
                    share.begin, share.bytes);

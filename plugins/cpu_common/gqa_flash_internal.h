@@ -210,11 +210,6 @@ GqaFlashKv RowsAt(const GqaRun& r, const void* row, size_t stride, const float* 
 // ops.round when the set has one.
 void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatType type);
 
-// The P·V operation for V rows `v`: accumulate_rounded when the run rounds P to T, the set has
-// one and V is of that 16-bit type (its contract); else accumulate.
-using AccumulateFn = decltype(GqaFlashOps::accumulate);
-AccumulateFn AccumulateFor(const FlashJob& job, const GqaFlashKv& v);
-
 // The online-softmax step of one kv head over the scores of key block [br.ja, br.je).
 void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& head,
                   const BlockRows& br);

@@ -201,16 +201,6 @@ void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatTyp
   }
 }
 
-AccumulateFn AccumulateFor(const FlashJob& job, const GqaFlashKv& v) {
-  const GqaFlashOps& ops = *job.ops;
-  const GqaRun& r = *job.run;
-  if (!r.round_probabilities || ops.accumulate_rounded == nullptr) return ops.accumulate;
-  const bool same_16_bit =
-      (v.type == GqaCacheType::kBFloat16 && r.type == GqaFloatType::kBFloat16) ||
-      (v.type == GqaCacheType::kFloat16 && r.type == GqaFloatType::kFloat16);
-  return same_16_bit ? ops.accumulate_rounded : ops.accumulate;
-}
-
 // The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
 // row stride kv_block, key ja at column 0): bias, row max, exp and sum, rescale of acc and l by
 // exp(m_old - m_new); columns outside a row's window become 0 (P·V skips them: AccumulateRagged).
@@ -320,13 +310,13 @@ void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head,
   if (tiles) {
     const GqaFlashKv v_rows{t.v_tile + c0 * h, static_cast<size_t>(h) * sizeof(float),
                             GqaCacheType::kFloat32, nullptr, false};
-    AccumulateFor(job, v_rows)(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
+    job.ops->accumulate(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
     return;
   }
   for (int64_t j = ja + c0, n; j < ja + c1; j += n) {
     n = head.values.Segment(j, ja + c1);
     const GqaFlashKv v_rows = BlockOf(r, head.values, j, head.v_scale);
-    AccumulateFor(job, v_rows)(p + (j - ja - c0), rows, ld, v_rows, n, h, acc, nullptr, 0);
+    job.ops->accumulate(p + (j - ja - c0), rows, ld, v_rows, n, h, acc, nullptr, 0);
   }
 }
 
@@ -441,8 +431,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
                               : j1 < span.key_end
                                   ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
                                   : Prefetch{nullptr, 0};
-      AccumulateFor(job, v_rows)(block_scores, row_count, ld, v_rows, width, h,
-                                 t.acc + row_begin * h, k_next.begin, k_next.bytes);
+      job.ops->accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
+                          k_next.begin, k_next.bytes);
     } else {
       if (AccumulateRagged(job, span, t, head, br, false)) continue;
       // Paged: V in runs of rows that lie in one cache block, each run split further so that the
@@ -462,8 +452,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
           }
         }
         const GqaFlashKv v_rows = BlockOf(r, values, j, head.v_scale);
-        AccumulateFor(job, v_rows)(block_scores + (j - ja), row_count, ld, v_rows, n, h,
-                                   t.acc + row_begin * h, k_next.begin, k_next.bytes);
+        job.ops->accumulate(block_scores + (j - ja), row_count, ld, v_rows, n, h,
+                            t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
     }
   }

@@ -542,7 +542,7 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 // tall_split_keys: a key range split over several calls is packed in the same pairs and chunks
 // only where the splits fall on whole chunks.
-const GqaFlashOps kGqaFlashOpsAmx = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
-                                     &RowScale, kChunkKeys,  nullptr,     nullptr};
+const GqaFlashOps kGqaFlashOpsAmx = {&Scores,    &Accumulate, &Dequantize, &RowMax,
+                                     &RowExpSum, &RowScale,   kChunkKeys,  nullptr};
 
 }  // namespace attnrt::cpu

@@ -813,9 +813,7 @@ void Round(float* x, int64_t n, GqaFloatType type) {
 
 }  // namespace
 
-// accumulate_rounded: NULL (the driver calls accumulate: its float32 FMAs over a V widened once
-// per chunk of a tall tile leave no faster path for rounded P on this ISA).
-const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
-                                        &RowScale, 1,           &Round,      nullptr};
+const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,    &Accumulate, &Dequantize, &RowMax,
+                                        &RowExpSum, &RowScale,   1,           &Round};
 
 }  // namespace attnrt::cpu

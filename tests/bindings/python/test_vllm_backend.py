@@ -182,8 +182,9 @@ def _impl_args():
 
 
 @needs_vllm
-@pytest.mark.parametrize("value, mode", [(None, "input"), ("", "input"), ("input", "input"),
-                                         ("exact", "exact"), (" EXACT ", "exact")])
+@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), ("input", "input"),
+                                         ("exact", "exact"), (" EXACT ", "exact"),
+                                         ("Auto", "auto")])
 def test_p_precision_from_the_environment(monkeypatch, value, mode):
     from attnrt._vllm_backend import AttnrtImpl
 
@@ -200,21 +201,25 @@ def test_p_precision_other_values_fail_at_start_up_naming_the_variable(monkeypat
     from attnrt._vllm_backend import AttnrtImpl
 
     monkeypatch.setenv("ATTNRT_VLLM_P_PRECISION", value)
-    with pytest.raises(ValueError, match=r"ATTNRT_VLLM_P_PRECISION: expected 'exact' or 'input'"):
+    with pytest.raises(ValueError, match=r"ATTNRT_VLLM_P_PRECISION: expected 'auto', 'exact' or 'input'"):
         AttnrtImpl(**_impl_args())
 
 
-@needs_vllm
-def test_p_precision_reaches_the_layer(monkeypatch):
-    """bfloat16 layers give different outputs in the two modes (float32 ones the same)."""
+def _bf16_layer_outputs(monkeypatch, modes, isa=None):
+    """One bfloat16 decode through AttnrtImpl per ATTNRT_VLLM_P_PRECISION value in `modes`, with
+    vLLM's ISA choice replaced by `isa` when given."""
     from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
 
+    if isa is not None:
+        import vllm.v1.attention.backends.cpu_attn as cpu_attn
+
+        monkeypatch.setattr(cpu_attn, "_get_attn_isa", lambda *args, **kwargs: isa)
     g = torch.Generator().manual_seed(5)
     seq, num_blocks = 40, 4
     outs = {}
     kv0 = (torch.randn(num_blocks, NKV, BS, 2 * H, generator=g) * 2).to(torch.bfloat16)
     qkv = (torch.randn(1, (N + 2 * NKV) * H, generator=g) * 2).to(torch.bfloat16)
-    for mode in ("exact", "input"):
+    for mode in modes:
         monkeypatch.setenv("ATTNRT_VLLM_P_PRECISION", mode)
         impl = AttnrtImpl(**_impl_args())
         kv = kv0.clone()
@@ -230,7 +235,26 @@ def test_p_precision_reaches_the_layer(monkeypatch):
         impl.forward(None, q.view(-1, N, H), k.view(-1, NKV, H), v.view(-1, NKV, H), kv, md,
                      output)
         outs[mode] = output
+    return outs
+
+
+@needs_vllm
+def test_p_precision_reaches_the_layer(monkeypatch):
+    """bfloat16 layers give different outputs in the two modes (float32 ones the same)."""
+    outs = _bf16_layer_outputs(monkeypatch, ("exact", "input"))
     assert not torch.equal(outs["exact"], outs["input"])
+
+
+@needs_vllm
+@pytest.mark.parametrize("isa, follows", [("amx", "input"), ("vec", "exact"),
+                                          ("vec16", "exact")])
+def test_p_precision_auto_follows_vllms_kernel(monkeypatch, isa, follows):
+    """auto: INPUT where vLLM would run its AMX kernel (which rounds P to bfloat16), EXACT where
+    it would run a vector kernel (P in float32)."""
+    outs = _bf16_layer_outputs(monkeypatch, ("auto", "exact", "input"), isa=isa)
+    assert torch.equal(outs["auto"], outs[follows])
+    other = "exact" if follows == "input" else "input"
+    assert not torch.equal(outs["auto"], outs[other])
 
 
 # ---- ATTNRT_VLLM: asked for attnrt, vLLM gets it or fails to start -------------------------------
