@@ -99,24 +99,30 @@ step gemma2-attnrt env ATTNRT_VLLM=1 "${grun[@]}" --out "$work/gemma2-attnrt.jso
   fail "gemma2 (sliding window, softcap): attnrt differs from vLLM's attention"
 
 # bfloat16: prompt logprobs within BF16_TOLERANCE (4 prompts of 16..1024 tokens, 16 new tokens:
-# the same paths, half the time).
+# the same paths, half the time), for each probability precision of the backend
+# (ATTNRT_VLLM_P_PRECISION: exact keeps P in float32, input rounds it to bfloat16 before P·V; the
+# default, auto, follows vLLM's own kernel and is one of the two).
 bf16=(--dtype bfloat16 --num-prompts 4 --max-prompt-len 1024 --gen-tokens 16)
 step bf16-vllm env ATTNRT_VLLM=0 "${run[@]}" "${bf16[@]}" --out "$work/bf16-vllm.json" ||
   fail "bfloat16: vLLM's own backend did not run"
-step bf16-attnrt env ATTNRT_VLLM=1 "${run[@]}" "${bf16[@]}" --out "$work/bf16-attnrt.json" ||
-  fail "bfloat16: attnrt did not run"
-"$py" - "$work/bf16-vllm.json" "$work/bf16-attnrt.json" "$BF16_TOLERANCE" <<'PY' ||
+for mode in exact input; do
+  step "bf16-attnrt-$mode" env ATTNRT_VLLM=1 ATTNRT_VLLM_P_PRECISION="$mode" "${run[@]}" \
+    "${bf16[@]}" --out "$work/bf16-attnrt-$mode.json" || fail "bfloat16 ($mode): attnrt did not run"
+  grep -q "attnrt p_precision $mode" "$work/bf16-attnrt-$mode.log" ||
+    fail "bfloat16: ATTNRT_VLLM_P_PRECISION=$mode but the log does not say so"
+  "$py" - "$work/bf16-vllm.json" "$work/bf16-attnrt-$mode.json" "$BF16_TOLERANCE" "$mode" <<'PY' ||
 import json, sys
 a, b = (json.load(open(p))["results"] for p in sys.argv[1:3])
-tol = float(sys.argv[3])
+tol, mode = float(sys.argv[3]), sys.argv[4]
 worst = max(abs(p - q) for x, y in zip(a, b)
             for p, q in zip(x["prompt_logprobs"], y["prompt_logprobs"]) if p is not None)
 same = sum(x["gen_ids"] == y["gen_ids"] for x, y in zip(a, b))
-print(f"test-vllm: bfloat16: max |prompt logprob difference| {worst:.3g} (tolerance {tol}); "
-      f"greedy tokens equal in {same} of {len(a)} prompts")
+print(f"test-vllm: bfloat16, p_precision {mode}: max |prompt logprob difference| {worst:.3g} "
+      f"(tolerance {tol}); greedy tokens equal in {same} of {len(a)} prompts")
 sys.exit(0 if worst <= tol else 1)
 PY
-  fail "bfloat16: prompt logprobs differ by more than $BF16_TOLERANCE"
+    fail "bfloat16 ($mode): prompt logprobs differ by more than $BF16_TOLERANCE"
+done
 
 if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
   tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)
