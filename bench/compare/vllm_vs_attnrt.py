@@ -357,7 +357,8 @@ def kernel_table(args, step, contexts, runtimes, py_runtimes, seen):
             metadata_by_t[t] = cell.vllm_metadata()
             cell.run_vllm(metadata_by_t[t])
             if q_len == 1:
-                ref = reference(cell) if t == threads[0] else ref
+                if t == threads[0]:  # the float64 reference once per cell
+                    ref = reference(cell)
                 err_v = (cell.vllm_out.double() - ref).abs().max().item()
             else:  # prefill cells: the two backends against each other only
                 err_v = err_a = float("nan")
@@ -418,7 +419,7 @@ def kernel_table(args, step, contexts, runtimes, py_runtimes, seen):
             print(f"{row['dtype']:8s} bs {block_size:3d} batch {batch} ctx {context:5d} "
                   f"t {t}: vLLM {row['vllm_ms']:8.3f} ms  {at}{py}  K/V read "
                   f"{row['read_ms']:8.3f} ms  (max |diff| {diff:.2g})", flush=True)
-        del cell
+        cell = None  # its caches go before the next cell's are made
     return rows
 
 
