@@ -133,7 +133,8 @@ Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t wor
   char reason[kReasonCapacity] = {0};
   int32_t accepted = 0;
   const std::string thrown = CallPlugin([&] {
-    accepted = kernel.desc->supports(kernel.plugin->context, problem.abi(), reason, sizeof(reason));
+    accepted = kernel.desc->supports(kernel.plugin->context, problem.abi_for(kernel), reason,
+                                     sizeof(reason));
   });
   if (!thrown.empty()) std::snprintf(reason, sizeof(reason), "supports() %s", thrown.c_str());
   reason[sizeof(reason) - 1] = '\0';
@@ -142,8 +143,9 @@ Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t wor
                         (reason[0] != '\0' ? reason : "no reason given") +
                         "; make a plan for these tensors");
   }
-  const std::string failure = CallPlugin(
-      [&] { *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi()); });
+  const std::string failure = CallPlugin([&] {
+    *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi_for(kernel));
+  });
   if (!failure.empty()) return Internal("kernel " + kernel.name + ": workspace_size() " + failure);
   if (*needed > workspace) {
     return PlanMismatch("these tensors need a workspace of " + std::to_string(*needed) +
@@ -335,9 +337,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     return Status::Ok();
   }
 
-  const auto candidates = runtime_->registry().Evaluate(
-      runtime_->config(), family_->kind(), plan->problem->device_type(), plan->problem->abi(),
-      plan->problem->abi_need());
+  const auto candidates =
+      runtime_->registry().Evaluate(runtime_->config(), family_->kind(), *plan->problem);
   for (const auto& candidate : candidates) {
     if (candidate.status == ATTNRT_CANDIDATE_SELECTED) plan->kernel = candidate.kernel;
   }
@@ -356,8 +357,8 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
     growing.clear();
   }
   const std::string failure = CallPlugin([&] {
-    plan->workspace_size =
-        plan->kernel->desc->workspace_size(plan->kernel->plugin->context, plan->problem->abi());
+    plan->workspace_size = plan->kernel->desc->workspace_size(
+        plan->kernel->plugin->context, plan->problem->abi_for(*plan->kernel));
   });
   if (!failure.empty()) {
     return Internal("kernel " + plan->kernel->name + ": workspace_size() " + failure);
@@ -436,8 +437,7 @@ Status OpImpl::Explain(const TensorList& inputs, const TensorList& outputs,
   Signature signature;
   std::unique_ptr<Problem> problem;
   ATTNRT_RETURN_IF_ERROR(Prepare(inputs, outputs, &signature, &problem));
-  *out = runtime_->registry().Evaluate(runtime_->config(), family_->kind(), problem->device_type(),
-                                       problem->abi(), problem->abi_need());
+  *out = runtime_->registry().Evaluate(runtime_->config(), family_->kind(), *problem);
   return Status::Ok();
 }
 

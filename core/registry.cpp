@@ -42,8 +42,9 @@ std::vector<const KernelRecord*> Registry::KernelsFor(int32_t op_kind) const {
 }
 
 std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t op_kind,
-                                          int32_t device_type, const void* problem,
-                                          const AbiNeed& need) const {
+                                          const Problem& problem) const {
+  const int32_t device_type = problem.device_type();
+  const AbiNeed need = problem.abi_need();
   std::vector<Candidate> candidates;
   bool selected = false;
   for (const auto* kernel : KernelsFor(op_kind)) {
@@ -70,7 +71,8 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
       char reason[kReasonCapacity] = {0};
       int32_t accepted = 0;
       const std::string failure = CallPlugin([&] {
-        accepted = kernel->desc->supports(kernel->plugin->context, problem, reason, sizeof(reason));
+        accepted = kernel->desc->supports(kernel->plugin->context, problem.abi_for(*kernel), reason,
+                                          sizeof(reason));
       });
       reason[sizeof(reason) - 1] = '\0';
       if (!failure.empty()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnrt/attnrt.h"
+#include "core/ops/op_family.h"
 #include "core/plugin_record.h"
 #include "core/runtime_config.h"
 
@@ -29,10 +30,11 @@ class Registry {
 
   // Evaluates every kernel of the op against a validated problem: the first acceptable one is
   // SELECTED, later acceptable ones ELIGIBLE, the others carry their status and reason. A problem
-  // that uses a feature of ABI 1.`need.minor` is not offered to kernels of plugins built for an
-  // older minor version (they would not read the fields that describe it).
-  std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind, int32_t device_type,
-                                  const void* problem, const AbiNeed& need = {}) const;
+  // that uses a feature of ABI 1.`problem.abi_need().minor` is not offered to kernels of plugins
+  // built for an older minor version (they would not read the fields that describe it); the others
+  // get it in the layout their plugin's ABI version has (Problem::abi_for).
+  std::vector<Candidate> Evaluate(const RuntimeConfig& config, int32_t op_kind,
+                                  const Problem& problem) const;
 
  private:
   std::vector<const KernelRecord*> ranked_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,16 @@ class Problem {
   virtual ~Problem() = default;
   // Pointer to the op's ABI problem struct (e.g. attnrt_gqa_problem).
   virtual const void* abi() const = 0;
+  // The problem struct in the layout a plugin built for ABI 1.`plugin_abi_minor` reads, kept as
+  // long as the problem (default: abi(), the same layout for every minor version). Only kernels
+  // whose plugins meet abi_need() are offered the problem at all.
+  virtual const void* abi_for(uint32_t plugin_abi_minor) const {
+    (void)plugin_abi_minor;
+    return abi();
+  }
+  const void* abi_for(const KernelRecord& kernel) const {
+    return abi_for(kernel.plugin->abi_minor);
+  }
   virtual int32_t device_type() const = 0;
   // Kernels of plugins built for an older ABI minor version than this are not offered the problem.
   virtual AbiNeed abi_need() const { return {}; }

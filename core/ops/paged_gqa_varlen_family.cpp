@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "attnrt/ops/paged_gqa_varlen.h"
+#include "core/ops/paged_gqa_abi14_layout.h"
 #include "core/ops/paged_gqa_family.h"
 #include "core/ops/paged_gqa_varlen_validation.h"
 #include "core/plugin_call.h"
@@ -12,17 +13,24 @@ namespace {
 
 class PagedGqaVarlenProblem final : public Problem {
  public:
+  // The ABI 1.4 copy is made here, once per plan, and lives as long as the plan.
   explicit PagedGqaVarlenProblem(const attnrt_paged_gqa_varlen_problem& problem)
-      : problem_(problem) {}
+      : problem_(problem), abi14_(paged_gqa_abi14::ToAbi14(problem)) {}
 
   const void* abi() const override { return &problem_; }
-  int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // attnrt_paged_gqa_problem grew a field in ABI 1.5 (p_precision), which moved the varlen
-  // problem's own fields: older kernels would read them at the wrong offsets.
+  // problem's own fields: kernels of older plugins get the layout they were built for.
+  const void* abi_for(uint32_t plugin_abi_minor) const override {
+    return plugin_abi_minor < paged_gqa_abi14::kPPrecisionMinor ? static_cast<const void*>(&abi14_)
+                                                                : &problem_;
+  }
+  int32_t device_type() const override { return problem_.paged.gqa.device_type; }
+  // That layout has no p_precision: it describes EXACT problems only.
   AbiNeed abi_need() const override {
-    return {5,
-            "the attnrt_paged_gqa_varlen_problem layout (p_precision appended to its paged "
-            "member)"};
+    if (problem_.paged.p_precision != ATTNRT_P_PRECISION_EXACT) {
+      return {paged_gqa_abi14::kPPrecisionMinor, "p_precision INPUT"};
+    }
+    return {};
   }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
@@ -36,11 +44,15 @@ class PagedGqaVarlenProblem final : public Problem {
     args.paged.gqa.workspace = workspace;
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;
+    if (kernel.plugin->abi_minor < paged_gqa_abi14::kPPrecisionMinor) {
+      paged_gqa_abi14::PointArgsAt(abi14_, &args);
+    }
     return RunKernel(kernel, &args);
   }
 
  private:
   attnrt_paged_gqa_varlen_problem problem_;
+  paged_gqa_abi14::PagedGqaVarlenProblem abi14_;
 };
 
 class PagedGqaVarlenFamily final : public OpFamily {

@@ -14,8 +14,6 @@
  *                            own prefix "dupforeign.")
  *   BROKEN_MODE_VALID        a valid plugin (built under a name discovery must ignore)
  *   BROKEN_MODE_ABI12        a valid plugin that declares ABI 1.2 (built before ABI 1.3)
- *   BROKEN_MODE_ABI14PAGED   a valid plugin that declares ABI 1.4 (before p_precision) with a
- *                            paged and a paged varlen kernel
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -61,13 +59,8 @@ static int32_t Run(void* context, const void* args, char* error, size_t capacity
 #define KERNEL_NAME_1 BROKEN_PLUGIN_NAME ".gqa.fixture2.scalar"
 #endif
 
-#if defined(BROKEN_MODE_ABI14PAGED)
-#define KERNEL_OP_0 ATTNRT_OP_PAGED_GQA
-#define KERNEL_OP_1 ATTNRT_OP_PAGED_GQA_VARLEN
-#else
 #define KERNEL_OP_0 ATTNRT_OP_GQA
 #define KERNEL_OP_1 ATTNRT_OP_GQA
-#endif
 
 static const attnrt_kernel_desc kKernels[2] = {
     {sizeof(attnrt_kernel_desc), KERNEL_NAME_0, KERNEL_OP_0, ATTNRT_DEVICE_CPU, 1, Supports,
@@ -133,8 +126,6 @@ static const attnrt_plugin_api kApi = {
 #endif
 #if defined(BROKEN_MODE_ABI12)
     2,
-#elif defined(BROKEN_MODE_ABI14PAGED)
-    4,
 #else
     ATTNRT_ABI_VERSION_MINOR,
 #endif

@@ -1,0 +1,207 @@
+// A paged varlen kernel of a plugin built against the ABI 1.4 headers (tests/core/plugins/
+// abi14_paged_plugin.c, compiled against copies of them) keeps working under ABI 1.5, which
+// appended p_precision to attnrt_paged_gqa_problem and so moved the varlen problem's own fields:
+// the runtime hands it the problem in the ABI 1.4 layout (docs/plugins.md, "ABI versions"). The
+// fixture reads the fields through its ABI 1.4 structs and writes them into the output; the values
+// expected here are the tensors' own. An INPUT problem is still refused for it, with the reason.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "attnrt/attnrt.h"
+#include "attnrt/ops/paged_gqa.h"
+#include "attnrt/ops/paged_gqa_varlen.h"
+#include "common/test_support.h"
+
+namespace {
+
+using namespace attnrt_test;
+
+constexpr const char* kVarlenKernel = "abi14paged.paged_gqa_varlen.fixture.scalar";
+
+// The output elements the fixture writes (abi14_paged_plugin.c, kOut*).
+enum Out {
+  kOutNumTokens,
+  kOutHasSlotMapping,
+  kOutMaxBlocksPerSeq,
+  kOutBlockSize,
+  kOutNumBlocks,
+  kOutKvLayout,
+  kOutBatchSize,
+  kOutNumHeads,
+  kOutKvNumHeads,
+  kOutHeadSize,
+  kOutKeyCacheStride0,
+  kOutValueCacheStride0,
+  kOutMaxQueryLen,
+  kOutLastQueryStart,
+  kOutWorkspaceSize,
+  kOutSameProblemAsPlan,
+  kOutCount
+};
+
+constexpr int64_t kHeads = 2, kKvHeads = 1, kHeadSize = 8;
+constexpr int64_t kBlockSizeValue = 4, kNumBlocksValue = 9, kSlots = 3;
+// Two sequences of 3 and 1 new rows (6 rows: the last 2 are an engine's padding), contexts 5 and 9.
+constexpr int64_t kTokens = 6;
+
+RuntimePtr Abi14Runtime() {
+  const char* paths[] = {ATTNRT_TEST_PLUGINS_ABI14};
+  attnrt_runtime_options options = DefaultOptions();
+  options.plugin_paths = paths;
+  options.num_plugin_paths = 1;
+  options.search_default_paths = 0;
+  return CreateRuntime(options);
+}
+
+struct Call {
+  // BNSH pools [num_blocks, Nkv, block_size, H]: dimension 0 strides Nkv * block_size * H.
+  Tensor key_cache = F32({kNumBlocksValue, kKvHeads, kBlockSizeValue, kHeadSize});
+  Tensor value_cache = F32({kNumBlocksValue, kKvHeads, kBlockSizeValue, kHeadSize});
+  Tensor query = F32({kTokens, kHeads* kHeadSize});
+  Tensor key = F32({kTokens, kKvHeads* kHeadSize});
+  Tensor value = F32({kTokens, kKvHeads* kHeadSize});
+  Tensor query_start_loc = I32({0, 3, 4}, {3});
+  Tensor seq_lens = I32({5, 9}, {2});
+  Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
+  // Row i of sequence 0 is token 2 + i (blocks 0, 1); row 0 of sequence 1 is token 8 (block 4).
+  Tensor slot_mapping = I64({2, 3, 4, 4 * 4 + 0, -1, -1}, {kTokens});
+  Tensor output = F32({kTokens, kHeads* kHeadSize});
+  std::vector<const attnrt_tensor*> in;
+
+  explicit Call(bool with_slot_mapping) {
+    for (Tensor* t : {&key_cache, &value_cache, &query, &key, &value}) t->Fill(0.5f);
+    output.Fill(-7.0f);
+    in.assign(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
+    if (with_slot_mapping) in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING] = slot_mapping.get();
+  }
+  const attnrt_tensor* const* outputs() {
+    out_ = output.get();
+    return &out_;
+  }
+
+ private:
+  const attnrt_tensor* out_ = nullptr;
+};
+
+OpPtr VarlenOp(attnrt_runtime* runtime, int32_t p_precision) {
+  attnrt_paged_gqa_attributes a;
+  attnrt_paged_gqa_attributes_init(&a);
+  a.gqa.num_heads = kHeads;
+  a.gqa.kv_num_heads = kKvHeads;
+  a.block_size = kBlockSizeValue;
+  a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  a.p_precision = p_precision;
+  attnrt_op* op = nullptr;
+  const attnrt_status s = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA_VARLEN, &a, &op);
+  EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
+  return OpPtr(op);
+}
+
+// The candidates of explain, "kernel: reason".
+std::vector<std::string> ExplainVarlen(attnrt_op* op, Call& call) {
+  attnrt_explanation* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_explain(op, call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
+  std::vector<std::string> out;
+  if (s != ATTNRT_OK) return out;
+  ExplanationPtr holder(raw);
+  size_t count = 0;
+  attnrt_explanation_count(raw, &count);
+  for (size_t c = 0; c < count; ++c) {
+    attnrt_candidate candidate{};
+    candidate.struct_size = sizeof(candidate);
+    if (attnrt_explanation_candidate(raw, c, &candidate) != ATTNRT_OK) break;
+    out.push_back(std::string(candidate.kernel) + ": " + candidate.reason +
+                  (candidate.status == ATTNRT_CANDIDATE_SELECTED ? " (selected)" : ""));
+  }
+  return out;
+}
+
+TEST(PagedVarlenAbi14, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
+  CleanAttnrtEnv env;
+  RuntimePtr runtime = Abi14Runtime();
+  ASSERT_TRUE(runtime);
+  OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
+  ASSERT_TRUE(op);
+  for (bool with_slot_mapping : {true, false}) {
+    SCOPED_TRACE(with_slot_mapping ? "with slot_mapping" : "without slot_mapping");
+    Call call(with_slot_mapping);
+    const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+    ASSERT_EQ(explained.size(), 1u);
+    EXPECT_EQ(explained[0], std::string(kVarlenKernel) + ":  (selected)");
+
+    attnrt_plan* raw = nullptr;
+    attnrt_status s =
+        attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+    ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+    PlanPtr plan(raw);
+    EXPECT_EQ(PlanKernel(plan.get()), kVarlenKernel);
+    // workspace_size() read num_tokens and has_slot_mapping at their ABI 1.4 offsets.
+    attnrt_plan_info info{};
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(attnrt_plan_get_info(plan.get(), &info), ATTNRT_OK);
+    const size_t workspace = kTokens * 64 + (with_slot_mapping ? 1 : 0);
+    EXPECT_EQ(info.workspace_size, workspace);
+
+    // Two runs of the plan: run() gets the problem workspace_size() saw at plan time.
+    for (int run = 0; run < 2; ++run) {
+      call.output.Fill(-7.0f);
+      s = attnrt_plan_run(plan.get(), call.in.data(), call.in.size(), call.outputs(), 1, nullptr, 0,
+                          nullptr);
+      ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+      const float* out = call.output.f32();
+      EXPECT_EQ(out[kOutNumTokens], kTokens);
+      EXPECT_EQ(out[kOutHasSlotMapping], with_slot_mapping ? 1.0f : 0.0f);
+      EXPECT_EQ(out[kOutMaxBlocksPerSeq], kSlots);
+      EXPECT_EQ(out[kOutBlockSize], kBlockSizeValue);
+      EXPECT_EQ(out[kOutNumBlocks], kNumBlocksValue);
+      EXPECT_EQ(out[kOutKvLayout], ATTNRT_PAGED_KV_LAYOUT_BNSH);
+      EXPECT_EQ(out[kOutBatchSize], 2);
+      EXPECT_EQ(out[kOutNumHeads], kHeads);
+      EXPECT_EQ(out[kOutKvNumHeads], kKvHeads);
+      EXPECT_EQ(out[kOutHeadSize], kHeadSize);
+      EXPECT_EQ(out[kOutKeyCacheStride0], kKvHeads * kBlockSizeValue * kHeadSize);
+      EXPECT_EQ(out[kOutValueCacheStride0], kKvHeads * kBlockSizeValue * kHeadSize);
+      EXPECT_EQ(out[kOutMaxQueryLen], 3);
+      EXPECT_EQ(out[kOutLastQueryStart], 4);
+      EXPECT_EQ(out[kOutWorkspaceSize], static_cast<float>(workspace));
+      EXPECT_EQ(out[kOutSameProblemAsPlan], 1.0f);
+      EXPECT_EQ(out[kOutCount], -7.0f) << "the fixture writes " << kOutCount << " elements only";
+    }
+  }
+}
+
+TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  RuntimePtr runtime = Abi14Runtime();
+  ASSERT_TRUE(runtime);
+  OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_INPUT);
+  ASSERT_TRUE(op);
+  Call call(true);
+  const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+  ASSERT_EQ(explained.size(), 1u);
+  EXPECT_EQ(explained[0], std::string(kVarlenKernel) +
+                              ": plugin 'abi14paged' was built for ABI 1.4, and p_precision "
+                              "INPUT needs ABI 1.5");
+  attnrt_plan* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find("p_precision INPUT needs ABI 1.5"), std::string::npos) << message;
+  for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
+}
+
+}  // namespace
