@@ -2,7 +2,7 @@
 // p_precision to attnrt_paged_gqa_problem, which attnrt_paged_gqa_varlen_problem embeds by value:
 // its own fields (num_tokens, has_slot_mapping) moved 8 bytes. A varlen kernel of such a plugin is
 // handed a copy of the validated problem in the layout it was built for (attnrt/ops/
-// paged_gqa_varlen.h; docs/plugins.md, "ABI versions"), EXACT problems only: it cannot see
+// paged_gqa_varlen.h; docs/plugins.md, "The plugin ABI"), EXACT problems only: it cannot see
 // p_precision. The padded paged op needs no copy: its problem only grew at the end, and an older
 // kernel reads the prefix it knows.
 //

@@ -1,7 +1,7 @@
 // A paged varlen kernel of a plugin built against the ABI 1.4 headers (tests/core/plugins/
 // abi14_paged_plugin.c, compiled against copies of them) keeps working under ABI 1.5, which
 // appended p_precision to attnrt_paged_gqa_problem and so moved the varlen problem's own fields:
-// the runtime hands it the problem in the ABI 1.4 layout (docs/plugins.md, "ABI versions"). The
+// the runtime hands it the problem in the ABI 1.4 layout (docs/plugins.md, "The plugin ABI"). The
 // fixture reads the fields through its ABI 1.4 structs and writes them into the output; the values
 // expected here are the tensors' own. An INPUT problem is still refused for it, with the reason.
 #include <gtest/gtest.h>

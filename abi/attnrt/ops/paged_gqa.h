@@ -179,8 +179,9 @@ typedef struct attnrt_paged_gqa_problem {
   int64_t key_cache_strides[4];
   int64_t value_cache_strides[4];
   /* ABI 1.5: attnrt_p_precision, as the attribute. A kernel of an older plugin does not see this
-   * field: the runtime offers it only EXACT problems (and no paged varlen problem, whose layout
-   * this field changed). A kernel that cannot round P as INPUT says so in supports(). */
+   * field: the runtime offers it only EXACT problems (paged varlen ones in the ABI 1.4 layout,
+   * which this field changed: attnrt/ops/paged_gqa_varlen.h). A kernel that cannot round P as
+   * INPUT says so in supports(). */
   int32_t p_precision;
 } attnrt_paged_gqa_problem;
 

@@ -82,7 +82,9 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * its q_len_b, known at run): paged.gqa.sequence_length = num_tokens, kv_sequence_length =
  * num_tokens (0 without key/value), the pools' fields and p_precision as the paged op's.
  * ABI 1.5 appended p_precision to attnrt_paged_gqa_problem, which moved num_tokens and
- * has_slot_mapping: kernels of plugins built for ABI 1.2-1.4 are not offered varlen problems.
+ * has_slot_mapping: a kernel of a plugin built for ABI 1.2-1.4 is handed the problem in the ABI
+ * 1.4 layout it was built for (no p_precision; struct_size the 1.4 sizeof), EXACT problems only,
+ * and its args' problem pointers point into that copy (the args structs did not change).
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
