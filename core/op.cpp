@@ -133,7 +133,7 @@ Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t wor
   char reason[kReasonCapacity] = {0};
   int32_t accepted = 0;
   const std::string thrown = CallPlugin([&] {
-    accepted = kernel.desc->supports(kernel.plugin->context, problem.abi_for(kernel), reason,
+    accepted = kernel.desc->supports(kernel.plugin->context, problem.abi_for_kernel(kernel), reason,
                                      sizeof(reason));
   });
   if (!thrown.empty()) std::snprintf(reason, sizeof(reason), "supports() %s", thrown.c_str());
@@ -144,7 +144,7 @@ Status KernelFits(const KernelRecord& kernel, const Problem& problem, size_t wor
                         "; make a plan for these tensors");
   }
   const std::string failure = CallPlugin([&] {
-    *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi_for(kernel));
+    *needed = kernel.desc->workspace_size(kernel.plugin->context, problem.abi_for_kernel(kernel));
   });
   if (!failure.empty()) return Internal("kernel " + kernel.name + ": workspace_size() " + failure);
   if (*needed > workspace) {
@@ -358,7 +358,7 @@ Status OpImpl::Plan(const TensorList& inputs, const TensorList& outputs,
   }
   const std::string failure = CallPlugin([&] {
     plan->workspace_size = plan->kernel->desc->workspace_size(
-        plan->kernel->plugin->context, plan->problem->abi_for(*plan->kernel));
+        plan->kernel->plugin->context, plan->problem->abi_for_kernel(*plan->kernel));
   });
   if (!failure.empty()) {
     return Internal("kernel " + plan->kernel->name + ": workspace_size() " + failure);

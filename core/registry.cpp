@@ -71,8 +71,8 @@ std::vector<Candidate> Registry::Evaluate(const RuntimeConfig& config, int32_t o
       char reason[kReasonCapacity] = {0};
       int32_t accepted = 0;
       const std::string failure = CallPlugin([&] {
-        accepted = kernel->desc->supports(kernel->plugin->context, problem.abi_for(*kernel), reason,
-                                          sizeof(reason));
+        accepted = kernel->desc->supports(kernel->plugin->context, problem.abi_for_kernel(*kernel),
+                                          reason, sizeof(reason));
       });
       reason[sizeof(reason) - 1] = '\0';
       if (!failure.empty()) {

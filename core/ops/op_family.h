@@ -36,7 +36,7 @@ class Problem {
     (void)plugin_abi_minor;
     return abi();
   }
-  const void* abi_for(const KernelRecord& kernel) const {
+  const void* abi_for_kernel(const KernelRecord& kernel) const {
     return abi_for(kernel.plugin->abi_minor);
   }
   virtual int32_t device_type() const = 0;
