@@ -246,6 +246,16 @@ TEST_P(SparseMlaVariants, CraftedIndexRows) {
   EXPECT_TRUE(CompareWithReference(c, &report)) << report;
 }
 
+// The two tests below decode keys up to 300 x 448 (and 2^13 x 448): scores of magnitude 10^4, whose
+// float32 sums over 512 dimensions carry absolute errors of about 10^-2 that the softmax turns into
+// relative errors of the probabilities, and outputs that are sums of terms of 10^5 of both signs.
+// Such rows are ill-conditioned for any float32 kernel: over 1000 seeds for each of the 8
+// kernel/test pairs, 27 of the 8000 runs had fewer than the default 99.5 % of the elements within
+// tolerance (the lowest 98.2 %), every element written, so the default made the suite fail about
+// once in 37 runs. A decoder with a wrong sign or scale for one of the 7 scale groups moves 64 of
+// every 512 output columns (12.5 %).
+constexpr double kExtremeCloseFraction = 0.95;
+
 TEST_P(SparseMlaVariants, RawMode1TokensWithNegativeLargeAndTinyScales) {
   // quant_mode 1 tokens written byte by byte: every finite e4m3 code (subnormals and negatives
   // included) under group scales of both signs, above 256 (where scale * 2^120 would overflow),
@@ -283,7 +293,7 @@ TEST_P(SparseMlaVariants, RawMode1TokensWithNegativeLargeAndTinyScales) {
   std::string error;
   ASSERT_EQ(RunSparseMla(c, kernel, &error), ATTNRT_OK) << error;
   std::string report;
-  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+  EXPECT_TRUE(CompareWithReference(c, &report, nullptr, kExtremeCloseFraction)) << report;
 }
 
 TEST_P(SparseMlaVariants, RawMode2TokensWithExtremeExponents) {
@@ -321,7 +331,7 @@ TEST_P(SparseMlaVariants, RawMode2TokensWithExtremeExponents) {
   std::string error;
   ASSERT_EQ(RunSparseMla(c, kernel, &error), ATTNRT_OK) << error;
   std::string report;
-  EXPECT_TRUE(CompareWithReference(c, &report)) << report;
+  EXPECT_TRUE(CompareWithReference(c, &report, nullptr, kExtremeCloseFraction)) << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseMlaVariants, ::testing::ValuesIn(kKernels),
