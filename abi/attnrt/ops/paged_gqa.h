@@ -61,7 +61,8 @@
  * INPUT rounds each p to the query type T (to nearest even) before it multiplies V, as
  * FlashAttention, FlashInfer and vLLM's CPU kernels do; the running sum l adds the unrounded
  * float32 p (as FlashAttention-2 does), m is the running maximum of the scores the kernel has seen
- * (the row maximum once the key holding it has been read), and everything else is as EXACT.
+ * (the row maximum once the key holding it has been read; with head_sink, the sink logit where it
+ * is larger), and everything else is as EXACT.
  * For T = float32 INPUT is EXACT, bit for bit; with a quantized cache T is still the query type.
  * Per output element, |INPUT - exact attention| <= (u_T + u_T) * max_j |v_j| + (float32
  * accumulation), u_T the unit roundoff of T (2^-8 bfloat16, 2^-11 float16; a float16 p below

@@ -160,8 +160,10 @@ class Runtime:
     def cached_op(self, cls, **attributes):
         """An op of class `cls` made once per attribute set and kept by the runtime (up to 64 op
         sets; the oldest is closed first). The one-call functions (attnrt.gqa, ...) use it, so a
-        decode loop creates its op and plan once."""
-        key = (cls, tuple(sorted(attributes.items())))
+        decode loop creates its op and plan once. The key holds each value's type too: values that
+        compare equal across types (True == 1 == 1.0 == numpy.int64(1)) are different attribute
+        sets, so a value the op refuses is refused whatever was cached before."""
+        key = (cls, tuple(sorted((name, type(value), value) for name, value in attributes.items())))
         try:
             op = self._ops.get(key)
         except TypeError:

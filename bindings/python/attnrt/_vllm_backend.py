@@ -152,6 +152,24 @@ def _announce(p_precision: str) -> None:
                 "own kernel for each layer's dtype and block size)", p_precision, P_PRECISION_ENV)
 
 
+_auto_resolved: set = set()
+
+
+def _announce_auto(dtype: torch.dtype, block_size: int, head_size: int, p_precision: str) -> None:
+    """Says once per process and shape class which mode ATTNRT_VLLM_P_PRECISION=auto chose (the
+    start-up line can only say "auto": the choice depends on each layer's dtype and block size)."""
+    key = (dtype, block_size, head_size, p_precision)
+    if key in _auto_resolved:
+        return
+    _auto_resolved.add(key)
+    from vllm.logger import init_logger
+
+    init_logger("vllm.attnrt").info(
+        "attnrt p_precision auto: %s for %s layers with block_size %d and head_size %d (as vLLM's "
+        "own kernel for them)", p_precision, str(dtype).replace("torch.", ""), block_size,
+        head_size)
+
+
 class AttnrtBackend(AttentionBackend):
     """attnrt's paged varlen attention in vLLM's CPU_ATTN slot."""
 
@@ -330,6 +348,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if self.p_precision == "auto":
             self._p_precision = vllm_kernel_p_precision(kv_cache.dtype, block_size,
                                                         self.head_size)
+            _announce_auto(kv_cache.dtype, block_size, self.head_size, self._p_precision)
 
     @staticmethod
     def _window_table(md: AttnrtMetadata, window: int, block_size: int) -> torch.Tensor:

@@ -202,3 +202,28 @@ def test_paged_op_attributes_and_paged_gqa_keyword(rt):
                              block_size=BS).attributes["p_precision"] == 0
     with pytest.raises(attnrt.InvalidArgumentError, match="p_precision"):
         attnrt.PagedGqaOp(rt, num_heads=N, kv_num_heads=NKV, block_size=BS, p_precision="fp32")
+
+
+@pytest.mark.parametrize("attribute, good, bad", [
+    ("p_precision", 1, True), ("p_precision", 1, 1.0), ("p_precision", 0, False),
+    ("p_precision", 1, np.int64(1)), ("block_size", BS, float(BS))])
+def test_refused_attribute_stays_refused_after_an_equal_value_was_cached(attribute, good, bad):
+    """The one-call functions keep their ops per attribute set; a value the op refuses (a bool, a
+    float or a numpy scalar where a name or 0/1 is expected) that compares equal to a cached one
+    (True == 1 == 1.0) is still refused, not served by the op made for the other value."""
+    with attnrt.Runtime(num_threads=1) as r:
+        kc = np.zeros((4, BS, NKV, H), np.float32)
+        q = np.ones((1, 1, N * H), np.float32)
+        kv = np.ones((1, 1, NKV * H), np.float32)
+
+        def call(value):
+            attributes = {"p_precision": "exact", "block_size": BS, attribute: value}
+            return attnrt.paged_gqa(r, q, kv, kv, kc, kc.copy(), np.array([3], np.int32),
+                                    np.array([4], np.int32), np.array([[0, 1]], np.int32),
+                                    num_heads=N, kv_num_heads=NKV, **attributes)
+
+        with pytest.raises(attnrt.InvalidArgumentError, match=attribute):
+            call(bad)
+        call(good)  # now cached
+        with pytest.raises(attnrt.InvalidArgumentError, match=attribute):
+            call(bad)

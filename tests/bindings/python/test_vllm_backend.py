@@ -257,6 +257,37 @@ def test_p_precision_auto_follows_vllms_kernel(monkeypatch, isa, follows):
     assert not torch.equal(outs["auto"], outs[other])
 
 
+@needs_vllm
+@pytest.mark.parametrize("isa, mode", [("amx", "input"), ("vec", "exact")])
+def test_p_precision_auto_logs_the_mode_it_chose(monkeypatch, isa, mode):
+    """With auto, vLLM's log says which mode the layers run (the start-up line says only
+    "auto"; docs/python.md: the log says which mode runs)."""
+    import logging
+
+    import attnrt._vllm_backend as backend
+
+    monkeypatch.setattr(backend, "_auto_resolved", set())
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Keep()
+    logger = logging.getLogger("vllm.attnrt")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        _bf16_layer_outputs(monkeypatch, ("auto",), isa=isa)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    chosen = [m for m in records if m.startswith("attnrt p_precision auto:")]
+    assert len(chosen) == 1, records
+    assert f"auto: {mode} for bfloat16 layers with block_size {BS} and head_size {H}" in chosen[0]
+
+
 # ---- ATTNRT_VLLM: asked for attnrt, vLLM gets it or fails to start -------------------------------
 
 
