@@ -1,7 +1,8 @@
 // 16-wide loaders of K/V cache elements as float32 (fused dequantization of ONNX Runtime's
 // quantized KV cache) for the AVX-512 GroupQueryAttention files (gqa_kernels_avx512.cpp,
-// gqa_flash_avx512.cpp). Include it only from translation units built with -mavx512f -mavx512bw
-// -mavx512vl -mfma. Float16 caches use VCVTPH2PS (an AVX512F instruction), no F16C.
+// gqa_flash_avx512.cpp, gqa_flash_avx512_pv.cpp). Include it only from translation units built
+// with -mavx512f -mavx512bw -mavx512vl -mfma. Float16 caches use VCVTPH2PS (an AVX512F
+// instruction), no F16C.
 //
 // Every loader takes a lane mask that is either all 16 lanes or the low 8 (head sizes are
 // multiples of 8): the masked-off lanes read no memory and come back 0.

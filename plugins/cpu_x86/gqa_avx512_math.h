@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/VL) + FMA float32 helpers shared by the AVX-512 GroupQueryAttention files
-// (gqa_kernels_avx512.cpp, gqa_flash_avx512.cpp, gqa_flash_avx512_bf16.cpp): horizontal sums in
-// one fixed order, tail masks, a 16x16 transpose, exp and the softmax row operations. Include it
-// only from translation units built with -mavx512f -mavx512bw -mavx512vl -mfma.
+// (gqa_kernels_avx512.cpp, gqa_flash_avx512.cpp, gqa_flash_avx512_pv.cpp, gqa_flash_amx.cpp):
+// horizontal sums in one fixed order, tail masks, a 16x16 transpose, exp and the softmax row
+// operations. Include it only from translation units built with -mavx512f -mavx512bw -mavx512vl
+// -mfma.
 //
 // Everything has internal linkage, for the reason gqa_avx2_math.h gives.
 #pragma once

@@ -1,4 +1,4 @@
-// The key loop of the flash P·V kernels (gqa_flash_avx512.cpp, gqa_flash_avx2.cpp).
+// The key loop of the flash P·V kernels (gqa_flash_avx512_pv.cpp, gqa_flash_avx2.cpp).
 //
 // A P·V block operation loads V rows j = 0, 1, ..., keys - 1 at one constant stride (row_bytes),
 // which trains the core's stride prefetcher on those load instructions; it then requests the rows
