@@ -59,7 +59,7 @@
  * Probability precision (p_precision, ABI 1.5; docs/gqa-semantics.md, "Probability precision"):
  * EXACT (default) keeps every softmax probability p = exp(s - m) in float32 when it multiplies V.
  * INPUT rounds each p to the query type T (to nearest even) before it multiplies V, as
- * FlashAttention, FlashInfer and vLLM's CPU kernels do; the running sum l adds the unrounded
+ * FlashAttention, FlashInfer and vLLM's AMX CPU kernel do; the running sum l adds the unrounded
  * float32 p (as FlashAttention-2 does), m is the running maximum of the scores the kernel has seen
  * (the row maximum once the key holding it has been read; with head_sink, the sink logit where it
  * is larger), and everything else is as EXACT.

@@ -36,7 +36,7 @@ class PagedGqaOp(Op):
     block, 1..1024, required) and kv_layout ("BSNH" default: pools [num_blocks, block_size, Nkv, H],
     vLLM's and FlashAttention's paged layout; or "BNSH": [num_blocks, Nkv, block_size, H]) and
     p_precision ("exact" default: softmax probabilities stay float32 for P·V; "input": each is
-    rounded to the query dtype first, as FlashAttention and vLLM's CPU kernels do;
+    rounded to the query dtype first, as FlashAttention and vLLM's AMX CPU kernel do;
     docs/gqa-semantics.md, "Probability precision").
 
     Inputs (PAGED_GQA_INPUTS): GroupQueryAttention's, with key_cache / value_cache (the pools, T_CACHE

@@ -140,7 +140,7 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     is token seq_lens[b] - q_len_b + i, causal. window_size (left, right) as FlashAttention's;
     softcap > 0 caps the scores; sinks [N] are per-head sink logits. p_precision "exact"
     (default) keeps the softmax probabilities in float32 for P·V; "input" rounds each to q's
-    dtype first, as FlashAttention and vLLM's CPU kernels do (docs/gqa-semantics.md, "Probability
+    dtype first, as FlashAttention and vLLM's AMX CPU kernel do (docs/gqa-semantics.md, "Probability
     precision"; the same as "exact" for float32). Returns out (allocated like q unless given).
 
     Torch tensors go through the C++ operator library when it is built (attnrt._torch_lib: a few
