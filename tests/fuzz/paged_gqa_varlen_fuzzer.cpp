@@ -3,23 +3,24 @@
 //
 // Each input is decoded with FuzzedDataProvider into one mostly consistent call: attributes
 // (num_heads, kv_num_heads, head_size 8 to 128, block_size, kv_layout, scale, softcap,
-// local_window_size, smooth_softmax, head_sink; float32, float16 or bfloat16 queries over caches
-// of that dtype, int8, float8_e4m3fn or int4, per tensor or per channel), 0 to 8 sequences of 0 to
-// 40 new rows over a context of up to 48 earlier tokens (query_start_loc, seq_lens), padding rows
-// past query_start_loc[B], a block table of shuffled physical blocks with -1 in unused slots,
-// optional key/value (the new rows) and slot_mapping (consistent, with -1 rows, or with one wrong
-// slot), and pools that are two compact tensors or the K and V halves of one tensor in any order
-// of its (block, K/V, kv head, slot) axes (vLLM's CPU cache, kv[2, ...], FlashInfer's pages).
-// Then at most one mutation (a table slot -1, out of range, negative or naming another slot's
-// block; seq_lens below q_len or beyond the table; query_start_loc not starting at 0, decreasing
-// or past num_tokens; slot_mapping without key/value; key without value; value_cache the same
-// view as key_cache; a pool of the wrong block size; a workspace one byte short), and now and then
-// an attribute that is refused (block_size 0 or 1025, kv_layout 2, num_heads not a multiple of
-// kv_num_heads, head_size 12). Tensor contents come from a hash of the input. The call runs
-// attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's
-// choice of kernel and again, from the same pool bytes, on a runtime pinned to the scalar kernels.
-// Every tensor is a heap buffer of exactly the bytes it describes (the two halves of a shared pool:
-// the one tensor's bytes), so any access outside them is reported by AddressSanitizer.
+// local_window_size, smooth_softmax, head_sink, p_precision; float32, float16 or bfloat16 queries
+// over caches of that dtype, int8, float8_e4m3fn or int4, per tensor or per channel), 0 to 8
+// sequences of 0 to 40 new rows over a context of up to 48 earlier tokens (query_start_loc,
+// seq_lens), padding rows past query_start_loc[B], a block table of shuffled physical blocks with
+// -1 in unused slots, optional key/value (the new rows) and slot_mapping (consistent, with -1 rows,
+// or with one wrong slot), and pools that are two compact tensors or the K and V halves of one
+// tensor in any order of its (block, K/V, kv head, slot) axes (vLLM's CPU cache, kv[2, ...],
+// FlashInfer's pages). Then at most one mutation (a table slot -1, out of range, negative or naming
+// another slot's block; seq_lens below q_len or beyond the table; query_start_loc not starting at
+// 0, decreasing or past num_tokens; slot_mapping without key/value; key without value; value_cache
+// the same view as key_cache; a pool of the wrong block size; a workspace one byte short), and now
+// and then an attribute that is refused (block_size 0 or 1025, kv_layout 2, num_heads not a
+// multiple of kv_num_heads, head_size 12, p_precision 2). Tensor contents come from a hash of the
+// input. The call runs attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run
+// on the runtime's choice of kernel and again, from the same pool bytes, on a runtime pinned to the
+// scalar kernels. Every tensor is a heap buffer of exactly the bytes it describes (the two halves
+// of a shared pool: the one tensor's bytes), so any access outside them is reported by
+// AddressSanitizer.
 //
 // Invariants checked (a violation aborts with a description, which libFuzzer records as a crash):
 //   - a failing call returns a non-OK status other than ATTNRT_ERROR_INTERNAL and a non-empty
@@ -382,6 +383,12 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   a.num_heads = static_cast<int32_t>(c->heads);
   a.kv_num_heads = static_cast<int32_t>(c->kv_heads);
   c->head_sink = head_sink;
+  // Decoded last, so that the inputs of the corpus keep the meaning of every earlier field (an
+  // exhausted input decodes to EXACT); now and then a value that is refused.
+  const int precision = fdp.ConsumeIntegralInRange<int>(0, 16);
+  c->attributes.p_precision = precision == 16      ? 2
+                              : precision % 2 == 0 ? ATTNRT_P_PRECISION_EXACT
+                                                   : ATTNRT_P_PRECISION_INPUT;
   // Bounded work per input (two runs under the sanitizers): a large step gets head_size 8.
   int64_t work = 0;
   for (int64_t b = 0; b < c->batch; ++b) {
@@ -398,7 +405,8 @@ void Describe(const Case& c) {
   std::string s =
       "case: N " + std::to_string(c.heads) + " Nkv " + std::to_string(c.kv_heads) + " H " +
       std::to_string(c.head_size) + " block_size " + std::to_string(c.block_size) + " layout " +
-      std::to_string(c.attributes.kv_layout) + " cache " + attnrt_dtype_name(c.cache_dtype) +
+      std::to_string(c.attributes.kv_layout) + " p_precision " +
+      std::to_string(c.attributes.p_precision) + " cache " + attnrt_dtype_name(c.cache_dtype) +
       " T " + attnrt_dtype_name(c.t_dtype) + " mutation " + std::to_string(c.mutation) +
       " shared " + std::to_string(c.shared_pool) + " kv " + std::to_string(c.has_kv) + " tokens " +
       std::to_string(c.num_tokens) + " blocks " + std::to_string(c.num_blocks) + " slots " +
@@ -660,7 +668,11 @@ double Tolerance(const Call& k) {
   const double rounding = c.t_dtype.bits == 32                        ? 0.0
                           : c.t_dtype.code == ATTNRT_DTYPE_CODE_FLOAT ? std::ldexp(2.0, -11)
                                                                       : std::ldexp(2.0, -8);
-  return bound + rounding;
+  // p_precision INPUT rounds each p to T (relative u_T = rounding / 2): the two kernels' p may
+  // round to neighbouring T values, u_T max|v| each (docs/gqa-semantics.md), doubled for margin.
+  const double input =
+      c.attributes.p_precision == ATTNRT_P_PRECISION_INPUT ? 2 * rounding * vmax : 0.0;
+  return bound + rounding + input;
 }
 
 struct RunResult {
