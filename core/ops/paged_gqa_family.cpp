@@ -3,6 +3,7 @@
 #include "core/ops/paged_gqa_family.h"
 
 #include "attnrt/ops/paged_gqa.h"
+#include "core/ops/paged_gqa_abi14_layout.h"
 #include "core/ops/paged_gqa_validation.h"
 #include "core/plugin_call.h"
 
@@ -17,7 +18,9 @@ class PagedGqaProblem final : public Problem {
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.gqa.device_type; }
   AbiNeed abi_need() const override {
-    if (problem_.p_precision != ATTNRT_P_PRECISION_EXACT) return {5, "p_precision INPUT"};
+    if (problem_.p_precision != ATTNRT_P_PRECISION_EXACT) {
+      return PPrecisionNeed(problem_.p_precision);
+    }
     if (compact_pools_) return {};
     return {2, "a strided key_cache/value_cache"};
   }
@@ -45,10 +48,7 @@ class PagedGqaFamily final : public OpFamily {
   explicit PagedGqaFamily(const attnrt_paged_gqa_attributes& attributes)
       : attributes_(attributes) {}
 
-  std::string AttributeText() const override {
-    return attributes_.p_precision == ATTNRT_P_PRECISION_INPUT ? "p_precision=input"
-                                                               : "p_precision=exact";
-  }
+  std::string AttributeText() const override { return PPrecisionText(attributes_.p_precision); }
   int32_t kind() const override { return ATTNRT_OP_PAGED_GQA; }
   size_t max_inputs() const override { return ATTNRT_PAGED_GQA_NUM_INPUTS; }
   size_t max_outputs() const override { return ATTNRT_PAGED_GQA_NUM_OUTPUTS; }
@@ -81,6 +81,15 @@ class PagedGqaFamily final : public OpFamily {
 };
 
 }  // namespace
+
+std::string PPrecisionText(int32_t p_precision) {
+  return p_precision == ATTNRT_P_PRECISION_INPUT ? "p_precision=input" : "p_precision=exact";
+}
+
+AbiNeed PPrecisionNeed(int32_t p_precision) {
+  if (p_precision == ATTNRT_P_PRECISION_EXACT) return {};
+  return {paged_gqa_abi14::kPPrecisionMinor, "p_precision INPUT"};
+}
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {
   attnrt_paged_gqa_attributes validated{};

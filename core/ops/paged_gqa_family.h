@@ -2,11 +2,19 @@
 // paged_gqa_validation.cpp, kernels receive attnrt_paged_gqa_problem / attnrt_paged_gqa_args.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/ops/op_family.h"
 
 namespace attnrt::core {
+
+// The paged ops' p_precision attribute (both families): the plan description's text
+// ("p_precision=exact" or "p_precision=input") and what a problem with it needs of a kernel's
+// plugin (INPUT: the ABI minor version that added the field).
+std::string PPrecisionText(int32_t p_precision);
+AbiNeed PPrecisionNeed(int32_t p_precision);
 
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out);

@@ -26,12 +26,7 @@ class PagedGqaVarlenProblem final : public Problem {
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // That layout has no p_precision: it describes EXACT problems only.
-  AbiNeed abi_need() const override {
-    if (problem_.paged.p_precision != ATTNRT_P_PRECISION_EXACT) {
-      return {paged_gqa_abi14::kPPrecisionMinor, "p_precision INPUT"};
-    }
-    return {};
-  }
+  AbiNeed abi_need() const override { return PPrecisionNeed(problem_.paged.p_precision); }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
@@ -60,10 +55,7 @@ class PagedGqaVarlenFamily final : public OpFamily {
   explicit PagedGqaVarlenFamily(const attnrt_paged_gqa_attributes& attributes)
       : attributes_(attributes) {}
 
-  std::string AttributeText() const override {
-    return attributes_.p_precision == ATTNRT_P_PRECISION_INPUT ? "p_precision=input"
-                                                               : "p_precision=exact";
-  }
+  std::string AttributeText() const override { return PPrecisionText(attributes_.p_precision); }
   int32_t kind() const override { return ATTNRT_OP_PAGED_GQA_VARLEN; }
   size_t max_inputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS; }
   size_t max_outputs() const override { return ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS; }

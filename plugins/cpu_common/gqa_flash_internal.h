@@ -206,10 +206,6 @@ bool RowsOfBlock(const GqaRun& r, const TaskSpan& span, int64_t j0, int64_t j1, 
 // The block-operation view of cache rows from `row` on, `stride` bytes apart.
 GqaFlashKv RowsAt(const GqaRun& r, const void* row, size_t stride, const float* scale);
 
-// p_precision INPUT (GqaRun::round_probabilities): x[0, n) rounded to T in place, through
-// ops.round when the set has one.
-void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatType type);
-
 // The online-softmax step of one kv head over the scores of key block [br.ja, br.je).
 void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& head,
                   const BlockRows& br);

@@ -190,8 +190,8 @@ GqaFlashKv BlockOf(const GqaRun& r, const KvSource& src, int64_t j, const float*
   return RowsAt(r, src.Row(j), src.stride, scale);
 }
 
-}  // namespace
-
+// p_precision INPUT (GqaRun::round_probabilities): x[0, n) rounded to T in place, through
+// ops.round when the set has one.
 void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatType type) {
   if (n <= 0) return;
   if (ops.round != nullptr) {
@@ -200,6 +200,8 @@ void RoundProbabilities(const GqaFlashOps& ops, float* x, int64_t n, GqaFloatTyp
     GqaRoundToType(x, n, type);
   }
 }
+
+}  // namespace
 
 // The online-softmax step of one kv head over the scores of key block [ja, je) (in t.scores,
 // row stride kv_block, key ja at column 0): bias, row max, exp and sum, rescale of acc and l by
@@ -302,6 +304,7 @@ void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
 void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head, int64_t ja,
                        bool tiles, int64_t row0, int64_t rows, int64_t c0, int64_t c1) {
   const GqaRun& r = *job.run;
+  const GqaFlashOps& ops = *job.ops;
   const int64_t h = r.head_size;
   const int64_t ld = job.blocks.kv_block;
   if (c1 <= c0 || rows <= 0) return;
@@ -310,13 +313,13 @@ void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head,
   if (tiles) {
     const GqaFlashKv v_rows{t.v_tile + c0 * h, static_cast<size_t>(h) * sizeof(float),
                             GqaCacheType::kFloat32, nullptr, false};
-    job.ops->accumulate(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
+    ops.accumulate(p, rows, ld, v_rows, c1 - c0, h, acc, nullptr, 0);
     return;
   }
   for (int64_t j = ja + c0, n; j < ja + c1; j += n) {
     n = head.values.Segment(j, ja + c1);
-    const GqaFlashKv v_rows = BlockOf(r, head.values, j, head.v_scale);
-    job.ops->accumulate(p + (j - ja - c0), rows, ld, v_rows, n, h, acc, nullptr, 0);
+    ops.accumulate(p + (j - ja - c0), rows, ld, BlockOf(r, head.values, j, head.v_scale), n, h, acc,
+                   nullptr, 0);
   }
 }
 
@@ -431,8 +434,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
                               : j1 < span.key_end
                                   ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
                                   : Prefetch{nullptr, 0};
-      job.ops->accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
-                          k_next.begin, k_next.bytes);
+      ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
+                     k_next.begin, k_next.bytes);
     } else {
       if (AccumulateRagged(job, span, t, head, br, false)) continue;
       // Paged: V in runs of rows that lie in one cache block, each run split further so that the
@@ -451,9 +454,8 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
             k_next = SegmentPrefetch(keys, jn, std::min(n, next_end - jn), row_bytes);
           }
         }
-        const GqaFlashKv v_rows = BlockOf(r, values, j, head.v_scale);
-        job.ops->accumulate(block_scores + (j - ja), row_count, ld, v_rows, n, h,
-                            t.acc + row_begin * h, k_next.begin, k_next.bytes);
+        ops.accumulate(block_scores + (j - ja), row_count, ld, BlockOf(r, values, j, head.v_scale),
+                       n, h, t.acc + row_begin * h, k_next.begin, k_next.bytes);
       }
     }
   }

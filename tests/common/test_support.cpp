@@ -258,9 +258,13 @@ std::string PlanKernel(const attnrt_plan* plan) {
 }
 
 std::vector<Candidate> Explain(attnrt_op* op, GqaTensors& t) {
+  return Explain(op, t.Inputs(), ATTNRT_GQA_NUM_INPUTS, t.Outputs(), ATTNRT_GQA_NUM_OUTPUTS);
+}
+
+std::vector<Candidate> Explain(attnrt_op* op, const attnrt_tensor* const* inputs, size_t num_inputs,
+                               const attnrt_tensor* const* outputs, size_t num_outputs) {
   attnrt_explanation* raw = nullptr;
-  attnrt_status st = attnrt_op_explain(op, t.Inputs(), ATTNRT_GQA_NUM_INPUTS, t.Outputs(),
-                                       ATTNRT_GQA_NUM_OUTPUTS, &raw);
+  attnrt_status st = attnrt_op_explain(op, inputs, num_inputs, outputs, num_outputs, &raw);
   EXPECT_EQ(st, ATTNRT_OK) << LastError(st);
   if (st != ATTNRT_OK) return {};
   ExplanationPtr explanation(raw);

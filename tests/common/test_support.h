@@ -182,6 +182,8 @@ struct Candidate {
   std::string reason;
 };
 // attnrt_op_explain as a vector; on failure records a test failure and returns {}.
+std::vector<Candidate> Explain(attnrt_op* op, const attnrt_tensor* const* inputs, size_t num_inputs,
+                               const attnrt_tensor* const* outputs, size_t num_outputs);
 std::vector<Candidate> Explain(attnrt_op* op, GqaTensors& t);
 
 // Kernels the runtime lists, as attnrt_runtime_plugin_kernel reports them.

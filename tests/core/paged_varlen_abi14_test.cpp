@@ -13,33 +13,13 @@
 #include "attnrt/ops/paged_gqa.h"
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "common/test_support.h"
+#include "core/plugins/abi14_paged_plugin.h"
 
 namespace {
 
 using namespace attnrt_test;
 
 constexpr const char* kVarlenKernel = "abi14paged.paged_gqa_varlen.fixture.scalar";
-
-// The output elements the fixture writes (abi14_paged_plugin.c, kOut*).
-enum Out {
-  kOutNumTokens,
-  kOutHasSlotMapping,
-  kOutMaxBlocksPerSeq,
-  kOutBlockSize,
-  kOutNumBlocks,
-  kOutKvLayout,
-  kOutBatchSize,
-  kOutNumHeads,
-  kOutKvNumHeads,
-  kOutHeadSize,
-  kOutKeyCacheStride0,
-  kOutValueCacheStride0,
-  kOutMaxQueryLen,
-  kOutLastQueryStart,
-  kOutWorkspaceSize,
-  kOutSameProblemAsPlan,
-  kOutCount
-};
 
 constexpr int64_t kHeads = 2, kKvHeads = 1, kHeadSize = 8;
 constexpr int64_t kBlockSizeValue = 4, kNumBlocksValue = 9, kSlots = 3;
@@ -109,21 +89,10 @@ OpPtr VarlenOp(attnrt_runtime* runtime, int32_t p_precision) {
 
 // The candidates of explain, "kernel: reason".
 std::vector<std::string> ExplainVarlen(attnrt_op* op, Call& call) {
-  attnrt_explanation* raw = nullptr;
-  const attnrt_status s =
-      attnrt_op_explain(op, call.in.data(), call.in.size(), call.outputs(), 1, &raw);
-  EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
   std::vector<std::string> out;
-  if (s != ATTNRT_OK) return out;
-  ExplanationPtr holder(raw);
-  size_t count = 0;
-  attnrt_explanation_count(raw, &count);
-  for (size_t c = 0; c < count; ++c) {
-    attnrt_candidate candidate{};
-    candidate.struct_size = sizeof(candidate);
-    if (attnrt_explanation_candidate(raw, c, &candidate) != ATTNRT_OK) break;
-    out.push_back(std::string(candidate.kernel) + ": " + candidate.reason +
-                  (candidate.status == ATTNRT_CANDIDATE_SELECTED ? " (selected)" : ""));
+  for (const Candidate& c : Explain(op, call.in.data(), call.in.size(), call.outputs(), 1)) {
+    out.push_back(c.kernel + ": " + c.reason +
+                  (c.status == ATTNRT_CANDIDATE_SELECTED ? " (selected)" : ""));
   }
   return out;
 }

@@ -158,7 +158,7 @@ _auto_resolved: set = set()
 def _announce_auto(dtype: torch.dtype, block_size: int, head_size: int, p_precision: str) -> None:
     """Says once per process and shape class which mode ATTNRT_VLLM_P_PRECISION=auto chose (the
     start-up line can only say "auto": the choice depends on each layer's dtype and block size)."""
-    key = (dtype, block_size, head_size, p_precision)
+    key = (dtype, block_size, head_size)
     if key in _auto_resolved:
         return
     _auto_resolved.add(key)

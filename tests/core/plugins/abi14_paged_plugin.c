@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "abi14_paged_plugin.h"
 #include "attnrt/ops/paged_gqa.h"
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "attnrt/plugin.h"
@@ -22,27 +23,6 @@
 #error \
     "abi14_paged_plugin.c must be built against the ABI 1.4 headers of tests/core/plugins/abi_1_4"
 #endif
-
-/* Output elements run() writes (float32), in this order. */
-enum {
-  kOutNumTokens,
-  kOutHasSlotMapping,
-  kOutMaxBlocksPerSeq,
-  kOutBlockSize,
-  kOutNumBlocks,
-  kOutKvLayout,
-  kOutBatchSize,
-  kOutNumHeads,
-  kOutKvNumHeads,
-  kOutHeadSize,
-  kOutKeyCacheStride0,
-  kOutValueCacheStride0,
-  kOutMaxQueryLen,
-  kOutLastQueryStart,
-  kOutWorkspaceSize,
-  kOutSameProblemAsPlan,
-  kOutCount
-};
 
 /* The problem workspace_size() saw last: run() reports whether it gets the same one (the copy the
  * runtime keeps with the plan). */

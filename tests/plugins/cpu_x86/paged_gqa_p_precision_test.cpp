@@ -288,18 +288,8 @@ bool RunStep(attnrt_runtime* runtime, bool varlen, const Data& d, const Type& t,
   OpPtr op_holder(op);
   const attnrt_tensor* outs[] = {&to};
   if (explained != nullptr) {
-    attnrt_explanation* raw = nullptr;
-    s = attnrt_op_explain(op, in.data(), in.size(), outs, 1, &raw);
-    EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
-    if (s != ATTNRT_OK) return false;
-    ExplanationPtr explanation(raw);
-    size_t count = 0;
-    attnrt_explanation_count(raw, &count);
-    for (size_t c = 0; c < count; ++c) {
-      attnrt_candidate candidate{};
-      candidate.struct_size = sizeof(candidate);
-      if (attnrt_explanation_candidate(raw, c, &candidate) != ATTNRT_OK) break;
-      explained->push_back(std::string(candidate.kernel) + ": " + candidate.reason);
+    for (const Candidate& c : Explain(op, in.data(), in.size(), outs, 1)) {
+      explained->push_back(c.kernel + ": " + c.reason);
     }
     return true;
   }
