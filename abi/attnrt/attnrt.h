@@ -47,7 +47,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 5
+#define ATTNRT_ABI_VERSION_MINOR 6
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
@@ -129,7 +129,8 @@ typedef struct attnrt_dtype {
  * (checked at run: INVALID_ARGUMENT). attnrt never takes ownership.
  * Tensors must be compact row-major (strides NULL or the compact ones; others are rejected by
  * name), except the paged op's block pools, which may be strided views (ABI 1.2,
- * attnrt/ops/paged_gqa.h).
+ * attnrt/ops/paged_gqa.h), and sparse MLA's PA_BBND caches, which may have a block stride (ABI 1.6,
+ * attnrt/ops/sparse_mla.h).
  */
 typedef struct attnrt_tensor {
   void* data;

@@ -54,13 +54,17 @@ typedef enum attnrt_sparse_mla_input {
   ATTNRT_SPARSE_MLA_INPUT_Q = 0,
   /** Required. quant_mode 1/2: uint8 or float8_e4m3fn byte view, last dim 608 / 584;
    *  quant_mode 3: dtype of q, last dim 512. BSND (B,S2,1,kv_d), TND (T2,1,kv_d),
-   *  PA_BBND (num_blocks, block_size, 1, kv_d). */
+   *  PA_BBND (num_blocks, block_size, 1, kv_d). Compact, except that a PA_BBND cache may have a
+   *  block stride (ABI 1.6): strides (block_stride, kv_d, kv_d, 1) elements with
+   *  block_stride >= block_size * kv_d, any byte_offset (one layer's view of a shared buffer). */
   ATTNRT_SPARSE_MLA_INPUT_ORI_KV = 1,
   /** CSA/HCA. quant_mode 1/2 as ori_kv; quant_mode 3: uint8, last dim 258. Same layouts. */
   ATTNRT_SPARSE_MLA_INPUT_CMP_KV = 2,
-  /** Reserved by the reference: absent or empty. */
+  /** topk_value_mode 3 (ABI 1.6): int32 global slot ids into ori_kv, BSND-q (B,S1,1,W) or TND-q
+   *  (T1,1,W), W >= 1; -1 skips an entry. Otherwise reserved by the reference: absent or empty. */
   ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES = 3,
-  /** CSA: int32, BSND-q (B,S1,1,K) or TND-q (T1,1,K); -1 pads a row (the scan stops there). */
+  /** CSA: int32, BSND-q (B,S1,1,K) or TND-q (T1,1,K); -1 pads a row (the scan stops there;
+   *  with topk_value_mode 3 it skips the entry). */
   ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES = 4,
   /** PA_BBND: int32 (B, max_blocks); entries used by a batch lie in [0, num_blocks). */
   ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE = 5,
@@ -141,6 +145,16 @@ typedef enum attnrt_sparse_mla_scenario {
  *     position k * block_size + offset where cmp_block_table[b][k] == block_id (the first such k
  *     among the batch's used blocks); a slot of no used block of the batch is skipped like an
  *     out-of-range index. [attnrt's definition; CANN's README leaves mode 2 open]
+ *   topk_value_mode 3 (PA_BBND only; ABI 1.6): global slot ids, vLLM's addressing. A slot
+ *     block_id * block_size + offset names the token at `offset` of block `block_id` of its cache,
+ *     with no block table. ori_sparse_indices (required) lists each query row's ori keys as slots of
+ *     ori_kv, cmp_sparse_indices (CSA) its compressed keys as slots of cmp_kv. A row attends its
+ *     ori entries, then its cmp entries, in index order; -1 entries are skipped wherever they are,
+ *     duplicates count once per occurrence, and every other entry must lie in
+ *     [0, num_blocks * block_size) (INVALID_ARGUMENT naming the entry). No mask applies: the lists
+ *     are the selection, so ori_mask_mode and cmp_mask_mode must be 0, and the block tables,
+ *     cu_seqlens_ori_kv / _cmp_kv, seqused_ori_kv / _cmp_kv and cmp_residual_kv must be absent;
+ *     cmp_kv needs cmp_sparse_indices (no HCA). [attnrt's definition]
  */
 typedef struct attnrt_sparse_mla_attributes {
   size_t struct_size;
@@ -154,7 +168,7 @@ typedef struct attnrt_sparse_mla_attributes {
   int32_t ori_win_right;      /* -1 (unbounded) or >= 0 (only with ori_mask_mode 4); default -1 */
   int32_t layout_q;           /* attnrt_sparse_mla_layout, BSND or TND; default BSND */
   int32_t layout_kv;          /* attnrt_sparse_mla_layout; default BSND */
-  int32_t topk_value_mode;    /* 1 or 2; default 1 */
+  int32_t topk_value_mode;    /* 1, 2 or 3 (ABI 1.6); default 1 */
   int32_t return_softmax_lse; /* 0 or 1; default 0 */
 } attnrt_sparse_mla_attributes;
 
@@ -221,6 +235,10 @@ typedef struct attnrt_sparse_mla_problem {
   int32_t device_type;
   bool has_sinks;
   bool has_softmax_lse; /* return_softmax_lse with a non-empty softmax_lse */
+  /* ABI 1.6 (a plugin built against 1.5 or older is given no problem that needs these) */
+  int64_t ori_block_stride; /* PA_BBND: bytes from one ori_kv block to the next; else 0 */
+  int64_t cmp_block_stride; /* PA_BBND with cmp_kv: bytes between cmp_kv blocks; else 0 */
+  int64_t ori_topk;         /* topk_value_mode 3: W, entries per row of ori_sparse_indices; else 0 */
 } attnrt_sparse_mla_problem;
 
 /**
@@ -262,6 +280,8 @@ typedef struct attnrt_sparse_mla_args {
   void* workspace;
   size_t workspace_size;
   void* stream;
+  /* ABI 1.6 */
+  const int32_t* ori_sparse_indices; /* topk_value_mode 3: (rows, ori_topk) slot ids; else NULL */
 } attnrt_sparse_mla_args;
 
 /* ---- encoders (implemented in libattnrt) ----------------------------------------------------- */
