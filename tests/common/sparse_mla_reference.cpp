@@ -259,6 +259,8 @@ bool CheckCuSeqlens(const int32_t* cu, int64_t batch, int64_t rows, const char* 
   return true;
 }
 
+bool ValidateSlots(const SparseMlaRefInputs& in, std::string* error);
+
 bool Validate(const SparseMlaRefInputs& in, std::string* error) {
   if (in.quant_mode < 1 || in.quant_mode > 3) return Fail(error, "quant_mode must be 1, 2 or 3");
   if (in.rope_head_dim != 64) return Fail(error, "rope_head_dim must be 64");
@@ -283,8 +285,12 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
     return Fail(error, "cmp_sparse_indices must be present exactly for CSA");
   }
   if (csa && in.cmp_kv_k < 0) return Fail(error, "cmp_kv_k must be >= 0");
-  if (in.ori_sparse_indices || in.ori_topk_length || in.cmp_topk_length) {
-    return Fail(error, "ori_sparse_indices / ori_topk_length / cmp_topk_length are reserved");
+  const bool slots = in.topk_value_mode == 3;
+  if (in.ori_topk_length || in.cmp_topk_length) {
+    return Fail(error, "ori_topk_length / cmp_topk_length are reserved");
+  }
+  if (!slots && in.ori_sparse_indices) {
+    return Fail(error, "ori_sparse_indices is used only with topk_value_mode 3");
   }
   if (has_cmp && in.cmp_ratio < 1) return Fail(error, "cmp_ratio must be >= 1");
   if (in.ori_mask_mode != 0 && in.ori_mask_mode != 3 && in.ori_mask_mode != 4) {
@@ -294,8 +300,8 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
     return Fail(error, "cmp_mask_mode must be 0 or 3");
   }
   if (in.ori_win_left < -1 || in.ori_win_right < -1) return Fail(error, "windows must be >= -1");
-  if (in.topk_value_mode != 1 && in.topk_value_mode != 2) {
-    return Fail(error, "topk_value_mode must be 1 or 2");
+  if (in.topk_value_mode < 1 || in.topk_value_mode > 3) {
+    return Fail(error, "topk_value_mode must be 1, 2 or 3");
   }
   if (csa && in.topk_value_mode == 2 && in.layout_kv != SparseMlaLayout::kPA_BBND) {
     return Fail(error, "topk_value_mode 2 needs layout_kv PA_BBND");
@@ -314,6 +320,7 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
       return false;
     }
   }
+  if (slots) return ValidateSlots(in, error);
   if (in.layout_kv == SparseMlaLayout::kPA_BBND) {
     if (!in.seqused_ori_kv || !in.ori_block_table) {
       return Fail(error, "PA_BBND needs seqused_ori_kv and ori_block_table");
@@ -328,6 +335,62 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
       if (in.cmp_residual_kv[b] < 0 || in.cmp_residual_kv[b] >= in.cmp_ratio) {
         return Fail(error, "cmp_residual_kv values must lie in [0, cmp_ratio)");
       }
+    }
+  }
+  return true;
+}
+
+// Every entry of one slot-id tensor: -1 or a slot in [0, block_nums * block_size).
+bool CheckSlotEntries(const int32_t* idx, int64_t rows, int64_t width, int64_t slots,
+                      const char* name, std::string* error) {
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t k = 0; k < width; ++k) {
+      const int64_t v = idx[row * width + k];
+      if (v == -1 || (v >= 0 && v < slots)) continue;
+      return Fail(error, std::string(name) + "[" + std::to_string(row) + "][" + std::to_string(k) +
+                             "] = " + std::to_string(v) + " outside [0, " + std::to_string(slots) +
+                             ") (or -1)");
+    }
+  }
+  return true;
+}
+
+// topk_value_mode 3 (called after the checks shared with the other modes).
+bool ValidateSlots(const SparseMlaRefInputs& in, std::string* error) {
+  if (in.layout_kv != SparseMlaLayout::kPA_BBND) {
+    return Fail(error, "topk_value_mode 3 needs layout_kv PA_BBND");
+  }
+  if (in.scenario == SparseMlaScenario::kHCA) {
+    return Fail(error, "topk_value_mode 3 has no HCA: cmp_kv needs cmp_sparse_indices");
+  }
+  if (!in.ori_sparse_indices || in.ori_kv_w < 1) {
+    return Fail(error, "topk_value_mode 3 needs ori_sparse_indices with ori_kv_w >= 1");
+  }
+  if (in.ori_mask_mode != 0 || in.cmp_mask_mode != 0) {
+    return Fail(error, "topk_value_mode 3 needs ori_mask_mode 0 and cmp_mask_mode 0");
+  }
+  if (in.ori_block_table || in.cmp_block_table || in.seqused_ori_kv || in.seqused_cmp_kv ||
+      in.cu_seqlens_ori_kv || in.cu_seqlens_cmp_kv || in.cmp_residual_kv) {
+    return Fail(error,
+                "topk_value_mode 3 takes no block table, seqused_*_kv, cu_seqlens_*_kv or "
+                "cmp_residual_kv");
+  }
+  if (in.ori_kv_block_size < 1 || in.ori_kv_block_nums < 0) {
+    return Fail(error, "ori_kv_block_size must be >= 1");
+  }
+  const int64_t rows = in.layout_q == SparseMlaLayout::kBSND ? in.b * in.q_s : in.q_t;
+  if (!CheckSlotEntries(in.ori_sparse_indices, rows, in.ori_kv_w,
+                        in.ori_kv_block_nums * in.ori_kv_block_size, "ori_sparse_indices", error)) {
+    return false;
+  }
+  if (in.scenario == SparseMlaScenario::kCSA) {
+    if (in.cmp_kv_block_size < 1 || in.cmp_kv_block_nums < 0) {
+      return Fail(error, "cmp_kv_block_size must be >= 1");
+    }
+    if (!CheckSlotEntries(in.cmp_sparse_indices, rows, in.cmp_kv_k,
+                          in.cmp_kv_block_nums * in.cmp_kv_block_size, "cmp_sparse_indices",
+                          error)) {
+      return false;
     }
   }
   return true;
@@ -481,7 +544,24 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
   keys->valid = false;
   keys->ori_lo = keys->ori_hi = keys->ncmp = 0;
   keys->cmp.clear();
+  keys->ori_slots.clear();
   if (i < 0 || i >= len.s1) return true;
+  if (in.topk_value_mode == 3) {
+    // Slot lists: every entry examined, -1 skipped, no mask (values checked by ValidateSlots).
+    keys->valid = true;
+    const int64_t qrow = QueryRowBase(in, b) + i;
+    const int32_t* ori = in.ori_sparse_indices + qrow * in.ori_kv_w;
+    for (int64_t k = 0; k < in.ori_kv_w; ++k) {
+      if (ori[k] != -1) keys->ori_slots.push_back(ori[k]);
+    }
+    if (in.scenario == SparseMlaScenario::kCSA) {
+      const int32_t* cmp = in.cmp_sparse_indices + qrow * in.cmp_kv_k;
+      for (int64_t k = 0; k < in.cmp_kv_k; ++k) {
+        if (cmp[k] != -1) keys->cmp.push_back(cmp[k]);
+      }
+    }
+    return true;
+  }
   const int64_t s1 = len.s1;
   const int64_t s2 = len.s2;
   const int64_t thr = s2 - s1 + i + 1;  // right-down alignment
@@ -531,12 +611,8 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
   return true;
 }
 
-bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, float* out,
-                 Tq4Centroids centroids, std::string* error) {
-  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
-  const uint8_t* feature = nullptr;
-  const uint8_t* scales = nullptr;
-  if (!LocateToken(in, side, b, j, &feature, &scales, error)) return false;
+void DecodeAt(const SparseMlaRefInputs& in, bool cmp, const uint8_t* feature, const uint8_t* scales,
+              float* out, Tq4Centroids centroids) {
   switch (in.quant_mode) {
     case 1:
       DecodeQuantMode1Token(feature, out);
@@ -551,6 +627,36 @@ bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, f
         DecodeFloat16Token(feature, out, in.q_dtype);
       }
       break;
+  }
+}
+
+bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, float* out,
+                 Tq4Centroids centroids, std::string* error) {
+  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
+  const uint8_t* feature = nullptr;
+  const uint8_t* scales = nullptr;
+  if (!LocateToken(in, side, b, j, &feature, &scales, error)) return false;
+  DecodeAt(in, cmp, feature, scales, out, centroids);
+  return true;
+}
+
+// topk_value_mode 3: the token at global slot `slot` (block slot / bs, offset slot % bs) of a
+// PA_BBND cache, through the block stride.
+bool DecodeSlot(const SparseMlaRefInputs& in, bool cmp, int64_t slot, float* out,
+                Tq4Centroids centroids, std::string* error) {
+  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
+  const int64_t block = slot / side.block_size;
+  const int64_t off = slot % side.block_size;
+  if (slot < 0 || block >= side.block_nums) {
+    return Fail(error, std::string(side.name) + " slot " + std::to_string(slot) + " out of range");
+  }
+  const uint8_t* base = side.data + block * side.block_stride;
+  if (in.quant_mode == 2) {
+    DecodeAt(in, cmp, base + off * kQuantMode2FeatureBytes,
+             base + side.block_size * kQuantMode2FeatureBytes + off * kQuantMode2ScaleBytes, out,
+             centroids);
+  } else {
+    DecodeAt(in, cmp, base + off * side.token_bytes, nullptr, out, centroids);
   }
   return true;
 }
@@ -727,7 +833,9 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
       const int64_t qrow = QueryRowBase(in, b) + i;
       GetRowKeys(in, b, len, i, &row);
       if (!row.valid) continue;  // invalid or empty row: no key (set above)
-      const int64_t n_ori = row.ori_hi - row.ori_lo;
+      const bool slots = in.topk_value_mode == 3;
+      const int64_t n_ori =
+          slots ? static_cast<int64_t>(row.ori_slots.size()) : row.ori_hi - row.ori_lo;
       const int64_t n_cmp = static_cast<int64_t>(row.cmp.size());
       const int64_t nkeys = n_ori + n_cmp;
       out.ori_key_count[qrow] = static_cast<int32_t>(n_ori);
@@ -735,14 +843,17 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
       // Keys in the golden's order: ori window (position order), then cmp (selection order).
       keys.resize(nkeys * D);
       for (int64_t j = 0; j < n_ori; ++j) {
-        if (!DecodeToken(in, false, b, row.ori_lo + j, keys.data() + j * D, options.tq4_centroids,
-                         error)) {
+        float* key = keys.data() + j * D;
+        if (!(slots
+                  ? DecodeSlot(in, false, row.ori_slots[j], key, options.tq4_centroids, error)
+                  : DecodeToken(in, false, b, row.ori_lo + j, key, options.tq4_centroids, error))) {
           return false;
         }
       }
       for (int64_t j = 0; j < n_cmp; ++j) {
-        if (!DecodeToken(in, true, b, row.cmp[j], keys.data() + (n_ori + j) * D,
-                         options.tq4_centroids, error)) {
+        float* key = keys.data() + (n_ori + j) * D;
+        if (!(slots ? DecodeSlot(in, true, row.cmp[j], key, options.tq4_centroids, error)
+                    : DecodeToken(in, true, b, row.cmp[j], key, options.tq4_centroids, error))) {
           return false;
         }
       }
