@@ -66,6 +66,108 @@ std::vector<uint8_t> OutputBytes(SparseMlaCase& c) {
   return bytes;
 }
 
+// ---- the reference's slot addressing against its block-table addressing
+// -----------------------------------------------------------------------------------------------
+
+// A topk_value_mode 1 problem with block tables and masks, restated as slot lists: each row's
+// visible ori positions and selected cmp indices (SparseMlaGetRowKeys) mapped through the block
+// tables to global slots, with -1 entries spread between them. The reference gives the same bits in
+// both forms (same keys in the same order, hence the same tiles), also reading the caches through
+// strided views, and rejects an out-of-range slot.
+TEST(SparseMlaSlotsReference, AgreesWithBlockTableAddressing) {
+  SCOPED_TRACE(SeedTrace());
+  for (int32_t quant_mode : {1, 2, 3}) {
+    for (int32_t scenario : {ATTNRT_SPARSE_MLA_SWA, ATTNRT_SPARSE_MLA_CSA}) {
+      SCOPED_TRACE("quant_mode " + std::to_string(quant_mode) + " scenario " +
+                   std::to_string(scenario));
+      std::mt19937_64 rng(TestSeed() + quant_mode * 2 + scenario);
+      SparseMlaSpec s;
+      s.scenario = scenario;
+      s.quant_mode = quant_mode;
+      s.layout_q = ATTNRT_SPARSE_MLA_LAYOUT_TND;
+      s.layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
+      s.seqused_q = true;
+      s.s1 = {4, 9};
+      s.s2 = {300, 6};  // batch 1: the first rows see no key
+      s.ori_win_left = 140;
+      s.topk = 200;
+      s.block_size = 8;
+      s.q_scale = 2.0f;
+      SparseMlaCase c(s, rng);
+      const ref::SparseMlaRefInputs tables = c.RefInputs();
+      ref::SparseMlaRefOutputs want;
+      ASSERT_TRUE(ref::SparseMlaReference(tables, &want)) << want.error;
+      const int64_t rows = tables.q_t;
+      const int64_t width = 2 * 160;  // > visible keys + the -1 entries
+      std::vector<int32_t> ori_idx(rows * width, -1), cmp_idx(rows * width, -1);
+      int64_t keyed_rows = 0;
+      for (int64_t b = 0; b < tables.b; ++b) {
+        for (int64_t i = 0; i < tables.seqused_q[b]; ++i) {
+          ref::SparseMlaRowKeys keys;
+          std::string error;
+          ASSERT_TRUE(ref::SparseMlaGetRowKeys(tables, b, i, &keys, &error)) << error;
+          if (!keys.valid) continue;
+          const int64_t row = tables.cu_seqlens_q[b] + i;
+          auto slot = [&](const int32_t* table, int64_t cols, int64_t pos) {
+            return table[b * cols + pos / s.block_size] * s.block_size + pos % s.block_size;
+          };
+          int64_t k = 0;
+          for (int64_t pos = keys.ori_lo; pos < keys.ori_hi; ++pos) {
+            if (rng() % 4 == 0) ++k;  // a -1 entry
+            ori_idx[row * width + k++] = static_cast<int32_t>(
+                slot(tables.ori_block_table, tables.ori_block_table_cols, pos));
+          }
+          ASSERT_LE(k, width);
+          k = 0;
+          for (int64_t pos : keys.cmp) {
+            if (rng() % 4 == 0) ++k;
+            cmp_idx[row * width + k++] = static_cast<int32_t>(
+                slot(tables.cmp_block_table, tables.cmp_block_table_cols, pos));
+          }
+          ASSERT_LE(k, width);
+          keyed_rows += keys.ori_hi > keys.ori_lo || !keys.cmp.empty() ? 1 : 0;
+        }
+      }
+      ASSERT_GT(keyed_rows, 4);
+      ref::SparseMlaRefInputs slots = tables;
+      slots.topk_value_mode = 3;
+      slots.ori_mask_mode = slots.cmp_mask_mode = 0;
+      slots.ori_block_table = slots.cmp_block_table = nullptr;
+      slots.seqused_ori_kv = slots.seqused_cmp_kv = slots.cmp_residual_kv = nullptr;
+      slots.ori_sparse_indices = ori_idx.data();
+      slots.ori_kv_w = width;
+      if (scenario == ATTNRT_SPARSE_MLA_CSA) {
+        slots.cmp_sparse_indices = cmp_idx.data();
+        slots.cmp_kv_k = width;
+      }
+      ref::SparseMlaRefOutputs got;
+      ASSERT_TRUE(ref::SparseMlaReference(slots, &got)) << got.error;
+      EXPECT_TRUE(got.attn_out_bits == want.attn_out_bits);
+      EXPECT_TRUE(got.softmax_lse == want.softmax_lse);
+      // The same caches as strided views (other layers' blocks and 0xFF around them).
+      UseInterleavedCache(c, ATTNRT_SPARSE_MLA_INPUT_ORI_KV, 16 * 1024, 3, 2, 576);
+      if (scenario == ATTNRT_SPARSE_MLA_CSA) {
+        UseInterleavedCache(c, ATTNRT_SPARSE_MLA_INPUT_CMP_KV, 8 * 1024, 2, 1, 1152);
+      }
+      const ref::SparseMlaRefInputs viewed = c.RefInputs();
+      slots.ori_kv = viewed.ori_kv;
+      slots.ori_kv_block_stride = viewed.ori_kv_block_stride;
+      slots.cmp_kv = viewed.cmp_kv;
+      slots.cmp_kv_block_stride = viewed.cmp_kv_block_stride;
+      ASSERT_TRUE(ref::SparseMlaReference(slots, &got)) << got.error;
+      EXPECT_TRUE(got.attn_out_bits == want.attn_out_bits);
+      // Out-of-range slots are refused, naming the entry.
+      const int64_t ori_slots = tables.ori_kv_block_nums * s.block_size;
+      for (int32_t bad : {static_cast<int32_t>(ori_slots), -2}) {
+        ori_idx[width + 3] = bad;
+        EXPECT_FALSE(ref::SparseMlaReference(slots, &got));
+        EXPECT_NE(got.error.find("ori_sparse_indices[1][3]"), std::string::npos) << got.error;
+        ori_idx[width + 3] = -1;
+      }
+    }
+  }
+}
+
 // ---- slot lists: scenarios, quant modes, q layouts
 // -----------------------------------------------------------------
 
