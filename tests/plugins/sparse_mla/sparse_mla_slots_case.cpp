@@ -1,5 +1,7 @@
 // The parts of SparseMlaCase for ABI 1.6: topk_value_mode 3 slot lists (global slot ids into both
 // PA_BBND caches) and PA_BBND caches passed as strided views of a larger buffer.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -111,6 +113,10 @@ void UseInterleavedCache(SparseMlaCase& c, int input, int64_t page_bytes, int64_
   const int64_t nb = shape[0];
   const int64_t block_bytes = static_cast<int64_t>(compact.bytes()) / nb;
   const int64_t elem = block_bytes / (shape[1] * shape[3]);
+  if (page_bytes < block_bytes || page_bytes % elem != 0 || lead_bytes % elem != 0) {
+    ADD_FAILURE() << "page of " << page_bytes << " bytes for blocks of " << block_bytes;
+    return;
+  }
   Tensor storage(kU8, {lead_bytes + nb * layers * page_bytes});
   auto* dst = static_cast<uint8_t*>(storage.data());
   std::memset(dst, 0xFF, storage.bytes());

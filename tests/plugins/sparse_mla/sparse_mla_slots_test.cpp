@@ -339,7 +339,7 @@ TEST_P(SparseMlaSlotVariants, NegativeControls) {
   s.ori_topk = 16;
   s.topk = 16;
   SparseMlaCase c(s, rng);
-  UseInterleavedCache(c, ATTNRT_SPARSE_MLA_INPUT_ORI_KV, 5 * 576, 2, 1, 1152);
+  UseInterleavedCache(c, ATTNRT_SPARSE_MLA_INPUT_ORI_KV, 9 * 576, 2, 1, 1152);  // 8 * 584 bytes
   ASSERT_TRUE(RunAndCompare(c, kernel));
   std::string report;
   // Each row's first ori slot dropped.
