@@ -21,6 +21,7 @@ import attnrt
 from sparse_mla_reference import sparse_mla_reference
 
 torch = pytest.importorskip("torch")
+import attnrt.torch  # noqa: E402,F401  (registers torch.ops.attnrt)
 
 SEED = int(os.environ.get("ATTNRT_TEST_SEED", "7301"))
 RTOL, ATOL, FRACTION = 2.0 ** -7, 1e-4, 0.995
@@ -234,7 +235,8 @@ def test_numpy_strided_view_and_torch_op(rt):
     for k in range(6):
         buf[576 + (2 * k + 1) * page:576 + (2 * k + 1) * page + ori_c[k].nbytes] = \
             ori_c[k].reshape(-1)
-    view = np.lib.stride_tricks.as_strided(buf[576 + page:], (6, 64, 1, 584), (2 * page, 584, 584, 1))
+    view = np.lib.stride_tricks.as_strided(buf[576 + page:], (6, 64, 1, 584),
+                                           (2 * page, 584, 584, 1))
     T = 3
     idx = slot_rows(rng, T, 128, 6 * 64).reshape(T, 1, 128)
     q = (rng.standard_normal((T, 16, 512)) * 2.0).astype(ml_dtypes.bfloat16)
@@ -249,7 +251,6 @@ def test_numpy_strided_view_and_torch_op(rt):
     want, _ = sparse_mla_reference({"q": q.astype(np.float64), "ori_kv": ori_c,
                                     "cu_seqlens_q": cu, "ori_sparse_indices": idx}, attrs)
     assert_cann_close(out.astype(np.float64), want, "attn_out")
-    import attnrt.torch  # noqa: F401  (registers torch.ops.attnrt)
     t_out, t_lse = torch.ops.attnrt.sparse_mla(
         to_torch(q), torch.from_numpy(view), 2, cu_seqlens_q=torch.from_numpy(cu),
         layout_q="TND", layout_kv="PA_BBND", topk_value_mode=3,
