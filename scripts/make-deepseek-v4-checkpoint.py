@@ -21,7 +21,17 @@ each. What vLLM 0.32's CPU kernels fix: head_dim 512 with a 64-dim rotary part (
 and flash_mla_with_kvcache_cpu), index_head_dim 128, index_topk 512 (topk_transform_512_cpu), so
 C4A layers use the learned top-k only once a request has more than 512 * 4 = 2048 tokens;
 below that every compressed token is attended; the router (biased_topk_cpu) takes 64, 128, 256
-or 384 routed experts with 6 or 8 per token.
+or 384 routed experts with 6 or 8 per token; the CPU GEMMs want output widths that are multiples
+of 32. The smallest model found to run on vLLM 0.32 (CPU, bfloat16): --hidden 32 --heads 1
+--o-groups 1 --index-heads 1 --q-lora-rank 32 --o-lora-rank 32 --moe-intermediate 32 (64 experts,
+6 per token). The defaults are a little larger (--hidden 64 --heads 4 --o-groups 2
+--index-heads 4 --q-lora-rank 64, 2.8M parameters) so that per-head and per-group handling is
+exercised.
+
+--fp8 writes DeepSeek-V4-Flash-Base's layout, but vLLM 0.32's CPU FP8 block GEMMs
+(CPUFp8BlockScaledMMKernel, CPUFp8W8A8BlockScaledMMKernel) need AMX tiles: on CPUs without them
+vLLM refuses to build the model ("Failed to find a kernel that can implement the ScaledMM linear
+layer"), so that layout has not been run through vLLM here.
 
 Weights are drawn from a normal distribution at initialization scale (std 0.02 by default), norm
 weights are 1.0, the hyper-connection scales 1.0 and their biases 0, the attention sinks
@@ -29,8 +39,8 @@ N(0, --sink-std). Each tensor has its own generator, seeded from --seed and the 
 Queries and keys are RMS-normalized per head by the model, so attention logits have a spread of
 about 1 at any --std.
 
-Usage: make-deepseek-v4-checkpoint.py OUT_DIR [--seed N] [--compress-ratios 0,4,128] [--hidden 256]
-         [--heads 16] [--o-groups 4] [--index-heads 16] [--experts 64] [--fp8] ...
+Usage: make-deepseek-v4-checkpoint.py OUT_DIR [--seed N] [--compress-ratios 0,4,128] [--hidden 64]
+         [--heads 4] [--index-heads 4] [--experts 64] [--fp8] ...
 Needs only numpy (the safetensors file is written directly).
 """
 
@@ -48,6 +58,7 @@ ROPE_DIM = 64  # cpu_sparse.py: _ROPE_DIM
 INDEX_HEAD_DIM = 128  # the indexer compressor and K cache layout
 INDEX_TOPK = 512  # SparseAttnIndexer.forward_cpu: topk_transform_512_cpu only
 FP8_BLOCK = 128
+GEMM_MULTIPLE = 32  # vLLM's CPU GEMMs ("tinygemm requires N to be 32x")
 
 
 def parse_args(argv):
@@ -56,17 +67,17 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compress-ratios", default="0,4,128",
                    help="one per layer: 0 (SWA only), 4 (C4A) or 128 (C128A)")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--heads", type=int, default=16, help="num_attention_heads")
-    p.add_argument("--o-groups", type=int, default=4, help="output projection groups")
-    p.add_argument("--q-lora-rank", type=int, default=256)
-    p.add_argument("--o-lora-rank", type=int, default=128)
-    p.add_argument("--index-heads", type=int, default=16, help="index_n_heads")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4, help="num_attention_heads")
+    p.add_argument("--o-groups", type=int, default=2, help="output projection groups")
+    p.add_argument("--q-lora-rank", type=int, default=64)
+    p.add_argument("--o-lora-rank", type=int, default=32)
+    p.add_argument("--index-heads", type=int, default=4, help="index_n_heads")
     p.add_argument("--index-topk", type=int, default=INDEX_TOPK)
     p.add_argument("--experts", type=int, default=64,
                    help="n_routed_experts (vLLM's biased_topk_cpu: 64, 128, 256 or 384)")
     p.add_argument("--experts-per-token", type=int, default=6, help="num_experts_per_tok (6 or 8)")
-    p.add_argument("--moe-intermediate", type=int, default=128)
+    p.add_argument("--moe-intermediate", type=int, default=32)
     p.add_argument("--sliding-window", type=int, default=128)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--max-pos", type=int, default=8192)
@@ -93,6 +104,13 @@ def parse_args(argv):
         p.error(f"--heads ({a.heads}) must be a multiple of --o-groups ({a.o_groups})")
     if a.experts_per_token > a.experts:
         p.error(f"--experts-per-token ({a.experts_per_token}) exceeds --experts ({a.experts})")
+    for name in ("hidden", "q_lora_rank", "o_lora_rank", "moe_intermediate"):
+        if getattr(a, name) % GEMM_MULTIPLE:
+            p.error(f"--{name.replace('_', '-')} must be a multiple of {GEMM_MULTIPLE} (vLLM's CPU "
+                    f"GEMMs), got {getattr(a, name)}")
+    if a.experts not in (64, 128, 256, 384) or a.experts_per_token not in (6, 8):
+        p.error(f"--experts {a.experts} --experts-per-token {a.experts_per_token}: vLLM's CPU router "
+                f"(biased_topk_cpu) takes 64, 128, 256 or 384 experts with 6 or 8 per token")
     if a.fp8:
         for name in ("hidden", "q_lora_rank", "o_lora_rank", "moe_intermediate"):
             if getattr(a, name) % FP8_BLOCK:
