@@ -156,9 +156,10 @@ def run(a):
 
     mem = ref.PeakRss()
     t0 = time.perf_counter()
-    fixes = load_support().apply()
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+
+    fixes = load_support().apply()  # after importing vLLM: apply() acts in vLLM processes only
 
     timers = OpTimers()
     if a.timers:

@@ -23,15 +23,15 @@ length). With ``ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1`` ``apply()`` also restores w
 configuration asked for on DeepSeek-V4 models, so that chunked prefill and prefix caching can be
 exercised on such hosts; it is off by default.
 
-The functions take and return torch tensors and do not import vLLM, so they can be checked
-without it (tests/bindings/python/test_vllm_deepseek_v4_support.py compares each against a
-scalar transcription of its Triton kernel).
+Importing this module imports neither torch nor vLLM, and apply() does nothing in a process
+that has not loaded vLLM. The eager functions take torch tensors and do not need vLLM, so they
+can be checked without it (tests/bindings/python/test_vllm_deepseek_v4_support.py compares each
+against a scalar transcription of its Triton kernel).
 """
 from __future__ import annotations
 
 import os
-
-import torch
+import sys
 
 __all__ = [
     "apply",
@@ -69,6 +69,8 @@ def token_to_req_indices(query_start_loc: torch.Tensor, out: torch.Tensor, num_m
     [query_start_loc[r], query_start_loc[r+1]) holds it (the kernel's binary search: the number
     of requests ending at or before t, at most num_reqs - 1), tokens t >= num_mapped_tokens get
     0. Writes out[:num_tokens] and returns that view."""
+    import torch
+
     num_reqs = query_start_loc.shape[0] - 1
     tokens = torch.arange(num_tokens, device=out.device, dtype=torch.int64)
     ends = query_start_loc[1:].to(torch.int64)
@@ -78,7 +80,7 @@ def token_to_req_indices(query_start_loc: torch.Tensor, out: torch.Tensor, num_m
     return out[:num_tokens]
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
+def _rows(t: "torch.Tensor") -> "torch.Tensor":
     """[N, ...] -> a [N, row_stride] view over the same memory (Triton's ptr + pid * stride(0))."""
     if t.dim() == 1:
         return t.view(-1, 1)
@@ -103,6 +105,8 @@ def swa_indices_and_lens(swa_indices: torch.Tensor, swa_lens: torch.Tensor, wind
     and right the in-image visibility (0 without images); swa_lens[i] = the window's length;
     entries past it (up to index_width) are -1. Padded tokens (is_valid_token false) get length
     0 and a row of -1."""
+    import torch
+
     if num_tokens == 0:
         return
     device = swa_lens.device
@@ -140,6 +144,8 @@ def prefill_gather_lens(out: torch.Tensor, seq_lens: torch.Tensor, query_start_l
     sparse_swa.py, ``_COMPUTE_PREFILL_METADATA_KERNEL``): for prefill request i (request
     num_decodes + i), out[i] = query_len + min(max(prefix_len - replay_start, 0),
     window_size - 1), with prefix_len = seq_len - query_len."""
+    import torch
+
     if num_prefills <= 0:
         return
     r = torch.arange(num_decodes, num_decodes + num_prefills, device=out.device)
@@ -162,6 +168,8 @@ def compressed_slot_mapping(out: torch.Tensor, slot_mapping: torch.Tensor,
     (local position pos // (cp_interleave * dcp_world_size) * cp_interleave + pos %
     cp_interleave, divided by compress_ratio, through the block table); every other query token
     maps to -1. Tokens outside the requests' query ranges are left as they are."""
+    import torch
+
     num_reqs = block_table.shape[0]
     qsl = query_start_loc.to(torch.int64)
     total = int(qsl[num_reqs].item()) if num_reqs > 0 else 0
@@ -200,6 +208,8 @@ def prefill_chunk_metadata(query_start_loc: torch.Tensor, uncompressed_seq_lens:
     row start, cu_seq_len_ke[...] = row start + (seq_len - query_len + 1 + offset) //
     compress_ratio (localized to this rank's share under decode context parallelism);
     token_to_seq[cu[b] : cu[b+1]] = b."""
+    import torch
+
     if num_reqs <= 0:
         return
     device = cu_seq_len_ks.device
@@ -309,11 +319,11 @@ def _logger():
 
 
 def _wanted() -> str | None:
-    """Why apply() does nothing here (None: it applies)."""
-    try:
-        import vllm
-    except ImportError:
-        return "vLLM is not installed"
+    """Why apply() does nothing here (None: it applies). vLLM is never imported here: the fixes
+    concern processes vLLM runs in."""
+    vllm = sys.modules.get("vllm")
+    if vllm is None:
+        return "vLLM is not loaded in this process"
     if getattr(vllm, "__version__", None) != VLLM_VERSION:
         return f"vLLM {getattr(vllm, '__version__', '?')} is not {VLLM_VERSION}"
     from vllm.platforms import current_platform
@@ -348,6 +358,18 @@ def _triton_fixes(fixes: list[str]) -> None:
 
     def compute_token_to_req_indices(query_start_loc, out, num_mapped_tokens, num_tokens):
         return token_to_req_indices(query_start_loc, out, num_mapped_tokens, num_tokens)
+
+    # Import every target first, so that a module that copies a name from another at import
+    # time holds vLLM's original (and is listed as fixed) whatever the import order was.
+    import importlib
+
+    for module in ("vllm.v1.attention.ops.metadata", "vllm.v1.attention.backends.mla.sparse_swa",
+                   "vllm.v1.attention.backends.mla.compressor_utils",
+                   "vllm.v1.attention.backends.mla.indexer"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
 
     # vllm/v1/attention/backend.py CommonAttentionMetadata.token_to_req_indices imports it from
     # vllm.v1.attention.ops.metadata at call time; sparse_swa.py imported it at load.
