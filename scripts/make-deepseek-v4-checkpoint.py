@@ -73,7 +73,8 @@ def parse_args(argv):
     p.add_argument("--q-lora-rank", type=int, default=64)
     p.add_argument("--o-lora-rank", type=int, default=32)
     p.add_argument("--index-heads", type=int, default=4, help="index_n_heads")
-    p.add_argument("--index-topk", type=int, default=INDEX_TOPK)
+    p.add_argument("--index-topk", type=int, default=INDEX_TOPK,
+                   help="index_topk (vLLM 0.32's CPU indexer takes 512 only)")
     p.add_argument("--experts", type=int, default=64,
                    help="n_routed_experts (vLLM's biased_topk_cpu: 64, 128, 256 or 384)")
     p.add_argument("--experts-per-token", type=int, default=6, help="num_experts_per_tok (6 or 8)")
