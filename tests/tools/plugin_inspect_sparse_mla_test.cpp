@@ -134,7 +134,6 @@ TEST(PluginInspectSparseMla, ExplainShowsSlotListsAndStridedCaches) {
   EXPECT_EQ(tensors["ori_kv"]["shape"], json::array({16, 64, 1, 608}));
   EXPECT_EQ(tensors["ori_kv"]["strides"], json::array({40000, 608, 608, 1}));
   EXPECT_EQ(tensors["cmp_kv"]["strides"], json::array({40000, 608, 608, 1}));
-  EXPECT_EQ(j["candidates"][0]["status"].get<std::string>().empty(), false);
   bool selected = false;
   for (const json& c : j["candidates"]) selected = selected || c["status"] == "selected";
   EXPECT_TRUE(selected) << r.out;
