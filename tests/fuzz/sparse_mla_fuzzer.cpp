@@ -5,9 +5,11 @@
 // quant mode, layouts, batches with their query / ori / cmp lengths, heads, masks and windows,
 // top-k rows, block tables, sinks, softmax_lse), KV tokens from the public encoders or, sometimes,
 // raw random bytes (any byte is a token the kernels must decode), a NaN or inf in q or in the
-// sinks; then a few mutations (a dtype, an extent, a missing input, a metadata word, metadata made
-// for other attributes). Every tensor owns a heap buffer of exactly its bytes, so AddressSanitizer
-// reports any access beyond what the caller described.
+// sinks; then, decoded after all of these (sparse_mla_fuzz_abi16.h), global slot ids
+// (topk_value_mode 3) and PA_BBND caches with a block stride, valid or not; then a few mutations (a
+// dtype, an extent, a missing input, a metadata word, metadata made for other attributes). Every
+// tensor owns a heap buffer of exactly its bytes, so AddressSanitizer reports any access beyond
+// what the caller described.
 //
 // The metadata op runs first (as in CANN); its output feeds the main op, which runs once on a
 // runtime pinned to each sparse MLA kernel. Invariants (a violation aborts; libFuzzer records it):
@@ -16,7 +18,9 @@
 //   - every kernel gives the same status, and the same answer (fuzz_agreement.h: NaN where the
 //     first has NaN, the same infinities, the rest within float reassociation);
 //   - with encoded tokens and finite q and sinks, every attn_out element is finite (no poison
-//     left), and softmax_lse is finite or -inf (a row that sees no key, docs/sparse-mla.md).
+//     left), and softmax_lse is finite or -inf (a row that sees no key, docs/sparse-mla.md);
+//   - an invalid block stride or slot id, or an input topk_value_mode 3 forbids, is refused;
+//   - a strided cache gives the same bytes as its compact copy.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -35,71 +39,12 @@
 #include "attnrt/ops/sparse_mla.h"
 #include "fuzz_agreement.h"
 #include "fuzz_rng.h"
+#include "sparse_mla_fuzz_abi16.h"
+#include "sparse_mla_fuzz_case.h"
 
 namespace {
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
-constexpr int kInputs = ATTNRT_SPARSE_MLA_NUM_INPUTS;
-constexpr int kOutputs = ATTNRT_SPARSE_MLA_NUM_OUTPUTS;
-
-class Choices {
- public:
-  explicit Choices(FuzzedDataProvider& fdp) : fdp_(fdp) {}
-  uint32_t Pick(uint32_t n) { return n <= 1 ? 0 : fdp_.ConsumeIntegralInRange<uint32_t>(0, n - 1); }
-  bool OneIn(uint32_t n) { return Pick(n) == n - 1; }
-  template <typename T, size_t K>
-  T From(const T (&table)[K]) {
-    return table[Pick(static_cast<uint32_t>(K))];
-  }
-  uint64_t Bits64() { return fdp_.ConsumeIntegral<uint64_t>(); }
-
- private:
-  FuzzedDataProvider& fdp_;
-};
-
-using fuzz_rng::Rng;
-
-// A tensor with a heap buffer of exactly its bytes.
-struct Tensor {
-  attnrt_dtype dtype{};
-  std::vector<int64_t> shape;
-  size_t bytes = 0;
-  std::unique_ptr<unsigned char[]> data;
-  attnrt_tensor desc{};
-
-  void Make(attnrt_dtype d, std::vector<int64_t> s) {
-    dtype = d;
-    shape = std::move(s);
-    uint64_t n = 1;
-    for (int64_t e : shape) n *= static_cast<uint64_t>(std::max<int64_t>(e, 0));
-    bytes = static_cast<size_t>(n * dtype.bits / 8);
-    data.reset(new unsigned char[bytes]());
-  }
-  bool present() const { return data != nullptr; }
-  int32_t* i32() { return reinterpret_cast<int32_t*>(data.get()); }
-  const attnrt_tensor* Get() {
-    if (!present()) return nullptr;
-    desc = attnrt_tensor{data.get(), {ATTNRT_DEVICE_CPU, 0}, static_cast<int32_t>(shape.size()),
-                         dtype,      shape.data(),           nullptr,
-                         0};
-    return &desc;
-  }
-};
-
-struct Case {
-  attnrt_sparse_mla_attributes a{};
-  Tensor in[kInputs];
-  Tensor out[kOutputs];
-  bool encoded = true;      // KV tokens from the encoders (false: raw bytes)
-  bool finite = true;       // q and sinks finite
-  int metadata_change = 0;  // 0 none; 1 a word; 2 made for other attributes
-  uint32_t metadata_word = 0;
-};
+using namespace sparse_mla_fuzz;
 
 uint16_t Bits16(float x, bool fp16) {
   if (!fp16) {
@@ -331,10 +276,25 @@ void Decode(Choices& c, Case& k) {
                   : std::vector<int64_t>{B, 1, q_rows / B, N});
   }
 
-  // ---- what a caller gets wrong (one in four) ----
+  // ---- what a caller gets wrong (one in four): decoded here, made after the ABI 1.6 choices ----
+  int mutate_input = -1, mutate_kind = 0, mutate_dim = -1;
   if (c.OneIn(4)) {
-    Tensor& t = k.in[c.Pick(kInputs)];
-    switch (c.Pick(4)) {
+    mutate_input = static_cast<int>(c.Pick(kInputs));
+    mutate_kind = static_cast<int>(c.Pick(4));
+    const Tensor& t = k.in[mutate_input];
+    if (mutate_kind == 2 && t.present() && !t.shape.empty()) {
+      mutate_dim = static_cast<int>(c.Pick(static_cast<uint32_t>(t.shape.size())));
+    }
+  }
+  k.metadata_change = c.OneIn(8) ? 1 + static_cast<int>(c.Pick(2)) : 0;
+  k.metadata_word = c.Pick(ATTNRT_SPARSE_MLA_METADATA_SIZE);
+
+  DecodeAbi16(c, k, rng, B, q_rows);
+
+  if (mutate_input >= 0) {
+    Tensor& t = k.in[mutate_input];
+    k.mutated = true;
+    switch (mutate_kind) {
       case 0:
         t.data.reset();  // absent
         break;
@@ -343,18 +303,19 @@ void Decode(Choices& c, Case& k) {
         if (t.present()) t.dtype = t.dtype.bits == 32 ? kBF16 : kU8;
         break;
       case 2:
-        if (t.present() && !t.shape.empty()) {
-          // A smaller extent, so the buffer still covers what the tensor describes.
-          t.shape[c.Pick(static_cast<uint32_t>(t.shape.size()))] /= 2;
+        // A smaller extent, so the buffer still covers what the tensor describes.
+        if (t.present() && mutate_dim >= 0 && mutate_dim < static_cast<int>(t.shape.size())) {
+          t.shape[static_cast<size_t>(mutate_dim)] /= 2;
         }
         break;
       default:
-        if (t.present()) t.shape.push_back(1);
+        if (t.present()) {
+          t.shape.push_back(1);
+          if (!t.strides.empty()) t.strides.push_back(1);
+        }
         break;
     }
   }
-  k.metadata_change = c.OneIn(8) ? 1 + static_cast<int>(c.Pick(2)) : 0;
-  k.metadata_word = c.Pick(ATTNRT_SPARSE_MLA_METADATA_SIZE);
 }
 
 // ---- invariants
@@ -385,14 +346,18 @@ attnrt_status Checked(const char* call, attnrt_status status) {
 
 fuzz_agreement::PinnedRuntimes g_pinned;
 attnrt_runtime* g_runtime = nullptr;
-// SPARSE_MLA_FUZZER_STATS=1: calls, metadata ops that ran, main ops that ran (printed at exit).
-uint64_t g_calls = 0, g_metadata_ran = 0, g_main_ran = 0;
+// SPARSE_MLA_FUZZER_STATS=1: calls, metadata ops that ran, main ops that ran, of which with global
+// slot ids, strided caches compared with their compact copies (printed at exit).
+uint64_t g_calls = 0, g_metadata_ran = 0, g_main_ran = 0, g_slots_ran = 0, g_strided_compared = 0;
 
 void PrintStats() {
-  std::fprintf(stderr, "sparse_mla_fuzzer stats: %llu calls, %llu metadata ran, %llu ran\n",
-               static_cast<unsigned long long>(g_calls),
-               static_cast<unsigned long long>(g_metadata_ran),
-               static_cast<unsigned long long>(g_main_ran));
+  std::fprintf(
+      stderr,
+      "sparse_mla_fuzzer stats: %llu calls, %llu metadata ran, %llu ran (%llu with global "
+      "slot ids), %llu strided caches compared\n",
+      static_cast<unsigned long long>(g_calls), static_cast<unsigned long long>(g_metadata_ran),
+      static_cast<unsigned long long>(g_main_ran), static_cast<unsigned long long>(g_slots_ran),
+      static_cast<unsigned long long>(g_strided_compared));
 }
 
 void RunCase(const uint8_t* data, size_t size) {
@@ -414,6 +379,9 @@ void RunCase(const uint8_t* data, size_t size) {
                                                         &made_for, in, kInputs, metadata_out, 1));
   in[ATTNRT_SPARSE_MLA_INPUT_METADATA] = metadata_out[0];
   ++g_calls;
+  // A value of ABI 1.6 the runtime must refuse (an invalid block stride, a slot out of range, an
+  // input topk_value_mode 3 forbids), with no other mistake made: no call may succeed.
+  const bool must_refuse = k.expect_refused && !k.mutated && k.metadata_change == 0;
   if (st_meta != ATTNRT_OK) return;
   ++g_metadata_ran;
   if (k.metadata_change == 1) k.in[ATTNRT_SPARSE_MLA_INPUT_METADATA].i32()[k.metadata_word] ^= 1;
@@ -429,7 +397,8 @@ void RunCase(const uint8_t* data, size_t size) {
         {"softmax_lse", lse.data.get(), static_cast<int64_t>(lse.bytes / 4), 32, false, nullptr});
   std::vector<std::vector<unsigned char>> first;
   attnrt_status first_status = ATTNRT_OK;
-  bool have_first = false;  // the first kernel that did not decline sets status and answer
+  bool have_first = false;   // the first kernel that did not decline sets status and answer
+  size_t first_runtime = 0;  // the runtime of the first kernel that ran
   for (size_t r = 0; r < g_pinned.runtimes.size(); ++r) {
     const char* kernel = g_pinned.kernels[r].c_str();
     // Poison: NaN in every output element.
@@ -459,12 +428,18 @@ void RunCase(const uint8_t* data, size_t size) {
       have_first = true;
     }
     FUZZ_CHECK(st == first_status, kernel, st);
+    if (must_refuse && st == ATTNRT_OK) {
+      std::fprintf(stderr, "\n==== must be refused: %s\n", k.refused_because.c_str());
+      Fail("an input that must be refused ran", kernel, st);
+    }
     if (st != ATTNRT_OK) {
       FUZZ_CHECK(fuzz_agreement::Save(compared) == before, "failed run wrote outputs", st);
       continue;
     }
     if (first.empty()) {
       ++g_main_ran;
+      if (k.a.topk_value_mode == 3) ++g_slots_ran;
+      first_runtime = r;
       first = fuzz_agreement::Save(compared);
       if (k.encoded && k.finite) {
         for (int64_t i = 0; i < compared[0].count; ++i) {
@@ -489,6 +464,24 @@ void RunCase(const uint8_t* data, size_t size) {
                    differs.c_str());
       Fail("cross-kernel agreement", kernel, st);
     }
+  }
+
+  // A PA_BBND cache read through a block stride gives the bytes its compact copy gives (the gaps
+  // between the blocks hold NaN bytes).
+  if (k.strided && !k.mutated && !first.empty()) {
+    for (int side = 0; side < 2; ++side) {
+      const int kv = side == 0 ? ATTNRT_SPARSE_MLA_INPUT_ORI_KV : ATTNRT_SPARSE_MLA_INPUT_CMP_KV;
+      if (k.compact_kv[side].present()) in[kv] = k.compact_kv[side].Get();
+    }
+    std::fill_n(reinterpret_cast<uint16_t*>(attn.data.get()), attn.bytes / 2, uint16_t{0x7FFF});
+    if (lse.present()) std::fill_n(reinterpret_cast<float*>(lse.data.get()), lse.bytes / 4, NAN);
+    const char* kernel = g_pinned.kernels[first_runtime].c_str();
+    const attnrt_status st = Checked(
+        kernel, fuzz_agreement::PlanAndRun(g_pinned.runtimes[first_runtime], ATTNRT_OP_SPARSE_MLA,
+                                           &k.a, in, kInputs, out, kOutputs));
+    FUZZ_CHECK(st == ATTNRT_OK, "the compact copy of a strided cache", st);
+    FUZZ_CHECK(fuzz_agreement::Save(compared) == first, "strided and compact caches disagree", st);
+    ++g_strided_compared;
   }
 }
 

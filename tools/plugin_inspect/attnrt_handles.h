@@ -59,8 +59,8 @@ nlohmann::ordered_json runtime_json(const attnrt_runtime* runtime);
 // "cpu", "cuda" or "device(N)".
 std::string device_name(int32_t device_type);
 
-// Appends {"name", "shape", "dtype", "device"} for each non-NULL tensors[i] to `list`, named by
-// name(i).
+// Appends {"name", "shape", "dtype", "device"} (and "strides", in elements, for a strided view)
+// for each non-NULL tensors[i] to `list`, named by name(i).
 template <class Name>
 void append_tensors_json(nlohmann::ordered_json& list, const attnrt_tensor* const* tensors,
                          size_t count, Name name) {
@@ -71,6 +71,10 @@ void append_tensors_json(nlohmann::ordered_json& list, const attnrt_tensor* cons
                     {"shape", std::vector<int64_t>(t->shape, t->shape + t->ndim)},
                     {"dtype", attnrt_dtype_name(t->dtype)},
                     {"device", device_name(t->device.device_type)}});
+    // A strided view (sparse MLA's PA_BBND caches with a block stride): its strides, in elements.
+    if (t->strides != nullptr) {
+      list.back()["strides"] = std::vector<int64_t>(t->strides, t->strides + t->ndim);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -65,6 +66,8 @@ SparseMlaConfig config_from(const po::variables_map& vm) {
   c.num_heads = vm["num-heads"].as<int64_t>();
   c.topk = vm["topk"].as<int64_t>();
   c.block_size = vm["block-size"].as<int64_t>();
+  c.topk_value_mode = vm["topk-value-mode"].as<int>();
+  c.block_stride = vm["block-stride"].as<int64_t>();
   return c;
 }
 
@@ -92,6 +95,8 @@ nlohmann::ordered_json problem_json(const SparseMlaConfig& c, const SparseMlaWor
   problem["cmp_ratio"] = a.cmp_ratio;
   problem["window"] = a.ori_mask_mode == 4 ? a.ori_win_left + 1 : 0;
   problem["block_size"] = c.block_size;
+  problem["block_stride"] = c.block_stride;
+  problem["topk_value_mode"] = c.topk_value_mode;
   problem["dtype"] = c.fp16 ? "float16" : "bfloat16";
   problem["tensors"] = nlohmann::ordered_json::array();
   const auto in = w.inputs(true);
@@ -120,7 +125,7 @@ Ops make_ops(attnrt_runtime* runtime, const attnrt_sparse_mla_attributes& a) {
 // Metadata then `steps` timed runs of the main op; returns seconds per step and the kernel.
 double run_steps(attnrt_runtime* runtime, const SparseMlaConfig& c, SparseMlaWorkload& w, int steps,
                  std::string* kernel) {
-  Ops ops = make_ops(runtime, c.attributes);
+  Ops ops = make_ops(runtime, sparse_mla_op_attributes(c));
   const auto md_in = w.inputs(false);
   const attnrt_tensor* md_out[1] = {&w.in[ATTNRT_SPARSE_MLA_INPUT_METADATA].tensor};
   attnrt_plan* raw = nullptr;
@@ -141,6 +146,16 @@ double run_steps(attnrt_runtime* runtime, const SparseMlaConfig& c, SparseMlaWor
                           nullptr));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+}
+
+// FNV-1a 64 of the bytes, in hex: equal workloads (a strided cache and its compact copy, global
+// slot ids and the block tables they come from) give equal outputs.
+std::string digest(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  return text;
 }
 
 float half_to_float(uint16_t h, bool fp16) {
@@ -173,6 +188,14 @@ po::options_description sparse_mla_options(bool run) {
       ("cmp-ratio", po::value<int>()->default_value(4), "cmp_ratio (CSA/HCA)")                 //
       ("window", po::value<int>()->default_value(128), "ori window W (0: causal)")             //
       ("block-size", po::value<int64_t>()->default_value(64), "PA_BBND block size")            //
+      ("block-stride", po::value<int64_t>()->default_value(0),
+       "PA_BBND: bytes from one cache block to the next, >= block_size * token bytes (the "
+       "caches are views of a bigger buffer, as one layer's view of a cache shared by "
+       "layers); 0: compact")  //
+      ("topk-value-mode", po::value<int>()->default_value(1),
+       "1: logical top-k positions with block tables; 3: global slot ids (PA_BBND, swa or "
+       "csa): each row's window and top-k as block_id * block_size + offset, as vLLM passes "
+       "them")  //
       ("dtype", po::value<std::string>()->default_value("bfloat16"),
        "q dtype: bfloat16 (bf16) or float16 (f16, quant mode 3)")  //
       ("lse", po::bool_switch(), "also return softmax_lse");
@@ -191,7 +214,7 @@ int explain_sparse_mla(const po::variables_map& vm) {
   for (SparseMlaBuffer& buffer : w.in) buffer.tensor.device = device;
   for (SparseMlaBuffer& buffer : w.out) buffer.tensor.device = device;
   const RuntimePtr runtime = make_runtime(common.runtime);
-  Ops ops = make_ops(runtime.get(), c.attributes);
+  Ops ops = make_ops(runtime.get(), sparse_mla_op_attributes(c));
   const auto in = w.inputs(true);
   const auto out = w.outputs();
   attnrt_explanation* raw = nullptr;
@@ -255,6 +278,7 @@ int run_sparse_mla(const po::variables_map& vm) {
   result["ms_per_step"] = seconds * 1e3;
   result["query_tokens_per_s"] = static_cast<double>(w.query_tokens) / seconds;
   result["kv_gb_per_s"] = static_cast<double>(w.kv_bytes_per_run) * 1e-9 / seconds;
+  result["attn_out_digest"] = digest(got);
   result["check"] = {{"against", scalar_kernel},
                      {"close_fraction", fraction},
                      {"max_abs_diff", max_diff},
@@ -269,6 +293,7 @@ int run_sparse_mla(const po::variables_map& vm) {
               << format_fixed(result["kv_gb_per_s"].get<double>(), 3) << " GB/s of KV read\n"
               << "check vs " << scalar_kernel << ": " << format_fixed(fraction * 100, 3)
               << "% within rtol 2^-7 + atol 1e-4, max |diff| " << format_error(max_diff) << "\n"
+              << "attn_out digest: " << result["attn_out_digest"].get<std::string>() << "\n"
               << (pass ? "PASS" : "FAIL") << "\n";
   }
   return pass ? 0 : 1;
