@@ -44,10 +44,12 @@ env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
 "$py" -c "import attnrt._torch_lib as t; assert t.load(), 'libattnrt_torch.so does not load'" ||
   { echo "test-vllm: FAIL: the installed attnrt has no C++ torch operators"; exit 1; }
 
-# The backend's unit tests with vLLM importable (test_vllm_backend.py skips them without vLLM).
+# The unit tests with vLLM importable (they skip without vLLM): the backend, and DeepSeek-V4's
+# sparse attention through attnrt against vLLM's own kernel (test_vllm_deepseek_v4.py).
 "$py" -m pip install -q --disable-pip-version-check pytest
 ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
-  "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py"
+  "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py" \
+  "$root/tests/bindings/python/test_vllm_deepseek_v4.py"
 
 work="$build_dir/vllm-e2e"
 mkdir -p "$work"

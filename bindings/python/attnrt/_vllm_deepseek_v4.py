@@ -1,0 +1,220 @@
+"""DeepSeek-V4 sparse attention as vLLM 0.32 calls it on CPU, served by attnrt's sparse MLA.
+
+vLLM's CPU DeepSeek-V4 layer (vllm.models.deepseek_v4.cpu.cpu_sparse.DeepseekV4CPUAttention,
+forward_mqa) resolves each query token's sliding-window keys and its compressed keys (C4A: the
+indexer's top-k; C128A: the dense prefix; SWA-only layers: none) to global slot ids of two paged
+caches and calls ``torch.ops._C.flash_mla_with_kvcache_cpu(out, q, window_cache_2d, window_slots,
+window_block_size, compressed_cache_2d, compressed_slots, compressed_block_size, attn_sink,
+scale)``. ``flash_mla_with_kvcache`` here takes the same arguments with the same meaning and writes
+``out`` in place through attnrt.sparse_mla (docs/sparse-mla.md):
+
+- q ``[T, H, 512]`` bf16 is a TND query with ``cu_seqlens_q = [0, T]`` (every token its own row;
+  there is no causal mask: the slot lists are the selection);
+- the caches are vLLM's ``fp8_ds_mla`` pages (per block: ``block_size`` tokens of 448 fp8 e4m3
+  "nope" bytes and 64 bf16 "rope" values, then ``block_size`` x 8 bytes of UE8M0 scales), which is
+  attnrt's quant_mode 2 token format. vLLM passes one layer's pages as a 2-D view
+  ``[num_blocks, block_size * 584]`` whose row stride is the padded page stride of a buffer shared
+  by several layers; attnrt reads it in place as the PA_BBND view ``(num_blocks, block_size, 1,
+  584)`` with strides ``(row stride, 584, 584, 1)`` (torch's as_strided: no copy of the cache);
+- window_slots ``[T, W]`` / compressed_slots ``[T, K]`` int64 are global slot ids
+  ``block * block_size + offset``, -1 skipped: attnrt's topk_value_mode 3 ori_sparse_indices and
+  cmp_sparse_indices, ``(T, 1, W)`` / ``(T, 1, K)`` int32. The conversion to int32 is the one copy
+  this path makes (``T * (W + K) * 4`` bytes, a few hundred KiB at most; the caches are GiB);
+  K = 0 is an SWA-only layer: no compressed cache at all;
+- attn_sink float32 ``[H]`` are the sinks (-inf: no sink), scale the softmax scale.
+
+Keys are attended as vLLM's kernel does: window keys then compressed keys, one online softmax with
+the sink, probabilities rounded to bf16 for P·V. What differs: a slot outside its cache (not -1,
+not below ``num_blocks * block_size``) is an error here, where vLLM's kernel skips it silently.
+
+Threads: attnrt runs on the vLLM backend's runtime for this process (attnrt._vllm_backend.runtime:
+an attnrt.Runtime with torch.get_num_threads() threads, remade when that changes), unless a runtime
+is given.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ._errors import InvalidArgumentError
+from ._sparse_mla import TOKEN_BYTES, sparse_mla
+
+#: Bytes of one fp8_ds_mla token in a page (448 fp8 + 64 bf16 + 8 scale bytes): quant_mode 2.
+TOKEN_BYTES_DS_MLA = TOKEN_BYTES[2]
+HEAD_DIM = 512
+_INT32_MAX = 2**31 - 1
+_cu_seqlens: dict[int, torch.Tensor] = {}
+_lock = threading.Lock()
+
+
+def _default_runtime():
+    from ._vllm_backend import runtime
+
+    return runtime()
+
+
+def _cu_seqlens_q(num_tokens: int) -> torch.Tensor:
+    """int32 [0, num_tokens], made once per token count (read only)."""
+    t = _cu_seqlens.get(num_tokens)
+    if t is None:
+        with _lock:
+            t = _cu_seqlens.get(num_tokens)
+            if t is None:
+                if len(_cu_seqlens) >= 4096:
+                    _cu_seqlens.clear()
+                t = _cu_seqlens[num_tokens] = torch.tensor([0, num_tokens], dtype=torch.int32)
+    return t
+
+
+def _tensor(x, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise InvalidArgumentError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise InvalidArgumentError(f"{name}: expected a CPU tensor, got one on {x.device}")
+    return x
+
+
+def _block_size(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name}: expected a positive int (tokens per cache block), "
+                                   f"got {value!r}")
+    return value
+
+
+def paged_view(cache_2d: torch.Tensor, block_size: int, name: str = "cache") -> torch.Tensor:
+    """vLLM's 2-D page view ``[num_blocks, >= block_size * 584]`` uint8 (row stride: the page
+    stride, any storage offset) as attnrt's PA_BBND cache ``(num_blocks, block_size, 1, 584)``,
+    strides ``(row stride, 584, 584, 1)``: a view of the same memory, nothing copied.
+
+    Raises:
+        InvalidArgumentError: not a 2-D uint8 CPU tensor, rows shorter than a block's bytes, bytes
+            of a row not contiguous, or rows closer than a block's bytes (blocks would overlap).
+    """
+    _tensor(cache_2d, name)
+    block_size = _block_size(block_size, f"{name} block_size")
+    if cache_2d.dtype != torch.uint8 or cache_2d.dim() != 2:
+        raise InvalidArgumentError(
+            f"{name}: expected a 2-D uint8 page view [num_blocks, block_size * "
+            f"{TOKEN_BYTES_DS_MLA}] of vLLM's fp8_ds_mla cache, got {cache_2d.dim()}-D "
+            f"{str(cache_2d.dtype).replace('torch.', '')} {list(cache_2d.shape)}")
+    num_blocks, width = cache_2d.shape
+    block_bytes = block_size * TOKEN_BYTES_DS_MLA
+    if width < block_bytes:
+        raise InvalidArgumentError(
+            f"{name}: expected rows of at least block_size * {TOKEN_BYTES_DS_MLA} = {block_bytes} "
+            f"bytes (block_size {block_size}), got {width}")
+    if cache_2d.stride(1) != 1:
+        raise InvalidArgumentError(
+            f"{name}: expected the bytes of a page contiguous (stride 1 in dimension 1), got "
+            f"strides {list(cache_2d.stride())}")
+    page_stride = cache_2d.stride(0) if num_blocks > 1 else max(cache_2d.stride(0), block_bytes)
+    if page_stride < block_bytes:
+        raise InvalidArgumentError(
+            f"{name}: expected a page stride of at least block_size * {TOKEN_BYTES_DS_MLA} = "
+            f"{block_bytes} bytes (pages must not overlap), got {page_stride}")
+    return cache_2d.as_strided((num_blocks, block_size, 1, TOKEN_BYTES_DS_MLA),
+                               (page_stride, TOKEN_BYTES_DS_MLA, TOKEN_BYTES_DS_MLA, 1),
+                               cache_2d.storage_offset())
+
+
+def _slots(slots, name: str, num_tokens: int, num_slots: int) -> torch.Tensor:
+    """int64 [T, W] global slot ids -> int32 (T, 1, W), every entry -1 or in [0, num_slots)."""
+    _tensor(slots, name)
+    if slots.dtype != torch.int64 or slots.dim() != 2 or slots.shape[0] != num_tokens:
+        raise InvalidArgumentError(
+            f"{name}: expected int64 [num_tokens={num_tokens}, n] global slot ids, got "
+            f"{str(slots.dtype).replace('torch.', '')} {list(slots.shape)}")
+    if not slots.is_contiguous():
+        raise InvalidArgumentError(f"{name}: expected a contiguous tensor, got strides "
+                                   f"{list(slots.stride())}")
+    if slots.numel():
+        low, high = torch.aminmax(slots)
+        if int(low) < -1 or int(high) >= num_slots:
+            bad = ((slots < -1) | (slots >= num_slots)).nonzero()[0].tolist()
+            raise InvalidArgumentError(
+                f"{name}[{bad[0]}][{bad[1]}]: expected -1 (skip) or a slot in [0, {num_slots}) "
+                f"(num_blocks * block_size of its cache), got {int(slots[bad[0], bad[1]])}")
+    # The one copy of this path: T * n int32 (the int64 ids fit: checked just above).
+    return slots.to(torch.int32).view(num_tokens, 1, slots.shape[1])
+
+
+def flash_mla_with_kvcache(out, q, window_cache_2d, window_slots, window_block_size,
+                           compressed_cache_2d, compressed_slots, compressed_block_size, attn_sink,
+                           scale, *, runtime=None) -> None:
+    """vLLM 0.32's ``torch.ops._C.flash_mla_with_kvcache_cpu`` (DeepSeek-V4 sparse attention on
+    CPU) on attnrt's sparse MLA: same arguments, same result, ``out`` written in place (see the
+    module docstring). `runtime`: the attnrt.Runtime to run on (default: the vLLM backend's, with
+    torch.get_num_threads() threads).
+
+    Raises:
+        InvalidArgumentError: what vLLM's op refuses (q not bf16 [T, H, 512] with its last
+            dimension contiguous, out not bf16 contiguous of q's shape, slots not int64
+            contiguous [T, n], no window column, attn_sink not float32 contiguous of H values,
+            caches not uint8 2-D page views), and a slot outside its cache; attnrt's own
+            refusals (attnrt.Error subclasses) name the sparse MLA input. Nothing is written to
+            out then.
+    """
+    arguments = sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_size,
+                                     compressed_cache_2d, compressed_slots, compressed_block_size,
+                                     attn_sink, scale)
+    if arguments is not None:
+        sparse_mla(runtime if runtime is not None else _default_runtime(), **arguments)
+
+
+def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_size,
+                         compressed_cache_2d, compressed_slots, compressed_block_size, attn_sink,
+                         scale) -> dict | None:
+    """The keyword arguments of attnrt.sparse_mla (all but the runtime) that
+    flash_mla_with_kvcache passes for these vLLM arguments, validated as it validates them
+    (None when there is no token: nothing to run). For a plan or its explanation:
+    ``SparseMlaOp(rt, **attributes).explain(inputs)`` with the attributes and inputs split."""
+    _tensor(q, "q")
+    _tensor(out, "out")
+    if q.dim() != 3 or q.shape[2] != HEAD_DIM or q.dtype != torch.bfloat16:
+        raise InvalidArgumentError(
+            f"q: expected bfloat16 [num_tokens, num_heads, {HEAD_DIM}], got "
+            f"{str(q.dtype).replace('torch.', '')} {list(q.shape)}")
+    if q.stride(2) != 1:
+        raise InvalidArgumentError(f"q: expected its last dimension contiguous, got strides "
+                                   f"{list(q.stride())}")
+    num_tokens, num_heads = q.shape[0], q.shape[1]
+    if out.shape != q.shape or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise InvalidArgumentError(
+            f"out: expected a contiguous bfloat16 tensor of q's shape {list(q.shape)}, got "
+            f"{'' if out.is_contiguous() else 'non-contiguous '}"
+            f"{str(out.dtype).replace('torch.', '')} {list(out.shape)}")
+    _tensor(attn_sink, "attn_sink")
+    if (attn_sink.dtype != torch.float32 or attn_sink.numel() != num_heads
+            or not attn_sink.is_contiguous()):
+        raise InvalidArgumentError(
+            f"attn_sink: expected contiguous float32 with num_heads={num_heads} values, got "
+            f"{str(attn_sink.dtype).replace('torch.', '')} {list(attn_sink.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise InvalidArgumentError(f"scale: expected a number, got {type(scale).__name__}")
+    ori_kv = paged_view(window_cache_2d, window_block_size, "window_cache_2d")
+    window_block_size = ori_kv.shape[1]
+    ori_idx = _slots(window_slots, "window_slots", num_tokens, ori_kv.shape[0] * window_block_size)
+    if window_slots.shape[1] == 0:
+        raise InvalidArgumentError("window_slots: expected at least one column, got [T, 0]")
+    _tensor(compressed_slots, "compressed_slots")
+    num_compressed = compressed_slots.shape[1] if compressed_slots.dim() == 2 else -1
+    cmp_kv = cmp_idx = None
+    if num_compressed == 0 and compressed_slots.dtype == torch.int64 \
+            and compressed_slots.shape[0] == num_tokens:
+        # SWA-only layer: vLLM passes the window cache again with block size 1, unread.
+        _block_size(compressed_block_size, "compressed_block_size")
+    else:
+        cmp_kv = paged_view(compressed_cache_2d, compressed_block_size, "compressed_cache_2d")
+        cmp_idx = _slots(compressed_slots, "compressed_slots", num_tokens,
+                         cmp_kv.shape[0] * cmp_kv.shape[1])
+    if num_tokens == 0:
+        return None
+    if not q.is_contiguous():  # attnrt's TND query is compact: T * H * 512 bf16, copied
+        q = q.contiguous()
+    # cmp_ratio: unused with global slot ids (any of 1..128); 1 is also what SWA-only needs.
+    return dict(q=q, ori_kv=ori_kv, cmp_kv=cmp_kv, cmp_sparse_indices=cmp_idx,
+                cu_seqlens_q=_cu_seqlens_q(num_tokens), sinks=attn_sink.view(num_heads),
+                ori_sparse_indices=ori_idx, attn_out=out, quant_mode=2,
+                softmax_scale=float(scale), cmp_ratio=1, layout_q="TND", layout_kv="PA_BBND",
+                topk_value_mode=3)
