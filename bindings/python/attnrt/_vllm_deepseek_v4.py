@@ -218,3 +218,152 @@ def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_siz
                 ori_sparse_indices=ori_idx, attn_out=out, quant_mode=2,
                 softmax_scale=float(scale), cmp_ratio=1, layout_q="TND", layout_kv="PA_BBND",
                 topk_value_mode=3)
+
+
+# ---- routing vLLM's DeepSeek-V4 CPU layer to the adapter (attnrt.vllm, ATTNRT_VLLM=1) ----------
+
+#: The vLLM release whose DeepseekV4CPUAttention.forward_mqa the route was written for.
+ROUTED_VLLM_VERSION = "0.32.0"
+ROUTED_MODULE = "vllm.models.deepseek_v4.cpu.cpu_sparse"
+ROUTED_KERNEL = "flash_mla_with_kvcache_cpu"
+_KERNEL_ARGUMENTS = ("out", "q", "window_cache_2d", "window_slots", "window_block_size",
+                     "compressed_cache_2d", "compressed_slots", "compressed_block_size",
+                     "attn_sink", "scale")
+_FORWARD_MQA_PARAMETERS = ("self", "q", "kv", "positions", "output")
+_route_state = {"status": None}
+
+
+class _KernelsOf:
+    """torch.ops._C for the routed method: flash_mla_with_kvcache_cpu is the adapter (looked up
+    at each call), every other name is torch.ops._C's."""
+
+    def __getattr__(self, name):
+        if name == ROUTED_KERNEL:
+            return globals()["flash_mla_with_kvcache"]
+        return getattr(torch.ops._C, name)
+
+
+class _OpsOf:
+    def __getattr__(self, name):
+        return _KERNELS if name == "_C" else getattr(torch.ops, name)
+
+
+class _TorchOf:
+    """The name `torch` inside the routed method: the torch module but for torch.ops._C's
+    flash_mla_with_kvcache_cpu."""
+
+    def __getattr__(self, name):
+        return _OPS if name == "ops" else getattr(torch, name)
+
+
+_KERNELS, _OPS = _KernelsOf(), _OpsOf()
+
+
+def _logger():
+    from vllm.logger import init_logger
+
+    return init_logger("vllm.attnrt")
+
+
+def _why_not_routable(module) -> str | None:
+    """Why `module` (cpu_sparse) is not the code the route was written for, or None."""
+    import inspect
+
+    cls = getattr(module, "DeepseekV4CPUAttention", None)
+    method = getattr(cls, "forward_mqa", None) if cls is not None else None
+    code = getattr(method, "__code__", None)
+    if code is None:
+        return f"{ROUTED_MODULE}.DeepseekV4CPUAttention.forward_mqa is missing"
+    params = tuple(inspect.signature(method).parameters)
+    if params != _FORWARD_MQA_PARAMETERS:
+        return (f"DeepseekV4CPUAttention.forward_mqa takes ({', '.join(params)}), expected "
+                f"({', '.join(_FORWARD_MQA_PARAMETERS)})")
+    if not {"torch", "ops", "_C", ROUTED_KERNEL} <= set(code.co_names):
+        return f"DeepseekV4CPUAttention.forward_mqa does not call torch.ops._C.{ROUTED_KERNEL}"
+    kernel = getattr(getattr(torch.ops._C, ROUTED_KERNEL, None), "default", None)
+    names = tuple(a.name for a in kernel._schema.arguments) if kernel is not None else ()
+    if names != _KERNEL_ARGUMENTS:
+        return (f"torch.ops._C.{ROUTED_KERNEL} takes ({', '.join(names) or 'missing'}), expected "
+                f"({', '.join(_KERNEL_ARGUMENTS)})")
+    return None
+
+
+def _install(module) -> None:
+    """Replaces DeepseekV4CPUAttention.forward_mqa by the same code whose name `torch` resolves
+    to _TorchOf (a copy of the module's globals otherwise): only that method's kernel call
+    changes; the class, the module and torch.ops._C stay as they are."""
+    import types
+
+    why = _why_not_routable(module)
+    if why is not None:
+        _route_state["status"] = f"refused: {why}"
+        _logger().warning("attnrt does not serve DeepSeek-V4 sparse attention (ATTNRT_VLLM=1): "
+                          "%s; vLLM's own kernel serves it", why)
+        return
+    cls = module.DeepseekV4CPUAttention
+    original = cls.forward_mqa
+    scope = dict(original.__globals__)
+    scope["torch"] = _TorchOf()
+    routed = types.FunctionType(original.__code__, scope, original.__name__,
+                                original.__defaults__, original.__closure__)
+    routed.__kwdefaults__ = original.__kwdefaults__
+    routed.__qualname__, routed.__doc__ = original.__qualname__, original.__doc__
+    routed.__wrapped__ = original
+    routed._attnrt_routed = True
+    cls.forward_mqa = routed
+    _route_state["status"] = "routed"
+    _logger().info("attnrt serves DeepSeek-V4 sparse attention (%s.DeepseekV4CPUAttention: "
+                   "torch.ops._C.%s -> attnrt._vllm_deepseek_v4.flash_mla_with_kvcache, sparse "
+                   "MLA quant_mode 2 with global slot ids)", ROUTED_MODULE, ROUTED_KERNEL)
+
+
+class _RouteOnImport:
+    """A sys.meta_path finder that lets ROUTED_MODULE import as usual, then routes it (vLLM
+    imports the DeepSeek-V4 CPU code only for that model: no import cost for other models)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != ROUTED_MODULE:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, execute = spec.loader, spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _install(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def route(version: str | None = None) -> str:
+    """Routes vLLM's DeepSeek-V4 CPU attention kernel call to flash_mla_with_kvcache when the
+    installed vLLM is ROUTED_VLLM_VERSION (`version`: vllm.__version__ unless given), now if its
+    module is imported, else when it is. Returns and logs what happened: "routed", "pending"
+    (on import), or "refused: <why>" (vLLM's kernel then serves the layer). Idempotent."""
+    import sys
+
+    if version is None:
+        import vllm
+
+        version = getattr(vllm, "__version__", "unknown")
+    if version.split("+")[0] != ROUTED_VLLM_VERSION:
+        why = (f"vLLM {version} is installed, the route is written for vLLM "
+               f"{ROUTED_VLLM_VERSION}'s {ROUTED_MODULE}")
+        if _route_state["status"] != f"refused: {why}":
+            _logger().warning("attnrt does not serve DeepSeek-V4 sparse attention "
+                              "(ATTNRT_VLLM=1): %s; vLLM's own kernel serves it", why)
+        _route_state["status"] = f"refused: {why}"
+        return _route_state["status"]
+    module = sys.modules.get(ROUTED_MODULE)
+    if module is not None:
+        if not getattr(getattr(getattr(module, "DeepseekV4CPUAttention", None), "forward_mqa",
+                               None), "_attnrt_routed", False):
+            _install(module)
+    elif not any(isinstance(f, _RouteOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RouteOnImport())
+        _route_state["status"] = "pending"
+    return _route_state["status"]

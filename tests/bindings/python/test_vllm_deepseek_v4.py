@@ -140,6 +140,7 @@ class Case:
         local = start.unsqueeze(-1) + torch.arange(WINDOW)
         local = torch.where(local <= pos.unsqueeze(-1), local, torch.full_like(local, -1))
         self.window_slots = to_global(local, req, table, SWA_BLOCK)
+        self.positions, self.req, self.swa_table = pos.to(torch.int64), req, table
         if kind == "swa":
             self.compressed_cache_2d = self.window_cache_2d
             self.compressed_slots = self.window_slots.new_full((num_tokens, 0), -1)
@@ -311,3 +312,115 @@ def test_refuses_what_vllm_refuses_with_the_input_named(change, message):
     assert message in str(e.value), str(e.value)
     if poisoned.dtype == torch.bfloat16 and poisoned.is_contiguous():
         assert (poisoned == 7.0).all(), "out was written before the refusal"
+
+
+# ---- the route: attnrt.vllm (ATTNRT_VLLM=1) sends forward_mqa's kernel call to the adapter ------
+
+def _swa_layer_call(case):
+    """DeepseekV4CPUAttention.forward_mqa's inputs for an SWA-only layer (a stand-in layer object
+    and forward context carrying what the method reads)."""
+    from types import SimpleNamespace
+
+    layer = SimpleNamespace(
+        compress_ratio=1, window_size=WINDOW, prefix="model.layers.0.attn",
+        swa_cache_layer=SimpleNamespace(prefix="model.layers.0.swa",
+                                        kv_cache=case.swa.layer(1)),
+        attn_sink=case.attn_sink, scale=case.scale)
+    swa = SimpleNamespace(token_to_req_indices=case.req, block_table=case.swa_table,
+                          block_size=SWA_BLOCK)
+    context = SimpleNamespace(attn_metadata={"model.layers.0.swa": swa})
+    return layer, context
+
+
+def test_route_sends_forward_mqa_to_the_adapter_on_vllm_0_32(monkeypatch):
+    from vllm.forward_context import override_forward_context
+    from vllm.models.deepseek_v4.cpu import cpu_sparse
+
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    cls = cpu_sparse.DeepseekV4CPUAttention
+    monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)  # restored afterwards
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    original = cls.forward_mqa
+    assert adapter.route() == "routed"
+    assert cls.forward_mqa is not original and cls.forward_mqa.__wrapped__ is original
+    assert adapter.route() == "routed" and cls.forward_mqa.__wrapped__ is original  # idempotent
+    calls = []
+    real = adapter.flash_mla_with_kvcache
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adapter, "flash_mla_with_kvcache", spy)
+    case = Case("swa", 64, 16, "finite", BASE_SEED + 4000)
+    layer, context = _swa_layer_call(case)
+    expect = torch.empty(case.q.shape, dtype=torch.bfloat16)
+    got = torch.full(case.q.shape, math.nan, dtype=torch.bfloat16)
+    with override_forward_context(context):
+        original(layer, case.q, None, case.positions, expect)  # vLLM's kernel
+        assert not calls
+        cls.forward_mqa(layer, case.q, None, case.positions, got)
+    assert len(calls) == 1
+    assert torch.equal(calls[0][3], case.window_slots)  # forward_mqa's slots, as the test's
+    assert relative_diff(got, expect) <= REL_TOLERANCE
+    # Only forward_mqa's `torch` changed: the module's and torch.ops._C are untouched.
+    assert cpu_sparse.torch is torch
+    assert torch.ops._C.flash_mla_with_kvcache_cpu is not spy
+
+
+def test_route_refuses_another_vllm_version(monkeypatch):
+    from vllm.models.deepseek_v4.cpu import cpu_sparse
+
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    cls = cpu_sparse.DeepseekV4CPUAttention
+    monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    original = cls.forward_mqa
+    status = adapter.route(version="0.33.0")
+    assert status.startswith("refused: vLLM 0.33.0 is installed"), status
+    assert "0.32.0" in status
+    assert cls.forward_mqa is original
+
+
+def test_route_refuses_a_forward_mqa_of_another_signature(monkeypatch):
+    from vllm.models.deepseek_v4.cpu import cpu_sparse
+
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    cls = cpu_sparse.DeepseekV4CPUAttention
+
+    def forward_mqa(self, q, kv, positions, output, extra):
+        return None
+
+    monkeypatch.setattr(cls, "forward_mqa", forward_mqa)
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    status = adapter.route()
+    assert status.startswith("refused: DeepseekV4CPUAttention.forward_mqa takes"), status
+    assert cls.forward_mqa is forward_mqa
+
+
+def test_register_routes_deepseek_v4_when_vllm_imports_it():
+    """The entry point with ATTNRT_VLLM=1 in a fresh process: the route waits for vLLM to import
+    the DeepSeek-V4 CPU module, then patches it and says so in vLLM's log (vLLM 0.32 configures
+    its logging in its engine; here the root logger prints it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO); "
+        "import attnrt.vllm as v; v.register(); "
+        "from attnrt import _vllm_deepseek_v4 as a; "
+        "print('before', 'vllm.models.deepseek_v4.cpu.cpu_sparse' in sys.modules, "
+        "a._route_state['status']); "
+        "from vllm.models.deepseek_v4.cpu import cpu_sparse as m; "
+        "print('after', getattr(m.DeepseekV4CPUAttention.forward_mqa, '_attnrt_routed', False), "
+        "a._route_state['status'])")
+    env = dict(os.environ, ATTNRT_VLLM="1", PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "before False pending" in r.stdout, r.stdout
+    assert "after True routed" in r.stdout, r.stdout
+    assert "attnrt serves DeepSeek-V4 sparse attention" in r.stdout + r.stderr
