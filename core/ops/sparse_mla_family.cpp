@@ -22,6 +22,25 @@ class SparseMlaProblem final : public Problem {
   int32_t device_type() const override { return problem_.device_type; }
   bool computed_by_core() const override { return metadata_op_; }
 
+  // Global slot ids and block strides are fields of ABI 1.6 (a 1.5 kernel would read the caches as
+  // compact and the slots as logical positions).
+  AbiNeed abi_need() const override {
+    if (problem_.attributes.topk_value_mode == 3) return {6, "topk_value_mode 3 (global slot ids)"};
+    const int64_t token = problem_.attributes.quant_mode == 1 ? ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES
+                          : problem_.attributes.quant_mode == 2
+                              ? ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES
+                              : 0;
+    const int64_t ori_compact =
+        problem_.ori_block_size *
+        (token != 0 ? token : int64_t{ATTNRT_SPARSE_MLA_HEAD_DIM} * problem_.q_dtype.bits / 8);
+    const int64_t cmp_compact =
+        problem_.cmp_block_size * (token != 0 ? token : ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES);
+    if (problem_.ori_block_stride != ori_compact || problem_.cmp_block_stride != cmp_compact) {
+      return {6, "a PA_BBND cache with a block stride"};
+    }
+    return {};
+  }
+
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
     try {

@@ -45,6 +45,7 @@ int64_t HeadsPerGroup(int64_t rows, int64_t heads, int64_t workers) {
 int64_t RowCost(const attnrt_sparse_mla_problem& p, const attnrt_sparse_mla_batch& x, int64_t i) {
   const attnrt_sparse_mla_attributes& a = p.attributes;
   if (i >= x.s1) return 1;
+  if (a.topk_value_mode == 3) return p.ori_topk + p.topk + 1;  // the lists' widths
   const int64_t thr = int64_t{x.s2} - x.s1 + i + 1;
   if (thr <= 0) return 1;
   int64_t lo = 0, hi = x.s2;

@@ -84,13 +84,29 @@ Status CheckAttributeValues(const attnrt_sparse_mla_attributes& a) {
         StrCat("layout_kv: quant_mode 2 (block-planar tokens) needs PA_BBND, got ",
                LayoutName(a.layout_kv)));
   }
-  if (a.topk_value_mode != 1 && a.topk_value_mode != 2) {
-    return InvalidArgument(StrCat("topk_value_mode: expected 1 or 2, got ", a.topk_value_mode));
+  if (a.topk_value_mode < 1 || a.topk_value_mode > 3) {
+    return InvalidArgument(
+        StrCat("topk_value_mode: expected 1 (logical positions), 2 (physical token offsets) or 3 "
+               "(global slot ids), got ",
+               a.topk_value_mode));
   }
-  if (a.topk_value_mode == 2 && a.layout_kv != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
-    return InvalidArgument(StrCat(
-        "topk_value_mode: 2 (physical token offsets) needs layout_kv PA_BBND, got layout_kv ",
-        LayoutName(a.layout_kv)));
+  if (a.topk_value_mode >= 2 && a.layout_kv != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
+    return InvalidArgument(
+        StrCat("topk_value_mode: ", a.topk_value_mode,
+               a.topk_value_mode == 2 ? " (physical token offsets)" : " (global slot ids)",
+               " needs layout_kv PA_BBND, got layout_kv ", LayoutName(a.layout_kv)));
+  }
+  if (a.topk_value_mode == 3) {
+    // The slot lists are the selection: no mask narrows them.
+    for (const auto& [name, value] : {std::pair{"ori_mask_mode", a.ori_mask_mode},
+                                      std::pair{"cmp_mask_mode", a.cmp_mask_mode}}) {
+      if (value != 0) {
+        return InvalidArgument(StrCat(name,
+                                      ": must be 0 with topk_value_mode 3 (global slot ids: the "
+                                      "index lists are the keys), got ",
+                                      value));
+      }
+    }
   }
   if (a.return_softmax_lse != 0 && a.return_softmax_lse != 1) {
     return InvalidArgument(

@@ -6,6 +6,7 @@
 #include <new>
 #include <vector>
 
+#include "core/ops/memory_overlap.h"
 #include "core/ops/sparse_mla_metadata.h"
 #include "core/ops/sparse_mla_validation.h"
 #include "core/ops/sparse_mla_validation_internal.h"
@@ -60,6 +61,31 @@ Status CheckBlockTable(const int32_t* table, int64_t b, int64_t max_blocks, int6
   return Status::Ok();
 }
 
+// Global slot ids (topk_value_mode 3): -1 skips an entry; every other entry names a token of the
+// cache, block * block_size + offset.
+Status CheckSlots(const int32_t* idx, int64_t n, int64_t width, int64_t slots, const char* name,
+                  const char* cache) {
+  for (int64_t e = 0; e < n; ++e) {
+    const int32_t v = idx[e];
+    if (v < -1 || v >= slots) {
+      return InvalidArgument(StrCat(name, "[", e / width, "][", e % width,
+                                    "]: expected -1 (skip) or a global slot id of ", cache,
+                                    " in [0, num_blocks * block_size = ", slots, "), got ", v));
+    }
+  }
+  return Status::Ok();
+}
+
+// The bytes an input or output spans; a PA_BBND cache with a block stride spans its blocks and
+// the gaps between them.
+Status SpanOfTensor(const attnrt_tensor& t, const char* name, ByteRange* out) {
+  if (t.strides == nullptr) return ResolveRange(t, name, out);
+  StridedBytes view;
+  ATTNRT_RETURN_IF_ERROR(DescribeStrided(t, name, &view));
+  *out = SpanOf(view);
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -83,6 +109,8 @@ Status ResolveBatches(const attnrt_sparse_mla_problem& p, const attnrt_tensor* c
   const int32_t* residual = Data(in(ATTNRT_SPARSE_MLA_INPUT_CMP_RESIDUAL_KV));
   const int32_t* ori_bt = Data(in(ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE));
   const int32_t* cmp_bt = Data(in(ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE));
+  // Global slot ids (topk_value_mode 3) address the caches directly: the batches have no ori or cmp
+  // rows of their own (the capacities below are 0 without block tables or lengths).
   if (tnd_q)
     ATTNRT_RETURN_IF_ERROR(
         CheckCuSeqlens(cu_q, B, "cu_seqlens_q", p.q_rows, "q_t, q's dimension 0"));
@@ -201,7 +229,7 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
     ByteRange in_range[ATTNRT_SPARSE_MLA_NUM_INPUTS];
     for (int i = 0; i < ATTNRT_SPARSE_MLA_NUM_INPUTS; ++i) {
       if (t.in[i] != nullptr)
-        ATTNRT_RETURN_IF_ERROR(ResolveRange(*t.in[i], kInputNames[i], &in_range[i]));
+        ATTNRT_RETURN_IF_ERROR(SpanOfTensor(*t.in[i], kInputNames[i], &in_range[i]));
     }
     ByteRange out_range[ATTNRT_SPARSE_MLA_NUM_OUTPUTS];
     for (int i = 0; i < ATTNRT_SPARSE_MLA_NUM_OUTPUTS; ++i) {
@@ -227,7 +255,18 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
     // Indices: -1 pads; other negative values are errors; physical slots must lie in the cache.
     const attnrt_sparse_mla_attributes& a = p.attributes;
     const int32_t* idx = Data(t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES]);
-    if (idx != nullptr) {
+    const int32_t* ori_idx = nullptr;
+    if (a.topk_value_mode == 3) {
+      ori_idx = Data(t.in[ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES]);
+      ATTNRT_RETURN_IF_ERROR(
+          CheckSlots(ori_idx, NumElements(*t.in[ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES]),
+                     p.ori_topk, p.ori_rows * p.ori_block_size, "ori_sparse_indices", "ori_kv"));
+      if (idx != nullptr) {
+        ATTNRT_RETURN_IF_ERROR(
+            CheckSlots(idx, NumElements(*t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES]), p.topk,
+                       p.cmp_rows * p.cmp_block_size, "cmp_sparse_indices", "cmp_kv"));
+      }
+    } else if (idx != nullptr) {
       const int64_t n = NumElements(*t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES]);
       const int64_t slots = p.cmp_rows * p.cmp_block_size;
       for (int64_t e = 0; e < n; ++e) {
@@ -266,6 +305,7 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
     args->ori_kv = static_cast<const uint8_t*>(ptr(ATTNRT_SPARSE_MLA_INPUT_ORI_KV));
     args->cmp_kv = static_cast<const uint8_t*>(ptr(ATTNRT_SPARSE_MLA_INPUT_CMP_KV));
     args->cmp_sparse_indices = idx;
+    args->ori_sparse_indices = ori_idx;
     args->ori_block_table = Data(t.in[ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE]);
     args->cmp_block_table = Data(t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE]);
     args->sinks = static_cast<const float*>(ptr(ATTNRT_SPARSE_MLA_INPUT_SINKS));

@@ -38,9 +38,11 @@ Status CheckShape(const attnrt_tensor& t, const char* name, std::initializer_lis
       StrCat(name, ": expected shape ", expected, "] ", what, ", got ", ShapeString(t)));
 }
 
-Status CheckCommon(const attnrt_tensor& t, const char* name, attnrt_device device) {
+// `strided`: a PA_BBND cache, whose strides CheckBlockStride checks once kv_d is known.
+Status CheckCommon(const attnrt_tensor& t, const char* name, attnrt_device device,
+                   bool strided = false) {
   ATTNRT_RETURN_IF_ERROR(CheckWellFormed(t, name));
-  ATTNRT_RETURN_IF_ERROR(CheckCompact(t, name));
+  if (!strided) ATTNRT_RETURN_IF_ERROR(CheckCompact(t, name));
   if (!SameDevice(t.device, device)) {
     return InvalidArgument(StrCat(name, ": expected the device of q (", DeviceString(device),
                                   "), got ", DeviceString(t.device)));
@@ -98,6 +100,56 @@ Status CheckKvShape(const attnrt_tensor& t, const char* name, int32_t layout_kv,
   }
 }
 
+// A PA_BBND cache (num_blocks, block_size, 1, kv_d) may have a block stride: strides
+// (block_stride, kv_d, kv_d, 1) elements with block_stride >= block_size * kv_d, so that blocks
+// never overlap (one layer's view of a cache buffer shared by layers). Extents of 1 may carry any
+// stride. Writes the bytes from one block to the next.
+Status CheckBlockStride(const attnrt_tensor& t, const char* name, int64_t kv_d,
+                        int64_t* block_stride_bytes) {
+  const int64_t bs = t.shape[1];
+  const int64_t element_bytes = t.dtype.bits / 8;
+  int64_t stride = bs * kv_d;
+  if (t.strides != nullptr && NumElements(t) > 0) {
+    const int64_t inner[3] = {kv_d, kv_d, 1};
+    bool ok = t.shape[0] == 1 || t.strides[0] >= bs * kv_d;
+    for (int d = 1; d < 4; ++d) {
+      if (t.shape[d] != 1 && t.strides[d] != inner[d - 1]) ok = false;
+    }
+    if (!ok) {
+      return InvalidArgument(StrCat(
+          name, ": a PA_BBND cache may be strided in its block dimension only: expected strides [",
+          "block_stride >= block_size * kv_d = ", bs * kv_d, ", ", kv_d, ", ", kv_d,
+          ", 1] (elements), got ", StridesString(t), " for shape ", ShapeString(t)));
+    }
+    if (t.shape[0] != 1) stride = t.strides[0];
+  }
+  *block_stride_bytes = stride * element_bytes;
+  return Status::Ok();
+}
+
+// topk_value_mode 3: ori_sparse_indices int32 (q rows, 1, W), W >= 1, in q's layout.
+Status CheckOriSlots(const Tensors& t, bool tnd_q, int64_t batch, attnrt_sparse_mla_problem* p) {
+  const attnrt_tensor* idx = t.in[ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES];
+  if (idx == nullptr) {
+    return InvalidArgument(
+        "ori_sparse_indices: required with topk_value_mode 3 (each query row's ori keys as global "
+        "slot ids), absent");
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckDtype(*idx, "ori_sparse_indices", kInt32));
+  if (tnd_q) {
+    ATTNRT_RETURN_IF_ERROR(
+        CheckShape(*idx, "ori_sparse_indices", {p->q_rows, 1, -1}, "(q_t, kv_n = 1, W) for TND q"));
+  } else {
+    ATTNRT_RETURN_IF_ERROR(CheckShape(*idx, "ori_sparse_indices", {batch, p->q_rows, 1, -1},
+                                      "(b, q_s, kv_n = 1, W) for BSND q"));
+  }
+  p->ori_topk = idx->shape[idx->ndim - 1];
+  if (p->ori_topk < 1) {
+    return InvalidArgument("ori_sparse_indices: W (last dimension) must be >= 1, got 0");
+  }
+  return Status::Ok();
+}
+
 Status CheckInt32Vector(const Tensors& t, int index, int64_t length, const char* what) {
   const attnrt_tensor& x = *t.in[index];
   ATTNRT_RETURN_IF_ERROR(CheckDtype(x, kInputNames[index], kInt32));
@@ -153,9 +205,13 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
     return InvalidArgument(StrCat("q: q_n (number of heads) must be 1 to 128, got ", p->num_heads));
   }
 
-  // Every present input: well-formed, compact, on q's device.
+  // Every present input: well-formed, compact (PA_BBND caches: see CheckBlockStride), on q's
+  // device.
   for (int i = 1; i < ATTNRT_SPARSE_MLA_NUM_INPUTS; ++i) {
-    if (t.in[i] != nullptr) ATTNRT_RETURN_IF_ERROR(CheckCommon(*t.in[i], kInputNames[i], device));
+    const bool cache = i == ATTNRT_SPARSE_MLA_INPUT_ORI_KV || i == ATTNRT_SPARSE_MLA_INPUT_CMP_KV;
+    if (t.in[i] != nullptr) {
+      ATTNRT_RETURN_IF_ERROR(CheckCommon(*t.in[i], kInputNames[i], device, pa && cache));
+    }
   }
 
   // cu_seqlens_q gives B for TND.
@@ -193,9 +249,10 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
       return InvalidArgument(
           StrCat("cmp_ratio: must be 1 when only ori_kv is given (SWA), got ", a.cmp_ratio));
     }
-    if (a.topk_value_mode != 1) {
-      return InvalidArgument(StrCat(
-          "topk_value_mode: must be 1 when only ori_kv is given (SWA), got ", a.topk_value_mode));
+    if (a.topk_value_mode == 2) {
+      return InvalidArgument(
+          StrCat("topk_value_mode: must be 1 or 3 when only ori_kv is given (SWA), got ",
+                 a.topk_value_mode));
     }
     for (int i :
          {ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE, ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_CMP_KV,
@@ -204,9 +261,27 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
     }
   }
 
+  // Global slot ids (topk_value_mode 3): the lists are the keys; nothing else addresses the caches.
+  const bool slots = a.topk_value_mode == 3;
+  if (slots) {
+    ATTNRT_RETURN_IF_ERROR(CheckOriSlots(t, tnd_q, B, p));
+    if (p->scenario == ATTNRT_SPARSE_MLA_HCA) {
+      return InvalidArgument(
+          "cmp_sparse_indices: required with cmp_kv when topk_value_mode is 3 (global slot ids: "
+          "the compressed keys are listed, there is no HCA prefix), absent");
+    }
+    for (int i : {ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE, ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE,
+                  ATTNRT_SPARSE_MLA_INPUT_SEQUSED_ORI_KV, ATTNRT_SPARSE_MLA_INPUT_SEQUSED_CMP_KV,
+                  ATTNRT_SPARSE_MLA_INPUT_CMP_RESIDUAL_KV}) {
+      ATTNRT_RETURN_IF_ERROR(MustBeAbsent(
+          t, i, "with topk_value_mode 3 (global slot ids address the caches directly)"));
+    }
+  }
+
   // Reserved inputs.
   for (int i : {ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES, ATTNRT_SPARSE_MLA_INPUT_ORI_TOPK_LENGTH,
                 ATTNRT_SPARSE_MLA_INPUT_CMP_TOPK_LENGTH}) {
+    if (slots && i == ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES) continue;
     if (!Empty(t.in[i])) {
       return InvalidArgument(StrCat(kInputNames[i],
                                     ": reserved; expected absent or empty, got shape ",
@@ -220,12 +295,14 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
   ATTNRT_RETURN_IF_ERROR(CheckKvDtype(ori, "ori_kv", a.quant_mode, false, q->dtype, &kv_d));
   ATTNRT_RETURN_IF_ERROR(
       CheckKvShape(ori, "ori_kv", a.layout_kv, B, kv_d, &p->ori_rows, &p->ori_block_size));
+  if (pa) ATTNRT_RETURN_IF_ERROR(CheckBlockStride(ori, "ori_kv", kv_d, &p->ori_block_stride));
   p->ori_dtype = ori.dtype;
   if (has_cmp) {
     const attnrt_tensor& cmp = *t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_KV];
     ATTNRT_RETURN_IF_ERROR(CheckKvDtype(cmp, "cmp_kv", a.quant_mode, true, q->dtype, &kv_d));
     ATTNRT_RETURN_IF_ERROR(
         CheckKvShape(cmp, "cmp_kv", a.layout_kv, B, kv_d, &p->cmp_rows, &p->cmp_block_size));
+    if (pa) ATTNRT_RETURN_IF_ERROR(CheckBlockStride(cmp, "cmp_kv", kv_d, &p->cmp_block_stride));
     p->cmp_dtype = cmp.dtype;
   }
 
@@ -248,7 +325,7 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
   }
 
   // Block tables.
-  if (pa) {
+  if (pa && !slots) {
     const attnrt_tensor* bt = t.in[ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE];
     if (bt == nullptr)
       return InvalidArgument("ori_block_table: required with layout_kv PA_BBND, absent");
@@ -270,7 +347,7 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
           CheckShape(*cbt, "cmp_block_table", {B, -1}, "(b, max blocks per batch)"));
       p->cmp_max_blocks = cbt->shape[1];
     }
-  } else {
+  } else if (!pa) {
     for (int i :
          {ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE, ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE}) {
       ATTNRT_RETURN_IF_ERROR(MustBeAbsent(t, i, "unless layout_kv is PA_BBND"));

@@ -5,7 +5,9 @@
 //
 // Per work unit (a query row and a range of heads, or a part of the row's keys under split-KV):
 // the row's keys are the ori window [lo, hi) in position order, then the selected compressed
-// tokens in index order (HCA: the causal prefix; CSA: the golden's top-k scan). Keys are decoded to
+// tokens in index order (HCA: the causal prefix; CSA: the golden's top-k scan); with
+// topk_value_mode 3 (global slot ids) the row's ori_sparse_indices entries, then its
+// cmp_sparse_indices entries, -1 skipped. Keys are decoded to
 // bf16-exact floats (fp16 for an fp16 quant_mode 3 problem) in tiles of 128, and each head runs the
 // golden's tiled online softmax: m starts at the sink (or -inf), l at 1 (or 0); per tile
 // m' = max(m, max s), P = exp(s - m'), l = exp(m - m') l + sum P, O = exp(m - m') O + sum round(P)
@@ -58,6 +60,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -104,6 +107,21 @@ struct TokenRef {
   const uint8_t* scale = nullptr;
 };
 
+// Fields of ABI 1.6 read only when the core's structs hold them (a core built for 1.5 or older
+// passes shorter structs and never a problem that needs them).
+inline bool HasAbi16Fields(const attnrt_sparse_mla_args& a) {
+  return a.problem->struct_size >=
+             offsetof(attnrt_sparse_mla_problem, ori_topk) + sizeof(int64_t) &&
+         a.struct_size >= offsetof(attnrt_sparse_mla_args, ori_sparse_indices) + sizeof(void*);
+}
+
+// Bytes from one PA_BBND block to the next: the problem's block stride, or the compact size.
+inline int64_t BlockStride(const attnrt_sparse_mla_args& a, bool cmp, int64_t compact) {
+  if (!HasAbi16Fields(a)) return compact;
+  const int64_t stride = cmp ? a.problem->cmp_block_stride : a.problem->ori_block_stride;
+  return stride > 0 ? stride : compact;
+}
+
 // Logical position of a physical slot (topk_value_mode 2) through the batch's used cmp blocks,
 // or -1 when no used block of the batch holds it.
 inline int64_t PhysicalToLogical(const attnrt_sparse_mla_args& a, int64_t b, int64_t slot) {
@@ -145,6 +163,12 @@ class Worker {
   explicit Worker(const attnrt_sparse_mla_args& args)
       : a_(args), p_(*args.problem), attr_(p_.attributes) {
     fp16_ = p_.q_dtype.code == ATTNRT_DTYPE_CODE_FLOAT;
+    slots_ = attr_.topk_value_mode == 3 && HasAbi16Fields(args);
+    if (attr_.layout_kv == ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
+      ori_stride_ =
+          BlockStride(args, false, p_.ori_block_size * TokenBytes(attr_.quant_mode, false));
+      cmp_stride_ = BlockStride(args, true, p_.cmp_block_size * TokenBytes(attr_.quant_mode, true));
+    }
     const int64_t hp = PadHeads(p_.num_heads);
     tile_.Resize(static_cast<size_t>(kTile) * kTileStride);
     qt_.Resize(static_cast<size_t>(hp) * kD);
@@ -161,7 +185,7 @@ class Worker {
       WriteZero(row, h0, h1);
       return;
     }
-    Select(r, i, a_.batches[r.b]);
+    Select(&r, i, a_.batches[r.b]);
     const int64_t hp = PadHeads(h1 - h0);
     SplitPart whole;
     whole.state = {o_.data(), state_.data(), state_.data() + hp};
@@ -180,7 +204,7 @@ class Worker {
     Row r;
     int64_t i = 0;
     if (!Locate(row, &r, &i)) return false;
-    Select(r, i, a_.batches[r.b]);
+    Select(&r, i, a_.batches[r.b]);
     const int64_t n = NumKeys(r);
     const int64_t tiles = (n + kTile - 1) / kTile;
     const int64_t k0 = std::min(n, tiles * part / parts * kTile);
@@ -239,21 +263,29 @@ class Worker {
     const int64_t n_ori = r.hi - r.lo;
     const int nh = static_cast<int>(h1 - h0);
     const int hp = static_cast<int>(PadHeads(nh));
-    // q rows to fp32 (exact), transposed: qt[d][h], padding heads zero.
+    // q rows to fp32 (exact), transposed: qt[d][h], padding heads zero. In blocks of kQBlock dims,
+    // so the stores of a block (kQBlock * hp floats) stay in L1: qt itself (512 * hp floats) does
+    // not fit, and the transpose cost as much as the scores of a 128-key row before.
     const uint16_t* q = static_cast<const uint16_t*>(a_.q) + (row * p_.num_heads + h0) * kD;
     float* qt = qt_.data();
-    for (int h = 0; h < nh; ++h) {
-      for (int d = 0; d < kD; ++d) {
-        const uint16_t bits = q[h * kD + d];
-        qt[d * hp + h] = fp16_ ? Fp16ToFloat(bits) : Bf16ToFloat(bits);
+    constexpr int kQBlock = 16;
+    for (int d0 = 0; d0 < kD; d0 += kQBlock) {
+      float* block = qt + d0 * hp;
+      for (int h = 0; h < nh; ++h) {
+        const uint16_t* src = q + h * kD + d0;
+        if (fp16_) {
+          for (int j = 0; j < kQBlock; ++j) block[j * hp + h] = Fp16ToFloat(src[j]);
+        } else {
+          for (int j = 0; j < kQBlock; ++j) block[j * hp + h] = Bf16ToFloat(src[j]);
+        }
       }
-    }
-    for (int h = nh; h < hp; ++h) {
-      for (int d = 0; d < kD; ++d) qt[d * hp + h] = 0.0f;
+      for (int j = 0; j < kQBlock; ++j) {
+        for (int h = nh; h < hp; ++h) block[j * hp + h] = 0.0f;
+      }
     }
     float* alpha = state_.data() + 2 * hp;
     if (pass != Pass::kScores) {
-      std::fill(st.o, st.o + static_cast<int64_t>(nh) * kD, 0.0f);
+      std::fill_n(st.o, static_cast<size_t>(nh) * kD, 0.0f);  // nh >= 1
       for (int h = 0; h < hp; ++h) {
         const bool sink = with_sink && a_.sinks != nullptr && h < nh;
         st.m[h] = m_start != nullptr ? m_start[h] : sink ? a_.sinks[h0 + h] : -kInf;
@@ -261,6 +293,11 @@ class Worker {
       }
     }
     auto token = [&](int64_t key) {
+      if (slots_) {
+        return key < n_ori
+                   ? Slot(a_.ori_kv, p_.ori_block_size, ori_stride_, ori_[key], false)
+                   : Slot(a_.cmp_kv, p_.cmp_block_size, cmp_stride_, cmp_[key - n_ori], true);
+      }
       return key < n_ori ? Ori(r.b, r.lo + key, x) : Cmp(r.b, cmp_[key - n_ori], x);
     };
     for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
@@ -308,14 +345,26 @@ class Worker {
       } else if (!(l > 0.0f)) {  // no key and no sink: weight 0 in an LSE merge
         lse = -kInf;
         WriteConstant(dst, 0.0f);
-      } else {
+      } else if (fp16_) {
         const float inv = 1.0f / l;
-        for (int d = 0; d < kD; ++d) {
-          const float v = oh[d] * inv;
-          dst[d] = fp16_ ? FloatToFp16(v) : FloatToBf16(v);
-        }
+        for (int d = 0; d < kD; ++d) dst[d] = FloatToFp16(oh[d] * inv);
+      } else {
+        StoreBf16Row(oh, 1.0f / l, dst);
       }
       if (a_.softmax_lse != nullptr) a_.softmax_lse[row * p_.num_heads + h0 + h] = lse;
+    }
+  }
+
+  // dst[d] = FloatToBf16(o[d] * inv) for the 512 values of a head, written branch-free so that the
+  // compiler vectorizes it (the scalar conversion cost a sixth of a 128-key row).
+  static void StoreBf16Row(const float* o, float inv, uint16_t* dst) {
+    for (int d = 0; d < kD; ++d) {
+      uint32_t x;
+      const float v = o[d] * inv;
+      std::memcpy(&x, &v, 4);
+      const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+      const uint32_t special = (x >> 16) | ((x & 0xFFFFu) != 0 ? 0x40u : 0u);  // inf, NaN
+      dst[d] = static_cast<uint16_t>((x & 0x7F800000u) == 0x7F800000u ? special : rounded);
     }
   }
 
@@ -343,6 +392,12 @@ class Worker {
     }
     const attnrt_sparse_mla_batch& x = a_.batches[b];
     if (i >= x.s1) return false;
+    if (slots_) {  // global slot ids: no mask; Select fills the window [0, ori entries)
+      r->b = b;
+      r->valid = true;
+      *i_out = i;
+      return true;
+    }
     const int64_t thr = int64_t{x.s2} - x.s1 + i + 1;  // right-down alignment
     if (thr <= 0) return false;
     r->b = b;
@@ -360,9 +415,26 @@ class Worker {
     return true;
   }
 
-  // The compressed keys of the row (cmp mask, top-k scan), duplicates kept, in index order.
-  void Select(const Row& r, int64_t i, const attnrt_sparse_mla_batch& x) {
+  // The compressed keys of the row (cmp mask, top-k scan), duplicates kept, in index order. Global
+  // slot ids: the row's ori and cmp slots (-1 skipped), the ori window [0, ori slots).
+  void Select(Row* r, int64_t i, const attnrt_sparse_mla_batch& x) {
     cmp_.clear();
+    if (slots_) {
+      const int64_t q_row = x.q_start + i;
+      ori_.clear();
+      const int32_t* ori = a_.ori_sparse_indices + q_row * p_.ori_topk;
+      for (int64_t k = 0; k < p_.ori_topk; ++k) {
+        if (ori[k] != -1) ori_.push_back(ori[k]);
+      }
+      r->lo = 0;
+      r->hi = static_cast<int64_t>(ori_.size());
+      if (p_.scenario == ATTNRT_SPARSE_MLA_SWA) return;
+      const int32_t* cmp = a_.cmp_sparse_indices + q_row * p_.topk;
+      for (int64_t k = 0; k < p_.topk; ++k) {
+        if (cmp[k] != -1) cmp_.push_back(cmp[k]);
+      }
+      return;
+    }
     if (p_.scenario == ATTNRT_SPARSE_MLA_SWA) return;
     int64_t n = int64_t{x.s2} / attr_.cmp_ratio;
     if (attr_.cmp_mask_mode == ATTNRT_SPARSE_MLA_MASK_RIGHT_DOWN_CAUSAL) {
@@ -380,7 +452,7 @@ class Worker {
     for (int64_t k = 0; k < count; ++k) {
       int64_t v = idx[k];
       if (v == -1) break;
-      if (attr_.topk_value_mode == 2) v = PhysicalToLogical(a_, r.b, v);
+      if (attr_.topk_value_mode == 2) v = PhysicalToLogical(a_, r->b, v);
       if (v < 0 || v >= n) continue;
       cmp_.push_back(v);
     }
@@ -403,9 +475,22 @@ class Worker {
     if (attr_.layout_kv != ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
       return {base + (start + j) * token_bytes, nullptr};
     }
-    const int64_t block = table[b * max_blocks + j / bs];
-    const int64_t off = j % bs;
-    const uint8_t* block_base = base + block * bs * token_bytes;
+    return InBlock(base, bs, cmp ? cmp_stride_ : ori_stride_, table[b * max_blocks + j / bs],
+                   j % bs, cmp);
+  }
+
+  // Global slot id block * bs + offset of a PA_BBND cache.
+  TokenRef Slot(const uint8_t* base, int64_t bs, int64_t block_stride, int64_t slot,
+                bool cmp) const {
+    return InBlock(base, bs, block_stride, slot / bs, slot % bs, cmp);
+  }
+
+  // Token `off` of PA_BBND block `block` (blocks block_stride bytes apart).
+  TokenRef InBlock(const uint8_t* base, int64_t bs, int64_t block_stride, int64_t block,
+                   int64_t off, bool cmp) const {
+    const int qm = attr_.quant_mode;
+    const int64_t token_bytes = TokenBytes(qm, cmp);
+    const uint8_t* block_base = base + block * block_stride;
     if (qm != 2) return {block_base + off * token_bytes, nullptr};
     // quant_mode 2: feature records (nope e4m3[448] | rope bf16[64]), then scale records.
     return {block_base + off * ATTNRT_SPARSE_MLA_MODE2_FEATURE_BYTES,
@@ -493,9 +578,12 @@ class Worker {
   const attnrt_sparse_mla_problem& p_;
   const attnrt_sparse_mla_attributes& attr_;
   bool fp16_ = false;
+  bool slots_ = false;  // topk_value_mode 3: global slot ids
+  int64_t ori_stride_ = 0, cmp_stride_ = 0;
   AlignedBuffer<typename Math::KeyT> tile_;
   AlignedBuffer<float> qt_, s_, o_, state_;
   std::vector<int64_t> cmp_;
+  std::vector<int64_t> ori_;  // global slot ids of the row's ori keys
 };
 
 }  // namespace attnrt::sparse_mla::SPARSE_MLA_ISA

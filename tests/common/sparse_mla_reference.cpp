@@ -1,6 +1,7 @@
-// Float64 reference of MixedQuantSparseFlashMla; see sparse_mla_reference.h for its sources. Direct
-// loops, no optimisation beyond decoding each visible key once per query row (all heads share the
-// single KV head).
+// Float64 reference of MixedQuantSparseFlashMla, the operator (the scalar formats and token
+// decoders are in sparse_mla_reference_formats.cpp); see sparse_mla_reference.h for its sources.
+// Direct loops, no optimisation beyond decoding each visible key once per query row (all heads
+// share the single KV head).
 #include "sparse_mla_reference.h"
 
 #include <algorithm>
@@ -12,56 +13,9 @@
 
 namespace attnrt::testref {
 
-// The TQ4 codebook (vllm-ascend's TurboQuant), ascending, index = nibble value.
-const float kTq4Codebook[16] = {
-    -0.12091285f, -0.09111122f, -0.07112455f, -0.05513602f, -0.04132067f, -0.02874970f,
-    -0.01700489f, -0.00568677f, 0.00547294f,  0.01680406f,  0.02857605f,  0.04108622f,
-    0.05492980f,  0.07101817f,  0.09115373f,  0.12037795f,
-};
-
-// Its RNE-bf16 images, as the NPU's fast path lists them (the self-test checks they are
-// FloatToBf16(kTq4Codebook[n])).
-const uint16_t kTq4CodebookBf16Bits[16] = {
-    0xBDF8, 0xBDBB, 0xBD92, 0xBD62, 0xBD29, 0xBCEC, 0xBC8B, 0xBBBA,
-    0x3BB3, 0x3C8A, 0x3CEA, 0x3D28, 0x3D61, 0x3D91, 0x3DBB, 0x3DF7,
-};
-
 namespace {
 
 constexpr int D = kSparseMlaHeadDim;
-constexpr int DN = kSparseMlaNopeDim;
-constexpr int DR = kSparseMlaRopeDim;
-
-uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-
-float FloatFromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint32_t BitsFromFloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-// x rounded once (nearest, ties to even) to a binary format with `mant_bits` explicit mantissa
-// bits, minimum normal exponent `emin` (gradual underflow below it) and largest finite value
-// `max_finite`; values that round above max_finite become infinities.
-double RoundToBinary(double x, int mant_bits, int emin, double max_finite) {
-  if (!std::isfinite(x) || x == 0.0) return x;
-  int e = std::ilogb(x);
-  if (e < emin) e = emin;
-  const int quantum = e - mant_bits;
-  const double r = std::nearbyint(std::ldexp(x, -quantum));  // default mode: ties to even
-  const double y = std::ldexp(r, quantum);
-  if (std::fabs(y) > max_finite) return std::copysign(std::numeric_limits<double>::infinity(), x);
-  return y;
-}
-
-const double kBf16Max = std::ldexp(255.0, 120);  // (2 - 2^-7) * 2^127
-const double kFp16Max = 65504.0;
 
 double RoundToKind(SparseMlaFloat16Kind kind, double x) {
   return kind == SparseMlaFloat16Kind::kBf16 ? RoundToBf16(x) : RoundToFp16(x);
@@ -76,139 +30,6 @@ float ValueOfKind(SparseMlaFloat16Kind kind, uint16_t bits) {
 }
 
 }  // namespace
-
-// ---- scalar conversions -------------------------------------------------------------------------
-float Bf16ToFloat(uint16_t bits) { return FloatFromBits(static_cast<uint32_t>(bits) << 16); }
-
-double RoundToBf16(double x) { return RoundToBinary(x, 7, -126, kBf16Max); }
-
-double RoundToFp16(double x) { return RoundToBinary(x, 10, -14, kFp16Max); }
-
-uint16_t DoubleToBf16(double x) {
-  if (std::isnan(x)) return std::signbit(x) ? 0xFFC0 : 0x7FC0;
-  // The rounded value is exact in float, and a bf16 value is the upper half of its float bits.
-  const float f = static_cast<float>(RoundToBf16(x));
-  return static_cast<uint16_t>(BitsFromFloat(f) >> 16);
-}
-
-uint16_t FloatToBf16(float x) { return DoubleToBf16(static_cast<double>(x)); }
-
-float Fp16ToFloat(uint16_t bits) {
-  const int sign = bits >> 15;
-  const int exponent = (bits >> 10) & 0x1F;
-  const int mantissa = bits & 0x3FF;
-  double v;
-  if (exponent == 0x1F) {
-    v = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                 : std::numeric_limits<double>::infinity();
-  } else if (exponent == 0) {
-    v = std::ldexp(static_cast<double>(mantissa), -24);
-  } else {
-    v = std::ldexp(static_cast<double>(1024 + mantissa), exponent - 25);
-  }
-  return static_cast<float>(sign ? -v : v);
-}
-
-uint16_t DoubleToFp16(double x) {
-  if (std::isnan(x)) return std::signbit(x) ? 0xFE00 : 0x7E00;
-  const double v = RoundToFp16(x);
-  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
-  const double a = std::fabs(v);
-  if (std::isinf(a)) return sign | 0x7C00;
-  if (a < std::ldexp(1.0, -14)) {  // subnormal or zero: a = m * 2^-24
-    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
-  }
-  const int e = std::ilogb(a);  // 2^e <= a < 2^(e+1), -14 <= e <= 15
-  const int mantissa = static_cast<int>(std::ldexp(a, 10 - e)) - 1024;
-  return sign | static_cast<uint16_t>(((e + 15) << 10) | mantissa);
-}
-
-uint16_t FloatToFp16(float x) { return DoubleToFp16(static_cast<double>(x)); }
-
-float Fp8E4M3FnToFloat(uint8_t code) {
-  const int sign = code >> 7;
-  const int exponent = (code >> 3) & 0xF;
-  const int mantissa = code & 7;
-  float v;
-  if (exponent == 0xF && mantissa == 7) {
-    v = std::numeric_limits<float>::quiet_NaN();
-  } else if (exponent == 0) {
-    v = std::ldexp(static_cast<float>(mantissa), -9);  // 2^-6 * m / 8
-  } else {
-    v = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // 2^(e-7) * (8+m) / 8
-  }
-  return sign ? -v : v;
-}
-
-float E8M0ToFloat(uint8_t e) {
-  if (e == 0xFF) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(e) - 127);
-}
-
-// ---- one-token decoders -------------------------------------------------------------------------
-void DecodeQuantMode1Token(const uint8_t* token, float* out) {
-  float scale[kSparseMlaScaleGroups];
-  for (int g = 0; g < kSparseMlaScaleGroups; ++g) {
-    scale[g] = Bf16ToFloat(Load16(token + kQuantMode1ScaleOffset + 2 * g));
-  }
-  for (int d = 0; d < DN; ++d) {
-    // fp32 product (exact: 4 x 8 significant bits), then RNE to bf16.
-    const float product =
-        Fp8E4M3FnToFloat(token[kQuantMode1NopeOffset + d]) * scale[d / kSparseMlaScaleGroup];
-    out[d] = Bf16ToFloat(FloatToBf16(product));
-  }
-  for (int d = 0; d < DR; ++d) {
-    out[DN + d] = Bf16ToFloat(Load16(token + kQuantMode1RopeOffset + 2 * d));
-  }
-}
-
-void DecodeQuantMode2Token(const uint8_t* feature, const uint8_t* scales, float* out) {
-  float scale[kSparseMlaScaleGroups];
-  for (int g = 0; g < kSparseMlaScaleGroups; ++g) {
-    // e8m0 -> bf16 -> fp32 in the kernel; 2^(e-127) is exact in both. scales[7] is padding.
-    scale[g] = E8M0ToFloat(scales[g]);
-  }
-  for (int d = 0; d < DN; ++d) {
-    const float product =
-        Fp8E4M3FnToFloat(feature[kQuantMode2NopeOffset + d]) * scale[d / kSparseMlaScaleGroup];
-    out[d] = Bf16ToFloat(FloatToBf16(product));
-  }
-  for (int d = 0; d < DR; ++d) {
-    out[DN + d] = Bf16ToFloat(Load16(feature + kQuantMode2RopeOffset + 2 * d));
-  }
-}
-
-void DecodeQuantMode2BlockToken(const uint8_t* block_base, int64_t block_size, int64_t offset,
-                                float* out) {
-  DecodeQuantMode2Token(
-      block_base + offset * kQuantMode2FeatureBytes,
-      block_base + block_size * kQuantMode2FeatureBytes + offset * kQuantMode2ScaleBytes, out);
-}
-
-int Tq4Code(const uint8_t* slot, int d) {
-  return (d % 2 == 0) ? (slot[d / 2] & 0xF) : (slot[d / 2] >> 4);
-}
-
-void DecodeTq4Token(const uint8_t* slot, float* out, Tq4Centroids centroids,
-                    SparseMlaFloat16Kind kv_dtype) {
-  const float scale = Fp16ToFloat(Load16(slot + kTq4ScaleOffset));
-  auto centroid = [centroids](int n) {
-    return centroids == Tq4Centroids::kFp32 ? kTq4Codebook[n]
-                                            : Bf16ToFloat(kTq4CodebookBf16Bits[n]);
-  };
-  for (int t = 0; t < kTq4ScaleOffset; ++t) {
-    const int lo = slot[t] & 0xF;
-    const int hi = slot[t] >> 4;
-    const float v_lo = centroid(lo) * scale;  // fp32 product, then RINT to the KV dtype
-    const float v_hi = centroid(hi) * scale;
-    out[2 * t] = static_cast<float>(RoundToKind(kv_dtype, v_lo));
-    out[2 * t + 1] = static_cast<float>(RoundToKind(kv_dtype, v_hi));
-  }
-}
-
-void DecodeFloat16Token(const uint8_t* token, float* out, SparseMlaFloat16Kind dtype) {
-  for (int d = 0; d < D; ++d) out[d] = ValueOfKind(dtype, Load16(token + 2 * d));
-}
 
 // ---- operator -----------------------------------------------------------------------------------
 namespace {
@@ -259,6 +80,8 @@ bool CheckCuSeqlens(const int32_t* cu, int64_t batch, int64_t rows, const char* 
   return true;
 }
 
+bool ValidateSlots(const SparseMlaRefInputs& in, std::string* error);
+
 bool Validate(const SparseMlaRefInputs& in, std::string* error) {
   if (in.quant_mode < 1 || in.quant_mode > 3) return Fail(error, "quant_mode must be 1, 2 or 3");
   if (in.rope_head_dim != 64) return Fail(error, "rope_head_dim must be 64");
@@ -283,8 +106,12 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
     return Fail(error, "cmp_sparse_indices must be present exactly for CSA");
   }
   if (csa && in.cmp_kv_k < 0) return Fail(error, "cmp_kv_k must be >= 0");
-  if (in.ori_sparse_indices || in.ori_topk_length || in.cmp_topk_length) {
-    return Fail(error, "ori_sparse_indices / ori_topk_length / cmp_topk_length are reserved");
+  const bool slots = in.topk_value_mode == 3;
+  if (in.ori_topk_length || in.cmp_topk_length) {
+    return Fail(error, "ori_topk_length / cmp_topk_length are reserved");
+  }
+  if (!slots && in.ori_sparse_indices) {
+    return Fail(error, "ori_sparse_indices is used only with topk_value_mode 3");
   }
   if (has_cmp && in.cmp_ratio < 1) return Fail(error, "cmp_ratio must be >= 1");
   if (in.ori_mask_mode != 0 && in.ori_mask_mode != 3 && in.ori_mask_mode != 4) {
@@ -294,8 +121,8 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
     return Fail(error, "cmp_mask_mode must be 0 or 3");
   }
   if (in.ori_win_left < -1 || in.ori_win_right < -1) return Fail(error, "windows must be >= -1");
-  if (in.topk_value_mode != 1 && in.topk_value_mode != 2) {
-    return Fail(error, "topk_value_mode must be 1 or 2");
+  if (in.topk_value_mode < 1 || in.topk_value_mode > 3) {
+    return Fail(error, "topk_value_mode must be 1, 2 or 3");
   }
   if (csa && in.topk_value_mode == 2 && in.layout_kv != SparseMlaLayout::kPA_BBND) {
     return Fail(error, "topk_value_mode 2 needs layout_kv PA_BBND");
@@ -314,6 +141,7 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
       return false;
     }
   }
+  if (slots) return ValidateSlots(in, error);
   if (in.layout_kv == SparseMlaLayout::kPA_BBND) {
     if (!in.seqused_ori_kv || !in.ori_block_table) {
       return Fail(error, "PA_BBND needs seqused_ori_kv and ori_block_table");
@@ -328,6 +156,62 @@ bool Validate(const SparseMlaRefInputs& in, std::string* error) {
       if (in.cmp_residual_kv[b] < 0 || in.cmp_residual_kv[b] >= in.cmp_ratio) {
         return Fail(error, "cmp_residual_kv values must lie in [0, cmp_ratio)");
       }
+    }
+  }
+  return true;
+}
+
+// Every entry of one slot-id tensor: -1 or a slot in [0, block_nums * block_size).
+bool CheckSlotEntries(const int32_t* idx, int64_t rows, int64_t width, int64_t slots,
+                      const char* name, std::string* error) {
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t k = 0; k < width; ++k) {
+      const int64_t v = idx[row * width + k];
+      if (v == -1 || (v >= 0 && v < slots)) continue;
+      return Fail(error, std::string(name) + "[" + std::to_string(row) + "][" + std::to_string(k) +
+                             "] = " + std::to_string(v) + " outside [0, " + std::to_string(slots) +
+                             ") (or -1)");
+    }
+  }
+  return true;
+}
+
+// topk_value_mode 3 (called after the checks shared with the other modes).
+bool ValidateSlots(const SparseMlaRefInputs& in, std::string* error) {
+  if (in.layout_kv != SparseMlaLayout::kPA_BBND) {
+    return Fail(error, "topk_value_mode 3 needs layout_kv PA_BBND");
+  }
+  if (in.scenario == SparseMlaScenario::kHCA) {
+    return Fail(error, "topk_value_mode 3 has no HCA: cmp_kv needs cmp_sparse_indices");
+  }
+  if (!in.ori_sparse_indices || in.ori_kv_w < 1) {
+    return Fail(error, "topk_value_mode 3 needs ori_sparse_indices with ori_kv_w >= 1");
+  }
+  if (in.ori_mask_mode != 0 || in.cmp_mask_mode != 0) {
+    return Fail(error, "topk_value_mode 3 needs ori_mask_mode 0 and cmp_mask_mode 0");
+  }
+  if (in.ori_block_table || in.cmp_block_table || in.seqused_ori_kv || in.seqused_cmp_kv ||
+      in.cu_seqlens_ori_kv || in.cu_seqlens_cmp_kv || in.cmp_residual_kv) {
+    return Fail(error,
+                "topk_value_mode 3 takes no block table, seqused_*_kv, cu_seqlens_*_kv or "
+                "cmp_residual_kv");
+  }
+  if (in.ori_kv_block_size < 1 || in.ori_kv_block_nums < 0) {
+    return Fail(error, "ori_kv_block_size must be >= 1");
+  }
+  const int64_t rows = in.layout_q == SparseMlaLayout::kBSND ? in.b * in.q_s : in.q_t;
+  if (!CheckSlotEntries(in.ori_sparse_indices, rows, in.ori_kv_w,
+                        in.ori_kv_block_nums * in.ori_kv_block_size, "ori_sparse_indices", error)) {
+    return false;
+  }
+  if (in.scenario == SparseMlaScenario::kCSA) {
+    if (in.cmp_kv_block_size < 1 || in.cmp_kv_block_nums < 0) {
+      return Fail(error, "cmp_kv_block_size must be >= 1");
+    }
+    if (!CheckSlotEntries(in.cmp_sparse_indices, rows, in.cmp_kv_k,
+                          in.cmp_kv_block_nums * in.cmp_kv_block_size, "cmp_sparse_indices",
+                          error)) {
+      return false;
     }
   }
   return true;
@@ -481,7 +365,24 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
   keys->valid = false;
   keys->ori_lo = keys->ori_hi = keys->ncmp = 0;
   keys->cmp.clear();
+  keys->ori_slots.clear();
   if (i < 0 || i >= len.s1) return true;
+  if (in.topk_value_mode == 3) {
+    // Slot lists: every entry examined, -1 skipped, no mask (values checked by ValidateSlots).
+    keys->valid = true;
+    const int64_t qrow = QueryRowBase(in, b) + i;
+    const int32_t* ori = in.ori_sparse_indices + qrow * in.ori_kv_w;
+    for (int64_t k = 0; k < in.ori_kv_w; ++k) {
+      if (ori[k] != -1) keys->ori_slots.push_back(ori[k]);
+    }
+    if (in.scenario == SparseMlaScenario::kCSA) {
+      const int32_t* cmp = in.cmp_sparse_indices + qrow * in.cmp_kv_k;
+      for (int64_t k = 0; k < in.cmp_kv_k; ++k) {
+        if (cmp[k] != -1) keys->cmp.push_back(cmp[k]);
+      }
+    }
+    return true;
+  }
   const int64_t s1 = len.s1;
   const int64_t s2 = len.s2;
   const int64_t thr = s2 - s1 + i + 1;  // right-down alignment
@@ -531,12 +432,8 @@ bool GetRowKeys(const SparseMlaRefInputs& in, int64_t b, const SparseMlaBatchLen
   return true;
 }
 
-bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, float* out,
-                 Tq4Centroids centroids, std::string* error) {
-  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
-  const uint8_t* feature = nullptr;
-  const uint8_t* scales = nullptr;
-  if (!LocateToken(in, side, b, j, &feature, &scales, error)) return false;
+void DecodeAt(const SparseMlaRefInputs& in, bool cmp, const uint8_t* feature, const uint8_t* scales,
+              float* out, Tq4Centroids centroids) {
   switch (in.quant_mode) {
     case 1:
       DecodeQuantMode1Token(feature, out);
@@ -551,6 +448,36 @@ bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, f
         DecodeFloat16Token(feature, out, in.q_dtype);
       }
       break;
+  }
+}
+
+bool DecodeToken(const SparseMlaRefInputs& in, bool cmp, int64_t b, int64_t j, float* out,
+                 Tq4Centroids centroids, std::string* error) {
+  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
+  const uint8_t* feature = nullptr;
+  const uint8_t* scales = nullptr;
+  if (!LocateToken(in, side, b, j, &feature, &scales, error)) return false;
+  DecodeAt(in, cmp, feature, scales, out, centroids);
+  return true;
+}
+
+// topk_value_mode 3: the token at global slot `slot` (block slot / bs, offset slot % bs) of a
+// PA_BBND cache, through the block stride.
+bool DecodeSlot(const SparseMlaRefInputs& in, bool cmp, int64_t slot, float* out,
+                Tq4Centroids centroids, std::string* error) {
+  const KvSide side = cmp ? CmpSide(in) : OriSide(in);
+  const int64_t block = slot / side.block_size;
+  const int64_t off = slot % side.block_size;
+  if (slot < 0 || block >= side.block_nums) {
+    return Fail(error, std::string(side.name) + " slot " + std::to_string(slot) + " out of range");
+  }
+  const uint8_t* base = side.data + block * side.block_stride;
+  if (in.quant_mode == 2) {
+    DecodeAt(in, cmp, base + off * kQuantMode2FeatureBytes,
+             base + side.block_size * kQuantMode2FeatureBytes + off * kQuantMode2ScaleBytes, out,
+             centroids);
+  } else {
+    DecodeAt(in, cmp, base + off * side.token_bytes, nullptr, out, centroids);
   }
   return true;
 }
@@ -727,7 +654,9 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
       const int64_t qrow = QueryRowBase(in, b) + i;
       GetRowKeys(in, b, len, i, &row);
       if (!row.valid) continue;  // invalid or empty row: no key (set above)
-      const int64_t n_ori = row.ori_hi - row.ori_lo;
+      const bool slots = in.topk_value_mode == 3;
+      const int64_t n_ori =
+          slots ? static_cast<int64_t>(row.ori_slots.size()) : row.ori_hi - row.ori_lo;
       const int64_t n_cmp = static_cast<int64_t>(row.cmp.size());
       const int64_t nkeys = n_ori + n_cmp;
       out.ori_key_count[qrow] = static_cast<int32_t>(n_ori);
@@ -735,14 +664,17 @@ bool SparseMlaReference(const SparseMlaRefInputs& in, SparseMlaRefOutputs* outpu
       // Keys in the golden's order: ori window (position order), then cmp (selection order).
       keys.resize(nkeys * D);
       for (int64_t j = 0; j < n_ori; ++j) {
-        if (!DecodeToken(in, false, b, row.ori_lo + j, keys.data() + j * D, options.tq4_centroids,
-                         error)) {
+        float* key = keys.data() + j * D;
+        if (!(slots
+                  ? DecodeSlot(in, false, row.ori_slots[j], key, options.tq4_centroids, error)
+                  : DecodeToken(in, false, b, row.ori_lo + j, key, options.tq4_centroids, error))) {
           return false;
         }
       }
       for (int64_t j = 0; j < n_cmp; ++j) {
-        if (!DecodeToken(in, true, b, row.cmp[j], keys.data() + (n_ori + j) * D,
-                         options.tq4_centroids, error)) {
+        float* key = keys.data() + (n_ori + j) * D;
+        if (!(slots ? DecodeSlot(in, true, row.cmp[j], key, options.tq4_centroids, error)
+                    : DecodeToken(in, true, b, row.cmp[j], key, options.tq4_centroids, error))) {
           return false;
         }
       }

@@ -6,12 +6,14 @@
 // layouts BSND / TND / PA_BBND with block tables, seqused_* / cu_seqlens_* / cmp_residual_kv
 // (effective lengths), right-down alignment and invalid rows, ori mask modes 0 / 3 / 4 with
 // windows, cmp mask modes 0 / 3, the golden's top-k index scan, topk_value_mode 1 and 2, sinks and
-// softmax_lse, and the golden's rounding points.
+// softmax_lse, and the golden's rounding points. Beyond CANN: PA_BBND caches with a block stride
+// and topk_value_mode 3 (global slot ids into both caches, attnrt's ABI 1.6 definition, from
+// abi/attnrt/ops/sparse_mla.h alone).
 //
 // Choices where the sources are open are marked "CHOICE" here and in the .cpp (docs/sparse-mla.md
 // records the same decisions for attnrt). In short:
-//   - empty rows: softmax_lse = 0 (finite) for invalid rows (thr <= 0) and rows beyond S1(b);
-//     their output is 0.
+//   - empty rows (invalid rows with thr <= 0, rows beyond S1(b), topk_value_mode 3 rows whose
+//     lists hold no slot): output 0, softmax_lse -inf, or the sink when sinks are given.
 //   - the cmp causal limit uses Lc = C*r + residual (the kernel's effective lengths) and is
 //     clamped to [0, C] (the golden's cmp_limit); the golden's S2 gives the same result for
 //     consistent inputs.
@@ -29,6 +31,14 @@
 //   - quant_mode 3 is accepted for SWA / HCA and BSND / TND too (natural extension: ori
 //     tokens are 512 × q dtype, cmp tokens 258-byte slots).
 //   - golden tile 128 over the concatenated key list [ori window ++ cmp selection].
+//   - topk_value_mode 3 (PA_BBND only): ori_sparse_indices (ori_kv_w entries per query row) and
+//     cmp_sparse_indices (cmp_kv_k per row) hold slot ids block_id * block_size + offset into
+//     ori_kv / cmp_kv, no block table. Every entry of both tensors is examined: -1 is skipped
+//     wherever it stands, any other value outside [0, block_nums * block_size) makes the reference
+//     fail. Keys = the row's ori slots in index order, then its cmp slots; duplicates count once
+//     per occurrence; no mask, no right-down alignment (seqused_q still limits the rows). Block
+//     tables, seqused_ori_kv / seqused_cmp_kv, cu_seqlens_*_kv, cmp_residual_kv and mask modes
+//     other than 0 are refused, and so is HCA.
 //   - The golden's 1e-10 inside log(l) is not added. sinks == nullptr means no sink term at all.
 //   - fp16 q (quant_mode 3 only): P for the PV product and the TQ4 dequantised values are rounded
 //     to fp16 instead of bf16; the output is cast to fp16.
@@ -158,7 +168,8 @@ struct SparseMlaRefInputs {
   int32_t ori_win_right = 0;   // R, -1 = unbounded; used only with ori_mask_mode 4
   SparseMlaLayout layout_q = SparseMlaLayout::kBSND;   // kBSND or kTND
   SparseMlaLayout layout_kv = SparseMlaLayout::kBSND;  // kBSND, kTND or kPA_BBND
-  int32_t topk_value_mode = 1;      // 1 logical cmp index; 2 physical slot (PA_BBND only)
+  // 1 logical cmp index; 2 physical slot (PA_BBND only); 3 global slot ids in both caches (PA_BBND)
+  int32_t topk_value_mode = 1;
   bool return_softmax_lse = false;  // informational: softmax_lse is always computed here
   // dtype of q / attn_out (bf16 for quant_mode 1/2; bf16 or fp16 for quant_mode 3, where mode-3
   // ori_kv has this dtype too).
@@ -187,6 +198,7 @@ struct SparseMlaRefInputs {
   int64_t cmp_block_table_cols = 0;  // PA: cmp_block_table shape (b, cmp_block_table_cols)
 
   int64_t cmp_kv_k = 0;  // K: last dim of cmp_sparse_indices (CSA)
+  int64_t ori_kv_w = 0;  // W: last dim of ori_sparse_indices (topk_value_mode 3 only, >= 1)
 
   // ---- tensors ----
   // q: bf16/fp16 bits; BSND (b, q_s, q_n, 512) or TND (q_t, q_n, 512). Mode 3: already rotated.
@@ -196,9 +208,11 @@ struct SparseMlaRefInputs {
   const uint8_t* ori_kv = nullptr;
   // cmp_kv: bytes. kv_d = 608 (mode 1), 584 (mode 2), 258 (mode 3 TQ4 slot). CSA/HCA only.
   const uint8_t* cmp_kv = nullptr;
-  const int32_t* ori_sparse_indices = nullptr;  // reserved: must be null
+  // ori_sparse_indices: topk_value_mode 3 only (null otherwise): int32 slot ids into ori_kv,
+  // BSND q: (b, q_s, 1, ori_kv_w); TND q: (q_t, 1, ori_kv_w); -1 entries are skipped.
+  const int32_t* ori_sparse_indices = nullptr;
   // cmp_sparse_indices: int32, BSND q: (b, q_s, 1, cmp_kv_k); TND q: (q_t, 1, cmp_kv_k). CSA only.
-  // -1 ends a row; the golden's scan reads it.
+  // -1 ends a row; the golden's scan reads it. topk_value_mode 3: slot ids into cmp_kv, -1 skipped.
   const int32_t* cmp_sparse_indices = nullptr;
   const int32_t* ori_block_table = nullptr;    // PA: (b, ori_block_table_cols) physical block ids
   const int32_t* cmp_block_table = nullptr;    // PA with cmp: (b, cmp_block_table_cols)
@@ -281,13 +295,17 @@ bool SparseMlaGetBatchLengths(const SparseMlaRefInputs& inputs, int64_t batch,
 
 // The keys query row i (0 <= i < S1(b)) of batch b attends, in the reference's order.
 struct SparseMlaRowKeys {
-  bool valid = false;  // false: i >= S1(b) or thr <= 0 (empty row, zero output, lse 0)
+  bool valid = false;  // false: i >= S1(b) or thr <= 0 (no key: zero output, lse -inf or the sink)
   int64_t ori_lo = 0;  // ori positions [ori_lo, ori_hi)
   int64_t ori_hi = 0;
   int64_t ncmp = 0;  // cmp causal limit, clamped to [0, C]
   // Logical cmp indices (topk_value_mode 2: translated back to logical), in order, with
-  // duplicates: HCA [0, ncmp); CSA the filtered index row; SWA empty.
+  // duplicates: HCA [0, ncmp); CSA the filtered index row; SWA empty. topk_value_mode 3: the
+  // row's cmp slot ids (-1 entries dropped).
   std::vector<int64_t> cmp;
+  // topk_value_mode 3 only: the row's ori slot ids in index order (-1 entries dropped); ori_lo /
+  // ori_hi are 0 then.
+  std::vector<int64_t> ori_slots;
 };
 bool SparseMlaGetRowKeys(const SparseMlaRefInputs& inputs, int64_t batch, int64_t i,
                          SparseMlaRowKeys* keys, std::string* error);

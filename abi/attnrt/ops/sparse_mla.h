@@ -147,9 +147,9 @@ typedef enum attnrt_sparse_mla_scenario {
  *     out-of-range index. [attnrt's definition; CANN's README leaves mode 2 open]
  *   topk_value_mode 3 (PA_BBND only; ABI 1.6): global slot ids, vLLM's addressing. A slot
  *     block_id * block_size + offset names the token at `offset` of block `block_id` of its cache,
- *     with no block table. ori_sparse_indices (required) lists each query row's ori keys as slots of
- *     ori_kv, cmp_sparse_indices (CSA) its compressed keys as slots of cmp_kv. A row attends its
- *     ori entries, then its cmp entries, in index order; -1 entries are skipped wherever they are,
+ *     with no block table. ori_sparse_indices (required) lists each query row's ori keys as slots
+ * of ori_kv, cmp_sparse_indices (CSA) its compressed keys as slots of cmp_kv. A row attends its ori
+ * entries, then its cmp entries, in index order; -1 entries are skipped wherever they are,
  *     duplicates count once per occurrence, and every other entry must lie in
  *     [0, num_blocks * block_size) (INVALID_ARGUMENT naming the entry). No mask applies: the lists
  *     are the selection, so ori_mask_mode and cmp_mask_mode must be 0, and the block tables,
@@ -238,7 +238,7 @@ typedef struct attnrt_sparse_mla_problem {
   /* ABI 1.6 (a plugin built against 1.5 or older is given no problem that needs these) */
   int64_t ori_block_stride; /* PA_BBND: bytes from one ori_kv block to the next; else 0 */
   int64_t cmp_block_stride; /* PA_BBND with cmp_kv: bytes between cmp_kv blocks; else 0 */
-  int64_t ori_topk;         /* topk_value_mode 3: W, entries per row of ori_sparse_indices; else 0 */
+  int64_t ori_topk; /* topk_value_mode 3: W, entries per row of ori_sparse_indices; else 0 */
 } attnrt_sparse_mla_problem;
 
 /**

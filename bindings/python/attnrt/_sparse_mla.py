@@ -44,13 +44,15 @@ class SparseMlaOp(Op):
     Attributes: quant_mode (1, 2 or 3; required), softmax_scale (1/sqrt(512)), cmp_ratio (1),
     ori_mask_mode / cmp_mask_mode (0 none, 3 right-down causal, 4 sliding window on the ori side),
     ori_win_left / ori_win_right (-1 unbounded), layout_q ("BSND" or "TND"), layout_kv ("BSND",
-    "TND" or "PA_BBND"), topk_value_mode (1 logical positions, 2 physical slots with PA_BBND),
+    "TND" or "PA_BBND"), topk_value_mode (1 logical positions, 2 physical slots with PA_BBND,
+    3 global slot ids with PA_BBND: ori_sparse_indices and cmp_sparse_indices list each row's keys),
     return_softmax_lse (0/1), rope_head_dim (64).
 
     Inputs (SPARSE_MLA_INPUTS, CANN's order): q bf16 (f16 too with quant_mode 3), BSND (B,S1,N,512)
     or TND (T1,N,512); ori_kv, cmp_kv: uint8 tokens of the quant mode's format (608 / 584 / 258
     bytes, see sparse_mla_encode; quant_mode 3 ori_kv in q's dtype, 512 values), BSND (B,S2,1,kv_d),
-    TND (T2,1,kv_d) or PA_BBND (num_blocks,block_size,1,kv_d); cmp_sparse_indices int32 (CSA),
+    TND (T2,1,kv_d) or PA_BBND (num_blocks,block_size,1,kv_d) (PA_BBND caches may have a block
+    stride); ori_sparse_indices int32 (topk_value_mode 3 only); cmp_sparse_indices int32 (CSA),
     block tables, cu_seqlens_*, seqused_*, cmp_residual_kv int32; sinks float32 (N); metadata
     int32 (2048) from SparseMlaMetadataOp (required). Outputs: attn_out (q's shape and dtype);
     softmax_lse float32 BSND (B,1,S1,N) / TND (1,T1,N) with return_softmax_lse.
@@ -117,8 +119,10 @@ class SparseMlaMetadataOp(SparseMlaOp):
 
 def _sparse_inputs(q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table,
                    cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
-                   seqused_cmp_kv, cmp_residual_kv, sinks) -> dict[str, Any]:
-    return {"q": q, "ori_kv": ori_kv, "cmp_kv": cmp_kv, "cmp_sparse_indices": cmp_sparse_indices,
+                   seqused_cmp_kv, cmp_residual_kv, sinks,
+                   ori_sparse_indices=None) -> dict[str, Any]:
+    return {"q": q, "ori_kv": ori_kv, "cmp_kv": cmp_kv,
+            "ori_sparse_indices": ori_sparse_indices, "cmp_sparse_indices": cmp_sparse_indices,
             "ori_block_table": ori_block_table, "cmp_block_table": cmp_block_table,
             "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_ori_kv": cu_seqlens_ori_kv,
             "cu_seqlens_cmp_kv": cu_seqlens_cmp_kv, "seqused_q": seqused_q,
@@ -130,33 +134,41 @@ def sparse_mla_metadata(runtime, q, ori_kv, cmp_kv=None, cmp_sparse_indices=None
                         ori_block_table=None, cmp_block_table=None, cu_seqlens_q=None,
                         cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
                         seqused_ori_kv=None, seqused_cmp_kv=None, cmp_residual_kv=None,
-                        sinks=None, *, quant_mode: int, metadata=None, **attributes):
+                        sinks=None, *, quant_mode: int, metadata=None, ori_sparse_indices=None,
+                        **attributes):
     """MixedQuantSparseFlashMlaMetadata in one call: the int32 (2048) metadata the main op needs
     for these attributes and inputs (see SparseMlaOp). The op is cached on the runtime."""
     op = runtime.cached_op(SparseMlaMetadataOp, quant_mode=quant_mode, **attributes)
     return op(metadata=metadata, **_sparse_inputs(
         q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table, cu_seqlens_q,
         cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv, seqused_cmp_kv,
-        cmp_residual_kv, sinks))
+        cmp_residual_kv, sinks, ori_sparse_indices))
 
 
 def sparse_mla(runtime, q, ori_kv, cmp_kv=None, cmp_sparse_indices=None, ori_block_table=None,
                cmp_block_table=None, cu_seqlens_q=None, cu_seqlens_ori_kv=None,
                cu_seqlens_cmp_kv=None, seqused_q=None, seqused_ori_kv=None, seqused_cmp_kv=None,
                cmp_residual_kv=None, sinks=None, metadata=None, *, quant_mode: int,
-               attn_out=None, softmax_lse=None, **attributes):
+               attn_out=None, softmax_lse=None, ori_sparse_indices=None, **attributes):
     """Sparse MLA (CANN MixedQuantSparseFlashMla) in one call, inputs by CANN's names (see
     SparseMlaOp for shapes and dtypes). Without `metadata`, the metadata op runs first with the
     same attributes and inputs. Returns attn_out, or (attn_out, softmax_lse) with
     return_softmax_lse=1, allocated in q's framework unless given. Ops are cached on the runtime
     per attribute set and plans per shape signature.
 
+    Global slot ids (topk_value_mode=3, layout_kv "PA_BBND"; vLLM's addressing): pass
+    ori_sparse_indices int32 (T1,1,W) / (B,S1,1,W) with each row's ori keys as slots
+    block_id * block_size + offset of ori_kv, and cmp_sparse_indices as slots of cmp_kv; -1 entries
+    are skipped, no block tables. PA_BBND caches may be views with a block stride (e.g.
+    as_strided over one layer's pages of a shared buffer): they are read in place.
+
     Raises:
         attnrt.Error subclasses with the library's message (the offending input named).
     """
     inputs = _sparse_inputs(q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table,
                             cmp_block_table, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv,
-                            seqused_q, seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks)
+                            seqused_q, seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks,
+                            ori_sparse_indices)
     if metadata is None:
         meta_op = runtime.cached_op(SparseMlaMetadataOp, quant_mode=quant_mode, **attributes)
         metadata = meta_op(**inputs)

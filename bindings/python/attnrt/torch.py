@@ -249,7 +249,8 @@ def sparse_mla(q: torch.Tensor, ori_kv: torch.Tensor, quant_mode: int,
                sinks: Optional[torch.Tensor] = None, softmax_scale: float = 0.04419417382415922,
                cmp_ratio: int = 1, ori_mask_mode: int = 0, cmp_mask_mode: int = 0,
                ori_win_left: int = -1, ori_win_right: int = -1, layout_q: str = "BSND",
-               layout_kv: str = "BSND", topk_value_mode: int = 1
+               layout_kv: str = "BSND", topk_value_mode: int = 1,
+               ori_sparse_indices: Optional[torch.Tensor] = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA (see attnrt.SparseMlaOp for shapes); the metadata op runs inside. Returns
     (attn_out of q's shape and dtype, softmax_lse float32: (B,1,S1,N) for BSND q, (1,T1,N) for
@@ -262,7 +263,8 @@ def sparse_mla(q: torch.Tensor, ori_kv: torch.Tensor, quant_mode: int,
     attn_out, lse = _sparse_mla.sparse_mla(
         runtime(), q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table,
         cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
-        seqused_cmp_kv, cmp_residual_kv, sinks, **attributes)
+        seqused_cmp_kv, cmp_residual_kv, sinks, ori_sparse_indices=ori_sparse_indices,
+        **attributes)
     return attn_out, lse
 
 
@@ -271,10 +273,11 @@ def _(q, ori_kv, quant_mode, cmp_kv=None, cmp_sparse_indices=None, ori_block_tab
       cmp_block_table=None, cu_seqlens_q=None, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None,
       seqused_q=None, seqused_ori_kv=None, seqused_cmp_kv=None, cmp_residual_kv=None, sinks=None,
       softmax_scale=0.04419417382415922, cmp_ratio=1, ori_mask_mode=0, cmp_mask_mode=0,
-      ori_win_left=-1, ori_win_right=-1, layout_q="BSND", layout_kv="BSND", topk_value_mode=1):
+      ori_win_left=-1, ori_win_right=-1, layout_q="BSND", layout_kv="BSND", topk_value_mode=1,
+      ori_sparse_indices=None):
     _same_device(q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table,
                  cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
-                 seqused_cmp_kv, cmp_residual_kv, sinks)
+                 seqused_cmp_kv, cmp_residual_kv, sinks, ori_sparse_indices)
     if q.dim() == 4:
         lse_shape = (q.shape[0], 1, q.shape[1], q.shape[2])
     else:

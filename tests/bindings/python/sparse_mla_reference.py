@@ -4,6 +4,12 @@ Written from the specification only: CANN's MixedQuantSparseFlashMla operator RE
 abi/attnrt/ops/sparse_mla.h. It decodes the raw KV token bytes itself and runs one online softmax
 per (query row, head) over the ori window followed by the selected compressed keys (K = V).
 
+topk_value_mode 3 (attnrt's ABI 1.6 definition, PA_BBND only): ori_sparse_indices and
+cmp_sparse_indices hold global slot ids block_id * block_size + offset into ori_kv / cmp_kv, no
+block tables. Every entry is examined, -1 skipped wherever it stands, anything else outside
+[0, num_blocks * block_size) is an error (ValueError naming the entry); a row's keys are its ori
+slots then its cmp slots, in index order, duplicates counted; no mask applies.
+
 Rounding points kept from the operator (they are where a faithful kernel differs from exact math):
   * dequantized K/V values are rounded to the KV element dtype (bf16; q's dtype for quant_mode 3),
   * the probabilities P = exp(s - running_max) are rounded to that dtype before the P.V product,
@@ -226,7 +232,7 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
 
     q = np.asarray(inputs["q"], dtype=np.float64)
     g = {name: _opt(inputs, name) for name in (
-        "cmp_kv", "cmp_sparse_indices", "ori_block_table", "cmp_block_table", "cu_seqlens_q",
+        "ori_sparse_indices", "cmp_kv", "cmp_sparse_indices", "ori_block_table", "cmp_block_table", "cu_seqlens_q",
         "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv",
         "seqused_cmp_kv", "cmp_residual_kv", "sinks")}
     has_cmp, indices = g["cmp_kv"] is not None, g["cmp_sparse_indices"]
@@ -235,6 +241,16 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
     scenario = "SWA" if not has_cmp else ("CSA" if indices is not None else "HCA")
     if topk_mode == 2 and scenario == "CSA" and layout_kv != "PA_BBND":
         raise ValueError("topk_value_mode 2 needs PA_BBND")
+    slots = topk_mode == 3
+    if (g["ori_sparse_indices"] is not None) != slots:
+        raise ValueError("ori_sparse_indices is required with topk_value_mode 3, absent otherwise")
+    if slots:
+        if layout_kv != "PA_BBND" or scenario == "HCA" or ori_mode != 0 or cmp_mode != 0:
+            raise ValueError("topk_value_mode 3 needs PA_BBND, no HCA and mask modes 0")
+        for name in ("ori_block_table", "cmp_block_table", "cu_seqlens_ori_kv",
+                     "cu_seqlens_cmp_kv", "seqused_ori_kv", "seqused_cmp_kv", "cmp_residual_kv"):
+            if g[name] is not None:
+                raise ValueError(f"{name} must be absent with topk_value_mode 3")
 
     if qm == 1:
         dec_ori = dec_cmp = lambda kv: decode_mode1_tokens(kv).reshape(-1, HEAD_DIM)
@@ -244,6 +260,9 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
         dec_ori = lambda kv: np.asarray(kv, dtype=np.float64).reshape(-1, HEAD_DIM)
         dec_cmp = lambda kv: decode_tq4_tokens(kv, kv_dtype).reshape(-1, HEAD_DIM)
     ori_kv = np.asarray(inputs["ori_kv"])
+    if slots:
+        return _slots_reference(q, ori_kv, g, dec_ori, dec_cmp, layout_q, scale, tile, rnd,
+                                round_p, round_output, q_dtype, int(a["return_softmax_lse"]))
     ori = _KvSide(ori_kv, layout_kv, dec_ori, g["ori_block_table"], g["cu_seqlens_ori_kv"])
     cmp = (_KvSide(g["cmp_kv"], layout_kv, dec_cmp, g["cmp_block_table"],
                    g["cu_seqlens_cmp_kv"]) if has_cmp else None)
@@ -324,29 +343,89 @@ def sparse_mla_reference(inputs, attrs, *, q_dtype="bf16", tile=128, round_p=Tru
             kmat = np.concatenate(keys, axis=0)       # ori keys first, then cmp keys
             if kmat.shape[0] == 0:
                 continue
-
-            scores = scale * (q[qrow] @ kmat.T)       # (N, keys)
-            # The sink is a logit with no value: the running max starts at it, the sum at 1.
-            m = sinks.copy() if sinks is not None else np.full(n_heads, -np.inf)
-            l = np.ones(n_heads) if sinks is not None else np.zeros(n_heads)
-            acc = np.zeros((n_heads, HEAD_DIM))
-            for t0 in range(0, kmat.shape[0], tile):
-                st = scores[:, t0:t0 + tile]
-                m_new = np.maximum(m, st.max(axis=1))
-                alpha = np.exp(m - m_new)
-                p = np.exp(st - m_new[:, None])
-                l = alpha * l + p.sum(axis=1)         # the sum uses the unrounded P
-                pv = rnd(p) if round_p else p         # P enters P.V in the KV dtype
-                acc = alpha[:, None] * acc + pv @ kmat[t0:t0 + tile]
-                m = m_new
-            o = acc / l[:, None]
+            o, row_lse = _attend(q[qrow], kmat, sinks, scale, tile, rnd, round_p)
             out[qrow] = _rounder(q_dtype)(o) if round_output else o
             if layout_q == "BSND":
-                lse[b, 0, i] = m + np.log(l)
+                lse[b, 0, i] = row_lse
             else:
-                lse[0, qrow[0]] = m + np.log(l)
+                lse[0, qrow[0]] = row_lse
 
     return out, (lse if int(a["return_softmax_lse"]) else None)
+
+
+def _attend(q_row, kmat, sinks, scale, tile, rnd, round_p):
+    """One query row (N, 512) over the keys kmat (keys, 512): online softmax in tiles of `tile`
+    keys with the sink; returns (attn_out (N, 512) float64, softmax_lse (N,))."""
+    n_heads = q_row.shape[0]
+    scores = scale * (q_row @ kmat.T)                 # (N, keys)
+    # The sink is a logit with no value: the running max starts at it, the sum at 1.
+    m = sinks.copy() if sinks is not None else np.full(n_heads, -np.inf)
+    l = np.ones(n_heads) if sinks is not None else np.zeros(n_heads)
+    acc = np.zeros((n_heads, HEAD_DIM))
+    for t0 in range(0, kmat.shape[0], tile):
+        st = scores[:, t0:t0 + tile]
+        m_new = np.maximum(m, st.max(axis=1))
+        alpha = np.exp(m - m_new)
+        p = np.exp(st - m_new[:, None])
+        l = alpha * l + p.sum(axis=1)                 # the sum uses the unrounded P
+        pv = rnd(p) if round_p else p                 # P enters P.V in the KV dtype
+        acc = alpha[:, None] * acc + pv @ kmat[t0:t0 + tile]
+        m = m_new
+    return acc / l[:, None], m + np.log(l)
+
+
+def _slot_rows(indices, slots, name):
+    """The entries of each row of a slot-id tensor, -1 dropped; ValueError for any other entry
+    outside [0, slots)."""
+    flat = indices.reshape(-1, indices.shape[-1]).astype(np.int64)
+    bad = np.argwhere((flat != -1) & ((flat < 0) | (flat >= slots)))
+    if bad.size:
+        r, k = bad[0]
+        raise ValueError(f"{name}[{r}][{k}] = {flat[r, k]} outside [0, {slots})")
+    return [row[row != -1] for row in flat]
+
+
+def _slots_reference(q, ori_kv, g, dec_ori, dec_cmp, layout_q, scale, tile, rnd, round_p,
+                     round_output, q_dtype, return_lse):
+    """topk_value_mode 3: each query row attends its ori slots then its cmp slots."""
+    n_heads = q.shape[-2]
+    ori_table = dec_ori(ori_kv)                       # (num_blocks * block_size, 512)
+    ori_rows = _slot_rows(g["ori_sparse_indices"], ori_table.shape[0], "ori_sparse_indices")
+    cmp_rows = None
+    if g["cmp_kv"] is not None:
+        cmp_table = dec_cmp(g["cmp_kv"])
+        cmp_rows = _slot_rows(g["cmp_sparse_indices"], cmp_table.shape[0], "cmp_sparse_indices")
+    cu_q = g["cu_seqlens_q"]
+    if layout_q == "TND" and cu_q is None:
+        raise ValueError("TND q needs cu_seqlens_q")
+    batches = q.shape[0] if layout_q == "BSND" else len(cu_q) - 1
+    sinks = None if g["sinks"] is None else g["sinks"].astype(np.float64).reshape(n_heads)
+    out = np.zeros_like(q)
+    lse = np.full((batches, 1, q.shape[1], n_heads) if layout_q == "BSND"
+                  else (1, q.shape[0], n_heads), -np.inf)
+    if sinks is not None:
+        lse[...] = sinks
+    for b in range(batches):
+        cap_q = q.shape[1] if layout_q == "BSND" else int(cu_q[b + 1] - cu_q[b])
+        s1 = int(g["seqused_q"][b]) if g["seqused_q"] is not None else cap_q
+        if s1 > cap_q:
+            raise ValueError(f"batch {b}: seqused_q exceeds the q rows")
+        for i in range(s1):
+            row = b * q.shape[1] + i if layout_q == "BSND" else int(cu_q[b]) + i
+            qrow = (b, i) if layout_q == "BSND" else (row,)
+            keys = [ori_table[ori_rows[row]]]
+            if cmp_rows is not None:
+                keys.append(cmp_table[cmp_rows[row]])
+            kmat = np.concatenate(keys, axis=0)
+            if kmat.shape[0] == 0:
+                continue                              # no key: zero output, lse -inf or the sink
+            o, row_lse = _attend(q[qrow], kmat, sinks, scale, tile, rnd, round_p)
+            out[qrow] = _rounder(q_dtype)(o) if round_output else o
+            if layout_q == "BSND":
+                lse[b, 0, i] = row_lse
+            else:
+                lse[0, row] = row_lse
+    return out, (lse if return_lse else None)
 
 
 # ---- self-checks -----------------------------------------------------------------------------
@@ -503,6 +582,28 @@ def _self_check():
     idx = np.array([[[[1, 3]], [[2, 1]]]], np.int32)
     o, _ = sparse_mla_reference({**pa, "cmp_sparse_indices": idx}, {**at, "topk_value_mode": 2})
     close(o[0, :, 0, 0], [mean(6, 7), mean(7, 8, 32)])      # row 0: logical 1 >= limit 1
+    # topk_value_mode 3: global slots (logical j of ori is slot ori_bt[j // 2] * 2 + j % 2),
+    # -1 skipped anywhere, duplicates counted, ori keys then cmp keys, no mask, no block table.
+    oslot = lambda j: int(ori_bt[0, j // 2]) * 2 + j % 2
+    at_slots = {"quant_mode": 2, "layout_kv": "PA_BBND", "cmp_ratio": 4, "topk_value_mode": 3,
+                "return_softmax_lse": 1}
+    sl = {"q": np.zeros((1, 3, 1, 512)), "ori_kv": ori_blocks, "cmp_kv": cmp_blocks,
+          "ori_sparse_indices": np.array([[[[-1, oslot(5), oslot(6), -1]],
+                                           [[oslot(0), oslot(0), -1, oslot(7)]],
+                                           [[-1, -1, -1, -1]]]], np.int32),
+          "cmp_sparse_indices": np.array([[[[1, -1, 3]], [[-1, -1, -1]], [[-1, -1, -1]]]],
+                                         np.int32)}
+    o, lse = sparse_mla_reference(sl, at_slots)
+    close(o[0, :, 0, 0], [mean(6, 7, 32, 16), mean(1, 1, 8), 0.0])
+    assert lse[0, 0, 2, 0] == -np.inf                      # no slot at all: no key
+    for bad in (10, -2):                                   # 5 blocks of 2: slots [0, 10)
+        wrong = {**sl, "ori_sparse_indices": sl["ori_sparse_indices"].copy()}
+        wrong["ori_sparse_indices"][0, 1, 0, 2] = bad
+        try:
+            sparse_mla_reference(wrong, at_slots)
+            raise AssertionError("an out-of-range slot was accepted")
+        except ValueError as e:
+            assert "ori_sparse_indices[1][2]" in str(e), e
 
     # quant_mode 3: TQ4 decode and a CSA row, TND q with seqused_q, lse shape (1, T1, N).
     t4 = np.zeros((1, 1, 1, 258), np.uint8)

@@ -81,7 +81,7 @@ SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng) : 
   {
     Tensor& q = in_[ATTNRT_SPARSE_MLA_INPUT_Q];
     auto* bits = static_cast<uint16_t*>(q.data());
-    for (int64_t k = 0; k < q.numel(); ++k) bits[k] = ToBits(normal(rng), s.fp16);
+    for (int64_t k = 0; k < q.numel(); ++k) bits[k] = ToBits(normal(rng) * s.q_scale, s.fp16);
   }
   const int64_t total_q_rows = tnd_q ? q_rows_ : B * q_rows_;
 
@@ -228,6 +228,7 @@ SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng) : 
     out_[ATTNRT_SPARSE_MLA_OUTPUT_SOFTMAX_LSE] =
         tnd_q ? Tensor(kF32, {1, q_rows_, N}) : Tensor(kF32, {B, 1, q_rows_, N});
   }
+  if (s.topk_value_mode == 3) MakeSlotIndices(rng, total_q_rows);
   Poison();
 }
 
@@ -258,6 +259,9 @@ attnrt_sparse_mla_attributes SparseMlaCase::Attributes() const {
 
 const attnrt_tensor* const* SparseMlaCase::Inputs() {
   for (size_t i = 0; i < in_.size(); ++i) in_ptrs_[i] = in_[i].empty() ? nullptr : in_[i].get();
+  for (int input : {ATTNRT_SPARSE_MLA_INPUT_ORI_KV, ATTNRT_SPARSE_MLA_INPUT_CMP_KV}) {
+    if (const attnrt_tensor* view = ViewDescriptor(input)) in_ptrs_[input] = view;
+  }
   return in_ptrs_.data();
 }
 
@@ -323,11 +327,24 @@ ref::SparseMlaRefInputs SparseMlaCase::RefInputs() const {
       x.cmp_block_table_cols = cmp_cols_;
       break;
   }
-  x.cmp_kv_k = s.scenario == ATTNRT_SPARSE_MLA_CSA ? s.topk : 0;
+  const Tensor& cmp_idx = in_[ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES];
+  x.cmp_kv_k = cmp_idx.empty() ? 0 : cmp_idx.shape().back();
+  const Tensor& ori_idx = in_[ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES];
+  x.ori_kv_w = ori_idx.empty() ? 0 : ori_idx.shape().back();
   x.q = static_cast<const uint16_t*>(data(ATTNRT_SPARSE_MLA_INPUT_Q));
   x.ori_kv = static_cast<const uint8_t*>(data(ATTNRT_SPARSE_MLA_INPUT_ORI_KV));
   x.cmp_kv = static_cast<const uint8_t*>(data(ATTNRT_SPARSE_MLA_INPUT_CMP_KV));
   x.cmp_sparse_indices = i32(ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES);
+  x.ori_sparse_indices = i32(ATTNRT_SPARSE_MLA_INPUT_ORI_SPARSE_INDICES);
+  for (int side = 0; side < 2; ++side) {
+    const KvView& v = views_[side];
+    if (!v.set) continue;
+    const int64_t elem = side == 0 && s.quant_mode == 3 ? 2 : 1;
+    const uint8_t* base =
+        static_cast<const uint8_t*>(const_cast<Tensor&>(v.storage).data()) + v.byte_offset;
+    (side == 0 ? x.ori_kv : x.cmp_kv) = base;
+    (side == 0 ? x.ori_kv_block_stride : x.cmp_kv_block_stride) = v.strides[0] * elem;
+  }
   x.ori_block_table = i32(ATTNRT_SPARSE_MLA_INPUT_ORI_BLOCK_TABLE);
   x.cmp_block_table = i32(ATTNRT_SPARSE_MLA_INPUT_CMP_BLOCK_TABLE);
   x.cu_seqlens_q = i32(ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q);

@@ -43,7 +43,15 @@ struct SparseMlaSpec {
   bool residual = true;
   float softmax_scale = 0.04419417382415922f;
   int32_t num_threads = 0;  // the runtime's num_threads option (0: its default)
+  // topk_value_mode 3 (PA_BBND): W, entries per row of ori_sparse_indices. The case then holds
+  // random global slot ids (some -1, some repeated) in ori_sparse_indices and, for CSA, in
+  // cmp_sparse_indices (topk entries per row), and no block table, seqused_*_kv or residual.
+  int64_t ori_topk = 8;
+  float q_scale = 1.0f;  // multiplies the random queries: larger values make the softmax peaked
 };
+
+// A topk_value_mode 3 spec: PA_BBND, mask modes 0, no residual, `scenario` SWA or CSA.
+SparseMlaSpec SlotsSpec(int32_t scenario, int32_t quant_mode);
 
 class SparseMlaCase {
  public:
@@ -61,8 +69,26 @@ class SparseMlaCase {
   void Poison();
   const SparseMlaSpec& spec() const { return spec_; }
 
+  // Passes ori_kv or cmp_kv (`input`) to the op as a view into `storage` (bytes) with `strides`
+  // (elements, the compact tensor's shape) at `byte_offset`; the reference reads the same bytes
+  // with block stride strides[0] * element size. in()[input] keeps the compact tensor.
+  void SetKvView(int input, Tensor storage, std::vector<int64_t> strides, uint64_t byte_offset);
+  void ClearKvViews();
+
  private:
+  // topk_value_mode 3: slot ids instead of block tables and kv lengths (sparse_mla_slots_case.cpp).
+  void MakeSlotIndices(std::mt19937_64& rng, int64_t total_q_rows);
+  struct KvView {
+    bool set = false;
+    Tensor storage;
+    std::vector<int64_t> strides;
+    uint64_t byte_offset = 0;
+    attnrt_tensor desc{};
+  };
+  const attnrt_tensor* ViewDescriptor(int input);
+
   SparseMlaSpec spec_;
+  std::array<KvView, 2> views_;  // ori_kv, cmp_kv
   std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_INPUTS> in_;
   std::array<Tensor, ATTNRT_SPARSE_MLA_NUM_OUTPUTS> out_;
   std::array<const attnrt_tensor*, ATTNRT_SPARSE_MLA_NUM_INPUTS> in_ptrs_{};
@@ -109,4 +135,12 @@ inline constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
 inline constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 
+// Copies the compact PA_BBND cache `input` (ori_kv or cmp_kv) of c into a buffer shared by `layers`
+// interleaved layers (vLLM style): block k of layer l lies at lead_bytes + (k * layers + l) *
+// page_bytes, page_bytes >= the block's bytes; this cache is layer `layer`. The other layers' pages
+// hold other blocks of the same cache (finite, wrong values), the padding after each block and the
+// lead bytes 0xFF (NaN in every token format). Installs the view (SetKvView), dim 2 (extent 1)
+// getting stride `dim2_stride`.
+void UseInterleavedCache(SparseMlaCase& c, int input, int64_t page_bytes, int64_t layers,
+                         int64_t layer, int64_t lead_bytes, int64_t dim2_stride = -1);
 }  // namespace attnrt_test
