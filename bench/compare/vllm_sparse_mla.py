@@ -14,7 +14,7 @@ C128A 2). Contexts of 16384 tokens (decode: one token per request at position 16
 The 19 cases: CSA (C4A) decode H 64/128 x B 1/4/16 x top-k 512/2048; CSA prefill, 128 rows of one
 request (H 64, 128; top-k 512); HCA (C128A) decode H 64/128, B 4 (dense compressed slots: 128);
 SWA-only decode H 64 B 4, H 128 B 4, H 128 B 16. Both outputs are compared before timing
-(max |diff| / max |vLLM out| <= 1.6e-2, the bound of
+(max |diff| / max |vLLM out| <= 8e-3, the bound of
 tests/bindings/python/test_vllm_deepseek_v4.py).
 Timed: the call alone, vLLM and attnrt interleaved (A B A B ...), medians of --reps calls after a
 warm-up call; ratio = vLLM's time / attnrt's (> 1: attnrt faster); geomean per thread count.
@@ -43,7 +43,7 @@ WINDOW = 128
 SWA_BLOCK = 64
 CACHE_BLOCK = 256
 CONTEXT = 16384
-REL_TOLERANCE = 1.6e-2
+REL_TOLERANCE = 8e-3
 
 
 def padded_page(block_size):
@@ -168,21 +168,18 @@ class Case:
         return rel
 
     def attnrt_kernel(self):
+        """The kernel of the plan attnrt runs for this case (on the adapter's runtime)."""
         from attnrt import _vllm_backend
-        from attnrt._sparse_mla import SparseMlaOp
+        from attnrt._sparse_mla import SparseMlaOp, sparse_mla_metadata
         from attnrt._vllm_deepseek_v4 import sparse_mla_arguments
 
         kw = sparse_mla_arguments(*self.args(self.attnrt_out))
-        inputs = {k: kw.pop(k) for k in ("q", "ori_kv", "cmp_kv", "cmp_sparse_indices",
-                                         "cu_seqlens_q", "sinks", "ori_sparse_indices")}
         out = kw.pop("attn_out")
+        inputs = {k: kw.pop(k) for k in list(kw) if k in SparseMlaOp.INPUTS}
         rt = _vllm_backend.runtime()
-        op = rt.cached_op(SparseMlaOp, **kw)
-        from attnrt._sparse_mla import sparse_mla_metadata
-
-        inputs["metadata"] = sparse_mla_metadata(rt, **{k: v for k, v in inputs.items()}, **kw)
+        inputs["metadata"] = sparse_mla_metadata(rt, **inputs, **kw)
         inputs = {k: v for k, v in inputs.items() if v is not None}
-        return op.plan(inputs, {"attn_out": out}).kernel
+        return rt.cached_op(SparseMlaOp, **kw).plan(inputs, {"attn_out": out}).kernel
 
 
 def cases():

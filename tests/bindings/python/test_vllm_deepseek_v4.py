@@ -26,11 +26,14 @@ CACHE_BLOCK = 256        # vLLM's CPU block size for DeepSeek-V4: compressed pag
 MAX_MODEL_LEN = 16384
 TOPK = 512               # C4A indexer top-k
 Q_STD = 4.0              # score std ~ Q_STD with unit keys and scale 1/sqrt(512): peaked softmax
-# Measured (this file's 48 cases, vLLM's non-AMX path and attnrt's avx512_bf16 kernel): max
-# |attnrt - vLLM| / max|vLLM out| per case up to 4.9e-3 (one bf16 ulp of an element near the
-# maximum), 99.9th percentile of |diff| / max|out| <= 2.0e-3; bound 1.6e-2 (about 3x the worst).
-# Dropping the heaviest window key of each row gives >= 1.1e-1 in every case tried.
-REL_TOLERANCE = 1.6e-2
+# Measured on the 48 cases below (vLLM's non-AMX path, attnrt's sparse_mla avx512_bf16 kernel,
+# an AVX-512 host without AMX): max |attnrt - vLLM| / max |vLLM out| per case 4.9e-4 to 4.2e-3,
+# i.e. at most one bf16 ulp of the largest element (2^-8 relative); 0 to 5 % of the elements differ
+# at all; the 99.9th percentile of |diff| / max |out| is at most 1.1e-3. The two kernels round
+# P = exp(s - m) to bf16 at the same points (tiles of 128 keys: the window, then the compressed
+# keys) but compute exp differently. Bound: 8e-3, two ulps at the maximum. Dropping the heaviest
+# window key of each row (the negative control) gives 0.70 to 0.94.
+REL_TOLERANCE = 8e-3
 BASE_SEED = int(os.environ.get("ATTNRT_TEST_SEED", "20240"))
 
 
