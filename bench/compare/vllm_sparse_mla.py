@@ -17,7 +17,9 @@ SWA-only decode H 64 B 4, H 128 B 4, H 128 B 16. Both outputs are compared befor
 (max |diff| / max |vLLM out| <= 8e-3, the bound of
 tests/bindings/python/test_vllm_deepseek_v4.py).
 Timed: the call alone, vLLM and attnrt interleaved (A B A B ...), medians of --reps calls after a
-warm-up call; ratio = vLLM's time / attnrt's (> 1: attnrt faster); geomean per thread count.
+warm-up call, wall time and the process's CPU time (time.process_time: every thread's, spinning
+included; on a shared host the CPU time of a one-thread call is the figure other processes disturb
+least); ratio = vLLM's time / attnrt's (> 1: attnrt faster); geomeans per thread count.
 
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernel; attnrt runs on the adapter's default
 runtime, the vLLM backend's (attnrt._vllm_backend.runtime(): an attnrt.Runtime of
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -198,15 +201,19 @@ def cases():
 
 
 def time_interleaved(fns, reps):
+    """Per callable, called in turn (A B A B ...) after a warm-up call: the median wall seconds
+    and the median CPU seconds of the process (every thread's, time.process_time) of a call."""
     for fn in fns:
         fn()
-    times = [[] for _ in fns]
+    wall = [[] for _ in fns]
+    cpu = [[] for _ in fns]
     for _ in range(reps):
-        for fn, t in zip(fns, times):
-            t0 = time.perf_counter()
+        for fn, w, c in zip(fns, wall, cpu):
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
-            t.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+            w.append(time.perf_counter() - t0)
+            c.append(time.process_time() - c0)
+    return [statistics.median(t) for t in wall], [statistics.median(t) for t in cpu]
 
 
 def geomean(xs):
@@ -224,7 +231,8 @@ def main():
     only = [s.strip().lower() for s in args.only.split(",") if s.strip()]
     amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
     print(f"torch {torch.__version__}; host {'with' if amx else 'without'} AMX; "
-          f"threads {threads}; medians of {args.reps} interleaved calls", flush=True)
+          f"threads {threads}; medians of {args.reps} interleaved calls; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for i, (name, kind, h, t, k, prefill) in enumerate(cases()):
         if only and not any(s in name.lower() for s in only):
@@ -234,24 +242,31 @@ def main():
             torch.set_num_threads(nt)
             rel = case.check()
             kernel = case.attnrt_kernel()
-            tv, ta = time_interleaved([case.run_vllm, case.run_attnrt], args.reps)
+            (tv, ta), (cv, ca) = time_interleaved([case.run_vllm, case.run_attnrt], args.reps)
             rows.append(dict(case=name, threads=nt, vllm_ms=tv * 1e3, attnrt_ms=ta * 1e3,
-                             ratio=tv / ta, kernel=kernel, rel=rel))
+                             ratio=tv / ta, vllm_cpu=cv * 1e3, attnrt_cpu=ca * 1e3,
+                             cpu_ratio=cv / ca, kernel=kernel, rel=rel))
             print(f"{name:38s} threads {nt}: vLLM {tv * 1e3:9.3f} ms  attnrt {ta * 1e3:9.3f} ms  "
-                  f"ratio {tv / ta:5.2f}  ({kernel}; max|diff|/max|out| {rel:.2g})", flush=True)
+                  f"ratio {tv / ta:5.2f}  CPU ratio {cv / ca:5.2f}  ({kernel}; max|diff|/max|out| "
+                  f"{rel:.2g})", flush=True)
         del case
-    lines = ["| case | threads | vLLM ms | attnrt ms | ratio |", "|---|---|---|---|---|"]
+    lines = ["| case | threads | vLLM ms | attnrt ms | ratio | vLLM CPU ms | attnrt CPU ms | "
+             "CPU ratio |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['threads']} | {r['vllm_ms']:.3f} | {r['attnrt_ms']:.3f} "
-                     f"| {r['ratio']:.2f} |")
+                     f"| {r['ratio']:.2f} | {r['vllm_cpu']:.3f} | {r['attnrt_cpu']:.3f} | "
+                     f"{r['cpu_ratio']:.2f} |")
     lines.append("")
     for nt in threads:
-        ratios = [r["ratio"] for r in rows if r["threads"] == nt]
-        if ratios:
-            lines.append(f"{nt} thread(s): geomean ratio {geomean(ratios):.2f} (min "
-                         f"{min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} cases)")
+        for key, what in (("ratio", "wall"), ("cpu_ratio", "CPU")):
+            ratios = [r[key] for r in rows if r["threads"] == nt]
+            if ratios:
+                lines.append(f"{nt} thread(s), {what} time: geomean ratio {geomean(ratios):.2f} "
+                             f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} "
+                             f"cases)")
     kernels = sorted({r["kernel"] for r in rows})
-    lines.append(f"attnrt kernel(s): {', '.join(kernels)}")
+    lines.append(f"attnrt kernel(s): {', '.join(kernels)}; load average at the end "
+                 f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:

@@ -26,8 +26,8 @@ CACHE_BLOCK = 256        # vLLM's CPU block size for DeepSeek-V4: compressed pag
 MAX_MODEL_LEN = 16384
 TOPK = 512               # C4A indexer top-k
 Q_STD = 4.0              # score std ~ Q_STD with unit keys and scale 1/sqrt(512): peaked softmax
-# Measured on the 48 cases below (vLLM's non-AMX path, attnrt's sparse_mla avx512_bf16 kernel,
-# an AVX-512 host without AMX): max |attnrt - vLLM| / max |vLLM out| per case 4.9e-4 to 4.2e-3,
+# Measured on the 48 cases below (vLLM's non-AMX path, attnrt's kernel
+# sparse_mla.sparse_mla.flash.avx512, an AVX-512 host without AMX): max |attnrt - vLLM| / max |vLLM out| per case 4.9e-4 to 4.2e-3,
 # i.e. at most one bf16 ulp of the largest element (2^-8 relative); 0 to 5 % of the elements differ
 # at all; the 99.9th percentile of |diff| / max |out| is at most 1.1e-3. The two kernels round
 # P = exp(s - m) to bf16 at the same points (tiles of 128 keys: the window, then the compressed
