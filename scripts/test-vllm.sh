@@ -49,7 +49,8 @@ env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
 "$py" -m pip install -q --disable-pip-version-check pytest
 ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
   "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py" \
-  "$root/tests/bindings/python/test_vllm_deepseek_v4.py"
+  "$root/tests/bindings/python/test_vllm_deepseek_v4.py" \
+  "$root/tests/bindings/python/test_vllm_deepseek_v4_support.py"
 
 work="$build_dir/vllm-e2e"
 mkdir -p "$work"
@@ -125,6 +126,23 @@ sys.exit(0 if worst <= tol else 1)
 PY
     fail "bfloat16 ($mode): prompt logprobs differ by more than $BF16_TOLERANCE"
 done
+
+# DeepSeek-V4 with vLLM's own sparse attention (a seeded checkpoint with SWA, C4A and C128A
+# layers, bfloat16; prompts up to 2600 tokens, so the C4A indexer's learned top-512 is used):
+# runs only with the fixes the plugin applies to vLLM 0.32 on CPU without Triton (docs/python.md),
+# chunked prefill kept on CPUs without AMX. Engine and worker processes (the entry point runs
+# there), then in-process: the same prompt logprobs and greedy tokens.
+dsv4="$work/deepseek-v4"
+"$py" scripts/make-deepseek-v4-checkpoint.py "$dsv4" >/dev/null
+drun=("$py" "$root/scripts/vllm_reference_run.py" "$dsv4" --dtype bfloat16 --num-prompts 2
+  --min-prompt-len 300 --max-prompt-len 2600 --gen-tokens 8)
+step dsv4-vllm env ATTNRT_VLLM=0 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]}" \
+  --out "$work/dsv4-vllm.json" || fail "DeepSeek-V4: vLLM did not run (see $work/dsv4-vllm.log)"
+grep -q "DeepSeek-V4 CPU fix applied" "$work/dsv4-vllm.log" ||
+  fail "DeepSeek-V4: the log does not say that the plugin applied its fixes"
+step dsv4-vllm-in-process env ATTNRT_VLLM=0 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]}" \
+  --in-process --out "$work/dsv4-vllm-in-process.json" --compare "$work/dsv4-vllm.json" \
+  --tolerance 1e-3 || fail "DeepSeek-V4: two runs differ (see $work/dsv4-vllm-in-process.log)"
 
 if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
   tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)

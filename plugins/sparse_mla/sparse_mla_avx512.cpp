@@ -26,29 +26,23 @@
 namespace attnrt::sparse_mla::avx512 {
 
 // Token decoders, 16 values per step (the x86 decoders' arithmetic on ZMM registers).
-// Nope dims: the 7 magnitude bits of a float8_e4m3fn byte shifted into an fp32 pattern are the
-// value times 2^-120 (fp32 subnormals cover the e4m3 subnormals exactly), so one multiply by
-// scale * 2^120 gives value * scale exactly (both products are exact: at most 4 × 8 significant
-// bits) when scale * 2^120 is finite, else two multiplies. The product is rounded to bf16 without
-// a NaN test (a NaN product comes from a NaN scale, whose low 16 bits are 0, or from 0 × inf: the
-// rounding keeps it NaN); 0x7F/0xFF bytes are NaN (all-ones) afterwards.
+// Nope dims: Fp8Magnitudex16 gives each float8_e4m3fn byte's magnitude as an exact fp32 value,
+// times scale (one exact multiply: at most 4 x 8 significant bits, rounded as the fp32 product
+// of the reference where it over- or underflows), then the byte's sign. The product is rounded to
+// bf16 without a NaN test (a NaN product comes from a NaN scale, whose low 16 bits are 0, or from
+// 0 x inf: the rounding keeps it NaN); 0x7F/0xFF bytes are NaN (all-ones) afterwards.
 inline void DecodeNopex16(const uint8_t* nope, const float* scales, float* dst) {
   const __m512i mag_mask = _mm512_set1_epi32(0x7F);
   const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
   const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
   const __m512i high = _mm512_set1_epi32(-65536), nan = _mm512_set1_epi32(-1);
-  const __m512 two120 = _mm512_set1_ps(1.329227995784916e36f);  // 2^120
   for (int g = 0; g < 7; ++g) {
-    const float scale = scales[g];
-    const bool fold = !(std::fabs(scale) >= 256.0f && std::isfinite(scale));
-    const __m512 s = _mm512_set1_ps(fold ? scale * 1.329227995784916e36f : scale);
+    const __m512 s = _mm512_set1_ps(scales[g]);
     for (int d = g * 64; d < (g + 1) * 64; d += 16) {
       const __m512i b =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nope + d)));
       const __m512i mag = _mm512_and_si512(b, mag_mask);
-      __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(mag, 20));
-      if (!fold) v = _mm512_mul_ps(v, two120);
-      v = _mm512_mul_ps(v, s);
+      const __m512 v = _mm512_mul_ps(Fp8Magnitudex16(mag), s);
       // The byte's sign (bit 7 to bit 31) flips the product's: A ^ (B & C).
       const __m512i x = _mm512_ternarylogic_epi32(_mm512_castps_si512(v), _mm512_slli_epi32(b, 24),
                                                   sign_bit, 0x78);

@@ -1,11 +1,24 @@
-// The AVX-512 builds' softmax vector (16 heads per ZMM register), shared by the fp32 AVX-512 kernel
-// and the bf16 kernels (sparse_mla_avx512.cpp, sparse_mla_bf16.h). Included after SPARSE_MLA_ISA is
-// defined, by files compiled with AVX-512 F/BW/VL and FMA.
+// The AVX-512 builds' softmax vector (16 heads per ZMM register) and fp8 magnitude decoder, shared
+// by the fp32 AVX-512 kernel and the bf16 kernels (sparse_mla_avx512.cpp, sparse_mla_bf16.h).
+// Included after SPARSE_MLA_ISA is defined, by files compiled with AVX-512 F/BW/VL and FMA.
 #pragma once
 
 #include <immintrin.h>
 
 namespace attnrt::sparse_mla::SPARSE_MLA_ISA {
+
+// The magnitude (7 low bits) of float8_e4m3fn bytes as exact fp32 values: normal codes (exponent
+// field >= 1) are the 7 magnitude bits shifted into an fp32 pattern with the exponent rebiased by
+// an integer add (+120); subnormal codes (m * 2^-9, m < 8) are converted from the integer m. No
+// fp32 subnormal is formed: an x86 multiply with a subnormal operand takes a microcode assist
+// (about 100 cycles), which made a cache holding many fp8 subnormals several times slower to read.
+inline __m512 Fp8Magnitudex16(__m512i mag) {
+  const __m512 normal = _mm512_castsi512_ps(
+      _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+  const __mmask16 subnormal = _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8));
+  const __m512 small = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0.001953125f));
+  return _mm512_mask_mov_ps(normal, subnormal, small);
+}
 
 struct Vec {
   using V = __m512;

@@ -103,14 +103,13 @@ struct Bf16Tile {
     const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(bf16_exact), 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(bits));
   }
-  // float8_e4m3fn bytes to fp32 (sparse_mla_x86.h's Fp8ToFloatx8 on 16 lanes): the 7 magnitude
-  // bits shifted into an fp32 pattern are the value times 2^-120; 0x7F/0xFF are NaN (all ones).
+  // float8_e4m3fn bytes to fp32 (Fp8Magnitudex16, sparse_mla_avx512_vec.h: no fp32 subnormal is
+  // formed); 0x7F/0xFF are NaN (all ones).
   static __m512 Fp8ToFloatx16(const uint8_t* p) {
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
     const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-    const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)),
-                                   _mm512_set1_ps(1.329227995784916e36f));  // 2^120
+    const __m512 v = Fp8Magnitudex16(mag);
     const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
     const __m512i bits = _mm512_or_si512(_mm512_castps_si512(v), sign);
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, nan, _mm512_set1_epi32(-1)));

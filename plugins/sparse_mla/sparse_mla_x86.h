@@ -25,28 +25,32 @@ inline __m256 RoundFp16x8(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// Nope dims: bf16(fp8 * scale) with one scale per 64 dims. The 7 magnitude bits of a
-// float8_e4m3fn byte shifted into an fp32 pattern are the value times 2^-120 (fp32 subnormals
-// cover the e4m3 subnormals exactly); 2^120 is folded into the scale where scale * 2^120 is finite
-// (value * scale is exact either way: at most 4 × 8 significant bits), the byte's sign is applied
-// after the multiply, the bf16 rounding without a NaN
-// test (a NaN product comes from a NaN scale, whose low 16 bits are 0, or from 0 × inf: the
-// rounding keeps it NaN), and the 0x7F/0xFF codes set to NaN (all-ones) last.
+// Nope dims: bf16(fp8 * scale) with one scale per 64 dims. Each float8_e4m3fn byte's magnitude
+// becomes an exact fp32 value without forming an fp32 subnormal (an x86 multiply with a subnormal
+// operand takes a microcode assist of about 100 cycles): normal codes are the 7 magnitude bits
+// shifted into an fp32 pattern with the exponent rebiased by an integer add (+120), subnormal
+// codes (m * 2^-9, m < 8) are converted from m. One exact multiply by scale (at most 4 × 8
+// significant bits; rounded as the reference's fp32 product where it over- or underflows), the
+// byte's sign after the multiply, the bf16 rounding without a NaN test (a NaN product comes from
+// a NaN scale, whose low 16 bits are 0, or from 0 × inf: the rounding keeps it NaN), and the
+// 0x7F/0xFF codes set to NaN (all-ones) last.
 inline void DecodeNopeX86(const uint8_t* nope, const float* scales, float* dst) {
   const __m256i mag_mask = _mm256_set1_epi32(0x7F), sign_bit = _mm256_set1_epi32(INT32_MIN);
   const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
   const __m256i high = _mm256_set1_epi32(-65536);
-  const __m256 two120 = _mm256_set1_ps(1.329227995784916e36f);  // 2^120
+  const __m256i rebias = _mm256_set1_epi32(120 << 23), seven = _mm256_set1_epi32(7);
+  const __m256 two_m9 = _mm256_set1_ps(0.001953125f);  // 2^-9
   for (int g = 0; g < 7; ++g) {
-    const float scale = scales[g];
-    const bool fold = !(std::fabs(scale) >= 256.0f && std::isfinite(scale));
-    const __m256 s = _mm256_set1_ps(fold ? scale * 1.329227995784916e36f : scale);
+    const __m256 s = _mm256_set1_ps(scales[g]);
     for (int d = g * 64; d < (g + 1) * 64; d += 8) {
       const __m256i b =
           _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nope + d)));
       const __m256i mag = _mm256_and_si256(b, mag_mask);
-      __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(mag, 20));
-      if (!fold) v = _mm256_mul_ps(v, two120);
+      const __m256 normal =
+          _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), rebias));
+      const __m256 small = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), two_m9);
+      const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, seven));
+      __m256 v = _mm256_blendv_ps(small, normal, is_normal);
       v = _mm256_mul_ps(v, s);
       const __m256i x = _mm256_xor_si256(_mm256_castps_si256(v),
                                          _mm256_and_si256(_mm256_slli_epi32(b, 24), sign_bit));

@@ -74,6 +74,12 @@ def register() -> None:
     Idempotent (vLLM may call it several times per process). vLLM runs it unguarded at start-up
     (unlike the entry point's import), so what it raises fails the start: an ATTNRT_VLLM value
     other than 0/1, or attnrt not usable (check_usable)."""
+    # vLLM 0.32.0 DeepSeek-V4 on CPU without Triton, whatever ATTNRT_VLLM says (see
+    # attnrt._vllm_deepseek_v4_support; does nothing on other versions or platforms).
+    from ._vllm_deepseek_v4_support import apply as apply_deepseek_v4_support
+
+    apply_deepseek_v4_support()
+
     if not enabled():
         return
     check_usable()
