@@ -230,7 +230,7 @@ _KERNEL_ARGUMENTS = ("out", "q", "window_cache_2d", "window_slots", "window_bloc
                      "compressed_cache_2d", "compressed_slots", "compressed_block_size",
                      "attn_sink", "scale")
 _FORWARD_MQA_PARAMETERS = ("self", "q", "kv", "positions", "output")
-_route_state = {"status": None}
+_route_state = {"status": None, "announced": False}
 
 
 class _KernelsOf:
@@ -239,6 +239,8 @@ class _KernelsOf:
 
     def __getattr__(self, name):
         if name == ROUTED_KERNEL:
+            if not _route_state["announced"]:
+                _announce_routed()
             return globals()["flash_mla_with_kvcache"]
         return getattr(torch.ops._C, name)
 
@@ -263,6 +265,34 @@ def _logger():
     from vllm.logger import init_logger
 
     return init_logger("vllm.attnrt")
+
+
+def _announce_routed() -> None:
+    """Says once per process, in vLLM's log, that attnrt serves DeepSeek-V4's sparse attention:
+    when the route is installed if vLLM's logging is set up by then, else at the first routed
+    kernel call (vLLM 0.32 sets its logging up after the plugins load)."""
+    _route_state["announced"] = True
+    _logger().info("attnrt serves DeepSeek-V4 sparse attention (%s.DeepseekV4CPUAttention: "
+                   "torch.ops._C.%s -> attnrt._vllm_deepseek_v4.flash_mla_with_kvcache, sparse "
+                   "MLA quant_mode 2 with global slot ids)", ROUTED_MODULE, ROUTED_KERNEL)
+
+
+def _refuse(why: str) -> str:
+    """Records and reports a refusal: in vLLM's log when it is set up, else as a RuntimeWarning
+    (stderr), so that it is seen whenever the plugin runs."""
+    status = f"refused: {why}"
+    if _route_state["status"] != status:
+        message = (f"attnrt does not serve DeepSeek-V4 sparse attention (ATTNRT_VLLM=1): {why}; "
+                   f"vLLM's own kernel serves it")
+        logger = _logger()
+        if logger.hasHandlers():
+            logger.warning("%s", message)
+        else:
+            import warnings
+
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+    _route_state["status"] = status
+    return status
 
 
 def _why_not_routable(module) -> str | None:
@@ -296,9 +326,7 @@ def _install(module) -> None:
 
     why = _why_not_routable(module)
     if why is not None:
-        _route_state["status"] = f"refused: {why}"
-        _logger().warning("attnrt does not serve DeepSeek-V4 sparse attention (ATTNRT_VLLM=1): "
-                          "%s; vLLM's own kernel serves it", why)
+        _refuse(why)
         return
     cls = module.DeepseekV4CPUAttention
     original = cls.forward_mqa
@@ -312,9 +340,8 @@ def _install(module) -> None:
     routed._attnrt_routed = True
     cls.forward_mqa = routed
     _route_state["status"] = "routed"
-    _logger().info("attnrt serves DeepSeek-V4 sparse attention (%s.DeepseekV4CPUAttention: "
-                   "torch.ops._C.%s -> attnrt._vllm_deepseek_v4.flash_mla_with_kvcache, sparse "
-                   "MLA quant_mode 2 with global slot ids)", ROUTED_MODULE, ROUTED_KERNEL)
+    if not _route_state["announced"] and _logger().hasHandlers():
+        _announce_routed()
 
 
 class _RouteOnImport:
@@ -351,13 +378,8 @@ def route(version: str | None = None) -> str:
 
         version = getattr(vllm, "__version__", "unknown")
     if version.split("+")[0] != ROUTED_VLLM_VERSION:
-        why = (f"vLLM {version} is installed, the route is written for vLLM "
-               f"{ROUTED_VLLM_VERSION}'s {ROUTED_MODULE}")
-        if _route_state["status"] != f"refused: {why}":
-            _logger().warning("attnrt does not serve DeepSeek-V4 sparse attention "
-                              "(ATTNRT_VLLM=1): %s; vLLM's own kernel serves it", why)
-        _route_state["status"] = f"refused: {why}"
-        return _route_state["status"]
+        return _refuse(f"vLLM {version} is installed, the route is written for vLLM "
+                       f"{ROUTED_VLLM_VERSION}'s {ROUTED_MODULE}")
     module = sys.modules.get(ROUTED_MODULE)
     if module is not None:
         if not getattr(getattr(getattr(module, "DeepseekV4CPUAttention", None), "forward_mqa",

@@ -344,6 +344,7 @@ def test_route_sends_forward_mqa_to_the_adapter_on_vllm_0_32(monkeypatch):
     cls = cpu_sparse.DeepseekV4CPUAttention
     monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)  # restored afterwards
     monkeypatch.setitem(adapter._route_state, "status", None)
+    monkeypatch.setitem(adapter._route_state, "announced", False)
     original = cls.forward_mqa
     assert adapter.route() == "routed"
     assert cls.forward_mqa is not original and cls.forward_mqa.__wrapped__ is original
@@ -372,7 +373,23 @@ def test_route_sends_forward_mqa_to_the_adapter_on_vllm_0_32(monkeypatch):
     assert torch.ops._C.flash_mla_with_kvcache_cpu is not spy
 
 
-def test_route_refuses_another_vllm_version(monkeypatch):
+class _Logger:
+    """vLLM's logger as the route sees it: set up (handlers) or not yet."""
+
+    def __init__(self, ready):
+        self.ready, self.records = ready, []
+
+    def hasHandlers(self):
+        return self.ready
+
+    def info(self, msg, *args):
+        self.records.append(msg % args)
+
+    warning = info
+
+
+def test_route_announces_once_at_the_first_kernel_call_when_logging_comes_later(monkeypatch):
+    from vllm.forward_context import override_forward_context
     from vllm.models.deepseek_v4.cpu import cpu_sparse
 
     from attnrt import _vllm_deepseek_v4 as adapter
@@ -380,8 +397,39 @@ def test_route_refuses_another_vllm_version(monkeypatch):
     cls = cpu_sparse.DeepseekV4CPUAttention
     monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)
     monkeypatch.setitem(adapter._route_state, "status", None)
+    monkeypatch.setitem(adapter._route_state, "announced", False)
+    logger = _Logger(ready=False)  # vLLM 0.32 sets its logging up after the plugins load
+    monkeypatch.setattr(adapter, "_logger", lambda: logger)
+    assert adapter.route() == "routed" and logger.records == []
+    logger.ready = True
+    case = Case("swa", 64, 1, "-inf", BASE_SEED + 5000)
+    layer, context = _swa_layer_call(case)
+    out = torch.empty(case.q.shape, dtype=torch.bfloat16)
+    with override_forward_context(context):
+        cls.forward_mqa(layer, case.q, None, case.positions, out)
+        cls.forward_mqa(layer, case.q, None, case.positions, out)
+    assert len(logger.records) == 1, logger.records
+    assert logger.records[0].startswith("attnrt serves DeepSeek-V4 sparse attention")
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_route_refuses_another_vllm_version(monkeypatch, ready):
+    from vllm.models.deepseek_v4.cpu import cpu_sparse
+
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    cls = cpu_sparse.DeepseekV4CPUAttention
+    monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    logger = _Logger(ready)
+    monkeypatch.setattr(adapter, "_logger", lambda: logger)
     original = cls.forward_mqa
-    status = adapter.route(version="0.33.0")
+    if ready:  # in vLLM's log
+        status = adapter.route(version="0.33.0")
+        assert len(logger.records) == 1 and "vLLM 0.33.0 is installed" in logger.records[0]
+    else:  # before vLLM's logging is set up: a RuntimeWarning
+        with pytest.warns(RuntimeWarning, match="does not serve DeepSeek-V4 sparse attention"):
+            status = adapter.route(version="0.33.0")
     assert status.startswith("refused: vLLM 0.33.0 is installed"), status
     assert "0.32.0" in status
     assert cls.forward_mqa is original
