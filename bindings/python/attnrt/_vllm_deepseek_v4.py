@@ -38,7 +38,7 @@ import threading
 import torch
 
 from ._errors import InvalidArgumentError
-from ._sparse_mla import TOKEN_BYTES, sparse_mla
+from ._sparse_mla import TOKEN_BYTES, SparseMlaMetadataOp, SparseMlaOp
 
 #: Bytes of one fp8_ds_mla token in a page (448 fp8 + 64 bf16 + 8 scale bytes): quant_mode 2.
 TOKEN_BYTES_DS_MLA = TOKEN_BYTES[2]
@@ -159,7 +159,46 @@ def flash_mla_with_kvcache(out, q, window_cache_2d, window_slots, window_block_s
                                      compressed_cache_2d, compressed_slots, compressed_block_size,
                                      attn_sink, scale)
     if arguments is not None:
-        sparse_mla(runtime if runtime is not None else _default_runtime(), **arguments)
+        _run(runtime if runtime is not None else _default_runtime(), arguments)
+
+
+_INPUT_NAMES = ("q", "ori_kv", "cmp_kv", "cmp_sparse_indices", "cu_seqlens_q", "sinks",
+                "ori_sparse_indices")
+_MAX_METADATA = 256
+
+
+def _run(rt, arguments: dict) -> None:
+    """attnrt.sparse_mla(rt, **arguments), with what does not change between a layer's calls
+    kept on the runtime: the two ops per softmax scale, and the metadata per shape signature (with
+    global slot ids the metadata depends on the shapes and on cu_seqlens_q = [0, T] only, not on
+    the slot values; the op rejects metadata made for anything else)."""
+    inputs = {name: arguments.pop(name) for name in _INPUT_NAMES}
+    out = arguments.pop("attn_out")
+    scale = arguments["softmax_scale"]
+    cache = rt.__dict__.get("_attnrt_dsv4")
+    if cache is None:
+        cache = rt.__dict__.setdefault("_attnrt_dsv4", {})
+    entry = cache.get(scale)
+    if entry is None:
+        with _lock:
+            entry = cache.get(scale)
+            if entry is None:
+                entry = cache[scale] = (SparseMlaMetadataOp(rt, **arguments),
+                                        SparseMlaOp(rt, **arguments), {})
+    metadata_op, op, metadata_by_shape = entry
+    ori_kv, cmp_kv = inputs["ori_kv"], inputs["cmp_kv"]
+    key = (rt.num_threads, tuple(inputs["q"].shape), tuple(ori_kv.shape), ori_kv.stride(),
+           tuple(inputs["ori_sparse_indices"].shape),
+           None if cmp_kv is None else (tuple(cmp_kv.shape), cmp_kv.stride(),
+                                        tuple(inputs["cmp_sparse_indices"].shape)))
+    metadata = metadata_by_shape.get(key)
+    if metadata is None:
+        metadata = metadata_op(**inputs)
+        if len(metadata_by_shape) >= _MAX_METADATA:
+            metadata_by_shape.clear()
+        metadata_by_shape[key] = metadata
+    inputs["metadata"] = metadata
+    op.run(inputs, {"attn_out": out})
 
 
 def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_size,
