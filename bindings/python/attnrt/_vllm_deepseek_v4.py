@@ -29,7 +29,11 @@ not below ``num_blocks * block_size``) is an error here, where vLLM's kernel ski
 
 Threads: attnrt runs on the vLLM backend's runtime for this process (attnrt._vllm_backend.runtime:
 an attnrt.Runtime with torch.get_num_threads() threads, remade when that changes), unless a runtime
-is given.
+is given. The two sparse MLA ops are kept on the runtime per softmax scale, the metadata per shape
+signature.
+
+route() (called by attnrt.vllm.register with ATTNRT_VLLM=1) sends DeepseekV4CPUAttention's kernel
+call here on vLLM 0.32.0; see its docstring and docs/python.md.
 """
 from __future__ import annotations
 
@@ -128,6 +132,10 @@ def _slots(slots, name: str, num_tokens: int, num_slots: int) -> torch.Tensor:
     if not slots.is_contiguous():
         raise InvalidArgumentError(f"{name}: expected a contiguous tensor, got strides "
                                    f"{list(slots.stride())}")
+    if num_slots - 1 > _INT32_MAX:
+        raise InvalidArgumentError(
+            f"{name}: its cache holds {num_slots} slots, attnrt's slot ids are int32 (at most "
+            f"{_INT32_MAX + 1} slots)")
     if slots.numel():
         low, high = torch.aminmax(slots)
         if int(low) < -1 or int(high) >= num_slots:

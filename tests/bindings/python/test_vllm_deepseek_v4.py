@@ -317,6 +317,18 @@ def test_refuses_what_vllm_refuses_with_the_input_named(change, message):
         assert (poisoned == 7.0).all(), "out was written before the refusal"
 
 
+def test_refuses_a_cache_whose_slot_ids_do_not_fit_int32():
+    """attnrt's slot ids are int32: a cache of more than 2^31 slots (1.25 TB of 584-byte tokens)
+    is refused rather than its ids truncated (the helper that converts them, called directly)."""
+    import attnrt
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    slots = torch.tensor([[0, 2**31]], dtype=torch.int64)
+    with pytest.raises(attnrt.InvalidArgumentError, match="int32"):
+        adapter._slots(slots, "window_slots", 1, 2**31 + 1)
+    assert adapter._slots(slots[:, :1], "window_slots", 1, 2**31).tolist() == [[[0]]]
+
+
 # ---- the route: attnrt.vllm (ATTNRT_VLLM=1) sends forward_mqa's kernel call to the adapter ------
 
 def _swa_layer_call(case):
