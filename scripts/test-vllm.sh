@@ -16,6 +16,10 @@
 #             backend rounds q, k, v and probabilities to bfloat16 at other points, amplified over
 #             4 layers of a sharp model; measured here: 0.39 between the two, while each is up to
 #             1.1 (mean 0.13) from a float32 run of the same prompts. Greedy tokens reported only.
+#   deepseek-v4  a seeded DeepSeek-V4 checkpoint (SWA, C4A and C128A layers, bfloat16) with vLLM's
+#             own sparse attention (the plugin's fixes for vLLM 0.32 on CPU), twice; then with
+#             attnrt's (ATTNRT_VLLM=1) within $DSV4_TOLERANCE, and its negative control (one key
+#             dropped per row, tests/vllm/attnrt_dsv4_controls.py) must FAIL that comparison.
 # With ATTNRT_VLLM_TP2=1 also tensor_parallel_size=2 (worker processes, one CPU each:
 # VLLM_CPU_OMP_THREADS_BIND="0|1"): vLLM's attention and attnrt's, both at TP=2, compared as in
 # float32 (slow: two engine starts of about two minutes each on two CPUs).
@@ -29,6 +33,7 @@ case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 cd "$root"
 start=$(date +%s)
 BF16_TOLERANCE="${BF16_TOLERANCE:-0.5}"
+DSV4_TOLERANCE="${DSV4_TOLERANCE:-0.05}"
 
 "$root/scripts/setup-vllm.sh" "$build_dir"
 py="$build_dir/vllm-venv/bin/python"
@@ -44,10 +49,12 @@ env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
 "$py" -c "import attnrt._torch_lib as t; assert t.load(), 'libattnrt_torch.so does not load'" ||
   { echo "test-vllm: FAIL: the installed attnrt has no C++ torch operators"; exit 1; }
 
-# The backend's unit tests with vLLM importable (test_vllm_backend.py skips them without vLLM).
+# The unit tests with vLLM importable (they skip without vLLM): the backend, and DeepSeek-V4's
+# sparse attention through attnrt against vLLM's own kernel (test_vllm_deepseek_v4.py).
 "$py" -m pip install -q --disable-pip-version-check pytest
 ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
   "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py" \
+  "$root/tests/bindings/python/test_vllm_deepseek_v4.py" \
   "$root/tests/bindings/python/test_vllm_deepseek_v4_support.py"
 
 work="$build_dir/vllm-e2e"
@@ -141,6 +148,31 @@ grep -q "DeepSeek-V4 CPU fix applied" "$work/dsv4-vllm.log" ||
 step dsv4-vllm-in-process env ATTNRT_VLLM=0 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]}" \
   --in-process --out "$work/dsv4-vllm-in-process.json" --compare "$work/dsv4-vllm.json" \
   --tolerance 1e-3 || fail "DeepSeek-V4: two runs differ (see $work/dsv4-vllm-in-process.log)"
+
+# DeepSeek-V4's sparse attention served by attnrt (ATTNRT_VLLM=1: attnrt.vllm routes
+# DeepseekV4CPUAttention's kernel call to attnrt._vllm_deepseek_v4), in-process, against vLLM's
+# run: prompt logprobs within $DSV4_TOLERANCE (measured 0.0073: the two kernels' bfloat16 outputs
+# differ by at most one ulp of their largest element, tests/bindings/python/test_vllm_deepseek_v4.py);
+# the negative control (tests/vllm/attnrt_dsv4_controls.py: each query row's newest window key
+# dropped) must fail the same comparison (measured 0.38).
+step dsv4-attnrt env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]}" --in-process \
+  --out "$work/dsv4-attnrt.json" --compare "$work/dsv4-vllm.json" --tolerance "$DSV4_TOLERANCE" ||
+  fail "DeepSeek-V4: attnrt's sparse attention differs from vLLM's (see $work/dsv4-attnrt.log)"
+grep -q "attnrt serves DeepSeek-V4 sparse attention" "$work/dsv4-attnrt.log" ||
+  fail "DeepSeek-V4: ATTNRT_VLLM=1 but the log does not say that attnrt serves its sparse attention"
+if grep -q "attnrt serves DeepSeek-V4 sparse attention" "$work/dsv4-vllm.log"; then
+  fail "DeepSeek-V4: ATTNRT_VLLM=0 but attnrt served its sparse attention"
+fi
+control=("$py" -c 'import runpy, sys, attnrt_dsv4_controls; sys.argv = sys.argv[1:];
+runpy.run_path(sys.argv[0], run_name="__main__")' "${drun[@]:1}")
+if step dsv4-negative env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 \
+  PYTHONPATH="$root/tests/vllm${PYTHONPATH:+:$PYTHONPATH}" "${control[@]}" --in-process \
+  --out "$work/dsv4-negative.json" --compare "$work/dsv4-vllm.json" \
+  --tolerance "$DSV4_TOLERANCE"; then
+  fail "DeepSeek-V4 negative control: attnrt with one key dropped per row passed the comparison"
+fi
+grep -q '^compare with' "$work/dsv4-negative.log" ||
+  fail "DeepSeek-V4 negative control did not get to the comparison (see $work/dsv4-negative.log)"
 
 if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
   tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)

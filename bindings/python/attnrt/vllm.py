@@ -19,6 +19,14 @@ new K/V rows into vLLM's KV cache in place and reading it there. What it cannot 
 encoder or cross attention, shared KV layers, quantized KV caches, fused output quantization)
 fails when vLLM builds the layer, with the reason.
 
+DeepSeek-V4 (vLLM's own CPU layer, DeepseekV4CPUAttention, which CPU_ATTN does not serve): with
+ATTNRT_VLLM=1 and vLLM 0.32.0, register() also routes the layer's sparse attention kernel call
+(torch.ops._C.flash_mla_with_kvcache_cpu in DeepseekV4CPUAttention.forward_mqa, that method only)
+to attnrt._vllm_deepseek_v4.flash_mla_with_kvcache, attnrt's sparse MLA on vLLM's caches in place,
+when vLLM imports that module (only for this model), and logs "attnrt serves DeepSeek-V4 sparse
+attention". Another vLLM version, or a method or kernel of another signature, is logged as a
+refusal and vLLM's kernel serves the layer.
+
 Importing this module does not import vLLM; the backend classes are loaded on first access.
 """
 from __future__ import annotations
@@ -81,6 +89,9 @@ def register() -> None:
     already = AttentionBackendEnum.CPU_ATTN.get_path() == BACKEND_CLASS
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_CLASS)
     _report_other_backends()
+    from . import _vllm_deepseek_v4
+
+    _vllm_deepseek_v4.route()
     if not already:
         from . import _vllm_backend
 
