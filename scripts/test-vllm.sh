@@ -161,7 +161,7 @@ step dsv4-vllm-ulp env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 \
   --out "$work/dsv4-vllm-ulp.json" || fail "DeepSeek-V4: the one-ulp run failed"
 spread=$("$py" - "$work/dsv4-vllm.json" "$work/dsv4-vllm-ulp.json" <<'PY'
 import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
+a, b = (json.load(open(f))["results"] for f in sys.argv[1:3])
 print(max(abs(p - q) for x, y in zip(a, b)
           for p, q in zip(x["prompt_logprobs"], y["prompt_logprobs"]) if p is not None))
 PY
