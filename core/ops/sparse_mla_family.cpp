@@ -15,8 +15,8 @@ namespace {
 
 class SparseMlaProblem final : public Problem {
  public:
-  SparseMlaProblem(const attnrt_sparse_mla_problem& problem, bool metadata_op)
-      : problem_(problem), metadata_op_(metadata_op) {}
+  SparseMlaProblem(const attnrt_sparse_mla_problem& problem, bool metadata_op, bool block_strided)
+      : problem_(problem), metadata_op_(metadata_op), block_strided_(block_strided) {}
 
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.device_type; }
@@ -26,18 +26,7 @@ class SparseMlaProblem final : public Problem {
   // compact and the slots as logical positions).
   AbiNeed abi_need() const override {
     if (problem_.attributes.topk_value_mode == 3) return {6, "topk_value_mode 3 (global slot ids)"};
-    const int64_t token = problem_.attributes.quant_mode == 1 ? ATTNRT_SPARSE_MLA_MODE1_TOKEN_BYTES
-                          : problem_.attributes.quant_mode == 2
-                              ? ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES
-                              : 0;
-    const int64_t ori_compact =
-        problem_.ori_block_size *
-        (token != 0 ? token : int64_t{ATTNRT_SPARSE_MLA_HEAD_DIM} * problem_.q_dtype.bits / 8);
-    const int64_t cmp_compact =
-        problem_.cmp_block_size * (token != 0 ? token : ATTNRT_SPARSE_MLA_TQ4_TOKEN_BYTES);
-    if (problem_.ori_block_stride != ori_compact || problem_.cmp_block_stride != cmp_compact) {
-      return {6, "a PA_BBND cache with a block stride"};
-    }
+    if (block_strided_) return {6, "a PA_BBND cache with a block stride"};
     return {};
   }
 
@@ -78,6 +67,7 @@ class SparseMlaProblem final : public Problem {
  private:
   attnrt_sparse_mla_problem problem_;
   bool metadata_op_;
+  bool block_strided_;  // a PA_BBND cache's blocks lie further apart than compact ones
 };
 
 class SparseMlaFamily final : public OpFamily {
@@ -112,10 +102,11 @@ class SparseMlaFamily final : public OpFamily {
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_sparse_mla_problem problem{};
+    bool block_strided = false;
     ATTNRT_RETURN_IF_ERROR(sparse_mla::ValidateShapes(attributes_, inputs.tensors, inputs.count,
                                                       outputs.tensors, outputs.count, metadata_op_,
-                                                      &problem));
-    *out = std::make_unique<SparseMlaProblem>(problem, metadata_op_);
+                                                      &problem, &block_strided));
+    *out = std::make_unique<SparseMlaProblem>(problem, metadata_op_, block_strided);
     return Status::Ok();
   }
 

@@ -17,12 +17,13 @@ namespace attnrt::core::sparse_mla {
 Status ValidateAttributes(const void* attributes, attnrt_sparse_mla_attributes* out);
 
 // Shape-only checks of every input and output: presence by scenario and layout, ranks, extents,
-// dtypes, devices, compact strides. `metadata_op` validates the inputs for the metadata op (the
-// metadata input must be absent; its output is int32 [2048]). Never reads data.
+// dtypes, devices, compact strides (a PA_BBND cache may have a block stride: *block_strided says
+// whether one does). `metadata_op` validates the inputs for the metadata op (the metadata input
+// must be absent; its output is int32 [2048]). Never reads data.
 Status ValidateShapes(const attnrt_sparse_mla_attributes& attributes,
                       const attnrt_tensor* const* inputs, size_t num_inputs,
                       const attnrt_tensor* const* outputs, size_t num_outputs, bool metadata_op,
-                      attnrt_sparse_mla_problem* out);
+                      attnrt_sparse_mla_problem* out, bool* block_strided = nullptr);
 
 // Run-time values shared by both ops: cu_seqlens_* (start at 0, non-decreasing, within the
 // tensor), seqused_* and cmp_residual_kv ranges, the per-batch effective lengths against

@@ -103,9 +103,10 @@ Status CheckKvShape(const attnrt_tensor& t, const char* name, int32_t layout_kv,
 // A PA_BBND cache (num_blocks, block_size, 1, kv_d) may have a block stride: strides
 // (block_stride, kv_d, kv_d, 1) elements with block_stride >= block_size * kv_d, so that blocks
 // never overlap (one layer's view of a cache buffer shared by layers). Extents of 1 may carry any
-// stride. Writes the bytes from one block to the next.
+// stride. Writes the bytes from one block to the next, and sets *strided when they are not the
+// compact block_size * kv_d elements.
 Status CheckBlockStride(const attnrt_tensor& t, const char* name, int64_t kv_d,
-                        int64_t* block_stride_bytes) {
+                        int64_t* block_stride_bytes, bool* strided) {
   const int64_t bs = t.shape[1];
   const int64_t element_bytes = t.dtype.bits / 8;
   int64_t stride = bs * kv_d;
@@ -124,6 +125,7 @@ Status CheckBlockStride(const attnrt_tensor& t, const char* name, int64_t kv_d,
     if (t.shape[0] != 1) stride = t.strides[0];
   }
   *block_stride_bytes = stride * element_bytes;
+  if (stride != bs * kv_d) *strided = true;
   return Status::Ok();
 }
 
@@ -162,7 +164,7 @@ Status MustBeAbsent(const Tensors& t, int index, const char* why) {
 }
 
 Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& t, bool metadata_op,
-                          attnrt_sparse_mla_problem* p) {
+                          attnrt_sparse_mla_problem* p, bool* block_strided) {
   *p = attnrt_sparse_mla_problem{};
   p->struct_size = sizeof(attnrt_sparse_mla_problem);
   p->attributes = a;
@@ -295,14 +297,18 @@ Status ValidateShapesImpl(const attnrt_sparse_mla_attributes& a, const Tensors& 
   ATTNRT_RETURN_IF_ERROR(CheckKvDtype(ori, "ori_kv", a.quant_mode, false, q->dtype, &kv_d));
   ATTNRT_RETURN_IF_ERROR(
       CheckKvShape(ori, "ori_kv", a.layout_kv, B, kv_d, &p->ori_rows, &p->ori_block_size));
-  if (pa) ATTNRT_RETURN_IF_ERROR(CheckBlockStride(ori, "ori_kv", kv_d, &p->ori_block_stride));
+  if (pa)
+    ATTNRT_RETURN_IF_ERROR(
+        CheckBlockStride(ori, "ori_kv", kv_d, &p->ori_block_stride, block_strided));
   p->ori_dtype = ori.dtype;
   if (has_cmp) {
     const attnrt_tensor& cmp = *t.in[ATTNRT_SPARSE_MLA_INPUT_CMP_KV];
     ATTNRT_RETURN_IF_ERROR(CheckKvDtype(cmp, "cmp_kv", a.quant_mode, true, q->dtype, &kv_d));
     ATTNRT_RETURN_IF_ERROR(
         CheckKvShape(cmp, "cmp_kv", a.layout_kv, B, kv_d, &p->cmp_rows, &p->cmp_block_size));
-    if (pa) ATTNRT_RETURN_IF_ERROR(CheckBlockStride(cmp, "cmp_kv", kv_d, &p->cmp_block_stride));
+    if (pa)
+      ATTNRT_RETURN_IF_ERROR(
+          CheckBlockStride(cmp, "cmp_kv", kv_d, &p->cmp_block_stride, block_strided));
     p->cmp_dtype = cmp.dtype;
   }
 
@@ -452,10 +458,13 @@ using namespace detail;
 Status ValidateShapes(const attnrt_sparse_mla_attributes& attributes,
                       const attnrt_tensor* const* inputs, size_t num_inputs,
                       const attnrt_tensor* const* outputs, size_t num_outputs, bool metadata_op,
-                      attnrt_sparse_mla_problem* out) {
+                      attnrt_sparse_mla_problem* out, bool* block_strided) {
   Tensors t;
   ATTNRT_RETURN_IF_ERROR(Gather(inputs, num_inputs, outputs, num_outputs, metadata_op, &t));
-  return ValidateShapesImpl(attributes, t, metadata_op, out);
+  bool strided = false;
+  ATTNRT_RETURN_IF_ERROR(ValidateShapesImpl(attributes, t, metadata_op, out, &strided));
+  if (block_strided != nullptr) *block_strided = strided;
+  return Status::Ok();
 }
 
 }  // namespace attnrt::core::sparse_mla
