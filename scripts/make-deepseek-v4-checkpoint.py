@@ -47,11 +47,11 @@ Needs only numpy (the safetensors file is written directly).
 import argparse
 import json
 import os
-import struct
 import sys
-import zlib
 
 import numpy as np
+
+from checkpoint_io import normal, write_safetensors
 
 HEAD_DIM = 512  # DeepseekV4CPUCompressor asserts head_dim in (512, 128) (512: main attention)
 ROPE_DIM = 64  # cpu_sparse.py: _ROPE_DIM
@@ -121,18 +121,6 @@ def parse_args(argv):
     return a
 
 
-def normal(seed, name, shape, std):
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
-
-
-def to_bfloat16_bits(x):
-    """float32 -> bfloat16 bit patterns (uint16), round to nearest even."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
-
-
 def _e4m3_table():
     """The 127 non-negative finite float8_e4m3fn values (bit patterns 0x00..0x7E)."""
     codes = np.arange(0x7F, dtype=np.uint32)
@@ -170,45 +158,6 @@ def quantize_fp8_blocks(w):
     q = blocks / scale_inv[:, None, :, None]
     bits = to_e4m3_bits(q.reshape(padded.shape))[:out_dim, :in_dim]
     return bits, scale_inv
-
-
-SAFETENSORS_DTYPES = {"bf16": ("BF16", 2), "f32": ("F32", 4), "i32": ("I32", 4), "f8": ("F8_E4M3", 1)}
-
-
-def encode(arr, kind):
-    if kind == "bf16":
-        return to_bfloat16_bits(arr).tobytes()
-    if kind == "f32":
-        return np.ascontiguousarray(arr, "<f4").tobytes()
-    if kind == "i32":
-        return np.ascontiguousarray(arr, "<i4").tobytes()
-    if kind == "f8":  # already bit patterns
-        return np.ascontiguousarray(arr, np.uint8).tobytes()
-    raise ValueError(f"unknown tensor kind {kind!r}")
-
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, array, kind) with kind in SAFETENSORS_DTYPES. The safetensors
-    format: an 8-byte little-endian header length, a JSON header (dtype, shape, data_offsets per
-    tensor), then the raw data."""
-    header, blobs, offset = {}, [], 0
-    for name, arr, kind in tensors:
-        raw = encode(arr, kind)
-        dtype, size = SAFETENSORS_DTYPES[kind]
-        assert len(raw) == arr.size * size, name
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
 
 
 class Tensors:

@@ -31,11 +31,11 @@ Needs only numpy (the safetensors file is written directly).
 import argparse
 import json
 import os
-import struct
 import sys
-import zlib
 
 import numpy as np
+
+from checkpoint_io import normal, write_safetensors
 
 
 def parse_args(argv):
@@ -84,43 +84,6 @@ def parse_args(argv):
     a.lm_head_std = a.std if a.lm_head_std is None else a.lm_head_std
     a.embed_std = a.std if a.embed_std is None else a.embed_std
     return a
-
-
-def normal(seed, name, shape, std):
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
-
-
-def to_bfloat16_bits(x):
-    """float32 -> bfloat16 bit patterns (uint16), round to nearest even."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
-
-
-def write_safetensors(path, tensors, dtype):
-    """tensors: list of (name, float32 array). The safetensors format: an 8-byte little-endian
-    header length, a JSON header (dtype, shape, data_offsets per tensor), then the raw data."""
-    header, blobs, offset = {}, [], 0
-    for name, arr in tensors:
-        raw = (to_bfloat16_bits(arr) if dtype == "bfloat16" else np.ascontiguousarray(arr, "<f4")).tobytes()
-        header[name] = {
-            "dtype": "BF16" if dtype == "bfloat16" else "F32",
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + len(raw)],
-        }
-        blobs.append(raw)
-        offset += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
 
 
 def sliding_flags(a):
@@ -238,7 +201,9 @@ def main(argv):
     a = parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
     tensors = make_tensors(a)
-    write_safetensors(os.path.join(a.out_dir, "model.safetensors"), tensors, a.dtype)
+    kind = "bf16" if a.dtype == "bfloat16" else "f32"
+    write_safetensors(os.path.join(a.out_dir, "model.safetensors"),
+                      [(name, arr, kind) for name, arr in tensors])
     with open(os.path.join(a.out_dir, "config.json"), "w") as f:
         json.dump(make_config(a), f, indent=2)
         f.write("\n")
