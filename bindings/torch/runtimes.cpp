@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "bindings/torch/tensors.h"
+
 namespace attnrt_torch {
 
 void ThrowStatus(attnrt_status status) {
@@ -95,6 +97,67 @@ uint64_t CachedOp::misses() const {
   return misses_;
 }
 
+std::shared_ptr<const std::vector<int32_t>> SparseMlaOps::Metadata(
+    const attnrt_tensor* const* inputs, size_t num_inputs) {
+  PlanKey key;
+  bool cacheable = true;
+  for (size_t i = 0; i < num_inputs && cacheable; ++i) cacheable = key.Add(inputs[i]);
+  key.Finish();
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = metadata_.find(key);
+    if (it != metadata_.end()) {
+      ++hits_;
+      return it->second;
+    }
+  }
+  auto metadata = std::make_shared<std::vector<int32_t>>(ATTNRT_SPARSE_MLA_METADATA_SIZE);
+  const int64_t shape[1] = {ATTNRT_SPARSE_MLA_METADATA_SIZE};
+  const int64_t strides[1] = {1};
+  attnrt_tensor out{};
+  out.data = metadata->data();
+  out.device = {ATTNRT_DEVICE_CPU, 0};
+  out.ndim = 1;
+  out.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+  out.shape = shape;
+  out.strides = strides;
+  const attnrt_tensor* outputs[1] = {&out};
+  const CachedPlan plan = metadata_op_.Plan(inputs, num_inputs, outputs, 1);
+  const attnrt_status status =
+      attnrt_plan_run(plan.plan.get(), inputs, num_inputs, outputs, 1,
+                      Workspace(plan.workspace_size, plan.workspace_alignment),
+                      plan.workspace_size, nullptr);
+  if (status != ATTNRT_OK) ThrowStatus(status);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++misses_;
+  if (cacheable) {
+    if (metadata_.size() >= kMaxMetadata) metadata_.clear();
+    metadata_.emplace(key, metadata);
+  }
+  return metadata;
+}
+
+uint64_t SparseMlaOps::hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+uint64_t SparseMlaOps::misses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return misses_;
+}
+
+bool SparseMlaKey::operator==(const SparseMlaKey& other) const {
+  const attnrt_sparse_mla_attributes &a = attributes, &b = other.attributes;
+  return a.quant_mode == b.quant_mode && a.rope_head_dim == b.rope_head_dim &&
+         std::memcmp(&a.softmax_scale, &b.softmax_scale, sizeof(float)) == 0 &&
+         a.cmp_ratio == b.cmp_ratio && a.ori_mask_mode == b.ori_mask_mode &&
+         a.cmp_mask_mode == b.cmp_mask_mode && a.ori_win_left == b.ori_win_left &&
+         a.ori_win_right == b.ori_win_right && a.layout_q == b.layout_q &&
+         a.layout_kv == b.layout_kv && a.topk_value_mode == b.topk_value_mode &&
+         a.return_softmax_lse == b.return_softmax_lse;
+}
+
 // ---- runtimes and ops ---------------------------------------------------------------------------
 
 bool OpKey::operator==(const OpKey& o) const {
@@ -110,6 +173,7 @@ struct RuntimeEntry {
   attnrt_runtime* handle = nullptr;  // borrowed, or owned for id 0 and when `owned`
   bool owned = false;
   std::vector<std::pair<OpKey, std::shared_ptr<CachedOp>>> ops;
+  std::vector<std::pair<SparseMlaKey, std::shared_ptr<SparseMlaOps>>> sparse_mla_ops;
 };
 
 // Ops per runtime: a model has a few attribute sets (per layer kind); past this many the oldest
@@ -182,6 +246,7 @@ void ReleaseRuntime(int64_t id) {
   // Destroyed outside the lock; a call running on one of its ops keeps the runtime's state (and
   // its executor's pool) alive until it returns.
   std::vector<std::pair<OpKey, std::shared_ptr<CachedOp>>> ops;
+  std::vector<std::pair<SparseMlaKey, std::shared_ptr<SparseMlaOps>>> sparse_mla_ops;
   std::unique_ptr<attnrt_runtime, void (*)(attnrt_runtime*)> owned(nullptr, attnrt_runtime_destroy);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -189,6 +254,7 @@ void ReleaseRuntime(int64_t id) {
   if (it == r.runtimes.end()) return;
   // Kept as closed: a call naming it (as the default) fails as the Python path does.
   ops.swap(it->second.ops);
+  sparse_mla_ops.swap(it->second.sparse_mla_ops);
   if (it->second.owned) owned.reset(it->second.handle);
   it->second.handle = nullptr;
 }
@@ -227,6 +293,29 @@ std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key) {
   return op;
 }
 
+std::shared_ptr<SparseMlaOps> SparseMlaOpsFor(int64_t id, const SparseMlaKey& key) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  RuntimeEntry& e = Entry(r, id);
+  for (auto& [k, ops] : e.sparse_mla_ops) {
+    if (k == key) return ops;
+  }
+  attnrt_op* metadata_op = nullptr;
+  attnrt_status status = attnrt_op_create(e.handle, ATTNRT_OP_SPARSE_MLA_METADATA,
+                                          &key.attributes, &metadata_op);
+  if (status != ATTNRT_OK) ThrowStatus(status);
+  attnrt_op* op = nullptr;
+  status = attnrt_op_create(e.handle, ATTNRT_OP_SPARSE_MLA, &key.attributes, &op);
+  if (status != ATTNRT_OK) {
+    attnrt_op_destroy(metadata_op);
+    ThrowStatus(status);
+  }
+  auto ops = std::make_shared<SparseMlaOps>(metadata_op, op);
+  if (e.sparse_mla_ops.size() >= kMaxOps) e.sparse_mla_ops.erase(e.sparse_mla_ops.begin());
+  e.sparse_mla_ops.emplace_back(key, ops);
+  return ops;
+}
+
 std::vector<int64_t> RuntimeStats(int64_t id) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -236,7 +325,11 @@ std::vector<int64_t> RuntimeStats(int64_t id) {
     hits += static_cast<int64_t>(op->hits());
     misses += static_cast<int64_t>(op->misses());
   }
-  return {static_cast<int64_t>(e.ops.size()), hits, misses};
+  for (auto& [k, ops] : e.sparse_mla_ops) {
+    hits += static_cast<int64_t>(ops->hits());
+    misses += static_cast<int64_t>(ops->misses());
+  }
+  return {static_cast<int64_t>(e.ops.size() + e.sparse_mla_ops.size()), hits, misses};
 }
 
 }  // namespace attnrt_torch

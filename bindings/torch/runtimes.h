@@ -23,6 +23,7 @@
 
 #include "attnrt/attnrt.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "attnrt/ops/sparse_mla.h"
 
 namespace attnrt_torch {
 
@@ -95,6 +96,43 @@ struct OpKey {
   bool operator==(const OpKey& other) const;
 };
 
+// Sparse MLA's two ops (ATTNRT_OP_SPARSE_MLA_METADATA and ATTNRT_OP_SPARSE_MLA) of one attribute
+// set, and the metadata computed for each input signature. Keying metadata by signature is right
+// only for calls whose metadata follows from the shapes alone: global slot ids (topk_value_mode 3)
+// with cu_seqlens_q = [0, T] and no other value input (block tables, seqused_*, cu_seqlens_*_kv) --
+// the one call the operators make (flash_mla_with_kvcache.cpp). The main op checks the metadata it
+// is given against its own problem, so a wrong entry is an error, not a wrong result.
+class SparseMlaOps {
+ public:
+  SparseMlaOps(attnrt_op* metadata_op, attnrt_op* op) : metadata_op_(metadata_op), op_(op) {}
+  SparseMlaOps(const SparseMlaOps&) = delete;
+  SparseMlaOps& operator=(const SparseMlaOps&) = delete;
+
+  // The int32 [ATTNRT_SPARSE_MLA_METADATA_SIZE] metadata for these inputs (the metadata slot
+  // empty): cached by signature, else computed (throws the op's error).
+  std::shared_ptr<const std::vector<int32_t>> Metadata(const attnrt_tensor* const* inputs,
+                                                       size_t num_inputs);
+  CachedOp& op() { return op_; }
+
+  uint64_t hits() const;
+  uint64_t misses() const;
+
+ private:
+  static constexpr size_t kMaxMetadata = 256;
+  CachedOp metadata_op_;
+  CachedOp op_;
+  mutable std::mutex mutex_;
+  std::unordered_map<PlanKey, std::shared_ptr<const std::vector<int32_t>>, PlanKeyHash> metadata_;
+  uint64_t hits_ = 0;
+  uint64_t misses_ = 0;
+};
+
+// The attributes of a sparse MLA op pair (every field of attnrt_sparse_mla_attributes).
+struct SparseMlaKey {
+  attnrt_sparse_mla_attributes attributes;
+  bool operator==(const SparseMlaKey& other) const;
+};
+
 // Runtime ids: 0 is the library's own runtime; the ids RegisterRuntime returns are > 0, never
 // reused. kDefaultRuntime names the one UseRuntime chose (0 until then).
 constexpr int64_t kDefaultRuntime = -1;
@@ -116,7 +154,11 @@ void UseRuntime(int64_t id);
 // runtime's error when the attributes are invalid, c10::ValueError for an unknown id).
 std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key);
 
-// [ops, plan cache hits, plan cache misses] of runtime `id` (for tests and benchmarks).
+// The sparse MLA op pair of runtime `id` for these attributes, made on first use (as VarlenOp).
+std::shared_ptr<SparseMlaOps> SparseMlaOpsFor(int64_t id, const SparseMlaKey& key);
+
+// [ops, plan cache hits, plan cache misses] of runtime `id` (for tests and benchmarks; a sparse
+// MLA op pair counts as one op, its metadata lookups as its hits and misses).
 std::vector<int64_t> RuntimeStats(int64_t id);
 
 }  // namespace attnrt_torch

@@ -27,10 +27,14 @@ Keys are attended as vLLM's kernel does: window keys then compressed keys, one o
 the sink, probabilities rounded to bf16 for P·V. What differs: a slot outside its cache (not -1,
 not below ``num_blocks * block_size``) is an error here, where vLLM's kernel skips it silently.
 
-Threads: attnrt runs on the vLLM backend's runtime for this process (attnrt._vllm_backend.runtime:
-an attnrt.Runtime with torch.get_num_threads() threads, remade when that changes), unless a runtime
-is given. The two sparse MLA ops are kept on the runtime per softmax scale, the metadata per shape
-signature.
+Paths and threads: with the C++ torch operators loaded (libattnrt_torch.so, attnrt._torch_lib),
+the call is ``torch.ops.attnrt._flash_mla_with_kvcache_on`` (bindings/torch/
+flash_mla_with_kvcache.cpp: the same checks and the same sparse MLA call in C++) on the vLLM
+backend's runtime on torch's intra-op threads (attnrt._vllm_backend.torch_runtime_id: a team of
+torch.get_num_threads(), the OpenMP threads vLLM's own operators run on), or on the given
+runtime. Without them it is this module's Python path on attnrt's own threads
+(attnrt._vllm_backend.runtime, torch.get_num_threads() of them). Either way the two sparse MLA ops
+are kept on the runtime per softmax scale and the metadata per shape signature.
 
 route() (called by attnrt.vllm.register with ATTNRT_VLLM=1) sends DeepseekV4CPUAttention's kernel
 call here on vLLM 0.32.0; see its docstring and docs/python.md.
@@ -41,6 +45,7 @@ import threading
 
 import torch
 
+from . import _torch_lib
 from ._errors import InvalidArgumentError
 from ._sparse_mla import TOKEN_BYTES, SparseMlaMetadataOp, SparseMlaOp
 
@@ -152,8 +157,9 @@ def flash_mla_with_kvcache(out, q, window_cache_2d, window_slots, window_block_s
                            scale, *, runtime=None) -> None:
     """vLLM 0.32's ``torch.ops._C.flash_mla_with_kvcache_cpu`` (DeepSeek-V4 sparse attention on
     CPU) on attnrt's sparse MLA: same arguments, same result, ``out`` written in place (see the
-    module docstring). `runtime`: the attnrt.Runtime to run on (default: the vLLM backend's, with
-    torch.get_num_threads() threads).
+    module docstring). `runtime`: the attnrt.Runtime to run on (default: the vLLM backend's on
+    torch's intra-op threads with the C++ operator, else one with torch.get_num_threads() threads
+    of its own).
 
     Raises:
         InvalidArgumentError: what vLLM's op refuses (q not bf16 [T, H, 512] with its last
@@ -163,6 +169,50 @@ def flash_mla_with_kvcache(out, q, window_cache_2d, window_slots, window_block_s
             refusals (attnrt.Error subclasses) name the sparse MLA input. Nothing is written to
             out then.
     """
+    if _torch_lib.for_tensor(out) and _for_operator(q, window_cache_2d, window_slots,
+                                                    window_block_size, compressed_cache_2d,
+                                                    compressed_slots, compressed_block_size,
+                                                    attn_sink, scale):
+        if runtime is None:
+            from ._vllm_backend import torch_runtime_id
+
+            rid = torch_runtime_id()
+        else:
+            rid = _torch_lib.runtime_id(runtime)
+        try:
+            _flash_mla_on(rid, out, q, window_cache_2d, window_slots, window_block_size,
+                          compressed_cache_2d, compressed_slots, compressed_block_size, attn_sink,
+                          scale)
+        except (RuntimeError, ValueError) as e:
+            _torch_lib.raise_attnrt_error(e)
+        return
+    flash_mla_with_kvcache_python(out, q, window_cache_2d, window_slots, window_block_size,
+                                  compressed_cache_2d, compressed_slots, compressed_block_size,
+                                  attn_sink, scale, runtime=runtime)
+
+
+def _for_operator(q, window_cache_2d, window_slots, window_block_size, compressed_cache_2d,
+                  compressed_slots, compressed_block_size, attn_sink, scale) -> bool:
+    """Whether the arguments have the operator schema's types (else the Python path refuses them
+    by name, as vLLM's op would)."""
+    tensor = torch.Tensor
+    return (isinstance(q, tensor) and isinstance(window_cache_2d, tensor)
+            and isinstance(window_slots, tensor) and isinstance(compressed_cache_2d, tensor)
+            and isinstance(compressed_slots, tensor) and isinstance(attn_sink, tensor)
+            and type(window_block_size) is int and type(compressed_block_size) is int
+            and type(scale) in (int, float))
+
+
+def _flash_mla_on(*args) -> None:
+    torch.ops.attnrt._flash_mla_with_kvcache_on.default(*args)
+
+
+def flash_mla_with_kvcache_python(out, q, window_cache_2d, window_slots, window_block_size,
+                                  compressed_cache_2d, compressed_slots, compressed_block_size,
+                                  attn_sink, scale, *, runtime=None) -> None:
+    """flash_mla_with_kvcache through this module's Python path (attnrt.sparse_mla on an
+    attnrt.Runtime; default: the vLLM backend's, threads of its own), whether or not the C++
+    operator is loaded."""
     arguments = sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_size,
                                      compressed_cache_2d, compressed_slots, compressed_block_size,
                                      attn_sink, scale)
@@ -319,9 +369,12 @@ def _announce_routed() -> None:
     when the route is installed if vLLM's logging is set up by then, else at the first routed
     kernel call (vLLM 0.32 sets its logging up after the plugins load)."""
     _route_state["announced"] = True
+    how = ("the C++ operator torch.ops.attnrt.flash_mla_with_kvcache on torch's intra-op threads"
+           if _torch_lib.load() else
+           f"the Python path on attnrt's own threads: {_torch_lib.why_not_loaded()}")
     _logger().info("attnrt serves DeepSeek-V4 sparse attention (%s.DeepseekV4CPUAttention: "
                    "torch.ops._C.%s -> attnrt._vllm_deepseek_v4.flash_mla_with_kvcache, sparse "
-                   "MLA quant_mode 2 with global slot ids)", ROUTED_MODULE, ROUTED_KERNEL)
+                   "MLA quant_mode 2 with global slot ids; %s)", ROUTED_MODULE, ROUTED_KERNEL, how)
 
 
 def _refuse(why: str) -> str:

@@ -37,6 +37,23 @@ REL_TOLERANCE = 8e-3
 BASE_SEED = int(os.environ.get("ATTNRT_TEST_SEED", "20240"))
 
 
+def _adapter(path):
+    """The adapter entry of `path`: "operator" (flash_mla_with_kvcache, which calls the C++ torch
+    operator when libattnrt_torch.so is loaded) or "python" (its Python path)."""
+    from attnrt import _torch_lib, _vllm_deepseek_v4 as adapter
+
+    if path == "python":
+        return adapter.flash_mla_with_kvcache_python
+    if not _torch_lib.load():
+        if os.environ.get("ATTNRT_REQUIRE_TORCH_OPS") == "1":
+            pytest.fail(f"ATTNRT_REQUIRE_TORCH_OPS=1: {_torch_lib.why_not_loaded()}")
+        pytest.skip(_torch_lib.why_not_loaded())
+    return adapter.flash_mla_with_kvcache
+
+
+PATHS = ["operator", "python"]
+
+
 def _vllm():
     import vllm._custom_ops  # noqa: F401  (registers torch.ops._C)
     from vllm.models.deepseek_v4.cpu.cpu_utils import map_local_to_global_slots_cpu
@@ -194,11 +211,9 @@ class Case:
         ops.flash_mla_with_kvcache_cpu(*self.args(out))
         return out
 
-    def attnrt_out(self, window_slots=None):
-        from attnrt._vllm_deepseek_v4 import flash_mla_with_kvcache
-
+    def attnrt_out(self, window_slots=None, path="operator"):
         out = torch.full(self.q.shape, math.nan, dtype=torch.bfloat16)  # poisoned
-        flash_mla_with_kvcache(*self.args(out, window_slots))
+        _adapter(path)(*self.args(out, window_slots))
         return out
 
     def heaviest_window_key_dropped(self):
@@ -233,19 +248,26 @@ def test_matches_vllm_kernel(kind, num_heads, num_tokens, sink):
     rel = relative_diff(got, expect)
     print(f"max |attnrt - vLLM| / max|vLLM| = {rel:.3g}")
     assert rel <= REL_TOLERANCE, f"seed {seed}: {rel:.3g} > {REL_TOLERANCE}"
+    # The Python path: the same sparse MLA call on attnrt's own threads (same team size, same
+    # metadata), so the same bits.
+    assert torch.equal(case.attnrt_out(path="python"), got)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kind", ["c4a", "swa"])
-def test_negative_control_one_window_key_dropped_fails_the_bound(kind):
+def test_negative_control_one_window_key_dropped_fails_the_bound(kind, path):
     case = Case(kind, 64, 16, "finite", BASE_SEED + 1000)
     expect = case.vllm_out()
-    rel = relative_diff(case.attnrt_out(case.heaviest_window_key_dropped()), expect)
+    rel = relative_diff(case.attnrt_out(case.heaviest_window_key_dropped(), path), expect)
     print(f"one window key dropped per row: {rel:.3g}")
     assert rel > REL_TOLERANCE
 
 
-def test_views_share_the_engine_buffer_and_the_call_allocates_no_cache_copy():
-    from attnrt._vllm_deepseek_v4 import flash_mla_with_kvcache, paged_view
+@pytest.mark.parametrize("path", PATHS)
+def test_views_share_the_engine_buffer_and_the_call_allocates_no_cache_copy(path):
+    from attnrt._vllm_deepseek_v4 import paged_view
+
+    flash_mla_with_kvcache = _adapter(path)
 
     case = Case("c4a", 64, 4, "finite", BASE_SEED + 2000)
     for cache, shared, layer, bs in ((case.window_cache_2d, case.swa, 1, SWA_BLOCK),
@@ -303,10 +325,11 @@ def _bad(case, **change):
         c.compressed_slots == c.compressed_slots.max(), -2)), "compressed_slots["),
     (lambda c: dict(scale="0.04"), "scale: expected a number"),
 ])
-def test_refuses_what_vllm_refuses_with_the_input_named(change, message):
+@pytest.mark.parametrize("path", PATHS)
+def test_refuses_what_vllm_refuses_with_the_input_named(change, message, path):
     import attnrt
-    from attnrt._vllm_deepseek_v4 import flash_mla_with_kvcache
 
+    flash_mla_with_kvcache = _adapter(path)
     case = Case("c4a", 64, 4, "finite", BASE_SEED + 3000)
     args = _bad(case, **change(case))
     poisoned = args["out"].fill_(7.0) if args["out"].dtype == torch.bfloat16 else args["out"]
@@ -373,6 +396,10 @@ def test_route_sends_forward_mqa_to_the_adapter_on_vllm_0_32(monkeypatch):
     layer, context = _swa_layer_call(case)
     expect = torch.empty(case.q.shape, dtype=torch.bfloat16)
     got = torch.full(case.q.shape, math.nan, dtype=torch.bfloat16)
+    from attnrt import _torch_lib
+    from attnrt._vllm_backend import torch_runtime_id
+
+    stats = torch.ops.attnrt._runtime_stats(torch_runtime_id()) if _torch_lib.load() else None
     with override_forward_context(context):
         original(layer, case.q, None, case.positions, expect)  # vLLM's kernel
         assert not calls
@@ -380,6 +407,9 @@ def test_route_sends_forward_mqa_to_the_adapter_on_vllm_0_32(monkeypatch):
     assert len(calls) == 1
     assert torch.equal(calls[0][3], case.window_slots)  # forward_mqa's slots, as the test's
     assert relative_diff(got, expect) <= REL_TOLERANCE
+    if stats is not None:  # the C++ operator ran it on torch's threads: one metadata lookup
+        _, hits, misses = torch.ops.attnrt._runtime_stats(torch_runtime_id())
+        assert hits + misses == sum(stats[1:]) + 1, (stats, hits, misses)
     # Only forward_mqa's `torch` changed: the module's and torch.ops._C are untouched.
     assert cpu_sparse.torch is torch
     assert torch.ops._C.flash_mla_with_kvcache_cpu is not spy

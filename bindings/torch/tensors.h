@@ -1,0 +1,42 @@
+// What the torch operators share: at::Tensor described as attnrt_tensor (borrowed, nothing
+// copied), the argument checks every operator makes (negative/conjugate views, grad), and the
+// kernels' per-thread workspace.
+#ifndef ATTNRT_BINDINGS_TORCH_TENSORS_H_
+#define ATTNRT_BINDINGS_TORCH_TENSORS_H_
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <cstddef>
+
+#include "attnrt/attnrt.h"
+
+namespace attnrt_torch {
+
+// attnrt's dtype of `t`; c10::ValueError naming `name` for one attnrt does not take.
+attnrt_dtype Dtype(const at::Tensor& t, const char* name);
+
+// A borrowed descriptor of `t`: its data, sizes and strides (in elements) as they are. Checks that
+// its elements lie in its storage; the descriptor points into `t`'s sizes and strides.
+attnrt_tensor Describe(const at::Tensor& t, const char* name);
+
+// Aligned scratch memory of the calling thread for a plan's workspace, grown as plans ask (valid
+// until the thread's next call).
+void* Workspace(size_t size, size_t alignment);
+
+// The operators take negative and conjugate views themselves (the Negative and Conjugate keys fall
+// through to them: torch's fallback for them cannot write a mutable argument back): a read-only
+// one is materialized, one the call writes is refused by name (CheckWritable), as is one that
+// requires grad (the writes have no backward).
+at::Tensor Resolved(const at::Tensor& t);
+c10::optional<at::Tensor> Resolved(const c10::optional<at::Tensor>& t);
+void CheckWritable(const at::Tensor& t, const char* name);
+
+// The operators have no backward: under grad mode an input that requires grad would give an
+// output without its gradient. c10::ValueError naming `name`.
+void CheckNoGrad(const at::Tensor& t, const char* name);
+void CheckNoGrad(const c10::optional<at::Tensor>& t, const char* name);
+
+}  // namespace attnrt_torch
+
+#endif  // ATTNRT_BINDINGS_TORCH_TENSORS_H_
