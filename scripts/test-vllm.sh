@@ -54,7 +54,7 @@ env "${launcher[@]}" "$py" -m pip install -q --disable-pip-version-check \
 # The unit tests with vLLM importable (they skip without vLLM): the backend, and DeepSeek-V4's
 # sparse attention through attnrt against vLLM's own kernel (test_vllm_deepseek_v4.py).
 "$py" -m pip install -q --disable-pip-version-check pytest
-ATTNRT_BUILD_DIR="$build_dir" "$py" -m pytest -q -p no:cacheprovider \
+ATTNRT_BUILD_DIR="$build_dir" ATTNRT_REQUIRE_TORCH_OPS=1 "$py" -m pytest -q -p no:cacheprovider \
   "$root/tests/bindings/python/test_vllm_backend.py" "$root/tests/bindings/python/test_torch_op.py" \
   "$root/tests/bindings/python/test_vllm_deepseek_v4.py" \
   "$root/tests/bindings/python/test_vllm_deepseek_v4_support.py"
@@ -182,6 +182,9 @@ step dsv4-attnrt env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]
   fail "DeepSeek-V4: attnrt's sparse attention differs from vLLM's (see $work/dsv4-attnrt.log)"
 grep -q "attnrt serves DeepSeek-V4 sparse attention" "$work/dsv4-attnrt.log" ||
   fail "DeepSeek-V4: ATTNRT_VLLM=1 but the log does not say that attnrt serves its sparse attention"
+grep -q "torch.ops.attnrt.flash_mla_with_kvcache on torch's intra-op threads" \
+  "$work/dsv4-attnrt.log" ||
+  fail "DeepSeek-V4: attnrt did not serve it through its C++ operator on vLLM's threads"
 if grep -q "attnrt serves DeepSeek-V4 sparse attention" "$work/dsv4-vllm.log"; then
   fail "DeepSeek-V4: ATTNRT_VLLM=0 but attnrt served its sparse attention"
 fi

@@ -96,6 +96,9 @@ at::Tensor PagedView(const at::Tensor& cache_2d, int64_t block_size, const std::
   ATTNRT_TORCH_CHECK_ARG(page_stride >= block_bytes, name,
                          ": expected a page stride of at least block_size * ", kTokenBytes, " = ",
                          block_bytes, " bytes (pages must not overlap), got ", page_stride);
+  // The page view lies in the storage (checked by name here: as_strided would throw torch's own
+  // error), so does the block view inside it.
+  Describe(cache_2d, name.c_str());
   return cache_2d.as_strided({num_blocks, block_size, 1, kTokenBytes},
                              {page_stride, kTokenBytes, kTokenBytes, 1},
                              cache_2d.storage_offset());

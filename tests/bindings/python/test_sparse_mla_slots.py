@@ -288,3 +288,179 @@ def test_bad_slots_and_strides_are_refused(rt):
         attnrt.sparse_mla(rt, to_torch(q), overlap, cu_seqlens_q=torch.from_numpy(cu),
                           ori_sparse_indices=torch.from_numpy(good), **attrs)
     assert "ori_kv" in info.value.message, info.value.message
+
+
+# ---- torch.ops.attnrt.flash_mla_with_kvcache: vLLM's DeepSeek-V4 CPU kernel schema, in C++ -------
+
+def _operator():
+    from attnrt import _torch_lib
+
+    if not _torch_lib.load():
+        if os.environ.get("ATTNRT_REQUIRE_TORCH_OPS") == "1":
+            pytest.fail(f"ATTNRT_REQUIRE_TORCH_OPS=1: {_torch_lib.why_not_loaded()}")
+        pytest.skip(_torch_lib.why_not_loaded())
+    return _torch_lib
+
+
+def page_view_2d(view):
+    """A (nb, bs, 1, 584) layer view as vLLM passes it: the 2-D page view [nb, bs * 584] with the
+    shared buffer's page stride and the layer's storage offset."""
+    nb, bs, _, kv_d = view.shape
+    return view.as_strided((nb, bs * kv_d), (view.stride(0), 1), view.storage_offset())
+
+
+def dsv4_call(seed, heads, topk, num_tokens):
+    """vLLM's arguments of one DeepSeek-V4 layer call (out poisoned) and the reference's inputs."""
+    rng = np.random.default_rng(seed)
+    ori_c = compact_cache(rng, 2, False, 12, 64)
+    window = slot_rows(rng, num_tokens, 128, 12 * 64).astype(np.int64)
+    q = (rng.standard_normal((num_tokens, heads, 512)) * 2.0).astype(ml_dtypes.bfloat16)
+    sink = rng.uniform(0, 4, heads).astype(np.float32)
+    sink[0] = -np.inf
+    ref_in = {"q": q.astype(np.float64), "ori_kv": ori_c,
+              "cu_seqlens_q": np.array([0, num_tokens]),
+              "ori_sparse_indices": window.reshape(num_tokens, 1, 128), "sinks": sink}
+    window_2d = page_view_2d(shared_view(ori_c, 3, 1, 0))
+    if topk:
+        cmp_c = compact_cache(rng, 2, True, 9, 16)
+        comp = slot_rows(rng, num_tokens, topk, 9 * 16).astype(np.int64)
+        ref_in.update(cmp_kv=cmp_c, cmp_sparse_indices=comp.reshape(num_tokens, 1, topk))
+        compressed_2d, compressed_slots, cbs = page_view_2d(shared_view(cmp_c, 2, 1, 576)), \
+            torch.from_numpy(comp), 16
+    else:  # an SWA-only layer: vLLM passes the window cache again, no columns, block size 1
+        compressed_2d, compressed_slots, cbs = window_2d, torch.empty(num_tokens, 0,
+                                                                      dtype=torch.int64), 1
+    out = torch.full((num_tokens, heads, 512), float("nan"), dtype=torch.bfloat16)
+    args = dict(out=out, q=to_torch(q), window_cache_2d=window_2d,
+                window_slots=torch.from_numpy(window), window_block_size=64,
+                compressed_cache_2d=compressed_2d, compressed_slots=compressed_slots,
+                compressed_block_size=cbs, attn_sink=torch.from_numpy(sink), scale=0.041666668)
+    return args, ref_in
+
+
+@pytest.mark.parametrize("heads,topk,num_tokens", [(1, 0, 3), (16, 512, 4), (64, 0, 2),
+                                                   (128, 512, 2), (8, 40, 33)])
+def test_flash_mla_with_kvcache_operator_against_the_reference(rt, heads, topk, num_tokens):
+    """The C++ operator on vLLM's arguments (2-D page views of shared padded buffers, int64 slot
+    ids, -1 skipped) on a runtime on torch's threads, against the float64 reference, and the
+    same bits as attnrt.sparse_mla given the same inputs on a runtime of the same team size."""
+    torch_lib = _operator()
+    seed = SEED + 1000 + heads * 7 + topk + num_tokens
+    print(f"seed {seed}")
+    args, ref_in = dsv4_call(seed, heads, topk, num_tokens)
+    rid = torch_lib.torch_threads_runtime(2)
+    try:
+        torch.ops.attnrt._flash_mla_with_kvcache_on(rid, **args)
+        _, hits, misses = torch.ops.attnrt._runtime_stats(rid)
+        assert (hits, misses) == (0, 1)  # the metadata, computed once for this signature
+        again = torch.full_like(args["out"], float("nan"))
+        torch.ops.attnrt._flash_mla_with_kvcache_on(rid, **{**args, "out": again})
+        assert torch.ops.attnrt._runtime_stats(rid)[1:] == [1, 1]
+    finally:
+        torch_lib.release_runtime(rid)
+    out = args["out"]
+    assert torch.equal(out.view(torch.int16), again.view(torch.int16))
+    attrs = dict(quant_mode=2, topk_value_mode=3, layout_q="TND", layout_kv="PA_BBND",
+                 softmax_scale=0.041666668)
+    want, _ = sparse_mla_reference(ref_in, {**attrs, "cmp_ratio": 4 if topk else 1,
+                                            "return_softmax_lse": 1})
+    assert_cann_close(as_np(out), want, "out")
+    from attnrt._vllm_deepseek_v4 import flash_mla_with_kvcache_python
+
+    with attnrt.Runtime(num_threads=2) as own:
+        python_out = torch.full_like(out, float("nan"))
+        flash_mla_with_kvcache_python(**{**args, "out": python_out}, runtime=own)
+    assert torch.equal(out.view(torch.int16), python_out.view(torch.int16))
+
+
+def test_flash_mla_with_kvcache_operator_on_a_registered_and_a_closed_runtime():
+    torch_lib = _operator()
+    args, _ = dsv4_call(SEED + 1100, 4, 64, 3)
+    with attnrt.Runtime(num_threads=1) as own:
+        rid = torch_lib.runtime_id(own)
+        torch.ops.attnrt._flash_mla_with_kvcache_on(rid, **args)
+        assert not torch.isnan(args["out"].float()).any()
+    with pytest.raises(ValueError, match="runtime is closed"):
+        torch.ops.attnrt._flash_mla_with_kvcache_on(rid, **args)
+    with pytest.raises(ValueError, match="no attnrt runtime is registered under id 987654"):
+        torch.ops.attnrt._flash_mla_with_kvcache_on(987654, **args)
+    # The library's own runtime (id 0, default options), under the plain name too.
+    out = torch.full_like(args["out"], float("nan"))
+    torch.ops.attnrt.flash_mla_with_kvcache(**{**args, "out": out})
+    assert torch.equal(out.view(torch.int16), args["out"].view(torch.int16))
+
+
+def _with(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: dict(q=a["q"].float()), "q: expected bfloat16 [num_tokens, num_heads, 512], got "
+                                       "float32 [3, 4, 512]"),
+    (lambda a: dict(out=a["out"][:2]), "out: expected a contiguous bfloat16 tensor of q's shape"),
+    (lambda a: dict(window_slots=a["window_slots"].int()),
+     "window_slots: expected int64 [num_tokens=3, n] global slot ids, got int32 [3, 128]"),
+    (lambda a: dict(window_slots=a["window_slots"][:, :0]),
+     "window_slots: expected at least one column"),
+    (lambda a: dict(window_slots=_with(a["window_slots"], (1, 2), 768)),
+     "window_slots[1][2]: expected -1 (skip) or a slot in [0, 768) (num_blocks * block_size of "
+     "its cache), got 768"),
+    (lambda a: dict(window_slots=_with(a["window_slots"], (2, 127), -(2**40))),
+     "window_slots[2][127]: expected -1 (skip) or a slot in [0, 768)"),
+    (lambda a: dict(compressed_slots=a["compressed_slots"].clamp(max=-2)),
+     "compressed_slots[0][0]: expected -1 (skip) or a slot in [0, 144)"),
+    (lambda a: dict(window_block_size=0), "window_cache_2d block_size: expected a positive int"),
+    (lambda a: dict(window_block_size=2**62), "window_cache_2d: expected rows of at least"),
+    (lambda a: dict(window_cache_2d=a["window_cache_2d"].view(torch.int8)),
+     "window_cache_2d: expected a 2-D uint8 page view"),
+    (lambda a: dict(window_cache_2d=a["window_cache_2d"].as_strided(
+        (12, 64 * 584), (64 * 584 - 8, 1), a["window_cache_2d"].storage_offset())),
+     "window_cache_2d: expected a page stride of at least"),
+    (lambda a: dict(window_cache_2d=a["window_cache_2d"][:, ::2]),
+     "window_cache_2d: expected rows of at least"),
+    (lambda a: dict(compressed_cache_2d=a["compressed_cache_2d"][:, 1:].as_strided(
+        (9, 16 * 584), (1, 9))), "compressed_cache_2d: expected the bytes of a page contiguous"),
+    (lambda a: dict(attn_sink=a["attn_sink"][:2]),
+     "attn_sink: expected contiguous float32 with num_heads=4 values"),
+    (lambda a: dict(scale=float("inf")), "scale: expected a finite float32"),
+    (lambda a: dict(q=a["q"].requires_grad_(False).float().requires_grad_().bfloat16()),
+     "q: requires grad"),
+])
+def test_flash_mla_with_kvcache_operator_refuses_by_name_and_writes_nothing(change, message):
+    _operator()
+    args, _ = dsv4_call(SEED + 1200, 4, 64, 3)
+    args.update(change(args))
+    args["out"].fill_(7.0)
+    with pytest.raises(ValueError) as e:
+        torch.ops.attnrt.flash_mla_with_kvcache(**args)
+    assert str(e.value).startswith("ATTNRT_ERROR_INVALID_ARGUMENT: "), str(e.value)
+    assert message in str(e.value), str(e.value)
+    assert (args["out"] == 7.0).all(), "out was written before the refusal"
+
+
+def test_flash_mla_with_kvcache_operator_cache_past_its_storage_is_refused():
+    """A page view whose pages reach past its buffer (a storage shrunk under the view) is refused
+    by name before any read."""
+    _operator()
+    args, _ = dsv4_call(SEED + 1300, 4, 0, 2)
+    view = args["window_cache_2d"]
+    nbytes = view.untyped_storage().nbytes()
+    buf = torch.empty(nbytes, dtype=torch.uint8)  # a resizable copy of the shared buffer
+    buf.untyped_storage().copy_(view.untyped_storage())
+    view = args["window_cache_2d"] = buf.as_strided(view.shape, view.stride(),
+                                                    view.storage_offset())
+    end = view.storage_offset() + (view.shape[0] - 1) * view.stride(0) + view.shape[1]
+    buf.untyped_storage().resize_(end - 1)  # the last page's last byte is gone
+    args["out"].fill_(7.0)
+    with pytest.raises(ValueError, match="window_cache_2d: its elements .* reach past its "
+                                         "storage"):
+        torch.ops.attnrt.flash_mla_with_kvcache(**args)
+    from attnrt._vllm_deepseek_v4 import flash_mla_with_kvcache_python
+
+    with attnrt.Runtime(num_threads=1) as own:  # the adapter's Python path as well
+        with pytest.raises(attnrt.InvalidArgumentError,
+                           match="window_cache_2d: its elements .* reach past its storage"):
+            flash_mla_with_kvcache_python(**args, runtime=own)
+    assert (args["out"] == 7.0).all()
