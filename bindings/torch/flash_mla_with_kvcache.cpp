@@ -37,7 +37,7 @@ namespace attnrt_torch {
 namespace {
 
 constexpr int64_t kTokenBytes = ATTNRT_SPARSE_MLA_MODE2_TOKEN_BYTES;  // fp8_ds_mla: 584
-constexpr int64_t kHeadDim = ATTNRT_SPARSE_MLA_HEAD_DIM;               // 512
+constexpr int64_t kHeadDim = ATTNRT_SPARSE_MLA_HEAD_DIM;              // 512
 
 // A dtype as Python prints it (torch.float32 -> "float32"), as the Python adapter's messages.
 std::string DtypeName(const at::Tensor& t) {
@@ -100,8 +100,7 @@ at::Tensor PagedView(const at::Tensor& cache_2d, int64_t block_size, const std::
   // error), so does the block view inside it.
   Describe(cache_2d, name.c_str());
   return cache_2d.as_strided({num_blocks, block_size, 1, kTokenBytes},
-                             {page_stride, kTokenBytes, kTokenBytes, 1},
-                             cache_2d.storage_offset());
+                             {page_stride, kTokenBytes, kTokenBytes, 1}, cache_2d.storage_offset());
 }
 
 void CheckSlotsShape(const at::Tensor& slots, const char* name, int64_t num_tokens) {
@@ -109,13 +108,12 @@ void CheckSlotsShape(const at::Tensor& slots, const char* name, int64_t num_toke
       slots.scalar_type() == at::kLong && slots.dim() == 2 && slots.size(0) == num_tokens, name,
       ": expected int64 [num_tokens=", num_tokens, ", n] global slot ids, got ", DtypeName(slots),
       " ", slots.sizes());
-  ATTNRT_TORCH_CHECK_ARG(slots.is_contiguous(), name, ": expected a contiguous tensor, got strides ",
-                         slots.strides());
+  ATTNRT_TORCH_CHECK_ARG(slots.is_contiguous(), name,
+                         ": expected a contiguous tensor, got strides ", slots.strides());
 }
 
 // int64 [T, n] global slot ids -> int32 (T, 1, n), every entry -1 or in [0, num_slots).
-at::Tensor Slots(const at::Tensor& slots, const char* name, int64_t num_tokens,
-                 int64_t num_slots) {
+at::Tensor Slots(const at::Tensor& slots, const char* name, int64_t num_tokens, int64_t num_slots) {
   CheckSlotsShape(slots, name, num_tokens);
   ATTNRT_TORCH_CHECK_ARG(num_slots - 1 <= INT32_MAX, name, ": its cache holds ", num_slots,
                          " slots, attnrt's slot ids are int32 (at most ", int64_t{INT32_MAX} + 1,
@@ -133,8 +131,7 @@ at::Tensor Slots(const at::Tensor& slots, const char* name, int64_t num_tokens,
   }
   ATTNRT_TORCH_CHECK_ARG(bad < 0, name, "[", bad / (n > 0 ? n : 1), "][", bad % (n > 0 ? n : 1),
                          "]: expected -1 (skip) or a slot in [0, ", num_slots,
-                         ") (num_blocks * block_size of its cache), got ",
-                         bad < 0 ? 0 : from[bad]);
+                         ") (num_blocks * block_size of its cache), got ", bad < 0 ? 0 : from[bad]);
   return narrowed;
 }
 
@@ -149,19 +146,18 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
   CheckNoGrad(compressed_cache_2d, "compressed_cache_2d");
   CheckNoGrad(attn_sink, "attn_sink");
   at::Tensor q = Resolved(q_view);
-  ATTNRT_TORCH_CHECK_ARG(
-      q.dim() == 3 && q.size(2) == kHeadDim && q.scalar_type() == at::kBFloat16,
-      "q: expected bfloat16 [num_tokens, num_heads, ", kHeadDim, "], got ", DtypeName(q), " ",
-      q.sizes());
-  ATTNRT_TORCH_CHECK_ARG(q.stride(2) == 1, "q: expected its last dimension contiguous, got strides ",
-                         q.strides());
+  ATTNRT_TORCH_CHECK_ARG(q.dim() == 3 && q.size(2) == kHeadDim && q.scalar_type() == at::kBFloat16,
+                         "q: expected bfloat16 [num_tokens, num_heads, ", kHeadDim, "], got ",
+                         DtypeName(q), " ", q.sizes());
+  ATTNRT_TORCH_CHECK_ARG(q.stride(2) == 1,
+                         "q: expected its last dimension contiguous, got strides ", q.strides());
   const int64_t num_tokens = q.size(0), num_heads = q.size(1);
   ATTNRT_TORCH_CHECK_ARG(
       out.sizes() == q.sizes() && out.scalar_type() == at::kBFloat16 && out.is_contiguous(),
       "out: expected a contiguous bfloat16 tensor of q's shape ", q.sizes(), ", got ",
       out.is_contiguous() ? "" : "non-contiguous ", DtypeName(out), " ", out.sizes());
-  ATTNRT_TORCH_CHECK_ARG(attn_sink.scalar_type() == at::kFloat &&
-                             attn_sink.numel() == num_heads && attn_sink.is_contiguous(),
+  ATTNRT_TORCH_CHECK_ARG(attn_sink.scalar_type() == at::kFloat && attn_sink.numel() == num_heads &&
+                             attn_sink.is_contiguous(),
                          "attn_sink: expected contiguous float32 with num_heads=", num_heads,
                          " values, got ", DtypeName(attn_sink), " ", attn_sink.sizes());
   const at::Tensor ori_kv = PagedView(window_cache_2d, window_block_size, "window_cache_2d");
@@ -269,9 +265,9 @@ void FlashMlaWithKvcacheOn(int64_t runtime, const at::Tensor& out, const at::Ten
 }  // namespace
 
 // vLLM 0.32's schema of torch.ops._C.flash_mla_with_kvcache_cpu.
-#define ATTNRT_FLASH_MLA_ARGS                                                                 \
-  "Tensor(a!) out, Tensor q, Tensor window_cache_2d, Tensor window_slots, "                   \
-  "int window_block_size, Tensor compressed_cache_2d, Tensor compressed_slots, "              \
+#define ATTNRT_FLASH_MLA_ARGS                                                    \
+  "Tensor(a!) out, Tensor q, Tensor window_cache_2d, Tensor window_slots, "      \
+  "int window_block_size, Tensor compressed_cache_2d, Tensor compressed_slots, " \
   "int compressed_block_size, Tensor attn_sink, float scale"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {

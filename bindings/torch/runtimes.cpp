@@ -123,10 +123,9 @@ std::shared_ptr<const std::vector<int32_t>> SparseMlaOps::Metadata(
   out.strides = strides;
   const attnrt_tensor* outputs[1] = {&out};
   const CachedPlan plan = metadata_op_.Plan(inputs, num_inputs, outputs, 1);
-  const attnrt_status status =
-      attnrt_plan_run(plan.plan.get(), inputs, num_inputs, outputs, 1,
-                      Workspace(plan.workspace_size, plan.workspace_alignment),
-                      plan.workspace_size, nullptr);
+  const attnrt_status status = attnrt_plan_run(
+      plan.plan.get(), inputs, num_inputs, outputs, 1,
+      Workspace(plan.workspace_size, plan.workspace_alignment), plan.workspace_size, nullptr);
   if (status != ATTNRT_OK) ThrowStatus(status);
   std::lock_guard<std::mutex> lock(mutex_);
   ++misses_;
@@ -301,8 +300,8 @@ std::shared_ptr<SparseMlaOps> SparseMlaOpsFor(int64_t id, const SparseMlaKey& ke
     if (k == key) return ops;
   }
   attnrt_op* metadata_op = nullptr;
-  attnrt_status status = attnrt_op_create(e.handle, ATTNRT_OP_SPARSE_MLA_METADATA,
-                                          &key.attributes, &metadata_op);
+  attnrt_status status =
+      attnrt_op_create(e.handle, ATTNRT_OP_SPARSE_MLA_METADATA, &key.attributes, &metadata_op);
   if (status != ATTNRT_OK) ThrowStatus(status);
   attnrt_op* op = nullptr;
   status = attnrt_op_create(e.handle, ATTNRT_OP_SPARSE_MLA, &key.attributes, &op);

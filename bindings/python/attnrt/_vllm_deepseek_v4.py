@@ -210,8 +210,14 @@ def _for_operator(q, window_cache_2d, window_slots, window_block_size, compresse
             and type(scale) in (int, float))
 
 
+_operator = None  # torch.ops.attnrt._flash_mla_with_kvcache_on.default, looked up once
+
+
 def _flash_mla_on(*args) -> None:
-    torch.ops.attnrt._flash_mla_with_kvcache_on.default(*args)
+    global _operator
+    if _operator is None:
+        _operator = torch.ops.attnrt._flash_mla_with_kvcache_on.default
+    _operator(*args)
 
 
 def flash_mla_with_kvcache_python(out, q, window_cache_2d, window_slots, window_block_size,
