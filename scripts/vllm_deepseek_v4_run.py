@@ -8,7 +8,7 @@ scripts/vllm_reference_run.py (whose --compare reading this reuses). vLLM runs i
 (VLLM_ENABLE_V1_MULTIPROCESSING=0) with attnrt._vllm_deepseek_v4_support.apply() called first
 (the package's vllm.general_plugins entry point calls it too when attnrt is installed in the
 venv), so the worker's kernels can be timed: each call of the DeepSeek-V4 CPU kernels named in
-TIMED_OPS is wrapped with a timer and the totals are printed and stored under "op_time_s".
+TIMED_OPS (attnrt's replacement of the attention call included) is wrapped with a timer and the totals are printed and stored under "op_time_s".
 
 --chunked-prefill sets ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1: on CPUs without AMX tiles vLLM 0.32
 turns chunked prefill and prefix caching off for DeepSeek-V4; this keeps what is asked for
@@ -37,6 +37,8 @@ TIMED_OPS = [
     ("vllm._custom_ops", "fp8_paged_mqa_logits_cpu"),
     ("vllm._custom_ops", "topk_transform_512_cpu"),
     ("torch.ops._C", "flash_mla_with_kvcache_cpu"),
+    # attnrt's replacement of that call (ATTNRT_VLLM=1; the route looks it up at every call).
+    ("attnrt._vllm_deepseek_v4", "flash_mla_with_kvcache"),
     ("vllm._custom_ops", "fused_qnorm_rope_kv_insert_cpu"),
     ("vllm.models.deepseek_v4.cpu.cpu_compressor", "save_partial_states_cpu"),
     ("vllm.models.deepseek_v4.cpu.cpu_compressor", "compress_norm_rope_store_cpu"),
@@ -114,7 +116,7 @@ class OpTimers:
                 return fn(*args, **kwargs)
             finally:
                 key = name
-                if name == "flash_mla_with_kvcache_cpu":
+                if name.startswith("flash_mla_with_kvcache"):
                     key = f"{name} [{layer_kind(args)}]"
                 self.seconds[key] += time.perf_counter() - t0
                 self.calls[key] += 1
@@ -254,11 +256,12 @@ def print_op_times(r):
         return
     indexer = sum(ops.get(n, {}).get("seconds", 0.0) for n in
                   ("fused_indexer_q_rope_quant_cpu", "fp8_paged_mqa_logits_cpu", "topk_transform_512_cpu"))
-    attn = sum(v["seconds"] for n, v in ops.items() if n.startswith("flash_mla_with_kvcache_cpu"))
+    attn = sum(v["seconds"] for n, v in ops.items() if n.startswith("flash_mla_with_kvcache"))
     for name, v in sorted(ops.items(), key=lambda kv: -kv[1]["seconds"]):
         print(f"  {name}: {v['seconds']:.3f} s in {v['calls']} calls ({100 * v['seconds'] / total:.1f}% of generate)")
-    print(f"C4A indexer kernels {indexer:.3f} s ({100 * indexer / total:.1f}%), flash_mla_with_kvcache_cpu "
-          f"{attn:.3f} s ({100 * attn / total:.1f}%) of {total:.2f} s generate")
+    print(f"C4A indexer kernels {indexer:.3f} s ({100 * indexer / total:.1f}%), sparse attention "
+          f"(flash_mla_with_kvcache_cpu or attnrt's flash_mla_with_kvcache) {attn:.3f} s "
+          f"({100 * attn / total:.1f}%) of {total:.2f} s generate")
 
 
 def main(argv):

@@ -423,8 +423,12 @@ def _why_not_routable(module) -> str | None:
                 f"({', '.join(_FORWARD_MQA_PARAMETERS)})")
     if not {"torch", "ops", "_C", ROUTED_KERNEL} <= set(code.co_names):
         return f"DeepseekV4CPUAttention.forward_mqa does not call torch.ops._C.{ROUTED_KERNEL}"
-    kernel = getattr(getattr(torch.ops._C, ROUTED_KERNEL, None), "default", None)
-    names = tuple(a.name for a in kernel._schema.arguments) if kernel is not None else ()
+    # The schema registered with torch's dispatcher (not the attribute torch.ops._C exposes now,
+    # which a profiler or timer may have wrapped).
+    try:
+        names = tuple(a.name for a in torch._C._get_schema(f"_C::{ROUTED_KERNEL}", "").arguments)
+    except RuntimeError:
+        names = ()
     if names != _KERNEL_ARGUMENTS:
         return (f"torch.ops._C.{ROUTED_KERNEL} takes ({', '.join(names) or 'missing'}), expected "
                 f"({', '.join(_KERNEL_ARGUMENTS)})")

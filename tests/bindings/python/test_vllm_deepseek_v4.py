@@ -494,6 +494,32 @@ def test_route_refuses_a_forward_mqa_of_another_signature(monkeypatch):
     assert cls.forward_mqa is forward_mqa
 
 
+def test_route_reads_the_kernel_schema_from_the_dispatcher_not_a_wrapped_attribute(monkeypatch):
+    """A profiler or timer that wrapped torch.ops._C.flash_mla_with_kvcache_cpu in a Python
+    function (no .default schema) does not make the route refuse; a kernel whose registered
+    schema differs from the one the route was written for does."""
+    from vllm.models.deepseek_v4.cpu import cpu_sparse
+
+    from attnrt import _vllm_deepseek_v4 as adapter
+
+    cls = cpu_sparse.DeepseekV4CPUAttention
+    monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa)
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    real = torch.ops._C.flash_mla_with_kvcache_cpu
+    monkeypatch.setattr(torch.ops._C, "flash_mla_with_kvcache_cpu",
+                        lambda *args: real(*args))
+    assert adapter.route() == "routed"
+    monkeypatch.setattr(cls, "forward_mqa", cls.forward_mqa.__wrapped__)
+    monkeypatch.setitem(adapter._route_state, "status", None)
+    monkeypatch.setattr(adapter, "_KERNEL_ARGUMENTS", adapter._KERNEL_ARGUMENTS + ("extra",))
+    monkeypatch.setattr(adapter, "_logger", lambda: _Logger(True))
+    status = adapter.route()
+    assert status.startswith("refused: torch.ops._C.flash_mla_with_kvcache_cpu takes (out, q, "), \
+        status
+    assert status.endswith("attn_sink, scale, extra)"), status
+    assert not getattr(cls.forward_mqa, "_attnrt_routed", False)
+
+
 def test_register_routes_deepseek_v4_when_vllm_imports_it():
     """The entry point with ATTNRT_VLLM=1 in a fresh process: the route waits for vLLM to import
     the DeepSeek-V4 CPU module, then patches it and says so in vLLM's log (vLLM 0.32 configures
