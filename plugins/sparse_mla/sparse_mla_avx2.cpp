@@ -25,6 +25,11 @@ struct Vec {
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static float ReduceAdd(V x) {  // the lanes' sum: halves, then pairs, then the last two
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
   static V Max(V x, V y) { return _mm256_max_ps(x, y); }  // y when either is NaN
   static V Exp(V x) { return Exp8(x); }
   static V RoundBf16(V x) { return RoundBf16x8(x); }
@@ -62,6 +67,10 @@ struct Math {
   static void ZeroRow(float* dst) { ZeroRowX86(dst); }
   static void ScoreTile(const float* qt, int hp, const float* tile, int rows, float* s) {
     ScoreTileBlocked<Vec, Blocking>(qt, hp, tile, rows, s);
+  }
+  static void ScoreFewHeads(const float* qr, int nh, int hp, const float* tile, int rows,
+                            float* s) {
+    ScoreTileFewHeads<Vec>(qr, nh, hp, tile, rows, s);
   }
   static void PvTile(const float* p, int hp, int nt, const float* tile, const float* alpha, int nh,
                      float* o) {

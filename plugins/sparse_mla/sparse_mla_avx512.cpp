@@ -126,6 +126,10 @@ struct Math {
   static void ScoreTile(const float* qt, int hp, const float* tile, int rows, float* s) {
     ScoreTileBlocked<Vec, Blocking>(qt, hp, tile, rows, s);
   }
+  static void ScoreFewHeads(const float* qr, int nh, int hp, const float* tile, int rows,
+                            float* s) {
+    ScoreTileFewHeads<Vec>(qr, nh, hp, tile, rows, s);
+  }
   static void PvTile(const float* p, int hp, int nt, const float* tile, const float* alpha, int nh,
                      float* o) {
     PvTileBlocked<Vec, Blocking>(p, hp, nt, tile, alpha, nh, o);

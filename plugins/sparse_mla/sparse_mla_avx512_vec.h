@@ -32,7 +32,8 @@ struct Vec {
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V Max(V x, V y) { return _mm512_max_ps(x, y); }  // y when either is NaN
+  static float ReduceAdd(V x) { return _mm512_reduce_add_ps(x); }  // the lanes' sum
+  static V Max(V x, V y) { return _mm512_max_ps(x, y); }           // y when either is NaN
   // Exp8's polynomial on 16 lanes, scaled by 2^n with VSCALEFPS (saturates to 0 / inf itself).
   static V Exp(V x) {
     const V lo = _mm512_set1_ps(-87.3f);

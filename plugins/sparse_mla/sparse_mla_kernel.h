@@ -42,6 +42,10 @@
 //     // Scores: s[j * hp + h] = sum_d qt[d * hp + h] * k_j[d], j < rows (a multiple of kKeyPad),
 //     // h < hp (heads padded to kLanes; qt's padding lanes are zero). Unscaled.
 //     static void ScoreTile(const float* qt, int hp, const KeyT* tile, int rows, float* s);
+//     // Optional, for problems of at most min(kLanes / 2, 8) heads: the same scores from the
+//     // query rows qr[h][d] (fp32, h < nh), padding lanes [nh, hp) set to 0 (ScoreTileFewHeads).
+//     static void ScoreFewHeads(const float* qr, int nh, int hp, const KeyT* tile, int rows,
+//                               float* s);
 //     // P·V with the rescale: o[h][d] = alpha[h] * o[h][d] + sum_{j < nt} p[j * hp + h] * k_j[d]
 //     // for h < nh (o row stride 512); p holds round(P) (bf16- or fp16-exact floats).
 //     static void PvTile(const float* p, int hp, int nt, const KeyT* tile, const float* alpha,
@@ -154,6 +158,15 @@ class AlignedBuffer {
   size_t size_ = 0;
 };
 
+// Whether a Math scores few-head problems with the dims in lanes (ScoreFewHeads).
+template <class M>
+constexpr bool ScoresFewHeads() {
+  return requires(const float* q, const typename M::KeyT* t, float* s) {
+    M::ScoreFewHeads(q, 1, 1, t, 2, s);
+  };
+}
+constexpr bool kMathScoresFewHeads = ScoresFewHeads<Math>();
+
 inline int64_t PadHeads(int64_t nh) {
   return (nh + Math::kLanes - 1) / Math::kLanes * Math::kLanes;
 }
@@ -164,6 +177,9 @@ class Worker {
       : a_(args), p_(*args.problem), attr_(p_.attributes) {
     fp16_ = p_.q_dtype.code == ATTNRT_DTYPE_CODE_FLOAT;
     slots_ = attr_.topk_value_mode == 3 && HasAbi16Fields(args);
+    // Decided for the problem, not per head group: a head's bits never depend on the partition.
+    few_heads_ =
+        kMathScoresFewHeads && p_.num_heads <= std::min<int64_t>(Math::kLanes / 2, kMaxDotHeads);
     if (attr_.layout_kv == ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND) {
       ori_stride_ =
           BlockStride(args, false, p_.ori_block_size * TokenBytes(attr_.quant_mode, false));
@@ -265,11 +281,15 @@ class Worker {
     const int hp = static_cast<int>(PadHeads(nh));
     // q rows to fp32 (exact), transposed: qt[d][h], padding heads zero. In blocks of kQBlock dims,
     // so the stores of a block (kQBlock * hp floats) stay in L1: qt itself (512 * hp floats) does
-    // not fit, and the transpose cost as much as the scores of a 128-key row before.
+    // not fit, and the transpose cost as much as the scores of a 128-key row before. Few-head
+    // problems keep the rows as they are (qr[h][d], for ScoreFewHeads).
     const uint16_t* q = static_cast<const uint16_t*>(a_.q) + (row * p_.num_heads + h0) * kD;
     float* qt = qt_.data();
     constexpr int kQBlock = 16;
-    for (int d0 = 0; d0 < kD; d0 += kQBlock) {
+    if (few_heads_) {
+      for (int i = 0; i < nh * kD; ++i) qt[i] = fp16_ ? Fp16ToFloat(q[i]) : Bf16ToFloat(q[i]);
+    }
+    for (int d0 = 0; d0 < kD && !few_heads_; d0 += kQBlock) {
       float* block = qt + d0 * hp;
       for (int h = 0; h < nh; ++h) {
         const uint16_t* src = q + h * kD + d0;
@@ -316,7 +336,7 @@ class Worker {
       for (int64_t key = t0 + kTile; key < next_end; ++key) Prefetch<2>(token(key), key >= n_ori);
       const int64_t t = (t0 - k0) / kTile;
       float* s = pass == Pass::kAll ? s_.data() : split.scores.data() + t * kTile * hp;
-      if (pass != Pass::kAttend) Math::ScoreTile(qt, hp, tile, rows, s);
+      if (pass != Pass::kAttend) Score(qt, nh, hp, tile, rows, s);
       if (pass == Pass::kScores) {
         TileMax<Vec>(s, hp, nt, attr_.softmax_scale, split.maxima.data() + t * hp);
         continue;
@@ -324,6 +344,15 @@ class Worker {
       SoftmaxTile<Vec>(s, hp, nt, attr_.softmax_scale, fp16_, st.m, st.l, alpha);
       Math::PvTile(s, hp, nt, tile, alpha, nh, st.o);
     }
+  }
+
+  template <class M = Math>
+  void Score(const float* q, int nh, int hp, const typename M::KeyT* tile, int rows,
+             float* s) const {
+    if constexpr (ScoresFewHeads<M>()) {
+      if (few_heads_) return M::ScoreFewHeads(q, nh, hp, tile, rows, s);
+    }
+    M::ScoreTile(q, hp, tile, rows, s);
   }
 
   // attn_out and softmax_lse of heads [h0, h1) from the final state.
@@ -578,7 +607,8 @@ class Worker {
   const attnrt_sparse_mla_problem& p_;
   const attnrt_sparse_mla_attributes& attr_;
   bool fp16_ = false;
-  bool slots_ = false;  // topk_value_mode 3: global slot ids
+  bool slots_ = false;      // topk_value_mode 3: global slot ids
+  bool few_heads_ = false;  // scores with the dims in lanes (Math::ScoreFewHeads)
   int64_t ori_stride_ = 0, cmp_stride_ = 0;
   AlignedBuffer<typename Math::KeyT> tile_;
   AlignedBuffer<float> qt_, s_, o_, state_;

@@ -31,6 +31,7 @@ struct Vec {
   static V Add(V a, V b) { return vaddq_f32(a, b); }
   static V Sub(V a, V b) { return vsubq_f32(a, b); }
   static V Mul(V a, V b) { return vmulq_f32(a, b); }
+  static float ReduceAdd(V x) { return vaddvq_f32(x); }                // the lanes' sum
   static V Max(V x, V y) { return vbslq_f32(vcgtq_f32(x, y), x, y); }  // y when either is NaN
   // The Cephes polynomial of the x86 builds; 2^n built in the exponent field (n in [-126, 127]
   // after the clamp). NaN passes through (FMAX/FMIN propagate it), below -87.3 the result is 0.
@@ -112,6 +113,10 @@ struct Math {
   }
   static void ScoreTile(const float* qt, int hp, const float* tile, int rows, float* s) {
     ScoreTileBlocked<Vec, Blocking>(qt, hp, tile, rows, s);
+  }
+  static void ScoreFewHeads(const float* qr, int nh, int hp, const float* tile, int rows,
+                            float* s) {
+    ScoreTileFewHeads<Vec>(qr, nh, hp, tile, rows, s);
   }
   static void PvTile(const float* p, int hp, int nt, const float* tile, const float* alpha, int nh,
                      float* o) {

@@ -24,6 +24,7 @@ struct Vec {
   static V Add(V a, V b) { return a + b; }
   static V Sub(V a, V b) { return a - b; }
   static V Mul(V a, V b) { return a * b; }
+  static float ReduceAdd(V x) { return x; }
   static V Max(V x, V y) { return y < x ? x : y; }  // y when either is NaN
   static V Exp(V x) { return std::exp(x); }
   static V RoundBf16(V x) { return scalar::RoundBf16(x); }

@@ -99,6 +99,69 @@ inline void ScoreTileBlocked(const float* qt, int hp, const float* k, int rows, 
   }
 }
 
+// Scores for problems of few heads (at most half a vector's lanes: heads in lanes would leave
+// most lanes padding), with the dims in lanes instead: qr [nh][512] the query rows (fp32); for each
+// (key, head) one FMA chain per lane over dims d = lane (mod kLanes), then Vec::ReduceAdd. kNh
+// heads × kKb keys of accumulators stay in registers across the 512 dims; s[j][h] is written for
+// h < kNh, the padding lanes [kNh, hp) get 0 (what zero query lanes score). A (key, head) pair's
+// arithmetic does not depend on the other heads or keys of its block.
+template <class Vec, int kNh, int kKb>
+inline void ScoreDotBlock(const float* qr, const float* k, int hp, float* s) {
+  using V = typename Vec::V;
+  constexpr int L = Vec::kLanes;
+  V acc[kKb][kNh];
+  for (int j = 0; j < kKb; ++j) {
+    for (int h = 0; h < kNh; ++h) acc[j][h] = Vec::Zero();
+  }
+  for (int d = 0; d < kTileDim; d += L) {
+    V q[kNh];
+    for (int h = 0; h < kNh; ++h) q[h] = Vec::Load(qr + h * kTileDim + d);
+    for (int j = 0; j < kKb; ++j) {
+      const V x = Vec::Load(k + j * kTileStride + d);
+      for (int h = 0; h < kNh; ++h) acc[j][h] = Vec::Fma(q[h], x, acc[j][h]);
+    }
+  }
+  for (int j = 0; j < kKb; ++j) {
+    for (int h = 0; h < kNh; ++h) s[j * hp + h] = Vec::ReduceAdd(acc[j][h]);
+    for (int h = kNh; h < hp; ++h) s[j * hp + h] = 0.0f;
+  }
+}
+
+// Keys [0, rows) in blocks of up to 16 accumulators (kKb keys), then one key at a time.
+template <class Vec, int kNh>
+inline void ScoreDotHeads(const float* qr, int hp, const float* k, int rows, float* s) {
+  constexpr int kKb = kNh <= 2 ? 8 : kNh <= 4 ? 4 : 2;
+  int j = 0;
+  for (; j + kKb <= rows; j += kKb) {
+    ScoreDotBlock<Vec, kNh, kKb>(qr, k + j * kTileStride, hp, s + j * hp);
+  }
+  for (; j < rows; ++j) ScoreDotBlock<Vec, kNh, 1>(qr, k + j * kTileStride, hp, s + j * hp);
+}
+
+// s[j][h] = q_h · k_j for j < rows and h < nh (1 <= nh <= kMaxDotHeads), 0 for h in [nh, hp).
+template <class Vec>
+inline void ScoreTileFewHeads(const float* qr, int nh, int hp, const float* k, int rows, float* s) {
+  switch (nh) {
+    case 1:
+      return ScoreDotHeads<Vec, 1>(qr, hp, k, rows, s);
+    case 2:
+      return ScoreDotHeads<Vec, 2>(qr, hp, k, rows, s);
+    case 3:
+      return ScoreDotHeads<Vec, 3>(qr, hp, k, rows, s);
+    case 4:
+      return ScoreDotHeads<Vec, 4>(qr, hp, k, rows, s);
+    case 5:
+      return ScoreDotHeads<Vec, 5>(qr, hp, k, rows, s);
+    case 6:
+      return ScoreDotHeads<Vec, 6>(qr, hp, k, rows, s);
+    case 7:
+      return ScoreDotHeads<Vec, 7>(qr, hp, k, rows, s);
+    default:
+      return ScoreDotHeads<Vec, 8>(qr, hp, k, rows, s);
+  }
+}
+constexpr int kMaxDotHeads = 8;
+
 template <class Vec, int kHb, int kDv>
 inline void PvBlock(const float* p, int hp, int j0, int j1, const float* k, const float* alpha,
                     float* o) {
