@@ -23,6 +23,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -67,6 +68,16 @@ std::string DtypeName(const at::Tensor& t) {
   }
 }
 
+// A double as Python's repr prints it (shortest round trip: 1e+39, nan, -inf), as the adapter's
+// messages.
+std::string PythonRepr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char text[64];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, r.ptr);
+}
+
 void CheckBlockSize(int64_t block_size, const char* name) {
   ATTNRT_TORCH_CHECK_ARG(block_size >= 1, name,
                          ": expected a positive int (tokens per cache block), got ", block_size);
@@ -75,6 +86,7 @@ void CheckBlockSize(int64_t block_size, const char* name) {
 // vLLM's 2-D page view as attnrt's PA_BBND cache (num_blocks, block_size, 1, 584), strides
 // (page stride, 584, 584, 1), same storage and offset: a view, nothing copied.
 at::Tensor PagedView(const at::Tensor& cache_2d, int64_t block_size, const std::string& name) {
+  CheckReadInPlace(cache_2d, name.c_str());
   CheckBlockSize(block_size, (name + " block_size").c_str());
   ATTNRT_TORCH_CHECK_ARG(cache_2d.scalar_type() == at::kByte && cache_2d.dim() == 2, name,
                          ": expected a 2-D uint8 page view [num_blocks, block_size * ", kTokenBytes,
@@ -110,10 +122,13 @@ void CheckSlotsShape(const at::Tensor& slots, const char* name, int64_t num_toke
       " ", slots.sizes());
   ATTNRT_TORCH_CHECK_ARG(slots.is_contiguous(), name,
                          ": expected a contiguous tensor, got strides ", slots.strides());
+  Describe(slots, name);  // its ids lie in its storage: read below
 }
 
 // int64 [T, n] global slot ids -> int32 (T, 1, n), every entry -1 or in [0, num_slots).
-at::Tensor Slots(const at::Tensor& slots, const char* name, int64_t num_tokens, int64_t num_slots) {
+at::Tensor Slots(const at::Tensor& slots_view, const char* name, int64_t num_tokens,
+                 int64_t num_slots) {
+  const at::Tensor slots = Resolved(slots_view);  // a negative view's ids are its values
   CheckSlotsShape(slots, name, num_tokens);
   ATTNRT_TORCH_CHECK_ARG(num_slots - 1 <= INT32_MAX, name, ": its cache holds ", num_slots,
                          " slots, attnrt's slot ids are int32 (at most ", int64_t{INT32_MAX} + 1,
@@ -139,13 +154,14 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
          const at::Tensor& window_cache_2d, const at::Tensor& window_slots,
          int64_t window_block_size, const at::Tensor& compressed_cache_2d,
          const at::Tensor& compressed_slots, int64_t compressed_block_size,
-         const at::Tensor& attn_sink, double scale) {
+         const at::Tensor& attn_sink_view, double scale) {
   CheckWritable(out, "out");
   CheckNoGrad(q_view, "q");
   CheckNoGrad(window_cache_2d, "window_cache_2d");
   CheckNoGrad(compressed_cache_2d, "compressed_cache_2d");
-  CheckNoGrad(attn_sink, "attn_sink");
+  CheckNoGrad(attn_sink_view, "attn_sink");
   at::Tensor q = Resolved(q_view);
+  const at::Tensor attn_sink = Resolved(attn_sink_view);
   ATTNRT_TORCH_CHECK_ARG(q.dim() == 3 && q.size(2) == kHeadDim && q.scalar_type() == at::kBFloat16,
                          "q: expected bfloat16 [num_tokens, num_heads, ", kHeadDim, "], got ",
                          DtypeName(q), " ", q.sizes());
@@ -176,6 +192,17 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
     cmp_idx = Slots(compressed_slots, "compressed_slots", num_tokens,
                     cmp_kv.size(0) * compressed_block_size);
   }
+  const float softmax_scale = static_cast<float>(scale);
+  ATTNRT_TORCH_CHECK_ARG(std::isfinite(softmax_scale), "scale: expected a finite float32, got ",
+                         PythonRepr(scale));
+  // out is written while every input is read (the slot ids before: a copy of them is what the op
+  // sees, so its own overlap check would not see the caller's).
+  CheckNoOverlap(out, "out", q_view, "q");
+  CheckNoOverlap(out, "out", window_cache_2d, "window_cache_2d");
+  CheckNoOverlap(out, "out", window_slots, "window_slots");
+  if (cmp_kv.defined()) CheckNoOverlap(out, "out", compressed_cache_2d, "compressed_cache_2d");
+  CheckNoOverlap(out, "out", compressed_slots, "compressed_slots");
+  CheckNoOverlap(out, "out", attn_sink_view, "attn_sink");
   if (num_tokens == 0) return;
   if (!q.is_contiguous()) q = q.contiguous();  // attnrt's TND query is compact
 
@@ -183,9 +210,7 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
   attnrt_sparse_mla_attributes& a = key.attributes;
   attnrt_sparse_mla_attributes_init(&a);
   a.quant_mode = 2;
-  a.softmax_scale = static_cast<float>(scale);
-  ATTNRT_TORCH_CHECK_ARG(std::isfinite(a.softmax_scale), "scale: expected a finite float32, got ",
-                         scale);
+  a.softmax_scale = softmax_scale;
   a.cmp_ratio = 1;  // unused with global slot ids; 1 is what an SWA-only layer needs
   a.layout_q = ATTNRT_SPARSE_MLA_LAYOUT_TND;
   a.layout_kv = ATTNRT_SPARSE_MLA_LAYOUT_PA_BBND;
@@ -242,6 +267,7 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
       plan.plan.get(), inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS, outputs, 1,
       Workspace(plan.workspace_size, plan.workspace_alignment), plan.workspace_size, nullptr);
   if (status != ATTNRT_OK) ThrowStatus(status);
+  Written(out);
 }
 
 void FlashMlaWithKvcache(const at::Tensor& out, const at::Tensor& q,

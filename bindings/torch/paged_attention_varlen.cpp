@@ -134,6 +134,11 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
       attnrt_plan_run(plan.plan.get(), inputs, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, outputs, 1,
                       workspace, plan.workspace_size, nullptr);
   if (status != ATTNRT_OK) ThrowStatus(status);
+  Written(out);
+  if (k_view.has_value()) {  // the new rows were written into the caches
+    Written(k_cache);
+    Written(v_cache);
+  }
 }
 
 void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,

@@ -2,10 +2,12 @@
 #include "bindings/torch/tensors.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "bindings/torch/runtimes.h"
 
@@ -108,6 +110,43 @@ void CheckWritable(const at::Tensor& t, const char* name) {
                          ": expected a tensor the call can write, got one that requires grad "
                          "(attnrt's in-place writes have no backward); write into a tensor that "
                          "does not");
+  ATTNRT_TORCH_CHECK_ARG(!t.is_inference() || c10::InferenceMode::is_enabled(), name,
+                         ": expected a tensor the call can write, got an inference tensor outside "
+                         "inference mode (torch allows no in-place update of one there); call "
+                         "under torch.inference_mode() or write into a normal tensor");
+}
+void Written(const at::Tensor& t) {
+  // A no-op for an inference tensor in inference mode; CheckWritable refused one outside it.
+  t.unsafeGetTensorImpl()->bump_version();
+}
+void Written(const c10::optional<at::Tensor>& t) {
+  if (t.has_value()) Written(*t);
+}
+
+void CheckReadInPlace(const at::Tensor& t, const char* name) {
+  ATTNRT_TORCH_CHECK_ARG(!t.is_neg() && !t.is_conj(), name,
+                         ": expected a cache the call reads in place, got a ",
+                         t.is_neg() ? "negative" : "conjugate",
+                         " view (torch._neg_view / conj) whose values are not its bytes");
+}
+
+void CheckNoOverlap(const at::Tensor& out, const char* out_name, const at::Tensor& input,
+                    const char* input_name) {
+  if (out.numel() == 0 || input.numel() == 0) return;
+  Describe(out, out_name);  // both lie in their storage: the spans below are in bounds
+  Describe(input, input_name);
+  auto span = [](const at::Tensor& t) {
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    return std::pair<uintptr_t, uintptr_t>(
+        begin, begin + static_cast<uintptr_t>((last + 1) * t.element_size()));
+  };
+  const auto [out_begin, out_end] = span(out);
+  const auto [in_begin, in_end] = span(input);
+  ATTNRT_TORCH_CHECK_ARG(out_end <= in_begin || in_end <= out_begin, out_name,
+                         ": shares memory with ", input_name, "; ", out_name,
+                         " must not overlap an input");
 }
 
 void CheckNoGrad(const at::Tensor& t, const char* name) {

@@ -28,9 +28,23 @@ void* Workspace(size_t size, size_t alignment);
 // through to them: torch's fallback for them cannot write a mutable argument back): a read-only
 // one is materialized, one the call writes is refused by name (CheckWritable), as is one that
 // requires grad (the writes have no backward).
+// A tensor the call writes must also not be an inference tensor outside inference mode (torch
+// forbids in-place updates of one there); after the write, Written bumps its version counter as
+// torch's in-place operators do, so that autograd refuses a graph that saved its old values.
 at::Tensor Resolved(const at::Tensor& t);
 c10::optional<at::Tensor> Resolved(const c10::optional<at::Tensor>& t);
 void CheckWritable(const at::Tensor& t, const char* name);
+void Written(const at::Tensor& t);
+void Written(const c10::optional<at::Tensor>& t);
+
+// A tensor read in place (a cache: never copied) must not be a negative or conjugate view.
+void CheckReadInPlace(const at::Tensor& t, const char* name);
+
+// c10::ValueError naming both when the bytes `out` spans meet those `input` spans (the span from
+// the first to the last element, as attnrt's validation compares them). Checks the storage
+// extents first (Describe).
+void CheckNoOverlap(const at::Tensor& out, const char* out_name, const at::Tensor& input,
+                    const char* input_name);
 
 // The operators have no backward: under grad mode an input that requires grad would give an
 // output without its gradient. c10::ValueError naming `name`.

@@ -84,6 +84,74 @@ def _tensor(x, name: str) -> torch.Tensor:
     return x
 
 
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _in_storage(t: torch.Tensor, name: str) -> None:
+    """Its elements lie in its storage (a storage resized under a view would be read past)."""
+    if t.numel() == 0:
+        return
+    end = (t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) \
+        * t.element_size()
+    held = t.untyped_storage().nbytes()
+    if end > held:
+        raise InvalidArgumentError(
+            f"{name}: its elements (shape {list(t.shape)}, strides {list(t.stride())}, storage "
+            f"offset {t.storage_offset()}) reach past its storage of {held} bytes")
+
+
+def _check_writable(out: torch.Tensor) -> None:
+    if out.is_neg() or out.is_conj():
+        raise InvalidArgumentError(
+            f"out: expected a tensor the call can write, got a "
+            f"{'negative' if out.is_neg() else 'conjugate'} view (torch._neg_view / conj); resolve "
+            f"it first")
+    if out.requires_grad:
+        raise InvalidArgumentError(
+            "out: expected a tensor the call can write, got one that requires grad (attnrt's "
+            "in-place writes have no backward); write into a tensor that does not")
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise InvalidArgumentError(
+            "out: expected a tensor the call can write, got an inference tensor outside inference "
+            "mode (torch allows no in-place update of one there); call under "
+            "torch.inference_mode() or write into a normal tensor")
+
+
+def _check_no_grad(t: torch.Tensor, name: str) -> None:
+    if t.requires_grad and torch.is_grad_enabled():
+        raise InvalidArgumentError(
+            f"{name}: requires grad, but attnrt's ops have no backward (its gradient would be "
+            f"silently missing); call under torch.no_grad() or torch.inference_mode(), or pass "
+            f".detach()")
+
+
+def _check_no_overlap(out: torch.Tensor, x: torch.Tensor, name: str) -> None:
+    """out's bytes (first to last element) must not meet x's: out is written while x is read."""
+    if out.numel() == 0 or x.numel() == 0:
+        return
+    _in_storage(out, "out")
+    _in_storage(x, name)
+
+    def span(t):
+        last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (out_begin, out_end), (begin, end) = span(out), span(x)
+    if out_begin < end and begin < out_end:
+        raise InvalidArgumentError(f"out: shares memory with {name}; out must not overlap an "
+                                   f"input")
+
+
+def _float32_scale(scale) -> float:
+    """scale as the kernel's float32 (a magnitude below float32's least rounds to 0, as in
+    vLLM's kernel), or InvalidArgumentError when it is not finite there."""
+    value = torch.tensor(float(scale), dtype=torch.float32)
+    if not bool(torch.isfinite(value)):
+        raise InvalidArgumentError(f"scale: expected a finite float32, got {float(scale)!r}")
+    return float(value)
+
+
 def _block_size(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(f"{name}: expected a positive int (tokens per cache block), "
@@ -101,6 +169,11 @@ def paged_view(cache_2d: torch.Tensor, block_size: int, name: str = "cache") -> 
             of a row not contiguous, or rows closer than a block's bytes (blocks would overlap).
     """
     _tensor(cache_2d, name)
+    if cache_2d.is_neg() or cache_2d.is_conj():
+        raise InvalidArgumentError(
+            f"{name}: expected a cache the call reads in place, got a "
+            f"{'negative' if cache_2d.is_neg() else 'conjugate'} view (torch._neg_view / conj) "
+            f"whose values are not its bytes")
     block_size = _block_size(block_size, f"{name} block_size")
     if cache_2d.dtype != torch.uint8 or cache_2d.dim() != 2:
         raise InvalidArgumentError(
@@ -111,8 +184,9 @@ def paged_view(cache_2d: torch.Tensor, block_size: int, name: str = "cache") -> 
     block_bytes = block_size * TOKEN_BYTES_DS_MLA
     if width < block_bytes:
         raise InvalidArgumentError(
-            f"{name}: expected rows of at least block_size * {TOKEN_BYTES_DS_MLA} = {block_bytes} "
-            f"bytes (block_size {block_size}), got {width}")
+            f"{name}: expected rows of at least block_size * {TOKEN_BYTES_DS_MLA} = "
+            f"{block_bytes if block_bytes < 2**63 else '(past int64)'} bytes (block_size "
+            f"{block_size}), got {width}")
     if cache_2d.stride(1) != 1:
         raise InvalidArgumentError(
             f"{name}: expected the bytes of a page contiguous (stride 1 in dimension 1), got "
@@ -144,6 +218,7 @@ def _slots(slots, name: str, num_tokens: int, num_slots: int) -> torch.Tensor:
     if not slots.is_contiguous():
         raise InvalidArgumentError(f"{name}: expected a contiguous tensor, got strides "
                                    f"{list(slots.stride())}")
+    _in_storage(slots, name)  # its ids are read below
     if num_slots - 1 > _INT32_MAX:
         raise InvalidArgumentError(
             f"{name}: its cache holds {num_slots} slots, attnrt's slot ids are int32 (at most "
@@ -231,6 +306,7 @@ def flash_mla_with_kvcache_python(out, q, window_cache_2d, window_slots, window_
                                      attn_sink, scale)
     if arguments is not None:
         _run(runtime if runtime is not None else _default_runtime(), arguments)
+        torch.autograd.graph.increment_version(out)  # written in place, as torch's ops count it
 
 
 _INPUT_NAMES = ("q", "ori_kv", "cmp_kv", "cmp_sparse_indices", "cu_seqlens_q", "sinks",
@@ -281,6 +357,12 @@ def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_siz
     ``SparseMlaOp(rt, **attributes).explain(inputs)`` with the attributes and inputs split."""
     _tensor(q, "q")
     _tensor(out, "out")
+    _check_writable(out)
+    _check_no_grad(q, "q")
+    for x, name in ((window_cache_2d, "window_cache_2d"),
+                    (compressed_cache_2d, "compressed_cache_2d"), (attn_sink, "attn_sink")):
+        if isinstance(x, torch.Tensor):
+            _check_no_grad(x, name)
     if q.dim() != 3 or q.shape[2] != HEAD_DIM or q.dtype != torch.bfloat16:
         raise InvalidArgumentError(
             f"q: expected bfloat16 [num_tokens, num_heads, {HEAD_DIM}], got "
@@ -318,6 +400,13 @@ def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_siz
         cmp_kv = paged_view(compressed_cache_2d, compressed_block_size, "compressed_cache_2d")
         cmp_idx = _slots(compressed_slots, "compressed_slots", num_tokens,
                          cmp_kv.shape[0] * cmp_kv.shape[1])
+    softmax_scale = _float32_scale(scale)
+    # out is written while every input is read (the slot ids too: the op sees int32 copies).
+    for x, name in ((q, "q"), (window_cache_2d, "window_cache_2d"), (window_slots, "window_slots"),
+                    (compressed_cache_2d if cmp_kv is not None else None, "compressed_cache_2d"),
+                    (compressed_slots, "compressed_slots"), (attn_sink, "attn_sink")):
+        if x is not None:
+            _check_no_overlap(out, x, name)
     if num_tokens == 0:
         return None
     if not q.is_contiguous():  # attnrt's TND query is compact: T * H * 512 bf16, copied
@@ -326,7 +415,7 @@ def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_siz
     return dict(q=q, ori_kv=ori_kv, cmp_kv=cmp_kv, cmp_sparse_indices=cmp_idx,
                 cu_seqlens_q=_cu_seqlens_q(num_tokens), sinks=attn_sink.view(num_heads),
                 ori_sparse_indices=ori_idx, attn_out=out, quant_mode=2,
-                softmax_scale=float(scale), cmp_ratio=1, layout_q="TND", layout_kv="PA_BBND",
+                softmax_scale=softmax_scale, cmp_ratio=1, layout_q="TND", layout_kv="PA_BBND",
                 topk_value_mode=3)
 
 

@@ -238,3 +238,32 @@ def test_numpy_arrays_are_unaffected(rt):
     attnrt.paged_attention_varlen(rt, q, k_cache, v_cache, [0, 1, 3], [3, 6], [[0, 1], [2, 3]],
                                   k=k, v=v, slot_mapping=[2, 12, 13])
     assert k_cache[0, 2].any() and v_cache[3, 1].any()
+
+
+def test_torch_varlen_operator_bumps_the_versions_of_what_it_writes():
+    """The C++ operator writes out and, with k/v, the caches in place: their version counters move
+    as for torch's in-place operators, so a graph that saved their old values fails at backward
+    instead of computing a wrong gradient; an inference tensor is written only in inference mode
+    (torch allows no in-place update of one outside it)."""
+    from attnrt import _torch_lib
+
+    if not _torch_lib.load():
+        pytest.skip(_torch_lib.why_not_loaded())
+    call = dict(varlen_call(torch.Generator().manual_seed(12)), out=torch.ones(3, N, H))
+    versions = {name: call[name]._version for name in ("out", "k_cache", "v_cache")}
+    x = torch.ones(3, N, H, requires_grad=True)
+    y = (x * call["out"]).sum()  # saves out for x's gradient
+    torch.ops.attnrt.paged_attention_varlen(**call)
+    for name, version in versions.items():
+        assert call[name]._version > version, name
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with torch.inference_mode():
+        out = torch.zeros(3, N, H)
+    with pytest.raises(ValueError, match=r"out: expected a tensor the call can write, got an "
+                                         r"inference tensor outside inference mode"):
+        torch.ops.attnrt.paged_attention_varlen(**dict(call, out=out))
+    assert not out.any()
+    with torch.inference_mode():
+        torch.ops.attnrt.paged_attention_varlen(**dict(call, out=out))
+    assert out.any()
