@@ -237,27 +237,15 @@ void Run(int64_t runtime, const at::Tensor& out, const at::Tensor& q_view,
     set(ATTNRT_SPARSE_MLA_INPUT_CMP_SPARSE_INDICES, cmp_idx, "compressed_slots");
   }
   set(ATTNRT_SPARSE_MLA_INPUT_SINKS, sinks, "attn_sink");
-  attnrt_tensor& cu = t[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q];
-  cu.data = const_cast<int32_t*>(cu_seqlens);
-  cu.device = {ATTNRT_DEVICE_CPU, 0};
-  cu.ndim = 1;
-  cu.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
-  cu.shape = cu_shape;
-  cu.strides = cu_strides;
-  inputs[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q] = &cu;
+  t[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q] = HostInt32(cu_seqlens, cu_shape, cu_strides);
+  inputs[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q] = &t[ATTNRT_SPARSE_MLA_INPUT_CU_SEQLENS_Q];
 
   // Metadata: from the shapes alone here (global slot ids, cu_seqlens_q = [0, T]).
   const std::shared_ptr<const std::vector<int32_t>> metadata =
       ops->Metadata(inputs, ATTNRT_SPARSE_MLA_NUM_INPUTS);
   const int64_t metadata_shape[1] = {ATTNRT_SPARSE_MLA_METADATA_SIZE}, metadata_strides[1] = {1};
-  attnrt_tensor& m = t[ATTNRT_SPARSE_MLA_NUM_INPUTS];
-  m.data = const_cast<int32_t*>(metadata->data());
-  m.device = {ATTNRT_DEVICE_CPU, 0};
-  m.ndim = 1;
-  m.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
-  m.shape = metadata_shape;
-  m.strides = metadata_strides;
-  inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &m;
+  t[ATTNRT_SPARSE_MLA_NUM_INPUTS] = HostInt32(metadata->data(), metadata_shape, metadata_strides);
+  inputs[ATTNRT_SPARSE_MLA_INPUT_METADATA] = &t[ATTNRT_SPARSE_MLA_NUM_INPUTS];
 
   attnrt_tensor& output = t[ATTNRT_SPARSE_MLA_NUM_INPUTS + 1];
   output = Describe(out, "out");

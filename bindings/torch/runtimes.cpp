@@ -114,13 +114,7 @@ std::shared_ptr<const std::vector<int32_t>> SparseMlaOps::Metadata(
   auto metadata = std::make_shared<std::vector<int32_t>>(ATTNRT_SPARSE_MLA_METADATA_SIZE);
   const int64_t shape[1] = {ATTNRT_SPARSE_MLA_METADATA_SIZE};
   const int64_t strides[1] = {1};
-  attnrt_tensor out{};
-  out.data = metadata->data();
-  out.device = {ATTNRT_DEVICE_CPU, 0};
-  out.ndim = 1;
-  out.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
-  out.shape = shape;
-  out.strides = strides;
+  const attnrt_tensor out = HostInt32(metadata->data(), shape, strides);
   const attnrt_tensor* outputs[1] = {&out};
   const CachedPlan plan = metadata_op_.Plan(inputs, num_inputs, outputs, 1);
   const attnrt_status status = attnrt_plan_run(

@@ -77,6 +77,17 @@ attnrt_tensor Describe(const at::Tensor& t, const char* name) {
   return d;
 }
 
+attnrt_tensor HostInt32(const int32_t* data, const int64_t* shape, const int64_t* strides) {
+  attnrt_tensor t{};
+  t.data = const_cast<int32_t*>(data);  // read only as an input; written as metadata's output
+  t.device = {ATTNRT_DEVICE_CPU, 0};
+  t.ndim = 1;
+  t.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+  t.shape = shape;
+  t.strides = strides;
+  return t;
+}
+
 void* Workspace(size_t size, size_t alignment) {
   struct Buffer {
     std::unique_ptr<char[]> bytes;

@@ -20,6 +20,10 @@ attnrt_dtype Dtype(const at::Tensor& t, const char* name);
 // its elements lie in its storage; the descriptor points into `t`'s sizes and strides.
 attnrt_tensor Describe(const at::Tensor& t, const char* name);
 
+// A borrowed descriptor of a compact 1-D int32 array in host memory: `shape` and `strides` are the
+// caller's one-element arrays ({count} and {1}), which must outlive the descriptor.
+attnrt_tensor HostInt32(const int32_t* data, const int64_t* shape, const int64_t* strides);
+
 // Aligned scratch memory of the calling thread for a plan's workspace, grown as plans ask (valid
 // until the thread's next call).
 void* Workspace(size_t size, size_t alignment);

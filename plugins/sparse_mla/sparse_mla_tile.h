@@ -138,29 +138,17 @@ inline void ScoreDotHeads(const float* qr, int hp, const float* k, int rows, flo
   for (; j < rows; ++j) ScoreDotBlock<Vec, kNh, 1>(qr, k + j * kTileStride, hp, s + j * hp);
 }
 
-// s[j][h] = q_h · k_j for j < rows and h < nh (1 <= nh <= kMaxDotHeads), 0 for h in [nh, hp).
-template <class Vec>
-inline void ScoreTileFewHeads(const float* qr, int nh, int hp, const float* k, int rows, float* s) {
-  switch (nh) {
-    case 1:
-      return ScoreDotHeads<Vec, 1>(qr, hp, k, rows, s);
-    case 2:
-      return ScoreDotHeads<Vec, 2>(qr, hp, k, rows, s);
-    case 3:
-      return ScoreDotHeads<Vec, 3>(qr, hp, k, rows, s);
-    case 4:
-      return ScoreDotHeads<Vec, 4>(qr, hp, k, rows, s);
-    case 5:
-      return ScoreDotHeads<Vec, 5>(qr, hp, k, rows, s);
-    case 6:
-      return ScoreDotHeads<Vec, 6>(qr, hp, k, rows, s);
-    case 7:
-      return ScoreDotHeads<Vec, 7>(qr, hp, k, rows, s);
-    default:
-      return ScoreDotHeads<Vec, 8>(qr, hp, k, rows, s);
-  }
-}
 constexpr int kMaxDotHeads = 8;
+
+// s[j][h] = q_h · k_j for j < rows and h < nh (1 <= nh <= kMaxDotHeads), 0 for h in [nh, hp):
+// the instantiation for nh heads (kNh counts up to it).
+template <class Vec, int kNh = 1>
+inline void ScoreTileFewHeads(const float* qr, int nh, int hp, const float* k, int rows, float* s) {
+  if constexpr (kNh < kMaxDotHeads) {
+    if (nh > kNh) return ScoreTileFewHeads<Vec, kNh + 1>(qr, nh, hp, k, rows, s);
+  }
+  ScoreDotHeads<Vec, kNh>(qr, hp, k, rows, s);
+}
 
 template <class Vec, int kHb, int kDv>
 inline void PvBlock(const float* p, int hp, int j0, int j1, const float* k, const float* alpha,

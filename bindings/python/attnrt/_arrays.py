@@ -60,8 +60,9 @@ def check_torch_tensors(values: list, names: tuple, kind: str, written: int = 0)
 
 def check_writable(value: Any, label: str) -> None:
     """Refuses a torch tensor a call would write but whose writes would not reach its memory as
-    the caller reads it: a negative or conjugate view (only a resolved copy could be written), or
-    one that requires grad (autograd would not know of the write)."""
+    the caller reads it: a negative or conjugate view (only a resolved copy could be written), one
+    that requires grad (autograd would not know of the write), or an inference tensor outside
+    inference mode (torch allows no in-place update of one there)."""
     if value.is_neg() or value.is_conj():
         raise InvalidArgumentError(
             f"{label}: expected a tensor the call can write, got a "
@@ -71,6 +72,14 @@ def check_writable(value: Any, label: str) -> None:
         raise InvalidArgumentError(
             f"{label}: expected a tensor the call can write, got one that requires grad (attnrt's "
             f"in-place writes have no backward); write into a tensor that does not")
+    if value.is_inference():
+        import torch
+
+        if not torch.is_inference_mode_enabled():
+            raise InvalidArgumentError(
+                f"{label}: expected a tensor the call can write, got an inference tensor outside "
+                f"inference mode (torch allows no in-place update of one there); call under "
+                f"torch.inference_mode() or write into a normal tensor")
 
 
 def requires_grad_message(label: str) -> str:

@@ -46,6 +46,7 @@ import threading
 import torch
 
 from . import _torch_lib
+from ._arrays import check_writable, requires_grad_message
 from ._errors import InvalidArgumentError
 from ._sparse_mla import TOKEN_BYTES, SparseMlaMetadataOp, SparseMlaOp
 
@@ -101,29 +102,9 @@ def _in_storage(t: torch.Tensor, name: str) -> None:
             f"offset {t.storage_offset()}) reach past its storage of {held} bytes")
 
 
-def _check_writable(out: torch.Tensor) -> None:
-    if out.is_neg() or out.is_conj():
-        raise InvalidArgumentError(
-            f"out: expected a tensor the call can write, got a "
-            f"{'negative' if out.is_neg() else 'conjugate'} view (torch._neg_view / conj); resolve "
-            f"it first")
-    if out.requires_grad:
-        raise InvalidArgumentError(
-            "out: expected a tensor the call can write, got one that requires grad (attnrt's "
-            "in-place writes have no backward); write into a tensor that does not")
-    if out.is_inference() and not torch.is_inference_mode_enabled():
-        raise InvalidArgumentError(
-            "out: expected a tensor the call can write, got an inference tensor outside inference "
-            "mode (torch allows no in-place update of one there); call under "
-            "torch.inference_mode() or write into a normal tensor")
-
-
 def _check_no_grad(t: torch.Tensor, name: str) -> None:
     if t.requires_grad and torch.is_grad_enabled():
-        raise InvalidArgumentError(
-            f"{name}: requires grad, but attnrt's ops have no backward (its gradient would be "
-            f"silently missing); call under torch.no_grad() or torch.inference_mode(), or pass "
-            f".detach()")
+        raise InvalidArgumentError(requires_grad_message(name))
 
 
 def _check_no_overlap(out: torch.Tensor, x: torch.Tensor, name: str) -> None:
@@ -357,7 +338,7 @@ def sparse_mla_arguments(out, q, window_cache_2d, window_slots, window_block_siz
     ``SparseMlaOp(rt, **attributes).explain(inputs)`` with the attributes and inputs split."""
     _tensor(q, "q")
     _tensor(out, "out")
-    _check_writable(out)
+    check_writable(out, "out")
     _check_no_grad(q, "q")
     for x, name in ((window_cache_2d, "window_cache_2d"),
                     (compressed_cache_2d, "compressed_cache_2d"), (attn_sink, "attn_sink")):

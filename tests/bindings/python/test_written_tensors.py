@@ -162,6 +162,24 @@ def test_varlen_python_path_never_writes_a_tensor_that_requires_grad(rt, name, o
         assert not target.detach().any()
 
 
+@pytest.mark.parametrize("name, op_name", [("k_cache", "key_cache"), ("out", "output")])
+def test_varlen_python_path_writes_an_inference_tensor_only_in_inference_mode(rt, name, op_name):
+    """torch allows no in-place update of an inference tensor outside inference mode: the Python
+    (DLPack) path refuses to write one there, as the C++ operators do, and writes it inside."""
+    call = varlen_call(torch.Generator().manual_seed(9))
+    with torch.inference_mode():
+        call[name] = torch.zeros(call[name].shape if name != "out" else (3, N, H))
+    kind = "output" if name == "out" else "input"
+    with pytest.raises(attnrt.InvalidArgumentError,
+                       match=rf"{kind} '{op_name}': expected a tensor the call can write, got an "
+                             r"inference tensor outside inference mode"):
+        run_varlen_python(rt, call)
+    assert not call[name].any()
+    with torch.inference_mode():
+        run_varlen_python(rt, call)
+    assert call[name].any()
+
+
 def test_paged_gqa_never_writes_a_cache_that_requires_grad(rt):
     call = paged_gqa_call(torch.Generator().manual_seed(8))
     cache = call["key_cache"].requires_grad_()
