@@ -57,6 +57,9 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
     cmake --build "$root/$build_dir" -j "$(nproc)" --target attnrt_torch
     export ATTNRT_REQUIRE_TORCH_OPS=1
   fi
+  # The package's type check (pyproject.toml [tool.mypy]), on the package as built.
+  (cd "$root/$build_dir/python" &&
+    "$venv/bin/python" -m mypy --config-file "$root/pyproject.toml" -p attnrt)
   # Two runs: each suite has its own conftest.py.
   for suite in tests/python tests/bindings/python; do
     ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \

@@ -96,7 +96,7 @@ def shape_of(value: Any, name: str) -> tuple[int, ...]:
     if shape is not None:
         return tuple(int(d) for d in shape)
     try:
-        return tuple(memoryview(value).shape)
+        return tuple(memoryview(value).shape or ())
     except TypeError:
         pass
     if hasattr(value, "__dlpack__"):

@@ -24,7 +24,7 @@ def closed(what: str) -> InvalidArgumentError:
 def io_names(kind: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The reference op's input and output names of op kind `kind`, by position."""
     def names(fn):
-        out = []
+        out: list[str] = []
         while name := fn(kind, len(out)):
             out.append(name)
         return tuple(out)
@@ -304,7 +304,8 @@ class BoundCall:
         # The tensors stay borrowed by `ti`/`to` until this object goes; `_keep` holds the proxies.
         self._keep = (ti, to, workspace, plan._h())
         self._call: Callable = _raw.Plan_run_in
-        self._args = (plan._h().this, ti.this, to.this, workspace.this)
+        # SWIG proxies' `this` (the wrapped pointers), passed to the raw wrapper.
+        self._args = tuple(getattr(x, "this") for x in (plan._h(), ti, to, workspace))
 
     def __call__(self) -> None:
         self._call(*self._args)

@@ -83,7 +83,8 @@ class PagedGqaOp(Op):
         a = self.attributes
         b, s, _ = qshape = _arrays.shape_of(inputs.get("query"), "query")
         h = head_size(a, qshape, packed=inputs.get("key") is None)
-        shapes = {"output": ((b, s, a["num_heads"] * h), None)}
+        shapes: dict[str, tuple[tuple[int, ...], Any]] = {
+            "output": ((b, s, a["num_heads"] * h), None)}
         if a["qk_output"]:
             t = _arrays.first_int(inputs.get("total_sequence_length"), "total_sequence_length")
             shapes["output_qk"] = ((b, a["num_heads"], s, t), None)

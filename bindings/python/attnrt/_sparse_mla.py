@@ -76,8 +76,9 @@ class SparseMlaOp(Op):
         """attn_out of q's shape and dtype; softmax_lse float32 (B,1,S1,N) for BSND q, (1,T1,N)
         for TND q, with return_softmax_lse."""
         q = _arrays.shape_of(self._by_name(inputs).get("q"), "q")
-        shapes = {"attn_out": (q, None)}
+        shapes: dict[str, tuple[tuple[int, ...], Any]] = {"attn_out": (q, None)}
         if self.attributes["return_softmax_lse"]:
+            lse: tuple[int, ...]
             if len(q) == 4:
                 lse = (q[0], 1, q[1], q[2])
             elif len(q) == 3:
@@ -110,7 +111,7 @@ class SparseMlaMetadataOp(SparseMlaOp):
         """metadata int32 (2048)."""
         return {self.OUTPUTS[0]: ((METADATA_SIZE,), "int32")}
 
-    def __call__(self, metadata=None, **inputs):
+    def __call__(self, metadata=None, **inputs):  # type: ignore[override]  # other outputs
         """Returns the metadata array (int32 (2048)), allocated in q's framework unless given."""
         outputs = self.allocate_outputs(inputs, {self.OUTPUTS[0]: metadata})
         self.run(inputs, outputs)

@@ -20,6 +20,7 @@ import sys
 import threading
 import warnings
 import weakref
+from typing import Any
 
 from . import _errors
 from ._arrays import attribute as _attribute
@@ -32,8 +33,8 @@ _why_not = ""  # why it is not, once tried
 _BY_STATUS = {cls.status: cls for cls in _errors._BY_CODE.values()}
 _STATUS = re.compile(r"(ATTNRT_[A-Z_]+): (.*)", re.S)
 # Set when the library loads: torch.Tensor and the operator overload called per call.
-_Tensor = None
-_varlen_on = None
+_Tensor: Any = None
+_varlen_on: Any = None
 
 
 def load() -> bool:
@@ -150,7 +151,7 @@ def raise_attnrt_error(e: Exception):
     of its status, as the Python path raises it; anything else as it is."""
     m = _STATUS.match(str(e))
     cls = _BY_STATUS.get(m.group(1)) if m else None
-    if cls is None:
+    if cls is None or m is None:
         raise e
     raise cls(m.group(2)) from None
 

@@ -42,6 +42,7 @@ call here on vLLM 0.32.0; see its docstring and docs/python.md.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
@@ -410,7 +411,7 @@ _KERNEL_ARGUMENTS = ("out", "q", "window_cache_2d", "window_slots", "window_bloc
                      "compressed_cache_2d", "compressed_slots", "compressed_block_size",
                      "attn_sink", "scale")
 _FORWARD_MQA_PARAMETERS = ("self", "q", "kv", "positions", "output")
-_route_state = {"status": None, "announced": False}
+_route_state: dict[str, Any] = {"status": None, "announced": False}
 
 
 class _KernelsOf:
@@ -485,7 +486,7 @@ def _why_not_routable(module) -> str | None:
     cls = getattr(module, "DeepseekV4CPUAttention", None)
     method = getattr(cls, "forward_mqa", None) if cls is not None else None
     code = getattr(method, "__code__", None)
-    if code is None:
+    if method is None or code is None:
         return f"{ROUTED_MODULE}.DeepseekV4CPUAttention.forward_mqa is missing"
     params = tuple(inspect.signature(method).parameters)
     if params != _FORWARD_MQA_PARAMETERS:
@@ -523,8 +524,8 @@ def _install(module) -> None:
                                 original.__defaults__, original.__closure__)
     routed.__kwdefaults__ = original.__kwdefaults__
     routed.__qualname__, routed.__doc__ = original.__qualname__, original.__doc__
-    routed.__wrapped__ = original
-    routed._attnrt_routed = True
+    setattr(routed, "__wrapped__", original)
+    setattr(routed, "_attnrt_routed", True)
     cls.forward_mqa = routed
     _route_state["status"] = "routed"
     if not _route_state["announced"] and _logger().hasHandlers():
@@ -549,7 +550,7 @@ class _RouteOnImport:
             execute(module)
             _install(module)
 
-        loader.exec_module = exec_module
+        setattr(loader, "exec_module", exec_module)
         return spec
 
 

@@ -32,6 +32,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: importing this module imports no torch
+    import torch
 
 __all__ = [
     "apply",
@@ -117,7 +121,7 @@ def swa_indices_and_lens(swa_indices: torch.Tensor, swa_lens: torch.Tensor, wind
     query_start = qsl[req]
     query_len = qsl[req + 1] - query_start
     pos = seq_lens.to(torch.int64)[req] - query_len + t - query_start
-    if left_visible is not None:
+    if left_visible is not None and right_visible is not None:
         left = left_visible[t].to(torch.int64)
         right = right_visible[t].to(torch.int64)
     else:
@@ -343,7 +347,7 @@ def _replace(fixes, name: str, module_name: str, attribute: str, replacement) ->
     if not hasattr(module, attribute) or getattr(getattr(module, attribute), "_attnrt_fix", False):
         return
     try:
-        replacement._attnrt_fix = True
+        setattr(replacement, "_attnrt_fix", True)
     except AttributeError:
         pass
     setattr(module, attribute, replacement)
@@ -416,7 +420,7 @@ def _tile_scheduler_fix(fixes: list[str]) -> None:
             out.setdefault(key, None)
         return out
 
-    build_tile_scheduler._attnrt_fix = True
+    setattr(build_tile_scheduler, "_attnrt_fix", True)
     cls.build_tile_scheduler = build_tile_scheduler
     fixes.append(f"{cls.__module__}.{cls.__qualname__}.build_tile_scheduler")
 
@@ -458,8 +462,8 @@ def _chunked_prefill_fix(fixes: list[str]) -> None:
                 CHUNKED_PREFILL_ENV, before[0], before[1], before[2])
 
     wrapped = classmethod(check_and_update_config)
-    check_and_update_config._attnrt_fix = True
-    cls.check_and_update_config = wrapped
+    setattr(check_and_update_config, "_attnrt_fix", True)
+    setattr(cls, "check_and_update_config", wrapped)
     fixes.append(f"{cls.__module__}.{cls.__qualname__}.check_and_update_config")
 
 

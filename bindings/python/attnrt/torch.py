@@ -21,7 +21,7 @@ environment's ATTNRT_* settings apply); ``set_runtime`` replaces it.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -188,6 +188,7 @@ def _paged_attention_varlen_fake(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bl
                  slot_mapping, sinks)
 
 
+paged_attention_varlen: Any  # the C++ operator's packet, or the Python custom op
 if _CPP_VARLEN:
     paged_attention_varlen = torch.ops.attnrt.paged_attention_varlen
     torch.library.register_fake("attnrt::paged_attention_varlen")(_paged_attention_varlen_fake)
@@ -255,7 +256,7 @@ def sparse_mla(q: torch.Tensor, ori_kv: torch.Tensor, quant_mode: int,
     """Sparse MLA (see attnrt.SparseMlaOp for shapes); the metadata op runs inside. Returns
     (attn_out of q's shape and dtype, softmax_lse float32: (B,1,S1,N) for BSND q, (1,T1,N) for
     TND q)."""
-    attributes = dict(quant_mode=quant_mode, softmax_scale=softmax_scale, cmp_ratio=cmp_ratio,
+    attributes: dict[str, Any] = dict(quant_mode=quant_mode, softmax_scale=softmax_scale, cmp_ratio=cmp_ratio,
                       ori_mask_mode=ori_mask_mode, cmp_mask_mode=cmp_mask_mode,
                       ori_win_left=ori_win_left, ori_win_right=ori_win_right, layout_q=layout_q,
                       layout_kv=layout_kv, topk_value_mode=topk_value_mode,
@@ -278,6 +279,7 @@ def _(q, ori_kv, quant_mode, cmp_kv=None, cmp_sparse_indices=None, ori_block_tab
     _same_device(q, ori_kv, cmp_kv, cmp_sparse_indices, ori_block_table, cmp_block_table,
                  cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
                  seqused_cmp_kv, cmp_residual_kv, sinks, ori_sparse_indices)
+    lse_shape: tuple[int, ...]
     if q.dim() == 4:
         lse_shape = (q.shape[0], 1, q.shape[1], q.shape[2])
     else:

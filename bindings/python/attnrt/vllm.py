@@ -111,7 +111,7 @@ def _report_other_backends() -> None:
     from vllm.platforms import current_platform
 
     cls = current_platform if isinstance(current_platform, type) else type(current_platform)
-    lookup = cls.get_attn_backend_cls
+    lookup = getattr(cls, "get_attn_backend_cls")
     if getattr(lookup, "_attnrt_reports", False):
         return
 
@@ -121,8 +121,8 @@ def _report_other_backends() -> None:
             report_unserved(path, attn_selector_config)
         return path
 
-    get_attn_backend_cls._attnrt_reports = True
-    cls.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    setattr(get_attn_backend_cls, "_attnrt_reports", True)
+    setattr(cls, "get_attn_backend_cls", classmethod(get_attn_backend_cls))
 
 
 def report_unserved(path: str, attn_selector_config) -> None:
