@@ -17,6 +17,7 @@
 #include "gqa_flash.h"
 #include "gqa_kernel_entry.h"
 #include "gqa_naive.h"
+#include "gqa_paged_entry.h"
 #include "plugin_context.h"
 
 namespace attnrt::cpu {
@@ -133,12 +134,42 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .run = &GqaFlashRunWith<kGqaFlashOpsDotProdApprox>},
 };
 
+// The paged kernels (plugins/cpu_common/gqa_paged.h) of each algorithm and ISA, with the
+// acceptance and operations of the contiguous kernel they mirror and its rank (the approximate
+// one opt-in likewise).
+constexpr attnrt_kernel_desc kPagedKernels[] = {
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<false, true>, kGqaFlashOpsScalar>(
+        "cpu_arm.paged_gqa.flash.scalar", kFlashPriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<true, true>, kGqaFlashOpsNeon>(
+        "cpu_arm.paged_gqa.flash.neon", kFlashPriority + kNeonBonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, SupportsDotProdApprox, kGqaFlashOpsDotProdApprox>(
+        "cpu_arm.paged_gqa.flash.dotprod_approx", kApproximatePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<false, false>, GqaAttendRowsPagedScalar>(
+        "cpu_arm.paged_gqa.naive.scalar", kNaivePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<true, false>, GqaAttendRowsPagedNeon>(
+        "cpu_arm.paged_gqa.naive.neon", kNaivePriority + kNeonBonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<false, true>, kGqaFlashOpsScalar>(
+        "cpu_arm.paged_gqa_varlen.flash.scalar", kFlashPriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<true, true>, kGqaFlashOpsNeon>(
+        "cpu_arm.paged_gqa_varlen.flash.neon", kFlashPriority + kNeonBonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, SupportsDotProdApprox,
+                       kGqaFlashOpsDotProdApprox>("cpu_arm.paged_gqa_varlen.flash.dotprod_approx",
+                                                  kApproximatePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<false, false>,
+                       GqaAttendRowsPagedScalar>("cpu_arm.paged_gqa_varlen.naive.scalar",
+                                                 kNaivePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<true, false>, GqaAttendRowsPagedNeon>(
+        "cpu_arm.paged_gqa_varlen.naive.neon", kNaivePriority + kNeonBonus),
+};
+
 }  // namespace
 
-size_t GqaKernelCount() noexcept { return std::size(kKernels); }
+size_t GqaKernelCount() noexcept { return std::size(kKernels) + std::size(kPagedKernels); }
 
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {
-  return index < std::size(kKernels) ? &kKernels[index] : nullptr;
+  if (index < std::size(kKernels)) return &kKernels[index];
+  index -= std::size(kKernels);
+  return index < std::size(kPagedKernels) ? &kPagedKernels[index] : nullptr;
 }
 
 }  // namespace attnrt::cpu

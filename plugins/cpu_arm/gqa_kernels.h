@@ -16,6 +16,10 @@ namespace attnrt::cpu {
 // (CpuFeatures::neon).
 void GqaAttendRowsNeon(const GqaRun& run, float* scratch, int64_t unit_begin, int64_t unit_end);
 
+// The same over a paged cache (GqaRun::block_table): the row pipeline of paged_gqa.naive.neon.
+void GqaAttendRowsPagedNeon(const GqaRun& run, float* scratch, int64_t unit_begin,
+                            int64_t unit_end);
+
 // Block operations of gqa.flash.neon: use only when the probe found Advanced SIMD.
 extern const GqaFlashOps kGqaFlashOpsNeon;
 
@@ -33,8 +37,9 @@ void GqaFlashScoresDotProdApprox(const float* q, int64_t rows, const GqaFlashKv&
 // Block operations of gqa.flash.dotprod_approx: the approximate scores above, the rest NEON's.
 extern const GqaFlashOps kGqaFlashOpsDotProdApprox;
 
-// The GQA kernel descriptors, in no particular order (the runtime ranks them). plugin_context of
-// their functions is a PluginContext*.
+// The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
+// (paged_gqa.*, paged_gqa_varlen.*), in no particular order (the runtime ranks them).
+// plugin_context of their functions is a PluginContext*.
 size_t GqaKernelCount() noexcept;
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept;
 

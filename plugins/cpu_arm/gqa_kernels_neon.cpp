@@ -140,4 +140,9 @@ void GqaAttendRowsNeon(const GqaRun& run, float* scratch, int64_t unit_begin, in
   AttendRows<NeonOps>(run, scratch, unit_begin, unit_end);
 }
 
+void GqaAttendRowsPagedNeon(const GqaRun& run, float* scratch, int64_t unit_begin,
+                            int64_t unit_end) {
+  AttendRows<NeonOps, true>(run, scratch, unit_begin, unit_end);
+}
+
 }  // namespace attnrt::cpu

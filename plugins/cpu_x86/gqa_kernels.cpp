@@ -10,7 +10,7 @@
 #include "gqa_flash.h"
 #include "gqa_kernel_entry.h"
 #include "gqa_naive.h"
-#include "gqa_paged.h"
+#include "gqa_paged_entry.h"
 #include "plugin_context.h"
 
 namespace attnrt::cpu {
@@ -168,48 +168,52 @@ constexpr attnrt_kernel_desc kKernels[] = {
      .run = &GqaFlashRunWith<kGqaFlashOpsAmx>},
 };
 
+// The paged kernels (plugins/cpu_common/gqa_paged.h) of each algorithm and ISA, with the
+// acceptance and operations of the contiguous kernel they mirror and its rank.
+constexpr attnrt_kernel_desc kPagedKernels[] = {
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kScalar, true>, kGqaFlashOpsScalar>(
+        "cpu_x86.paged_gqa.flash.scalar", kFlashPriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kAvx2, true>, kGqaFlashOpsAvx2>(
+        "cpu_x86.paged_gqa.flash.avx2", kFlashPriority + kAvx2Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kAvx512, true>, kGqaFlashOpsAvx512>(
+        "cpu_x86.paged_gqa.flash.avx512", kFlashPriority + kAvx512Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kAmx, true>, kGqaFlashOpsAmx>(
+        "cpu_x86.paged_gqa.flash.amx", kFlashPriority + kAmxBonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kScalar, false>,
+                       GqaAttendRowsPagedScalar>("cpu_x86.paged_gqa.naive.scalar", kNaivePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kAvx2, false>, GqaAttendRowsPagedAvx2>(
+        "cpu_x86.paged_gqa.naive.avx2", kNaivePriority + kAvx2Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA, Supports<Isa::kAvx512, false>,
+                       GqaAttendRowsPagedAvx512>("cpu_x86.paged_gqa.naive.avx512",
+                                                 kNaivePriority + kAvx512Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kScalar, true>,
+                       kGqaFlashOpsScalar>("cpu_x86.paged_gqa_varlen.flash.scalar", kFlashPriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kAvx2, true>, kGqaFlashOpsAvx2>(
+        "cpu_x86.paged_gqa_varlen.flash.avx2", kFlashPriority + kAvx2Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kAvx512, true>,
+                       kGqaFlashOpsAvx512>("cpu_x86.paged_gqa_varlen.flash.avx512",
+                                           kFlashPriority + kAvx512Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kAmx, true>, kGqaFlashOpsAmx>(
+        "cpu_x86.paged_gqa_varlen.flash.amx", kFlashPriority + kAmxBonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kScalar, false>,
+                       GqaAttendRowsPagedScalar>("cpu_x86.paged_gqa_varlen.naive.scalar",
+                                                 kNaivePriority),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kAvx2, false>,
+                       GqaAttendRowsPagedAvx2>("cpu_x86.paged_gqa_varlen.naive.avx2",
+                                               kNaivePriority + kAvx2Bonus),
+    PagedGqaKernelDesc<ATTNRT_OP_PAGED_GQA_VARLEN, Supports<Isa::kAvx512, false>,
+                       GqaAttendRowsPagedAvx512>("cpu_x86.paged_gqa_varlen.naive.avx512",
+                                                 kNaivePriority + kAvx512Bonus),
+};
+
 }  // namespace
 
-int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept {
-  return Supports<Isa::kScalar, true>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept {
-  return Supports<Isa::kAvx2, true>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept {
-  return Supports<Isa::kAvx512, true>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaFlashSupportsAmx(void* plugin_context, const void* problem, char* reason,
-                            size_t reason_capacity) noexcept {
-  return Supports<Isa::kAmx, true>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaNaiveSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept {
-  return Supports<Isa::kScalar, false>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaNaiveSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept {
-  return Supports<Isa::kAvx2, false>(plugin_context, problem, reason, reason_capacity);
-}
-
-int32_t GqaNaiveSupportsAvx512(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept {
-  return Supports<Isa::kAvx512, false>(plugin_context, problem, reason, reason_capacity);
-}
-
-size_t GqaKernelCount() noexcept { return std::size(kKernels) + PagedGqaKernelCount(); }
+size_t GqaKernelCount() noexcept { return std::size(kKernels) + std::size(kPagedKernels); }
 
 const attnrt_kernel_desc* GqaKernel(size_t index) noexcept {
-  return index < std::size(kKernels) ? &kKernels[index]
-                                     : PagedGqaKernel(index - std::size(kKernels));
+  if (index < std::size(kKernels)) return &kKernels[index];
+  index -= std::size(kKernels);
+  return index < std::size(kPagedKernels) ? &kPagedKernels[index] : nullptr;
 }
 
 }  // namespace attnrt::cpu

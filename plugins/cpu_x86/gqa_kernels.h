@@ -37,26 +37,6 @@ extern const GqaFlashOps kGqaFlashOpsAvx512;
 // permission was granted (AmxTileDataReason() empty).
 extern const GqaFlashOps kGqaFlashOpsAmx;
 
-// supports() of cpu_x86.gqa.flash.scalar, .avx2, .avx512 and .amx, which the paged kernels
-// (gqa_paged.cpp) apply to the equivalent contiguous problem. plugin_context is a PluginContext*.
-int32_t GqaFlashSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept;
-int32_t GqaFlashSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept;
-int32_t GqaFlashSupportsAvx512(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept;
-int32_t GqaFlashSupportsAmx(void* plugin_context, const void* problem, char* reason,
-                            size_t reason_capacity) noexcept;
-
-// supports() of cpu_x86.gqa.naive.scalar and cpu_x86.gqa.naive.avx2, which the paged naive kernels
-// (gqa_paged_naive.cpp) apply to the equivalent contiguous problem.
-int32_t GqaNaiveSupportsScalar(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept;
-int32_t GqaNaiveSupportsAvx2(void* plugin_context, const void* problem, char* reason,
-                             size_t reason_capacity) noexcept;
-int32_t GqaNaiveSupportsAvx512(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity) noexcept;
-
 // The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
 // (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their
 // functions is a PluginContext*.

@@ -171,7 +171,7 @@ attnrt_status RunPlan(attnrt_plan* plan, GqaTensors& t);
 // The chosen kernel of a plan ("" on error).
 std::string PlanKernel(const attnrt_plan* plan);
 // Whether `status`, just returned by attnrt_op_plan, says that no plugin of this build registers a
-// kernel of the op (cpu_arm has no paged kernels): tests of such an op skip.
+// kernel of the op (a build without a CPU plugin for its architecture): tests of such an op skip.
 bool NoKernelForOp(attnrt_status status);
 
 // One explain entry, copied out of the explanation.

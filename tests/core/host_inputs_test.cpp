@@ -295,7 +295,7 @@ TEST_P(HostInputsChangedDuringRun, RunsOnTheValuesPassed) {
   ASSERT_FALSE(host_inputs.empty());
   const Outcome expected = RunWithChange(GetParam().make, seed, -1);
   if (expected.no_kernel) {
-    GTEST_SKIP() << "no plugin of this build serves the op (cpu_arm has no paged kernels)";
+    GTEST_SKIP() << "no plugin of this build serves the op";
   }
   ASSERT_EQ(expected.status, ATTNRT_OK) << expected.error;
   ASSERT_GT(expected.executor_calls, 0) << "the kernel opened no parallel region: nothing tested";
@@ -324,7 +324,7 @@ TEST(HostInputs, ACacheWrittenOverAHostInputIsRefused) {
   RuntimePtr runtime = CreateRuntime();
   const Planned planned = PlanCall(runtime.get(), c);
   if (NoKernelForOp(planned.status)) {
-    GTEST_SKIP() << "no plugin of this build serves the op (cpu_arm has no paged kernels)";
+    GTEST_SKIP() << "no plugin of this build serves the op";
   }
   ASSERT_EQ(planned.status, ATTNRT_OK) << attnrt_last_error_message();
   attnrt_plan* plan = planned.plan.get();

@@ -1,5 +1,5 @@
-// Paged GroupQueryAttention with the paged naive kernels (cpu_x86.paged_gqa.naive.<isa>),
-// black-box:
+// Paged GroupQueryAttention with the paged naive kernels of the CPU plugin
+// (<plugin>.paged_gqa.naive.<isa>, cpu_x86 or cpu_arm), black-box:
 //  - bitwise equality with GroupQueryAttention over a contiguous cache holding the same tokens,
 //    same algorithm (paged_gqa.naive.<isa> vs gqa.naive.<isa>), outputs and output_qk, for what
 //    the paged flash kernels decline (softcap, smooth_softmax, head_sink, qk_output 1 and 2,
@@ -27,6 +27,7 @@
 #include "common/dtype_reference.h"
 #include "common/gqa_reference.h"
 #include "common/test_support.h"
+#include "cpu_isas.h"
 
 namespace attnrt_test {
 namespace {
@@ -491,7 +492,13 @@ std::vector<Case> FlashCases() {
   decode.B = 3;
   decode.seqlens = {700, 37, 260};
   decode.threads = 1;
-  for (int32_t block_size : {1, 16, 64}) {
+#if defined(ATTNRT_TEST_REDUCED_MATRIX)
+  const std::vector<int32_t> block_sizes = {1,
+                                            64};  // emulated builds: the smallest and a large one
+#else
+  const std::vector<int32_t> block_sizes = {1, 16, 64};
+#endif
+  for (int32_t block_size : block_sizes) {
     for (Type type : {Type::kF16, Type::kBF16}) {
       for (int32_t layout : {ATTNRT_PAGED_KV_LAYOUT_BSNH, ATTNRT_PAGED_KV_LAYOUT_BNSH}) {
         Case c = decode;
@@ -536,8 +543,8 @@ void ExpectPagedEqualsContiguous(const std::string& algorithm, const std::string
                                  const Case& c) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(TestSeed());
-  const std::string contiguous_kernel = "cpu_x86.gqa." + algorithm + "." + isa;
-  const std::string paged_kernel = "cpu_x86.paged_gqa." + algorithm + "." + isa;
+  const std::string contiguous_kernel = CpuKernel("gqa." + algorithm + "." + isa);
+  const std::string paged_kernel = CpuKernel("paged_gqa." + algorithm + "." + isa);
   RuntimePtr runtime = PinnedRuntime(contiguous_kernel + "," + paged_kernel, c.threads);
   ASSERT_TRUE(runtime);
   PagedCall s = MakePagedCall(c, rng);
@@ -619,10 +626,10 @@ TEST_P(PagedNaiveEqualsContiguous, Bitwise) {
   ExpectPagedEqualsContiguous("naive", isa, c);
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuX86, PagedNaiveEqualsContiguous,
-                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
-                                            ::testing::ValuesIn(Cases())),
-                         IsaCaseName);
+ATTNRT_TEST_INSTANTIATE_SUITE_P(ATTNRT_TEST_CPU_SUITE, PagedNaiveEqualsContiguous,
+                                ::testing::Combine(::testing::ValuesIn(CpuNaiveIsas()),
+                                                   ::testing::ValuesIn(Cases())),
+                                IsaCaseName);
 
 class PagedFlashEqualsContiguousNarrowCache
     : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
@@ -632,10 +639,10 @@ TEST_P(PagedFlashEqualsContiguousNarrowCache, Bitwise) {
   ExpectPagedEqualsContiguous("flash", isa, c);
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuX86, PagedFlashEqualsContiguousNarrowCache,
-                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
-                                            ::testing::ValuesIn(FlashCases())),
-                         IsaCaseName);
+ATTNRT_TEST_INSTANTIATE_SUITE_P(ATTNRT_TEST_CPU_SUITE, PagedFlashEqualsContiguousNarrowCache,
+                                ::testing::Combine(::testing::ValuesIn(CpuNaiveIsas()),
+                                                   ::testing::ValuesIn(FlashCases())),
+                                IsaCaseName);
 
 // ---- against the float64 reference --------------------------------------------------------------
 
@@ -664,7 +671,7 @@ TEST(PagedGqaNaive, MatchesTheFloat64Reference) {
     PlanPtr plan;
     attnrt_status status = PlanPaged(paged.get(), s, &plan);
     ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
-    EXPECT_NE(PlanKernel(plan.get()).find("cpu_x86.paged_gqa.naive."), std::string::npos);
+    EXPECT_NE(PlanKernel(plan.get()).find(CpuKernel("paged_gqa.naive.")), std::string::npos);
     status = RunPaged(plan.get(), s);
     ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
 
@@ -733,15 +740,16 @@ TEST(PagedGqaNaive, RuntimeChoosesPagedFlashWhereItAcceptsAndPagedNaiveOtherwise
     std::string flash_reason;
   };
   const std::vector<Choice> choices = {
-      {"plain decode", [](Case&) {}, "cpu_x86.paged_gqa.flash.", ""},
-      {"softcap", [](Case& c) { c.softcap = 30.0f; }, "cpu_x86.paged_gqa.naive.", "softcap"},
-      {"smooth_softmax", [](Case& c) { c.smooth_softmax = 1; }, "cpu_x86.paged_gqa.naive.",
+      {"plain decode", [](Case&) {}, CpuKernel("paged_gqa.flash."), ""},
+      {"softcap", [](Case& c) { c.softcap = 30.0f; }, CpuKernel("paged_gqa.naive."), "softcap"},
+      {"smooth_softmax", [](Case& c) { c.smooth_softmax = 1; }, CpuKernel("paged_gqa.naive."),
        "smooth_softmax"},
-      {"head_sink", [](Case& c) { c.head_sink = true; }, "cpu_x86.paged_gqa.naive.", "head_sink"},
+      {"head_sink", [](Case& c) { c.head_sink = true; }, CpuKernel("paged_gqa.naive."),
+       "head_sink"},
       {"qk_output", [](Case& c) { c.qk_output = ATTNRT_GQA_QK_OUTPUT_BEFORE_SOFTMAX; },
-       "cpu_x86.paged_gqa.naive.", "qk_output"},
-      {"float16 cache", [](Case& c) { c.type = Type::kF16; }, "cpu_x86.paged_gqa.flash.", ""},
-      {"bfloat16 cache", [](Case& c) { c.type = Type::kBF16; }, "cpu_x86.paged_gqa.flash.", ""},
+       CpuKernel("paged_gqa.naive."), "qk_output"},
+      {"float16 cache", [](Case& c) { c.type = Type::kF16; }, CpuKernel("paged_gqa.flash."), ""},
+      {"bfloat16 cache", [](Case& c) { c.type = Type::kBF16; }, CpuKernel("paged_gqa.flash."), ""},
       // A right-padded first prompt with a local window: ONNX Runtime's naive window rule for the
       // padded rows, hence its naive path.
       {"float16 prompt with a local window",
@@ -750,7 +758,7 @@ TEST(PagedGqaNaive, RuntimeChoosesPagedFlashWhereItAcceptsAndPagedNaiveOtherwise
          c.S = 51;
          c.window = 8;
        },
-       "cpu_x86.paged_gqa.naive.", "local_window_size=8 in a prompt of 51 tokens"},
+       CpuKernel("paged_gqa.naive."), "local_window_size=8 in a prompt of 51 tokens"},
   };
   for (const Choice& choice : choices) {
     SCOPED_TRACE(choice.name);
@@ -784,11 +792,11 @@ TEST(PagedGqaNaive, RuntimeChoosesPagedFlashWhereItAcceptsAndPagedNaiveOtherwise
       const std::string reason = cand.reason != nullptr ? cand.reason : "";
       const bool accepts =
           cand.status == ATTNRT_CANDIDATE_SELECTED || cand.status == ATTNRT_CANDIDATE_ELIGIBLE;
-      if (kernel == "cpu_x86.paged_gqa.naive.scalar") {
+      if (kernel == CpuKernel("paged_gqa.naive.scalar")) {
         EXPECT_TRUE(accepts) << attnrt_candidate_status_name(cand.status) << ": " << reason;
         naive_accepting += accepts ? 1 : 0;
       }
-      if (kernel == "cpu_x86.paged_gqa.flash.scalar" && !choice.flash_reason.empty()) {
+      if (kernel == CpuKernel("paged_gqa.flash.scalar") && !choice.flash_reason.empty()) {
         EXPECT_EQ(cand.status, ATTNRT_CANDIDATE_DECLINED);
         EXPECT_NE(reason.find(choice.flash_reason), std::string::npos) << reason;
         EXPECT_NE(reason.find("paged_gqa.naive runs such problems"), std::string::npos) << reason;
@@ -804,9 +812,9 @@ TEST(PagedGqaNaive, RuntimeChoosesPagedFlashWhereItAcceptsAndPagedNaiveOtherwise
 TEST(PagedGqaNaive, TooSmallWorkspaceIsRejectedBeforeAnythingIsWritten) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(TestSeed());
-  for (const std::string isa : {"avx512", "avx2", "scalar"}) {
+  for (const std::string& isa : CpuNaiveIsas()) {
     SCOPED_TRACE(isa);
-    RuntimePtr runtime = PinnedRuntime("cpu_x86.paged_gqa.naive." + isa, 2);
+    RuntimePtr runtime = PinnedRuntime(CpuKernel("paged_gqa.naive." + isa), 2);
     ASSERT_TRUE(runtime);
     Case c;
     c.B = 2;

@@ -1,10 +1,12 @@
-// Paged GroupQueryAttention (attnrt/ops/paged_gqa.h) on the cpu_x86 plugin, black-box:
+// Paged GroupQueryAttention (attnrt/ops/paged_gqa.h) on the CPU plugin (cpu_x86 or cpu_arm),
+// black-box:
 //  - bitwise equality with GroupQueryAttention over a contiguous cache holding the same tokens,
-//    same algorithm (cpu_x86.paged_gqa.flash.<isa> vs cpu_x86.gqa.flash.<isa>), for block sizes
+//    same algorithm (<plugin>.paged_gqa.flash.<isa> vs <plugin>.gqa.flash.<isa>), for block sizes
 //    1, 7, 16, 33, 64, 256 and 1024 and blocks placed in random order in the pools, over decode
 //    (with split-KV), first and chunked prompts, rotary, a local window, attention_bias,
-//    int8/int4 caches and bfloat16 ops (cpu_x86.*.flash.amx too); the new rows in the pools equal
-//    the present rows byte for byte;
+//    int8/int4 caches and bfloat16 ops (cpu_x86.*.flash.amx too; int8 PER_TENSOR caches on
+//    cpu_arm.*.flash.dotprod_approx too); the new rows in the pools equal the present rows byte
+//    for byte;
 //  - paged float32 outputs against the float64 reference of tests/common (1e-5);
 //  - fork then divergent appends through the block pool, with its copy-on-write copies;
 //  - bad inputs: each error message, and neither the pools nor the output touched.
@@ -26,6 +28,7 @@
 #include "common/dtype_reference.h"
 #include "common/gqa_reference.h"
 #include "common/test_support.h"
+#include "cpu_isas.h"
 
 namespace attnrt_test {
 namespace {
@@ -36,7 +39,7 @@ constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 
 // kBF16: the whole op in bfloat16 (query, key, value, cache, output).
-enum class Cache { kF32, kInt8PerChannel, kInt4PerTensor, kBF16 };
+enum class Cache { kF32, kInt8PerChannel, kInt4PerTensor, kBF16, kInt8PerTensor };
 
 struct Case {
   std::string name;
@@ -64,6 +67,7 @@ int64_t RowBytes(const Case& c) {
     case Cache::kBF16:
       return c.H * 2;
     case Cache::kInt8PerChannel:
+    case Cache::kInt8PerTensor:
       return c.H;
     case Cache::kInt4PerTensor:
       break;
@@ -78,6 +82,7 @@ attnrt_dtype CacheDtype(const Case& c) {
     case Cache::kBF16:
       return kBFloat16;
     case Cache::kInt8PerChannel:
+    case Cache::kInt8PerTensor:
       return kI8;
     case Cache::kInt4PerTensor:
       break;
@@ -113,6 +118,9 @@ attnrt_gqa_attributes Attributes(const Case& c) {
   a.local_window_size = c.window;
   if (c.cache == Cache::kInt8PerChannel) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
+    a.kv_cache_bit_width = 8;
+  } else if (c.cache == Cache::kInt8PerTensor) {
+    a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = 8;
   } else if (c.cache == Cache::kInt4PerTensor) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
@@ -441,6 +449,20 @@ std::vector<Case> Cases() {
   aligned.H = 128;
   aligned.seqlens = {1399};
   v.push_back(aligned);
+  // int8 PER_TENSOR caches (the scope of cpu_arm.gqa.flash.dotprod_approx): a decode with split-KV
+  // and a chunked prompt with rotary.
+  for (size_t i : {2, 8}) {
+    Case int8_tensor = v[i];
+    int8_tensor.name += "_int8_per_tensor";
+    int8_tensor.cache = Cache::kInt8PerTensor;
+    v.push_back(int8_tensor);
+  }
+#if defined(ATTNRT_TEST_REDUCED_MATRIX)
+  // Emulated builds leave out the bfloat16 cases over blocks of 32 rows or more (prompts read in
+  // place, long chunks, tall decodes: sized for AMX's tiles), which take most of the suite's time
+  // there; the float32 prompts over such blocks stay.
+  std::erase_if(v, [](const Case& c) { return c.cache == Cache::kBF16 && c.block_size >= 32; });
+#endif
   return v;
 }
 
@@ -466,8 +488,8 @@ bool SameTasks(const Case& c, int32_t threads) {
 void ExpectPagedEqualsContiguous(const std::string& isa, const Case& c, int32_t threads) {
   SCOPED_TRACE("threads " + std::to_string(threads));
   std::mt19937_64 rng(TestSeed());
-  RuntimePtr runtime =
-      PinnedRuntime("cpu_x86.gqa.flash." + isa + ",cpu_x86.paged_gqa.flash." + isa, threads);
+  RuntimePtr runtime = PinnedRuntime(
+      CpuKernel("gqa.flash." + isa) + "," + CpuKernel("paged_gqa.flash." + isa), threads);
   ASSERT_TRUE(runtime);
   PagedCall s = MakePagedCall(c, rng);
 
@@ -480,7 +502,7 @@ void ExpectPagedEqualsContiguous(const std::string& isa, const Case& c, int32_t 
   }
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
   PlanPtr plan(raw);
-  ASSERT_EQ(PlanKernel(plan.get()), "cpu_x86.gqa.flash." + isa);
+  ASSERT_EQ(PlanKernel(plan.get()), CpuKernel("gqa.flash." + isa));
   status = attnrt_plan_run(plan.get(), s.gqa.Inputs(), ATTNRT_GQA_NUM_INPUTS, s.gqa.Outputs(), 3,
                            nullptr, 0, nullptr);
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
@@ -489,7 +511,7 @@ void ExpectPagedEqualsContiguous(const std::string& isa, const Case& c, int32_t 
   std::string kernel;
   status = RunPaged(paged.get(), s, &kernel);
   ASSERT_EQ(status, ATTNRT_OK) << LastError(status);
-  EXPECT_EQ(kernel, "cpu_x86.paged_gqa.flash." + isa);
+  EXPECT_EQ(kernel, CpuKernel("paged_gqa.flash." + isa));
 
   const Tensor& expected = s.gqa[ATTNRT_GQA_OUTPUT_OUTPUT];
   const Tensor& actual = s.paged_out[0];
@@ -541,13 +563,31 @@ TEST_P(PagedEqualsContiguous, BitwiseForTheSameAlgorithm) {
   ExpectPagedEqualsContiguous(isa, c, c.threads);
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuX86, PagedEqualsContiguous,
-                         ::testing::Combine(::testing::Values("amx", "avx512", "avx2", "scalar"),
-                                            ::testing::ValuesIn(Cases())),
-                         [](const auto& param_info) {
-                           return std::get<0>(param_info.param) + "_" +
-                                  std::get<1>(param_info.param).name;
-                         });
+std::string IsaCaseName(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+}
+
+ATTNRT_TEST_INSTANTIATE_SUITE_P(ATTNRT_TEST_CPU_SUITE, PagedEqualsContiguous,
+                                ::testing::Combine(::testing::ValuesIn(CpuFlashIsas()),
+                                                   ::testing::ValuesIn(Cases())),
+                                IsaCaseName);
+
+#if defined(__aarch64__)
+// The opt-in approximate kernel, on the int8 PER_TENSOR caches it serves (it skips where the CPU
+// lacks FEAT_DotProd): paged and contiguous are the same approximation, so the same bits.
+std::vector<Case> Int8PerTensorCases() {
+  std::vector<Case> v;
+  for (const Case& c : Cases()) {
+    if (c.cache == Cache::kInt8PerTensor) v.push_back(c);
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuArmApprox, PagedEqualsContiguous,
+                         ::testing::Combine(::testing::Values("dotprod_approx"),
+                                            ::testing::ValuesIn(Int8PerTensorCases())),
+                         IsaCaseName);
+#endif
 
 // ---- against the float64 reference --------------------------------------------------------------
 

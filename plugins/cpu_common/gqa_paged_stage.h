@@ -1,7 +1,8 @@
-// What every paged GroupQueryAttention kernel of cpu_x86 shares (attnrt/ops/paged_gqa.h): the
-// struct_size checks of its problem and arguments, and the staging step that appends this step's
-// new K/V rows into the block pools through the block table and resolves the run the attention
-// reads (paged_gqa.flash in gqa_paged.cpp, paged_gqa.naive in gqa_paged_naive.cpp).
+// What every paged GroupQueryAttention kernel of the CPU plugins shares (attnrt/ops/paged_gqa.h):
+// the struct_size checks of its problem and arguments, and the staging step that appends this
+// step's new K/V rows into the block pools through the block table and resolves the run the
+// attention reads (paged_gqa.flash and paged_gqa.naive in gqa_paged.cpp, paged_gqa_varlen in
+// gqa_paged_varlen.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// The shared part of the cpu_x86 paged GroupQueryAttention kernels (gqa_paged_stage.h): struct
-// size checks and the append of new K/V rows into the block pools. Baseline ISA.
+// The shared part of the CPU plugins' paged GroupQueryAttention kernels (gqa_paged_stage.h):
+// struct size checks and the append of new K/V rows into the block pools. Baseline ISA.
 #include "gqa_paged_stage.h"
 
 #include <string>

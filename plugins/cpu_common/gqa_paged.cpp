@@ -1,0 +1,165 @@
+// paged_gqa.flash, paged_gqa.naive and the acceptance of paged_gqa_varlen (baseline ISA):
+// supports(), workspace and run of GroupQueryAttention over a paged KV cache with the gqa.flash
+// algorithm or the gqa.naive row pipeline (see gqa_paged.h); the varlen runs are in
+// gqa_paged_varlen.cpp.
+#include "gqa_paged.h"
+
+#include <string>
+
+#include "attnrt/ops/paged_gqa.h"
+#include "attnrt/ops/paged_gqa_varlen.h"
+#include "gqa_decline.h"
+#include "gqa_naive.h"
+#include "gqa_paged_stage.h"
+#include "plugin_context.h"
+
+namespace attnrt::cpu {
+namespace {
+
+enum class PagedKernel { kFlash, kNaive, kVarlen };
+
+// The contiguous problem of a paged (or, `varlen`, a paged varlen) problem, or NULL with the
+// reason where the caller's struct is smaller than the one this plugin was built with.
+const attnrt_gqa_problem* ContiguousProblem(const void* problem, bool varlen, char* reason,
+                                            size_t reason_capacity) {
+  if (varlen) {
+    const auto& v = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
+    if (v.struct_size < sizeof(attnrt_paged_gqa_varlen_problem)) {
+      WriteMessage(reason, reason_capacity,
+                   "attnrt_paged_gqa_varlen_problem struct_size " + std::to_string(v.struct_size) +
+                       " is smaller than the " +
+                       std::to_string(sizeof(attnrt_paged_gqa_varlen_problem)) +
+                       " bytes this kernel was built with");
+      return nullptr;
+    }
+    problem = &v.paged;
+  }
+  if (!PagedGqaProblemFits(problem, reason, reason_capacity)) return nullptr;
+  return &static_cast<const attnrt_paged_gqa_problem*>(problem)->gqa;
+}
+
+// The paged kernels compute what the contiguous kernel of the same algorithm and ISA computes:
+// its acceptance (`contiguous_supports`), on the equivalent contiguous problem. What gqa.flash
+// leaves to the naive path goes to the paged naive kernels. A varlen problem's packed rows are
+// rows of sequences of any length: the prompt problem decides (a decode step is accepted wherever
+// a prompt is).
+int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, char* reason,
+                 size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
+  try {
+    const attnrt_gqa_problem* gqa =
+        ContiguousProblem(problem, kernel == PagedKernel::kVarlen, reason, reason_capacity);
+    if (gqa == nullptr) return 0;
+    char why[512] = {0};
+    if (contiguous_supports(plugin_context, gqa, why, sizeof(why))) return 1;
+    why[sizeof(why) - 1] = '\0';
+    std::string message;
+    switch (kernel) {
+      case PagedKernel::kFlash:
+        message =
+            std::string("the paged flash kernels run the gqa.flash algorithm, which declines: ") +
+            why;
+        // Pointing at the paged naive kernels only where their pipeline takes the problem (ISA
+        // aside).
+        if (GqaNaiveDeclineReason(*gqa).empty()) message += " (paged_gqa.naive runs such problems)";
+        break;
+      case PagedKernel::kNaive:
+        message =
+            std::string("the paged naive kernels run the gqa.naive pipeline, which declines: ") +
+            why;
+        break;
+      case PagedKernel::kVarlen:
+        message = std::string("declines the packed rows: ") + why;
+        break;
+    }
+    WriteMessage(reason, reason_capacity, message);
+  } catch (...) {
+    WriteCurrentException(reason, reason_capacity,
+                          kernel == PagedKernel::kFlash   ? "paged_gqa.flash supports()"
+                          : kernel == PagedKernel::kNaive ? "paged_gqa.naive supports()"
+                                                          : "paged_gqa_varlen supports()");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int32_t PagedGqaFlashSupports(void* plugin_context, const void* problem, char* reason,
+                              size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kFlash, plugin_context, problem, reason, reason_capacity,
+                  contiguous_supports);
+}
+
+int32_t PagedGqaNaiveSupports(void* plugin_context, const void* problem, char* reason,
+                              size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kNaive, plugin_context, problem, reason, reason_capacity,
+                  contiguous_supports);
+}
+
+int32_t PagedGqaVarlenSupports(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlen, plugin_context, problem, reason, reason_capacity,
+                  contiguous_supports);
+}
+
+size_t PagedGqaFlashWorkspaceSize(void* plugin_context, const void* problem,
+                                  const GqaFlashOps& ops) noexcept {
+  const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
+  if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
+  const GqaFlashPaging layout{nullptr,
+                              0,
+                              p.block_size,
+                              PagedGqaPoolStrides(p, p.key_cache_strides),
+                              PagedGqaPoolStrides(p, p.value_cache_strides),
+                              nullptr,
+                              nullptr};
+  return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout, ops);
+}
+
+int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, size_t error_capacity,
+                         const GqaFlashOps& ops) noexcept {
+  try {
+    const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
+    const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
+    if (fits != ATTNRT_OK) return fits;
+    const attnrt_paged_gqa_problem& p = *a.problem;
+    const PagedStageInput stage{&a, nullptr, nullptr, 0};
+    const GqaFlashPaging paging{a.block_table,
+                                p.max_blocks_per_seq,
+                                p.block_size,
+                                PagedGqaPoolStrides(p, p.key_cache_strides),
+                                PagedGqaPoolStrides(p, p.value_cache_strides),
+                                &PagedGqaStage,
+                                &stage};
+    return GqaFlashRunPaged(plugin_context, a.gqa, paging, ops, error, error_capacity);
+  } catch (...) {
+    WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");
+    return ATTNRT_ERROR_INTERNAL;
+  }
+}
+
+// gqa.naive's per-thread scratch for key rows up to max_blocks_per_seq * block_size (the problem's
+// present_sequence_length); no staging, the pools are the caches.
+size_t PagedGqaNaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept {
+  const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
+  if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
+  return GqaNaiveWorkspaceSize(plugin_context, &p.gqa);
+}
+
+// The workspace is checked before PagedGqaStage writes the first row, so a failing run leaves the
+// pools and outputs as they were.
+int32_t PagedGqaNaiveRun(void* plugin_context, const void* args, char* error, size_t error_capacity,
+                         GqaAttendRowsFn rows) noexcept {
+  try {
+    const auto& context = *static_cast<const PluginContext*>(plugin_context);
+    const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
+    const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
+    if (fits != ATTNRT_OK) return fits;
+    const PagedStageInput stage{&a, nullptr, nullptr, 0};
+    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &stage, rows, error, error_capacity);
+  } catch (...) {
+    WriteCurrentException(error, error_capacity, "paged_gqa.naive run()");
+    return ATTNRT_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace attnrt::cpu
