@@ -31,7 +31,7 @@ plan's kernel) is printed per case.
 
 Usage (in the venv of scripts/setup-vllm.sh, attnrt installed or on PYTHONPATH):
   bench/compare/vllm_sparse_mla.py [--threads 1,2] [--reps 5] [--only csa-decode,hca,...]
-      [--out table.md]
+      [--heads 64,128] [--out table.md]
 """
 from __future__ import annotations
 
@@ -198,17 +198,18 @@ class Case:
         return rt.cached_op(SparseMlaOp, **kw).plan(inputs, {"attn_out": out}).kernel
 
 
-def cases():
+def cases(heads=(64, 128)):
+    """The 19 cases for heads (64, 128); other head counts (--heads) give the same kinds."""
     out = []
-    for h in (64, 128):
+    for h in heads:
         for b in (1, 4, 16):
             for k in (512, 2048):
                 out.append((f"CSA decode H{h} B{b} top-k {k}", "csa", h, b, k, False))
-    for h in (64, 128):
+    for h in heads:
         out.append((f"CSA prefill H{h} 128 rows top-k 512", "csa", h, 128, 512, True))
-    for h in (64, 128):
+    for h in heads:
         out.append((f"HCA decode H{h} B4 (128 dense)", "hca", h, 4, 0, False))
-    for h, b in ((64, 4), (128, 4), (128, 16)):
+    for h, b in [(h, 4) for h in heads] + [(heads[-1], 16)]:
         out.append((f"SWA decode H{h} B{b}", "swa", h, b, 0, False))
     return out
 
@@ -239,6 +240,9 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--only", default="", help="comma-separated substrings of case names")
     p.add_argument("--out", default="", help="also write the markdown table here")
+    p.add_argument("--heads", default="64,128",
+                   help="comma-separated head counts of the cases (DeepSeek-V4: 64, 128; fewer "
+                        "heads per rank under tensor parallelism)")
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     only = [s.strip().lower() for s in args.only.split(",") if s.strip()]
@@ -247,7 +251,8 @@ def main():
           f"threads {threads}; medians of {args.reps} interleaved calls; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     rows = []
-    for i, (name, kind, h, t, k, prefill) in enumerate(cases()):
+    heads = tuple(int(h) for h in args.heads.split(","))
+    for i, (name, kind, h, t, k, prefill) in enumerate(cases(heads)):
         if only and not any(s in name.lower() for s in only):
             continue
         case = Case(name, kind, h, t, k, prefill, seed=1000 + i)
