@@ -51,8 +51,9 @@ _announced = False
 def runtime() -> Runtime:
     """The process's attnrt Runtime (threads of its own) with vLLM's thread count:
     torch.get_num_threads(), the OpenMP team vLLM gave this worker (remade if vLLM changes it, as
-    it does in-process after building the model). The paged varlen op's Python path and
-    DeepSeek-V4's sparse attention (attnrt._vllm_deepseek_v4) run on it."""
+    it does in-process after building the model). The Python paths of the paged varlen op and
+    of DeepSeek-V4's sparse attention (attnrt._vllm_deepseek_v4) run on it, used when
+    libattnrt_torch.so is not loaded."""
     global _runtime, _runtime_threads
     threads = max(1, torch.get_num_threads())
     rt = _runtime
@@ -63,7 +64,7 @@ def runtime() -> Runtime:
             _runtime = Runtime(num_threads=threads)
             _runtime_threads = threads
             _log_threads(threads, "threads of its own" + (
-                " (attnrt's Python-path ops: DeepSeek-V4 sparse attention)" if _torch_lib.loaded()
+                " (attnrt's Python-path ops)" if _torch_lib.loaded()
                 else " (libattnrt_torch.so is not loaded)"))
         return _runtime
 
