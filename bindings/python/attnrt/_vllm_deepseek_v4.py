@@ -178,13 +178,7 @@ def paged_view(cache_2d: torch.Tensor, block_size: int, name: str = "cache") -> 
         raise InvalidArgumentError(
             f"{name}: expected a page stride of at least block_size * {TOKEN_BYTES_DS_MLA} = "
             f"{block_bytes} bytes (pages must not overlap), got {page_stride}")
-    end = cache_2d.storage_offset() + (num_blocks - 1) * cache_2d.stride(0) + width
-    held = cache_2d.untyped_storage().nbytes()
-    if num_blocks and end > held:
-        raise InvalidArgumentError(
-            f"{name}: its elements (shape {list(cache_2d.shape)}, strides "
-            f"{list(cache_2d.stride())}, storage offset {cache_2d.storage_offset()}) reach past "
-            f"its storage of {held} bytes")
+    _in_storage(cache_2d, name)  # as_strided below would raise torch's own error
     return cache_2d.as_strided((num_blocks, block_size, 1, TOKEN_BYTES_DS_MLA),
                                (page_stride, TOKEN_BYTES_DS_MLA, TOKEN_BYTES_DS_MLA, 1),
                                cache_2d.storage_offset())
