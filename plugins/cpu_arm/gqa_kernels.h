@@ -1,12 +1,11 @@
-// GroupQueryAttention kernels of the cpu_arm plugin: the descriptor table (gqa_kernels.cpp) and the
-// NEON row pipeline and flash block operations it dispatches to (gqa_kernels_neon.cpp,
-// gqa_flash_neon.cpp); the scalar ones are shared (plugins/cpu_common).
+// GroupQueryAttention kernels of the cpu_arm plugin: the NEON row pipeline and flash block
+// operations (gqa_kernels_neon.cpp, gqa_flash_neon.cpp, gqa_flash_dotprod.cpp) its kernel list
+// (kernel_list.cpp) dispatches to; the scalar ones are shared (plugins/cpu_common).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "attnrt/plugin.h"
 #include "gqa_flash.h"
 #include "gqa_run.h"
 
@@ -36,11 +35,5 @@ void GqaFlashScoresDotProdApprox(const float* q, int64_t rows, const GqaFlashKv&
 
 // Block operations of gqa.flash.dotprod_approx: the approximate scores above, the rest NEON's.
 extern const GqaFlashOps kGqaFlashOpsDotProdApprox;
-
-// The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
-// (paged_gqa.*, paged_gqa_varlen.*), in no particular order (the runtime ranks them).
-// plugin_context of their functions is a PluginContext*.
-size_t GqaKernelCount() noexcept;
-const attnrt_kernel_desc* GqaKernel(size_t index) noexcept;
 
 }  // namespace attnrt::cpu

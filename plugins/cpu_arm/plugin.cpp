@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "attnrt/plugin.h"
+#include "cpu_plugin.h"
 #include "plugin_context.h"
 
 namespace attnrt::cpu {

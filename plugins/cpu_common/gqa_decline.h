@@ -1,5 +1,5 @@
 // Acceptance of the CPU GroupQueryAttention kernels (cpu_x86, cpu_arm), shared by the naive and
-// flash descriptors of each plugin (gqa_kernels.cpp). Baseline files only: it brings in <string>,
+// flash kernels of each plugin (gqa_supports.cpp). Baseline files only: it brings in <string>,
 // which the ISA files must not instantiate.
 #pragma once
 

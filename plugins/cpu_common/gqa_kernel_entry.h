@@ -1,11 +1,13 @@
-// attnrt_kernel_desc::run entry points of the CPU plugins' kernel tables, one instantiation per ISA
-// pipeline: gqa.naive with a row pipeline, gqa.flash with block operations. Included only by the
-// baseline-ISA table files (gqa_kernels.cpp), never by an ISA file (see gqa_run.h for why).
+// attnrt_kernel_desc::run entry points and descriptors of the CPU plugins' GroupQueryAttention
+// kernels, one instantiation per ISA pipeline: gqa.naive with a row pipeline, gqa.flash with block
+// operations. Included only by the baseline-ISA kernel lists (kernel_list.cpp), never by an ISA
+// file (see gqa_run.h for why).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "attnrt/plugin.h"
 #include "gqa_flash.h"
 #include "gqa_naive.h"
 
@@ -21,6 +23,34 @@ template <const GqaFlashOps& kOps>
 int32_t GqaFlashRunWith(void* plugin_context, const void* args, char* error,
                         size_t error_capacity) noexcept {
   return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
+}
+
+// The descriptor of cpu_<arch>.gqa.naive.<isa>: kSupports its supports(), kAttendRows the ISA's row
+// pipeline.
+template <auto& kSupports, GqaAttendRowsFn kAttendRows>
+constexpr attnrt_kernel_desc GqaNaiveKernelDesc(const char* name, int32_t priority) {
+  return {.struct_size = sizeof(attnrt_kernel_desc),
+          .name = name,
+          .op_kind = ATTNRT_OP_GQA,
+          .device_type = ATTNRT_DEVICE_CPU,
+          .priority = priority,
+          .supports = &kSupports,
+          .workspace_size = &GqaNaiveWorkspaceSize,
+          .run = &GqaNaiveRunWith<kAttendRows>};
+}
+
+// The descriptor of cpu_<arch>.gqa.flash.<isa>: kSupports its supports(), kOps the ISA's block
+// operations.
+template <auto& kSupports, const GqaFlashOps& kOps>
+constexpr attnrt_kernel_desc GqaFlashKernelDesc(const char* name, int32_t priority) {
+  return {.struct_size = sizeof(attnrt_kernel_desc),
+          .name = name,
+          .op_kind = ATTNRT_OP_GQA,
+          .device_type = ATTNRT_DEVICE_CPU,
+          .priority = priority,
+          .supports = &kSupports,
+          .workspace_size = &GqaFlashWorkspaceSize,
+          .run = &GqaFlashRunWith<kOps>};
 }
 
 }  // namespace attnrt::cpu

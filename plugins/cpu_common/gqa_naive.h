@@ -1,6 +1,6 @@
 // gqa.naive: the row pipeline of every CPU plugin (gqa_pipeline.h), its descriptor entry points and
 // the scalar instantiation. Each plugin instantiates the pipeline once per ISA
-// (gqa_kernels_<isa>.cpp) and lists the kernels in its own table (gqa_kernels.cpp).
+// (gqa_kernels_<isa>.cpp) and lists the kernels in its kernel list (kernel_list.cpp).
 //
 // Included by the ISA files, so it declares only out-of-line functions (see gqa_run.h for why).
 #pragma once

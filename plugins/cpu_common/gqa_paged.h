@@ -1,7 +1,7 @@
 // The paged GroupQueryAttention kernels of every CPU plugin (attnrt/ops/paged_gqa.h,
 // attnrt/ops/paged_gqa_varlen.h; llama.cpp PR 18747, vLLM PagedAttention), as entry points that a
-// plugin instantiates with its own ISA (gqa_paged_entry.h) and lists in its kernel table
-// (gqa_kernels.cpp of cpu_x86 and cpu_arm):
+// plugin instantiates with its own ISA (gqa_paged_entry.h) and lists in its kernel list
+// (kernel_list.cpp of cpu_x86 and cpu_arm):
 //  - paged_gqa.flash: the gqa.flash algorithm (gqa_flash.cpp: tiles, online softmax, split-KV
 //    decoding, the ISA block operations) reading K/V through the block table, so the outputs are
 //    bitwise those of gqa.flash of the same ISA over a contiguous cache holding the same tokens;

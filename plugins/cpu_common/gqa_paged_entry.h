@@ -1,7 +1,7 @@
 // Kernel descriptors of the paged GroupQueryAttention kernels (gqa_paged.h), one instantiation per
 // ISA of the plugin: the contiguous kernel's supports() and the block operations (flash) or the
 // paged row pipeline (naive) of that ISA. Included only by the baseline-ISA table files
-// (gqa_kernels.cpp of each plugin), never by an ISA file (see gqa_run.h for why).
+// (kernel_list.cpp of each plugin), never by an ISA file (see gqa_run.h for why).
 #pragma once
 
 #include <cstddef>

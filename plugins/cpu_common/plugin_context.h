@@ -1,8 +1,8 @@
 // State of one init() of a CPU plugin (cpu_x86, cpu_arm), and its plugin table. Two runtimes may
 // init the same loaded library, so everything mutable lives here, never in globals.
 //
-// CpuFeatures and ProbeCpu() come from the plugin's own probe.h (one per architecture, found on the
-// plugin's include path); each plugin defines kPluginName and its kernel table (gqa_kernels.h).
+// CpuFeatures and ProbeCpu() come from the architecture's probe (cpu_probe.h); what each plugin
+// defines itself (kPluginName, its kernel list) is declared in cpu_plugin.h.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "attnrt/plugin.h"
-#include "probe.h"
+#include "cpu_probe.h"
 
 namespace attnrt::cpu {
 
@@ -21,14 +21,10 @@ struct PluginContext {
   std::vector<attnrt_plugin_fact> facts;  // points into cpu.facts
 };
 
-// The plugin's name ("cpu_x86", "cpu_arm"): the table's name and the prefix of its messages.
-// Defined by each plugin (plugin.cpp).
-extern const char kPluginName[];
-
 // The plugin table (abi/attnrt/plugin.h) every CPU plugin returns from attnrt_plugin_query: init
 // copies the host services and runs ProbeCpu(); probe reports the plugin available (its scalar
 // kernels run on every CPU of its architecture; SIMD kernels decline on their own in supports())
-// with the probe's facts; the kernels are GqaKernel(0..GqaKernelCount()-1).
+// with the probe's facts; the kernels are PluginKernels() (cpu_plugin.h).
 const attnrt_plugin_api* CpuPluginApi() noexcept;
 
 // Copies `message` into the ABI's (buffer, capacity) pair: truncated, always NUL-terminated; a NULL

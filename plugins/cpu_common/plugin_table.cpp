@@ -6,12 +6,13 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "attnrt/plugin.h"
-#include "gqa_kernels.h"
+#include "cpu_plugin.h"
+#include "cpu_probe.h"
 #include "plugin_context.h"
-#include "probe.h"
 
 namespace attnrt::cpu {
 
@@ -84,9 +85,12 @@ int32_t Probe(void* plugin_context, attnrt_probe_result* out) noexcept {
   return ATTNRT_OK;
 }
 
-size_t KernelCount(void*) noexcept { return GqaKernelCount(); }
+size_t KernelCount(void*) noexcept { return PluginKernels().size(); }
 
-const attnrt_kernel_desc* Kernel(void*, size_t index) noexcept { return GqaKernel(index); }
+const attnrt_kernel_desc* Kernel(void*, size_t index) noexcept {
+  const std::span<const attnrt_kernel_desc> kernels = PluginKernels();
+  return index < kernels.size() ? &kernels[index] : nullptr;
+}
 
 void Shutdown(void* plugin_context) noexcept { delete static_cast<PluginContext*>(plugin_context); }
 

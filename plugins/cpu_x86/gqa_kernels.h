@@ -1,12 +1,11 @@
-// GroupQueryAttention kernels of the cpu_x86 plugin: the descriptor table (gqa_kernels.cpp) and the
-// x86 row pipelines and flash block operations it dispatches to (gqa_kernels_<isa>.cpp,
-// gqa_flash_<isa>.cpp); the scalar ones are shared (plugins/cpu_common).
+// GroupQueryAttention kernels of the cpu_x86 plugin: the x86 row pipelines and flash block
+// operations (gqa_kernels_<isa>.cpp, gqa_flash_<isa>.cpp) its kernel list (kernel_list.cpp)
+// dispatches to; the scalar ones are shared (plugins/cpu_common).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "attnrt/plugin.h"
 #include "gqa_flash.h"
 #include "gqa_run.h"
 
@@ -36,11 +35,5 @@ extern const GqaFlashOps kGqaFlashOpsAvx512;
 // use only when the probe found AVX-512 F/BW/VL, FMA and AMX-BF16 usable and the tile data
 // permission was granted (AmxTileDataReason() empty).
 extern const GqaFlashOps kGqaFlashOpsAmx;
-
-// The kernel descriptors of the plugin, GroupQueryAttention (gqa.*) then paged GroupQueryAttention
-// (paged_gqa.*), in no particular order (the runtime ranks them). plugin_context of their
-// functions is a PluginContext*.
-size_t GqaKernelCount() noexcept;
-const attnrt_kernel_desc* GqaKernel(size_t index) noexcept;
 
 }  // namespace attnrt::cpu

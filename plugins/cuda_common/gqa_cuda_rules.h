@@ -25,8 +25,8 @@ struct DeviceCaps {
 };
 
 // Priorities of the CUDA kernels (that dispatch order, docs/plugins.md; the CPU kernels
-// use 100-230, see plugins/cpu_x86/gqa_kernels.cpp). They never compete with the CPU kernels: a
-// kernel only serves tensors of its own device type.
+// use 90-250, see plugins/cpu_common/cpu_kernel_ranks.h). They never compete with the CPU kernels:
+// a kernel only serves tensors of its own device type.
 constexpr int32_t kXqaPriority = 400;
 constexpr int32_t kFlashDecodePriority = 310;  // flash's split-KV fast path for S == 1
 constexpr int32_t kFlashPriority = 300;

@@ -7,13 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__aarch64__)
-#include "../cpu_arm/probe.h"
-#else
-#include "../cpu_x86/probe.h"
-#endif
 #include "attnrt/ops/sparse_mla.h"
 #include "attnrt/plugin.h"
+#include "cpu_probe.h"
 
 namespace attnrt::sparse_mla {
 

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "cpu_probe_x86.h"
 #include "cpuinfo_facts.h"
-#include "probe.h"
 
 namespace attnrt::cpu {
 namespace {

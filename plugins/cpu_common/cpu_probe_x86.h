@@ -1,5 +1,6 @@
-// CPU feature probe of the cpu_x86 plugin. Compiled for the baseline x86-64 ISA: it runs before any
-// kernel is chosen, on whatever CPU loaded the plugin.
+// CPU feature probe of x86-64 (attnrt_cpu_probe, linked by cpu_x86 and sparse_mla; include it
+// through cpu_probe.h). Compiled for the baseline x86-64 ISA: it runs before any kernel is chosen,
+// on whatever CPU loaded the plugin.
 #pragma once
 
 #include <string>

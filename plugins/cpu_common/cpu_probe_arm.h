@@ -1,5 +1,6 @@
-// CPU feature probe of the cpu_arm plugin. Compiled for the baseline AArch64 ISA (Armv8.0-A with
-// Advanced SIMD): it runs before any kernel is chosen, on whatever CPU loaded the plugin.
+// CPU feature probe of AArch64 (attnrt_cpu_probe, linked by cpu_arm and sparse_mla; include it
+// through cpu_probe.h). Compiled for the baseline AArch64 ISA (Armv8.0-A with Advanced SIMD): it
+// runs before any kernel is chosen, on whatever CPU loaded the plugin.
 #pragma once
 
 #include <string>

@@ -1,13 +1,14 @@
-// CPU probe of cpu_arm: cpuinfo (Debian's libcpuinfo0:arm64). On Linux it reads the ISA flags from
-// AT_HWCAP/AT_HWCAP2, which the kernel sets only for features it enables for user space, so no
-// separate OS check is needed (unlike XCR0 on x86); cache sizes come from sysfs and are 0 where the
-// kernel does not describe them (then the flash kernels use a fixed L2 size).
+// CPU probe of AArch64 (cpu_arm, sparse_mla): cpuinfo (Debian's libcpuinfo0:arm64). On Linux it
+// reads the ISA flags from AT_HWCAP/AT_HWCAP2, which the kernel sets only for features it enables
+// for user space, so no separate OS check is needed (unlike XCR0 on x86); cache sizes come from
+// sysfs and are 0 where the kernel does not describe them (then the flash kernels use a fixed L2
+// size).
 #include <cpuinfo.h>
 
 #include <string>
 
+#include "cpu_probe_arm.h"
 #include "cpuinfo_facts.h"
-#include "probe.h"
 
 namespace attnrt::cpu {
 
