@@ -27,35 +27,31 @@ std::string NeonDeclineReason(const CpuFeatures& cpu) {
 
 int32_t SupportsDotProdApprox(void* plugin_context, const void* problem, char* reason,
                               size_t reason_capacity) noexcept {
-  try {
-    const auto& context = *static_cast<const PluginContext*>(plugin_context);
-    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
-    std::string why;
-    if (!context.cpu.dotprod) {
-      why = "requires FEAT_DotProd (SDOT), which cpuinfo did not report; this CPU provides: " +
-            (context.cpu.isa.empty() ? std::string("no SIMD extension cpuinfo could read")
-                                     : context.cpu.isa);
-    }
-    if (why.empty()) why = GqaFlashDeclineReason(p);
-    if (why.empty()) {
-      const bool int8 = p.cache_dtype.code == ATTNRT_DTYPE_CODE_INT && p.cache_dtype.bits == 8;
-      if (!int8 || p.attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR) {
-        why =
-            "the approximate int8-query path covers int8 PER_TENSOR K caches only (the scope of "
-            "ONNX Runtime's opt-in VNNI path); the exact kernels run this case";
-      } else if (p.head_size > kGqaDotProdMaxHeadSize) {
-        why = "head_size " + std::to_string(p.head_size) + " is above the " +
-              std::to_string(kGqaDotProdMaxHeadSize) +
-              " the approximate path quantizes; the exact kernels (ONNX Runtime's default path) "
-              "run this case";
-      }
-    }
-    if (why.empty()) return 1;
-    WriteMessage(reason, reason_capacity, why);
-  } catch (...) {
-    WriteCurrentException(reason, reason_capacity, "gqa supports()");
-  }
-  return 0;
+  return AnswerSupports<attnrt_gqa_problem>(
+      plugin_context, problem, reason, reason_capacity, "gqa supports()",
+      [](const PluginContext& context, const attnrt_gqa_problem& p) {
+        std::string why;
+        if (!context.cpu.dotprod) {
+          why = "requires FEAT_DotProd (SDOT), which cpuinfo did not report; this CPU provides: " +
+                (context.cpu.isa.empty() ? std::string("no SIMD extension cpuinfo could read")
+                                         : context.cpu.isa);
+        }
+        if (why.empty()) why = GqaFlashDeclineReason(p);
+        if (why.empty()) {
+          const bool int8 = p.cache_dtype.code == ATTNRT_DTYPE_CODE_INT && p.cache_dtype.bits == 8;
+          if (!int8 || p.attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR) {
+            why =
+                "the approximate int8-query path covers int8 PER_TENSOR K caches only (the scope "
+                "of ONNX Runtime's opt-in VNNI path); the exact kernels run this case";
+          } else if (p.head_size > kGqaDotProdMaxHeadSize) {
+            why = "head_size " + std::to_string(p.head_size) + " is above the " +
+                  std::to_string(kGqaDotProdMaxHeadSize) +
+                  " the approximate path quantizes; the exact kernels (ONNX Runtime's default "
+                  "path) run this case";
+          }
+        }
+        return why;
+      });
 }
 
 }  // namespace attnrt::cpu

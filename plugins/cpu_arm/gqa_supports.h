@@ -21,17 +21,13 @@ std::string NeonDeclineReason(const CpuFeatures& cpu);
 template <bool kNeedsNeon, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
-  try {
-    const auto& context = *static_cast<const PluginContext*>(plugin_context);
-    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
-    std::string why = kNeedsNeon ? NeonDeclineReason(context.cpu) : std::string();
-    if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
-    if (why.empty()) return 1;
-    WriteMessage(reason, reason_capacity, why);
-  } catch (...) {
-    WriteCurrentException(reason, reason_capacity, "gqa supports()");
-  }
-  return 0;
+  return AnswerSupports<attnrt_gqa_problem>(
+      plugin_context, problem, reason, reason_capacity, "gqa supports()",
+      [](const PluginContext& context, const attnrt_gqa_problem& p) {
+        std::string why = kNeedsNeon ? NeonDeclineReason(context.cpu) : std::string();
+        if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
+        return why;
+      });
 }
 
 // gqa.flash.dotprod_approx: FEAT_DotProd, what gqa.flash accepts, and an int8 PER_TENSOR cache

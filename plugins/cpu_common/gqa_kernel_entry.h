@@ -25,32 +25,34 @@ int32_t GqaFlashRunWith(void* plugin_context, const void* args, char* error,
   return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
 }
 
-// The descriptor of cpu_<arch>.gqa.naive.<isa>: kSupports its supports(), kAttendRows the ISA's row
-// pipeline.
-template <auto& kSupports, GqaAttendRowsFn kAttendRows>
-constexpr attnrt_kernel_desc GqaNaiveKernelDesc(const char* name, int32_t priority) {
+// A CPU GroupQueryAttention kernel's descriptor from its entry points.
+constexpr attnrt_kernel_desc GqaKernelDesc(const char* name, int32_t priority,
+                                           decltype(attnrt_kernel_desc::supports) supports,
+                                           decltype(attnrt_kernel_desc::workspace_size) workspace,
+                                           decltype(attnrt_kernel_desc::run) run) {
   return {.struct_size = sizeof(attnrt_kernel_desc),
           .name = name,
           .op_kind = ATTNRT_OP_GQA,
           .device_type = ATTNRT_DEVICE_CPU,
           .priority = priority,
-          .supports = &kSupports,
-          .workspace_size = &GqaNaiveWorkspaceSize,
-          .run = &GqaNaiveRunWith<kAttendRows>};
+          .supports = supports,
+          .workspace_size = workspace,
+          .run = run};
+}
+
+// The descriptor of cpu_<arch>.gqa.naive.<isa>: kSupports its supports(), kAttendRows the ISA's row
+// pipeline.
+template <auto& kSupports, GqaAttendRowsFn kAttendRows>
+constexpr attnrt_kernel_desc GqaNaiveKernelDesc(const char* name, int32_t priority) {
+  return GqaKernelDesc(name, priority, &kSupports, &GqaNaiveWorkspaceSize,
+                       &GqaNaiveRunWith<kAttendRows>);
 }
 
 // The descriptor of cpu_<arch>.gqa.flash.<isa>: kSupports its supports(), kOps the ISA's block
 // operations.
 template <auto& kSupports, const GqaFlashOps& kOps>
 constexpr attnrt_kernel_desc GqaFlashKernelDesc(const char* name, int32_t priority) {
-  return {.struct_size = sizeof(attnrt_kernel_desc),
-          .name = name,
-          .op_kind = ATTNRT_OP_GQA,
-          .device_type = ATTNRT_DEVICE_CPU,
-          .priority = priority,
-          .supports = &kSupports,
-          .workspace_size = &GqaFlashWorkspaceSize,
-          .run = &GqaFlashRunWith<kOps>};
+  return GqaKernelDesc(name, priority, &kSupports, &GqaFlashWorkspaceSize, &GqaFlashRunWith<kOps>);
 }
 
 }  // namespace attnrt::cpu

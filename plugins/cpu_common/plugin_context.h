@@ -35,4 +35,21 @@ void WriteMessage(char* buffer, size_t capacity, std::string_view message) noexc
 // allocating (the failure may be std::bad_alloc).
 void WriteCurrentException(char* buffer, size_t capacity, const char* where) noexcept;
 
+// The body of a kernel's supports(): 1 when decline(context, problem) gives no reason, else 0
+// with the reason written to (reason, reason_capacity); an exception is reported as "<where>: ..."
+// and declines. Problem is the op's problem struct.
+template <class Problem, class Decline>
+int32_t AnswerSupports(void* plugin_context, const void* problem, char* reason,
+                       size_t reason_capacity, const char* where, Decline&& decline) noexcept {
+  try {
+    const std::string why = decline(*static_cast<const PluginContext*>(plugin_context),
+                                    *static_cast<const Problem*>(problem));
+    if (why.empty()) return 1;
+    WriteMessage(reason, reason_capacity, why);
+  } catch (...) {
+    WriteCurrentException(reason, reason_capacity, where);
+  }
+  return 0;
+}
+
 }  // namespace attnrt::cpu

@@ -33,20 +33,16 @@ std::string BFloat16DeclineReason(const attnrt_gqa_problem& p);
 template <Isa kIsa, bool kFlash>
 int32_t Supports(void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity) noexcept {
-  try {
-    const auto& context = *static_cast<const PluginContext*>(plugin_context);
-    const auto& p = *static_cast<const attnrt_gqa_problem*>(problem);
-    std::string why = IsaDeclineReason(kIsa, context.cpu);
-    if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
-    // After DeclineReason: it checked struct_size before any other field is read.
-    if (why.empty() && kIsa == Isa::kAvx2) why = F16cDeclineReason(context.cpu, p);
-    if (why.empty() && kIsa == Isa::kAmx) why = BFloat16DeclineReason(p);
-    if (why.empty()) return 1;
-    WriteMessage(reason, reason_capacity, why);
-  } catch (...) {
-    WriteCurrentException(reason, reason_capacity, "gqa supports()");
-  }
-  return 0;
+  return AnswerSupports<attnrt_gqa_problem>(
+      plugin_context, problem, reason, reason_capacity, "gqa supports()",
+      [](const PluginContext& context, const attnrt_gqa_problem& p) {
+        std::string why = IsaDeclineReason(kIsa, context.cpu);
+        if (why.empty()) why = kFlash ? GqaFlashDeclineReason(p) : GqaNaiveDeclineReason(p);
+        // After DeclineReason: it checked struct_size before any other field is read.
+        if (why.empty() && kIsa == Isa::kAvx2) why = F16cDeclineReason(context.cpu, p);
+        if (why.empty() && kIsa == Isa::kAmx) why = BFloat16DeclineReason(p);
+        return why;
+      });
 }
 
 }  // namespace attnrt::cpu
