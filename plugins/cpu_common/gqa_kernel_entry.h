@@ -25,14 +25,14 @@ int32_t GqaFlashRunWith(void* plugin_context, const void* args, char* error,
   return GqaFlashRun(plugin_context, args, error, error_capacity, kOps);
 }
 
-// A CPU GroupQueryAttention kernel's descriptor from its entry points.
-constexpr attnrt_kernel_desc GqaKernelDesc(const char* name, int32_t priority,
+// A CPU kernel's descriptor (op kind `op_kind`) from its entry points.
+constexpr attnrt_kernel_desc CpuKernelDesc(int32_t op_kind, const char* name, int32_t priority,
                                            decltype(attnrt_kernel_desc::supports) supports,
                                            decltype(attnrt_kernel_desc::workspace_size) workspace,
                                            decltype(attnrt_kernel_desc::run) run) {
   return {.struct_size = sizeof(attnrt_kernel_desc),
           .name = name,
-          .op_kind = ATTNRT_OP_GQA,
+          .op_kind = op_kind,
           .device_type = ATTNRT_DEVICE_CPU,
           .priority = priority,
           .supports = supports,
@@ -44,7 +44,7 @@ constexpr attnrt_kernel_desc GqaKernelDesc(const char* name, int32_t priority,
 // pipeline.
 template <auto& kSupports, GqaAttendRowsFn kAttendRows>
 constexpr attnrt_kernel_desc GqaNaiveKernelDesc(const char* name, int32_t priority) {
-  return GqaKernelDesc(name, priority, &kSupports, &GqaNaiveWorkspaceSize,
+  return CpuKernelDesc(ATTNRT_OP_GQA, name, priority, &kSupports, &GqaNaiveWorkspaceSize,
                        &GqaNaiveRunWith<kAttendRows>);
 }
 
@@ -52,7 +52,8 @@ constexpr attnrt_kernel_desc GqaNaiveKernelDesc(const char* name, int32_t priori
 // operations.
 template <auto& kSupports, const GqaFlashOps& kOps>
 constexpr attnrt_kernel_desc GqaFlashKernelDesc(const char* name, int32_t priority) {
-  return GqaKernelDesc(name, priority, &kSupports, &GqaFlashWorkspaceSize, &GqaFlashRunWith<kOps>);
+  return CpuKernelDesc(ATTNRT_OP_GQA, name, priority, &kSupports, &GqaFlashWorkspaceSize,
+                       &GqaFlashRunWith<kOps>);
 }
 
 }  // namespace attnrt::cpu

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "attnrt/plugin.h"
+#include "gqa_kernel_entry.h"
 #include "gqa_paged.h"
 
 namespace attnrt::cpu {
@@ -40,28 +41,21 @@ template <int32_t kOp, auto& kSupports, auto& kImpl>
 constexpr attnrt_kernel_desc PagedGqaKernelDesc(const char* name, int32_t priority) {
   constexpr bool kVarlen = kOp == ATTNRT_OP_PAGED_GQA_VARLEN;
   static_assert(kVarlen || kOp == ATTNRT_OP_PAGED_GQA);
-  attnrt_kernel_desc d{.struct_size = sizeof(attnrt_kernel_desc),
-                       .name = name,
-                       .op_kind = kOp,
-                       .device_type = ATTNRT_DEVICE_CPU,
-                       .priority = priority,
-                       .supports = nullptr,
-                       .workspace_size = nullptr,
-                       .run = nullptr};
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(kImpl)>, GqaFlashOps>) {
-    d.supports = &PagedSupportsWith < kVarlen ? &PagedGqaVarlenSupports : &PagedGqaFlashSupports,
-    kSupports > ;
-    d.workspace_size = &PagedWorkspaceSizeWith < kVarlen ? &PagedGqaVarlenFlashWorkspaceSize
-                                                         : &PagedGqaFlashWorkspaceSize,
-    kImpl > ;
-    d.run = &PagedRunWith < kVarlen ? &PagedGqaVarlenFlashRun : &PagedGqaFlashRun, kImpl > ;
+    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenSupports : &PagedGqaFlashSupports;
+    constexpr auto kWorkspaceEntry =
+        kVarlen ? &PagedGqaVarlenFlashWorkspaceSize : &PagedGqaFlashWorkspaceSize;
+    constexpr auto kRunEntry = kVarlen ? &PagedGqaVarlenFlashRun : &PagedGqaFlashRun;
+    return CpuKernelDesc(kOp, name, priority, &PagedSupportsWith<kSupportsEntry, kSupports>,
+                         &PagedWorkspaceSizeWith<kWorkspaceEntry, kImpl>,
+                         &PagedRunWith<kRunEntry, kImpl>);
   } else {
-    d.supports = &PagedSupportsWith < kVarlen ? &PagedGqaVarlenSupports : &PagedGqaNaiveSupports,
-    kSupports > ;
-    d.workspace_size = kVarlen ? &PagedGqaVarlenNaiveWorkspaceSize : &PagedGqaNaiveWorkspaceSize;
-    d.run = &PagedRunWith < kVarlen ? &PagedGqaVarlenNaiveRun : &PagedGqaNaiveRun, kImpl > ;
+    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenSupports : &PagedGqaNaiveSupports;
+    constexpr auto kRunEntry = kVarlen ? &PagedGqaVarlenNaiveRun : &PagedGqaNaiveRun;
+    return CpuKernelDesc(kOp, name, priority, &PagedSupportsWith<kSupportsEntry, kSupports>,
+                         kVarlen ? &PagedGqaVarlenNaiveWorkspaceSize : &PagedGqaNaiveWorkspaceSize,
+                         &PagedRunWith<kRunEntry, kImpl>);
   }
-  return d;
 }
 
 }  // namespace attnrt::cpu
