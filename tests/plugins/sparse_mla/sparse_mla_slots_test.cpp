@@ -42,7 +42,7 @@ bool RunAndCompare(SparseMlaCase& c, const std::string& kernel, double fraction 
   return true;
 }
 
-void Check(const SparseMlaSpec& spec, const std::string& kernel) {
+void Check(const SparseMlaSpec& spec, const std::string& kernel, double fraction = 0.995) {
   SCOPED_TRACE(SeedTrace());
   if (!SparseMlaKernelRuns(kernel)) GTEST_SKIP() << "this CPU lacks the kernel's instructions";
   std::mt19937_64 rng(TestSeed());
@@ -52,7 +52,7 @@ void Check(const SparseMlaSpec& spec, const std::string& kernel) {
     EXPECT_NE(RunSparseMla(c, kernel, &error), ATTNRT_OK);
     return;
   }
-  RunAndCompare(c, kernel);
+  RunAndCompare(c, kernel, fraction);
 }
 
 // attn_out and softmax_lse bytes of the last call.
@@ -309,7 +309,10 @@ TEST_P(SparseMlaSlotVariants, Fp16QueriesAndNoLse) {
 }
 
 // Few rows and many threads: the kernels split each row's tiles (W + K = 640 keys, five tiles)
-// and merge; the result is within CANN's tolerance of the reference at 1, 2 and 4 threads.
+// and merge; the result is within CANN's tolerance of the reference at 1, 2 and 4 threads, on 98%
+// of the elements as in sparse_mla_split_test: with 8 heads and one row, an fp32 score an ulp from
+// the float64 one that rounds a P the other way moves a whole head's near-cancelling elements
+// (1.6% of them at ATTNRT_TEST_SEED=10793922833261011975), more than the 0.5% budget.
 TEST_P(SparseMlaSlotVariants, SplitAcrossThreads) {
   for (int32_t threads : {1, 2, 4}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
@@ -322,7 +325,7 @@ TEST_P(SparseMlaSlotVariants, SplitAcrossThreads) {
     s.ori_topk = 128;
     s.topk = 512;
     s.num_threads = threads;
-    Check(s, GetParam());
+    Check(s, GetParam(), 0.98);
   }
 }
 
