@@ -1,0 +1,559 @@
+// GGML_OP_FLASH_ATTN_EXT on attnrt's paged GroupQueryAttention (see flash_attn_ext.h).
+//
+// ggml's node (ggml.h, ggml_flash_attn_ext): q F32 [D, S, H, B] (any row strides), k and v
+// [D, T, Hkv, B] views of a KV cache with contiguous rows, an optional F16 additive mask
+// [>= T, >= S, H / r2, B / r3] broadcast over heads and streams by modulo, optional F32 sinks [H],
+// op_params scale, max_bias (ALiBi), logit_softcap; the output F32 [D, H, S, B] contiguous. Per
+// stream b and head h, row i: softmax over the keys of (scale * q.k, then softcap, then + mask)
+// with the sink as one more logit, times V; keys of head h are those of kv head h / (H / Hkv).
+//
+// attnrt's paged GroupQueryAttention computes exactly that with causal = 0, the mask as
+// attention_bias (B|1, N|1, S, T) and the sinks as head_sink, over the K/V views taken in place as
+// block pools. Its query, bias, sink and output are of the cache's type, so q (and the output) are
+// converted once per call; ggml's CPU backend converts q to the cache's type too.
+#include "flash_attn_ext.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "attnrt/ops/gqa.h"
+#include "attnrt/ops/paged_gqa.h"
+
+namespace attnrt_ggml {
+namespace {
+
+constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
+
+// Runs every member of the team on OpenMP threads: the same team ggml's CPU backend uses, so its
+// threads are the ones doing attnrt's work instead of spinning beside it.
+void OmpExecutor(void* /*context*/, int32_t team_size, attnrt_team_fn fn, void* user_data) {
+#pragma omp parallel num_threads(team_size)
+  fn(user_data, omp_get_thread_num());
+}
+
+std::string AttnrtError(attnrt_status status) {
+  return std::string(attnrt_status_name(status)) + ": " + attnrt_last_error_message();
+}
+
+bool CacheDtype(ggml_type type, attnrt_dtype* out) {
+  switch (type) {
+    case GGML_TYPE_F32:
+      *out = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+      return true;
+    case GGML_TYPE_F16:
+      *out = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      return true;
+    case GGML_TYPE_BF16:
+      *out = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The largest block size in [1, 1024] that divides T, so that the pool is exactly the view's rows.
+int64_t BlockSizeFor(int64_t t) {
+  for (int64_t bs = std::min(t, kMaxBlockSize); bs > 1; --bs) {
+    if (t % bs == 0) return bs;
+  }
+  return 1;
+}
+
+float OpParam(const ggml_tensor* node, int index) {
+  float v;
+  std::memcpy(&v, reinterpret_cast<const char*>(node->op_params) + index * sizeof(float), sizeof v);
+  return v;
+}
+
+// One FLASH_ATTN_EXT node as attnrt's paged GroupQueryAttention takes it: shapes only.
+struct NodeShape {
+  int64_t head_size = 0;      // D
+  int64_t rows = 0;           // S: query rows per stream
+  int64_t num_heads = 0;      // H
+  int64_t streams = 0;        // B: ggml's dimension 3, one attnrt call (or more) each
+  int64_t total = 0;          // T: keys per stream
+  int64_t kv_num_heads = 0;   // Hkv
+  int64_t rows_per_call = 0;  // min(S, T): attnrt takes at most T query rows per sequence
+  attnrt_dtype dtype{};       // the cache's type: of query, bias, sinks and output too
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;
+  int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  int64_t k_strides[4] = {};
+  int64_t v_strides[4] = {};
+  int64_t pool_shape[4] = {};
+  float scale = 0;
+  float softcap = 0;
+  int64_t bias_heads = 0;  // 0: no mask; 1: shared by the heads; H: one per head
+  float max_bias = 0;      // ALiBi: head h adds slope(h) * mask
+  bool sinks = false;
+};
+
+// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head).
+bool PoolStrides(const ggml_tensor* t, const NodeShape& s, int64_t* out, std::string* reason) {
+  const size_t es = ggml_type_size(t->type);
+  if (t->nb[1] % es != 0 || t->nb[2] % es != 0) {
+    *reason = std::string(t->name) + ": strides are not whole elements";
+    return false;
+  }
+  const int64_t token = static_cast<int64_t>(t->nb[1] / es);
+  const int64_t head = static_cast<int64_t>(t->nb[2] / es);
+  out[0] = s.block_size * token;
+  if (s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH) {
+    out[1] = token;
+    out[2] = head;
+  } else {
+    out[1] = head;
+    out[2] = token;
+  }
+  out[3] = 1;
+  return true;
+}
+
+bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
+  const ggml_tensor* q = node->src[0];
+  const ggml_tensor* k = node->src[1];
+  const ggml_tensor* v = node->src[2];
+  const ggml_tensor* mask = node->src[3];
+  const ggml_tensor* sinks = node->src[4];
+  if (q == nullptr || k == nullptr || v == nullptr) {
+    *reason = "q, k or v is missing";
+    return false;
+  }
+  if (q->type != GGML_TYPE_F32) {
+    *reason = std::string("q is ") + ggml_type_name(q->type) + ", not f32";
+    return false;
+  }
+  if (!CacheDtype(k->type, &s->dtype)) {
+    *reason =
+        std::string("K type ") + ggml_type_name(k->type) + " is not served (f32, f16 and bf16 are)";
+    return false;
+  }
+  if (v->type != k->type) {
+    *reason = std::string("K is ") + ggml_type_name(k->type) + " and V is " +
+              ggml_type_name(v->type) + " (one cache type for both is served)";
+    return false;
+  }
+  if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
+    *reason = "the output is not a contiguous f32 tensor";
+    return false;
+  }
+  s->head_size = q->ne[0];
+  s->rows = q->ne[1];
+  s->num_heads = q->ne[2];
+  s->streams = q->ne[3];
+  s->total = k->ne[1];
+  s->kv_num_heads = k->ne[2];
+  if (k->ne[0] != s->head_size || v->ne[0] != s->head_size) {
+    *reason = "K head size " + std::to_string(k->ne[0]) + " and V head size " +
+              std::to_string(v->ne[0]) + " differ from q's " + std::to_string(s->head_size) +
+              " (one head_size for Q, K and V is served)";
+    return false;
+  }
+  if (v->ne[1] != s->total || v->ne[2] != s->kv_num_heads || k->ne[3] != s->streams ||
+      v->ne[3] != s->streams) {
+    *reason = "K and V shapes differ";
+    return false;
+  }
+  if (s->kv_num_heads <= 0 || s->num_heads % s->kv_num_heads != 0 || s->rows <= 0 ||
+      s->total <= 0) {
+    *reason = "the head counts or lengths are not those of grouped-query attention";
+    return false;
+  }
+  if (q->nb[0] != sizeof(float) || k->nb[0] != ggml_type_size(k->type) ||
+      v->nb[0] != ggml_type_size(v->type)) {
+    *reason = "q, K or V rows are not contiguous";
+    return false;
+  }
+  s->scale = OpParam(node, 0);
+  const float max_bias = OpParam(node, 1);
+  const float logit_softcap = OpParam(node, 2);
+  if (!std::isfinite(max_bias) || max_bias < 0.0f || (max_bias > 0.0f && mask == nullptr)) {
+    *reason =
+        "max_bias " + std::to_string(max_bias) + " is not ALiBi's (finite, >= 0, with a mask)";
+    return false;
+  }
+  s->max_bias = max_bias;
+  if (!std::isfinite(s->scale) || s->scale == 0.0f || !std::isfinite(logit_softcap)) {
+    *reason = "scale " + std::to_string(s->scale) + " or logit_softcap " +
+              std::to_string(logit_softcap) + " is not a finite nonzero scale";
+    return false;
+  }
+  // ggml: c * tanh(scale * q.k / c), odd in c, so the softcap is |c|; attnrt applies softcap *
+  // tanh(x / softcap) to x = scale * q.k.
+  s->softcap = std::fabs(logit_softcap);
+  if (mask != nullptr) {
+    if (mask->type != GGML_TYPE_F16 || !ggml_is_contiguous(mask) || mask->ne[0] < s->total ||
+        mask->ne[1] < s->rows || mask->ne[2] <= 0 || s->num_heads % mask->ne[2] != 0 ||
+        mask->ne[3] <= 0 || s->streams % mask->ne[3] != 0) {
+      *reason = "the mask is not a contiguous f16 [>= n_kv, >= n_q, H / r, B / r] tensor";
+      return false;
+    }
+    // With ALiBi each head scales the mask by its own slope: one bias per head.
+    s->bias_heads = mask->ne[2] == 1 && s->max_bias == 0.0f ? 1 : s->num_heads;
+  }
+  if (sinks != nullptr) {
+    if (sinks->type != GGML_TYPE_F32 || sinks->ne[0] != s->num_heads ||
+        !ggml_is_contiguous(sinks)) {
+      *reason = "the sinks are not a contiguous f32 [H] tensor";
+      return false;
+    }
+    s->sinks = true;
+  }
+  s->rows_per_call = std::min(s->rows, s->total);
+  s->block_size = BlockSizeFor(s->total);
+  s->num_blocks = s->total / s->block_size;
+  // Read as they lie: a kv head's rows contiguous (BNSH, ggml's own layout) or a token's heads
+  // contiguous (BSNH, llama.cpp's KV cache).
+  s->kv_layout = (s->kv_num_heads > 1 && k->nb[1] < k->nb[2]) ? ATTNRT_PAGED_KV_LAYOUT_BNSH
+                                                              : ATTNRT_PAGED_KV_LAYOUT_BSNH;
+  s->pool_shape[0] = s->num_blocks;
+  s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
+  s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
+  s->pool_shape[3] = s->head_size;
+  return PoolStrides(k, *s, s->k_strides, reason) && PoolStrides(v, *s, s->v_strides, reason);
+}
+
+using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float>;
+
+OpKey KeyOf(const NodeShape& s) {
+  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout, s.scale, s.softcap};
+}
+
+// The attnrt tensors of one call: `rows` query rows of one stream. Data pointers are set by the
+// caller (planning reads none).
+struct CallTensors {
+  int64_t query_shape[3];
+  int64_t kv_new_shape[3];
+  int64_t one[1] = {1};
+  int64_t bias_shape[4];
+  int64_t sink_shape[1];
+  int64_t table_shape[2];
+  attnrt_tensor query{}, key{}, value{}, key_cache{}, value_cache{}, seqlens_k{}, total{}, bias{},
+      sink{}, block_table{}, output{};
+  const attnrt_tensor* inputs[ATTNRT_PAGED_GQA_NUM_INPUTS] = {};
+  const attnrt_tensor* outputs[1] = {};
+
+  CallTensors(const NodeShape& s, int64_t rows, NodeShape* mutable_shape) {
+    const attnrt_device host = {ATTNRT_DEVICE_CPU, 0};
+    const attnrt_dtype i32 = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+    auto make = [&](attnrt_tensor* t, int32_t ndim, const int64_t* shape, attnrt_dtype dtype,
+                    const int64_t* strides = nullptr) {
+      t->device = host;
+      t->ndim = ndim;
+      t->shape = shape;
+      t->dtype = dtype;
+      t->strides = strides;
+    };
+    query_shape[0] = 1;
+    query_shape[1] = rows;
+    query_shape[2] = s.num_heads * s.head_size;
+    kv_new_shape[0] = 1;
+    kv_new_shape[1] = 0;
+    kv_new_shape[2] = s.kv_num_heads * s.head_size;
+    bias_shape[0] = 1;
+    bias_shape[1] = s.bias_heads;
+    bias_shape[2] = rows;
+    bias_shape[3] = s.total;
+    sink_shape[0] = s.num_heads;
+    table_shape[0] = 1;
+    table_shape[1] = s.num_blocks;
+    make(&query, 3, query_shape, s.dtype);
+    make(&key, 3, kv_new_shape, s.dtype);
+    make(&value, 3, kv_new_shape, s.dtype);
+    make(&key_cache, 4, mutable_shape->pool_shape, s.dtype, mutable_shape->k_strides);
+    make(&value_cache, 4, mutable_shape->pool_shape, s.dtype, mutable_shape->v_strides);
+    make(&seqlens_k, 1, one, i32);
+    make(&total, 1, one, i32);
+    make(&bias, 4, bias_shape, s.dtype);
+    make(&sink, 1, sink_shape, s.dtype);
+    make(&block_table, 2, table_shape, i32);
+    make(&output, 3, query_shape, s.dtype);
+    inputs[ATTNRT_PAGED_GQA_INPUT_QUERY] = &query;
+    inputs[ATTNRT_PAGED_GQA_INPUT_KEY] = &key;
+    inputs[ATTNRT_PAGED_GQA_INPUT_VALUE] = &value;
+    inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE] = &key_cache;
+    inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE] = &value_cache;
+    inputs[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K] = &seqlens_k;
+    inputs[ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = &total;
+    inputs[ATTNRT_PAGED_GQA_INPUT_ATTENTION_BIAS] = s.bias_heads > 0 ? &bias : nullptr;
+    inputs[ATTNRT_PAGED_GQA_INPUT_HEAD_SINK] = s.sinks ? &sink : nullptr;
+    inputs[ATTNRT_PAGED_GQA_INPUT_BLOCK_TABLE] = &block_table;
+    outputs[0] = &output;
+  }
+};
+
+// Converts n floats to the cache's type (dst) or back (ToFloat).
+void FromFloat(const float* src, void* dst, int64_t n, const attnrt_dtype& dtype) {
+  if (dtype.bits == 32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
+    ggml_fp32_to_fp16_row(src, static_cast<ggml_fp16_t*>(dst), n);
+  } else {
+    ggml_fp32_to_bf16_row(src, static_cast<ggml_bf16_t*>(dst), n);
+  }
+}
+
+void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) {
+  if (dtype.bits == 32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
+    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t*>(src), dst, n);
+  } else {
+    ggml_bf16_to_fp32_row(static_cast<const ggml_bf16_t*>(src), dst, n);
+  }
+}
+
+// ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations).
+float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
+  if (max_bias <= 0.0f) return 1.0f;
+  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));
+  const float m0 = std::pow(2.0f, -(max_bias) / static_cast<float>(n_head_log2));
+  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / static_cast<float>(n_head_log2));
+  const uint32_t head = static_cast<uint32_t>(h);
+  return head < n_head_log2 ? std::pow(m0, static_cast<float>(head + 1))
+                            : std::pow(m1, static_cast<float>(2 * (head - n_head_log2) + 1));
+}
+
+// F16 mask row, times the head's slope, to the cache's type.
+void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
+             float* scratch) {
+  if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT && dtype.bits == 16 && slope == 1.0f) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(ggml_fp16_t));
+    return;
+  }
+  ggml_fp16_to_fp32_row(src, scratch, n);
+  if (slope != 1.0f) {
+    for (int64_t j = 0; j < n; ++j) scratch[j] *= slope;
+  }
+  FromFloat(scratch, dst, n, dtype);
+}
+
+bool Overlap(const ggml_tensor* a, const ggml_tensor* b) {
+  const char* a0 = static_cast<const char*>(a->data);
+  const char* b0 = static_cast<const char*>(b->data);
+  const char* a1 = a0 + ggml_nbytes(a);
+  const char* b1 = b0 + ggml_nbytes(b);
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace
+
+struct FlashAttnServer::Runtime {
+  attnrt_runtime* runtime = nullptr;
+  std::map<OpKey, attnrt_op*> ops;
+  ~Runtime() {
+    for (auto& entry : ops) attnrt_op_destroy(entry.second);
+    attnrt_runtime_destroy(runtime);
+  }
+  attnrt_op* OpFor(const NodeShape& s, std::string* error) {
+    const OpKey key = KeyOf(s);
+    auto it = ops.find(key);
+    if (it != ops.end()) return it->second;
+    attnrt_paged_gqa_attributes a;
+    attnrt_paged_gqa_attributes_init(&a);
+    a.gqa.num_heads = static_cast<int32_t>(s.num_heads);
+    a.gqa.kv_num_heads = static_cast<int32_t>(s.kv_num_heads);
+    a.gqa.causal = 0;
+    a.gqa.scale = s.scale;
+    a.gqa.softcap = s.softcap;
+    a.block_size = static_cast<int32_t>(s.block_size);
+    a.kv_layout = s.kv_layout;
+    attnrt_op* op = nullptr;
+    const attnrt_status status = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &a, &op);
+    if (status != ATTNRT_OK) {
+      *error = AttnrtError(status);
+      return nullptr;
+    }
+    ops.emplace(key, op);
+    return op;
+  }
+};
+
+FlashAttnServer::FlashAttnServer() = default;
+FlashAttnServer::~FlashAttnServer() = default;
+
+uint64_t FlashAttnServer::nodes_computed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return nodes_computed_;
+}
+
+FlashAttnServer::Runtime* FlashAttnServer::RuntimeFor(int n_threads, std::string* error) {
+  auto it = runtimes_.find(n_threads);
+  if (it != runtimes_.end()) return it->second.get();
+  attnrt_runtime_options options;
+  attnrt_runtime_options_init(&options);
+  options.num_threads = n_threads;
+  if (n_threads > 1) options.executor = OmpExecutor;
+  auto runtime = std::make_unique<Runtime>();
+  const attnrt_status status = attnrt_runtime_create(&options, &runtime->runtime);
+  if (status != ATTNRT_OK) {
+    *error = "creating an attnrt runtime: " + AttnrtError(status);
+    return nullptr;
+  }
+  Runtime* raw = runtime.get();
+  runtimes_.emplace(n_threads, std::move(runtime));
+  return raw;
+}
+
+bool FlashAttnServer::Supports(const ggml_tensor* node, std::string* reason) {
+  NodeShape s;
+  if (!Describe(node, &s, reason)) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Runtime* rt = RuntimeFor(omp_get_max_threads(), reason);
+  if (rt == nullptr) return false;
+  attnrt_op* op = rt->OpFor(s, reason);
+  if (op == nullptr) return false;
+  // Planning reads shapes, types and strides only; any aligned address stands for the data.
+  alignas(64) static char placeholder[64];
+  CallTensors t(s, s.rows_per_call, &s);
+  for (const attnrt_tensor* in : t.inputs) {
+    if (in != nullptr) const_cast<attnrt_tensor*>(in)->data = placeholder;
+  }
+  t.output.data = placeholder;
+  attnrt_plan* plan = nullptr;
+  const attnrt_status status =
+      attnrt_op_plan(op, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, &plan);
+  if (status != ATTNRT_OK) {
+    *reason = "attnrt declines: " + AttnrtError(status);
+    return false;
+  }
+  attnrt_plan_release(plan);
+  return true;
+}
+
+std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
+  NodeShape s;
+  std::string error;
+  if (!Describe(node, &s, &error)) return error;
+  attnrt_op* op = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Runtime* rt = RuntimeFor(std::max(1, n_threads), &error);
+    if (rt == nullptr) return error;
+    op = rt->OpFor(s, &error);
+    if (op == nullptr) return error;
+    ++nodes_computed_;
+  }
+  const ggml_tensor* q = node->src[0];
+  const ggml_tensor* k = node->src[1];
+  const ggml_tensor* v = node->src[2];
+  const ggml_tensor* mask = node->src[3];
+  const ggml_tensor* sinks = node->src[4];
+  const size_t es = s.dtype.bits / 8;
+  const int64_t width = s.num_heads * s.head_size;
+
+  // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
+  // overlap, so V's rows are copied into a compact [T, Hkv, D] slab per stream.
+  std::vector<char> v_copy;
+  NodeShape vs = s;
+  if (Overlap(k, v)) {
+    const int64_t slab = s.total * s.kv_num_heads * s.head_size;
+    v_copy.resize(static_cast<size_t>(slab * s.streams) * es);
+    for (int64_t b = 0; b < s.streams; ++b) {
+      for (int64_t t = 0; t < s.total; ++t) {
+        for (int64_t h = 0; h < s.kv_num_heads; ++h) {
+          std::memcpy(
+              v_copy.data() +
+                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.head_size) * es,
+              static_cast<const char*>(v->data) + b * v->nb[3] + t * v->nb[1] + h * v->nb[2],
+              static_cast<size_t>(s.head_size) * es);
+        }
+      }
+    }
+    const int64_t token = s.kv_num_heads * s.head_size;
+    vs.v_strides[0] = s.block_size * token;
+    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.head_size;
+    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.head_size : token;
+  }
+
+  std::vector<char> query(static_cast<size_t>(s.rows_per_call * width) * es);
+  std::vector<char> output(s.dtype.bits == 32 ? 0 : query.size());
+  std::vector<char> bias;
+  std::vector<float> row_scratch(static_cast<size_t>(std::max(s.total, s.head_size)));
+  std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
+  if (s.sinks) FromFloat(static_cast<const float*>(sinks->data), sink.data(), s.num_heads, s.dtype);
+  std::vector<int32_t> table(static_cast<size_t>(s.num_blocks));
+  for (int64_t j = 0; j < s.num_blocks; ++j)
+    table[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+  int32_t seqlens_k = static_cast<int32_t>(s.total - 1);
+  int32_t total = static_cast<int32_t>(s.total);
+  static char no_rows[64];
+
+  for (int64_t b = 0; b < s.streams; ++b) {
+    for (int64_t r0 = 0; r0 < s.rows; r0 += s.rows_per_call) {
+      const int64_t rows = std::min(s.rows_per_call, s.rows - r0);
+      CallTensors t(s, rows, &vs);
+      // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in the cache's type.
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t h = 0; h < s.num_heads; ++h) {
+          const float* src =
+              reinterpret_cast<const float*>(static_cast<const char*>(q->data) +
+                                             (r0 + i) * q->nb[1] + h * q->nb[2] + b * q->nb[3]);
+          FromFloat(src,
+                    query.data() + static_cast<size_t>((i * s.num_heads + h) * s.head_size) * es,
+                    s.head_size, s.dtype);
+        }
+      }
+      t.query.data = query.data();
+      t.key.data = no_rows;
+      t.value.data = no_rows;
+      t.key_cache.data = static_cast<char*>(k->data) + b * k->nb[3];
+      t.value_cache.data =
+          v_copy.empty()
+              ? static_cast<void*>(static_cast<char*>(v->data) + b * v->nb[3])
+              : static_cast<void*>(v_copy.data() +
+                                   static_cast<size_t>(b * s.total * s.kv_num_heads * s.head_size) *
+                                       es);
+      t.seqlens_k.data = &seqlens_k;
+      t.total.data = &total;
+      t.block_table.data = table.data();
+      t.sink.data = sink.data();
+      if (mask != nullptr) {
+        const char* base = static_cast<const char*>(mask->data) + (b % mask->ne[3]) * mask->nb[3];
+        const bool in_place =
+            s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 && s.max_bias == 0.0f &&
+            mask->ne[0] == s.total &&
+            (s.bias_heads == 1 || (mask->ne[2] == s.num_heads && mask->ne[1] == rows && r0 == 0));
+        if (in_place) {
+          t.bias.data = const_cast<char*>(base + r0 * mask->nb[1]);
+        } else {
+          bias.resize(static_cast<size_t>(s.bias_heads * rows * s.total) * es);
+          for (int64_t h = 0; h < s.bias_heads; ++h) {
+            for (int64_t i = 0; i < rows; ++i) {
+              MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
+                                                           (h % mask->ne[2]) * mask->nb[2]),
+                      bias.data() + static_cast<size_t>((h * rows + i) * s.total) * es, s.total,
+                      s.dtype, AlibiSlope(s.max_bias, s.num_heads, h), row_scratch.data());
+            }
+          }
+          t.bias.data = bias.data();
+        }
+      }
+      // The output (1, rows, H * D) is the node's rows [r0, r0 + rows) of stream b: in place for
+      // f32, else converted after the run.
+      char* dst = static_cast<char*>(node->data) + b * node->nb[3] + r0 * node->nb[2];
+      t.output.data = s.dtype.bits == 32 ? static_cast<void*>(dst) : output.data();
+
+      attnrt_plan* plan = nullptr;
+      attnrt_status status =
+          attnrt_op_plan(op, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, &plan);
+      if (status == ATTNRT_OK) {
+        status = attnrt_plan_run(plan, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, nullptr,
+                                 0, nullptr);
+        attnrt_plan_release(plan);
+      }
+      if (status != ATTNRT_OK) return "attnrt: " + AttnrtError(status);
+      if (s.dtype.bits != 32) {
+        ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * width, s.dtype);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace attnrt_ggml
