@@ -218,10 +218,29 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   return PoolStrides(k, *s, s->k_strides, reason) && PoolStrides(v, *s, s->v_strides, reason);
 }
 
-using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float>;
+using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool>;
 
-OpKey KeyOf(const NodeShape& s) {
-  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout, s.scale, s.softcap};
+OpKey KeyOf(const NodeShape& s, bool causal) {
+  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout, s.scale, s.softcap, causal};
+}
+
+// Whether rows [r0, r0 + rows) of the mask hide every key after the causal diagonal attnrt aligns
+// bottom-right (row i sees keys j <= T - rows + i): then causal attention with the same bias gives
+// the same result and skips the hidden tiles. -inf only: a NaN there must still reach the output.
+bool MaskIsCausal(const ggml_tensor* mask, int64_t stream, int64_t r0, int64_t rows,
+                  int64_t total) {
+  constexpr uint16_t kMinusInf = 0xFC00;
+  const char* base = static_cast<const char*>(mask->data) + (stream % mask->ne[3]) * mask->nb[3];
+  for (int64_t h = 0; h < mask->ne[2]; ++h) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const auto* row =
+          reinterpret_cast<const uint16_t*>(base + h * mask->nb[2] + (r0 + i) * mask->nb[1]);
+      for (int64_t j = total - rows + i + 1; j < total; ++j) {
+        if (row[j] != kMinusInf) return false;
+      }
+    }
+  }
+  return true;
 }
 
 // The attnrt tensors of one call: `rows` query rows of one stream. Data pointers are set by the
@@ -350,15 +369,15 @@ struct FlashAttnServer::Runtime {
     for (auto& entry : ops) attnrt_op_destroy(entry.second);
     attnrt_runtime_destroy(runtime);
   }
-  attnrt_op* OpFor(const NodeShape& s, std::string* error) {
-    const OpKey key = KeyOf(s);
+  attnrt_op* OpFor(const NodeShape& s, bool causal, std::string* error) {
+    const OpKey key = KeyOf(s, causal);
     auto it = ops.find(key);
     if (it != ops.end()) return it->second;
     attnrt_paged_gqa_attributes a;
     attnrt_paged_gqa_attributes_init(&a);
     a.gqa.num_heads = static_cast<int32_t>(s.num_heads);
     a.gqa.kv_num_heads = static_cast<int32_t>(s.kv_num_heads);
-    a.gqa.causal = 0;
+    a.gqa.causal = causal ? 1 : 0;
     a.gqa.scale = s.scale;
     a.gqa.softcap = s.softcap;
     a.block_size = static_cast<int32_t>(s.block_size);
@@ -376,6 +395,10 @@ struct FlashAttnServer::Runtime {
 
 FlashAttnServer::FlashAttnServer() = default;
 FlashAttnServer::~FlashAttnServer() = default;
+
+uint64_t FlashAttnServer::causal_calls() const {
+  return causal_calls_.load(std::memory_order_relaxed);
+}
 
 uint64_t FlashAttnServer::nodes_computed() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -406,7 +429,7 @@ bool FlashAttnServer::Supports(const ggml_tensor* node, std::string* reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   Runtime* rt = RuntimeFor(omp_get_max_threads(), reason);
   if (rt == nullptr) return false;
-  attnrt_op* op = rt->OpFor(s, reason);
+  attnrt_op* op = rt->OpFor(s, /*causal=*/false, reason);
   if (op == nullptr) return false;
   // Planning reads shapes, types and strides only; any aligned address stands for the data.
   alignas(64) static char placeholder[64];
@@ -430,13 +453,15 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   NodeShape s;
   std::string error;
   if (!Describe(node, &s, &error)) return error;
-  attnrt_op* op = nullptr;
+  attnrt_op* op = nullptr;         // every key of the stream, the mask deciding
+  attnrt_op* causal_op = nullptr;  // the same where the mask hides the keys after the diagonal
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Runtime* rt = RuntimeFor(std::max(1, n_threads), &error);
     if (rt == nullptr) return error;
-    op = rt->OpFor(s, &error);
+    op = rt->OpFor(s, /*causal=*/false, &error);
     if (op == nullptr) return error;
+    if (node->src[3] != nullptr) causal_op = rt->OpFor(s, /*causal=*/true, &error);
     ++nodes_computed_;
   }
   const ggml_tensor* q = node->src[0];
@@ -540,8 +565,15 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       t.output.data = s.dtype.bits == 32 ? static_cast<void*>(dst) : output.data();
 
       attnrt_plan* plan = nullptr;
-      attnrt_status status =
-          attnrt_op_plan(op, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, &plan);
+      attnrt_status status = ATTNRT_ERROR_UNSUPPORTED;
+      if (causal_op != nullptr && rows > 1 && MaskIsCausal(mask, b, r0, rows, s.total)) {
+        status =
+            attnrt_op_plan(causal_op, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, &plan);
+        if (status == ATTNRT_OK) causal_calls_.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (status != ATTNRT_OK) {
+        status = attnrt_op_plan(op, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, &plan);
+      }
       if (status == ATTNRT_OK) {
         status = attnrt_plan_run(plan, t.inputs, ATTNRT_PAGED_GQA_NUM_INPUTS, t.outputs, 1, nullptr,
                                  0, nullptr);

@@ -9,6 +9,7 @@
 #ifndef ATTNRT_GGML_FLASH_ATTN_EXT_H_
 #define ATTNRT_GGML_FLASH_ATTN_EXT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,8 +39,10 @@ class FlashAttnServer {
   // error; on an error the node's output is not meaningful and the caller fails the graph.
   std::string Compute(const ggml_tensor* node, int n_threads);
 
-  // Nodes computed since the library was loaded (tests and plugin diagnostics).
+  // Nodes computed since the library was loaded, and attnrt calls that ran causal attention
+  // because the mask hid every key after the diagonal (tests and diagnostics).
   uint64_t nodes_computed() const;
+  uint64_t causal_calls() const;
 
  private:
   struct Runtime;
@@ -49,6 +52,7 @@ class FlashAttnServer {
   mutable std::mutex mutex_;
   std::map<int, std::unique_ptr<Runtime>> runtimes_;
   uint64_t nodes_computed_ = 0;
+  std::atomic<uint64_t> causal_calls_{0};
 };
 
 }  // namespace attnrt_ggml

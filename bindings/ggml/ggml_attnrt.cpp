@@ -62,6 +62,22 @@ void NoteDecline(const std::string& reason) {
   }
 }
 
+// A test-only fault (ATTNRT_GGML_TEST_FAULT=output, read once): adds 1 to the first element of
+// every node's output, so that a comparison with ggml's own CPU backend must fail.
+bool TestFaultOutput() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNRT_GGML_TEST_FAULT");
+    return v != nullptr && std::strcmp(v, "output") == 0;
+  }();
+  return on;
+}
+
+// With ATTNRT_GGML_DEBUG set, the number of nodes attnrt computed, when the process exits.
+void ReportAtExit() {
+  std::fprintf(stderr, "attnrt-ggml: %llu FLASH_ATTN_EXT nodes computed by attnrt\n",
+               static_cast<unsigned long long>(Server().nodes_computed()));
+}
+
 struct BackendContext {
   int n_threads = omp_get_max_threads();
 };
@@ -96,6 +112,7 @@ ggml_status GraphCompute(ggml_backend_t backend, ggml_cgraph* graph) {
         } catch (...) {
           error = "unknown exception";
         }
+        if (error.empty() && TestFaultOutput()) static_cast<float*>(node->data)[0] += 1.0f;
         if (!error.empty()) {
           std::fprintf(stderr, "attnrt-ggml: FLASH_ATTN_EXT node '%s' failed: %s\n", node->name,
                        error.c_str());
@@ -251,9 +268,19 @@ ggml_backend_dev_t Device(ggml_backend_reg_t reg, size_t index) {
   return index == 0 && Enabled() ? &device : nullptr;
 }
 
+// Counters for tests and diagnostics, reached through get_proc_address.
+uint64_t NodesComputed() { return Server().nodes_computed(); }
+uint64_t CausalCalls() { return Server().causal_calls(); }
+
 void* RegProcAddress(ggml_backend_reg_t, const char* name) {
   if (std::strcmp(name, "ggml_backend_set_n_threads") == 0) {
     return reinterpret_cast<void*>(SetNThreads);
+  }
+  if (std::strcmp(name, "attnrt_ggml_nodes_computed") == 0) {
+    return reinterpret_cast<void*>(NodesComputed);
+  }
+  if (std::strcmp(name, "attnrt_ggml_causal_calls") == 0) {
+    return reinterpret_cast<void*>(CausalCalls);
   }
   return nullptr;
 }
@@ -280,13 +307,10 @@ extern "C" {
 // ggml's loader entry points (GGML_BACKEND_DL_IMPL / GGML_BACKEND_DL_SCORE_IMPL, spelled out: this
 // library is loaded by ggml builds with or without GGML_BACKEND_DL).
 __attribute__((visibility("default"))) ggml_backend_reg_t ggml_backend_init(void) {
+  static const bool report = attnrt_ggml::Verbose() && std::atexit(attnrt_ggml::ReportAtExit) == 0;
+  (void)report;
   return attnrt_ggml::Reg();
 }
 
 __attribute__((visibility("default"))) int ggml_backend_score(void) { return 1; }
-
-// Nodes computed by attnrt since the library was loaded (tests).
-__attribute__((visibility("default"))) uint64_t attnrt_ggml_nodes_computed(void) {
-  return attnrt_ggml::Server().nodes_computed();
-}
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Reads test-backend-ops' output for FLASH_ATTN_EXT on attnrt's ggml backend (docs/llama-cpp.md).
+
+Prints how many cases attnrt computed and passed and how many it declined, grouped by why (the K/V
+types, different K and V head sizes), and fails (exit 1) when a case failed, when no case was
+computed, or when attnrt declined a case it serves: K and V of one type among f32, f16 and bf16
+with one head size, a multiple of 8 (ALiBi, softcap, sinks, GQA ratios, strides and lengths
+included).
+Usage: ggml_suite_summary.py LOG
+"""
+
+import collections
+import re
+import sys
+
+CASE = re.compile(r"^\s*FLASH_ATTN_EXT\((?P<params>.*)\): (?P<result>.*)$")
+SERVED_TYPES = {"f32", "f16", "bf16"}
+
+
+def params_of(text):
+    out = {}
+    for m in re.finditer(r"(\w+)=(\[[^\]]*\]|[^,]*)", text):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    passed, failed, declined, should_serve = 0, [], collections.Counter(), []
+    with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = CASE.match(re.sub(r"\x1b\[[0-9;]*m", "", line))
+            if not m:
+                continue
+            p, result = params_of(m.group("params")), m.group("result").strip()
+            if result.startswith("OK"):
+                passed += 1
+            elif result.startswith("not supported"):
+                kt, vt, hsk, hsv = p["type_K"], p["type_V"], int(p["hsk"]), int(p["hsv"])
+                if kt != vt:
+                    declined["K and V of different types"] += 1
+                elif kt not in SERVED_TYPES:
+                    declined[f"{kt} K/V (ggml block quantization)"] += 1
+                elif hsk != hsv:
+                    declined["K and V head sizes differ"] += 1
+                elif hsk % 8:
+                    declined["head size not a multiple of 8"] += 1
+                else:
+                    should_serve.append(m.group("params"))
+            else:
+                failed.append(line.strip())
+    total = passed + len(failed) + sum(declined.values()) + len(should_serve)
+    print(f"ggml FLASH_ATTN_EXT: {total} cases; attnrt computed {passed + len(failed)}, "
+          f"{passed} passed, {len(failed)} failed; declined {sum(declined.values()) + len(should_serve)}:")
+    for why, n in declined.most_common():
+        print(f"  {n:5d}  {why}")
+    for case in should_serve[:20]:
+        print(f"  declined a case attnrt serves: FLASH_ATTN_EXT({case})")
+    for line in failed[:50]:
+        print(f"  FAILED: {line}")
+    if failed or should_serve or passed == 0:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
