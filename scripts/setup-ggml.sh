@@ -4,7 +4,8 @@
 # (docs/llama-cpp.md).
 # llama.cpp is built once into a cache shared by build folders and clones
 # (ATTNRT_CACHE_DIR, default ${XDG_CACHE_HOME:-~/.cache}/attnrt): shared libraries (the backend
-# must use the host's own libggml-base.so), test-backend-ops, llama-completion and llama-bench.
+# must use the host's own libggml-base.so), the CPU backend, test-backend-ops, llama-completion and
+# llama-bench.
 # Prints the llama.cpp binary folder on its last line.
 # Usage: scripts/setup-ggml.sh [BUILD_DIR]   (default build; configured by scripts/setup.sh first)
 set -euo pipefail
@@ -13,14 +14,28 @@ build_dir="${1:-build}"
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 version=0.3.36
 sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-targets=(test-backend-ops llama-completion llama-bench)
+targets=(ggml-cpu test-backend-ops llama-completion llama-bench)
 cache="${ATTNRT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnrt}/llama.cpp-$version"
 src="$cache/src"
 out="$cache/build"
+# Built as llama.cpp's releases are, with GGML_BACKEND_DL (every backend, the CPU one included, a
+# library loaded at run time: then llama.cpp's tools load GGML_BACKEND_PATH), and one CPU backend
+# for this machine's instruction sets (GGML_NATIVE cannot be combined with GGML_BACKEND_DL).
 # The build's flags: a change rebuilds.
-flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=ON
-  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
-  -DLLAMA_OPENSSL=OFF)
+flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF
+  -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF)
+if [ "$(uname -m)" = x86_64 ]; then
+  cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+    avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 amx_tile:AMX_TILE \
+    amx_int8:AMX_INT8 amx_bf16:AMX_BF16; do
+    case "$cpu_flags" in
+      *" ${pair%%:*} "*) flags+=("-DGGML_${pair#*:}=ON") ;;
+      *) flags+=("-DGGML_${pair#*:}=OFF") ;;
+    esac
+  done
+fi
 stamp="$out/attnrt-stamp"
 want="$version ${flags[*]} ${targets[*]}"
 

