@@ -4,8 +4,8 @@
 # (docs/llama-cpp.md).
 # llama.cpp is built once into a cache shared by build folders and clones
 # (ATTNRT_CACHE_DIR, default ${XDG_CACHE_HOME:-~/.cache}/attnrt): shared libraries (the backend
-# must use the host's own libggml-base.so), the CPU backend, test-backend-ops, llama-completion and
-# llama-bench.
+# must use the host's own libggml-base.so), the CPU backend, test-backend-ops, llama-completion,
+# llama-perplexity and llama-bench.
 # Prints the llama.cpp binary folder on its last line.
 # Usage: scripts/setup-ggml.sh [BUILD_DIR]   (default build; configured by scripts/setup.sh first)
 set -euo pipefail
@@ -14,7 +14,7 @@ build_dir="${1:-build}"
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 version=0.3.36
 sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-targets=(ggml-cpu test-backend-ops llama-completion llama-bench)
+targets=(ggml-cpu test-backend-ops llama-completion llama-perplexity llama-bench)
 cache="${ATTNRT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnrt}/llama.cpp-$version"
 src="$cache/src"
 out="$cache/build"

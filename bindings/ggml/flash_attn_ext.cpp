@@ -510,7 +510,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   std::vector<char> query(static_cast<size_t>(s.rows_per_call * width) * es);
   std::vector<char> output(s.dtype.bits == 32 ? 0 : query.size());
   std::vector<char> bias;
-  std::vector<float> row_scratch(static_cast<size_t>(std::max(s.total, s.head_size)));
+  const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
   if (s.sinks) FromFloat(static_cast<const float*>(sinks->data), sink.data(), s.num_heads, s.dtype);
   std::vector<int32_t> table(static_cast<size_t>(s.num_blocks));
@@ -559,12 +559,19 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
           t.bias.data = const_cast<char*>(base + r0 * mask->nb[1]);
         } else {
           bias.resize(static_cast<size_t>(s.bias_heads * rows * s.total) * es);
-          for (int64_t h = 0; h < s.bias_heads; ++h) {
-            for (int64_t i = 0; i < rows; ++i) {
+          // Rows converted on the team (a prompt's bias is rows x T elements per head).
+          const int64_t bias_rows = s.bias_heads * rows;
+#pragma omp parallel num_threads(team)
+          {
+            std::vector<float> scratch(static_cast<size_t>(s.total));
+#pragma omp for schedule(static)
+            for (int64_t hi = 0; hi < bias_rows; ++hi) {
+              const int64_t h = hi / rows;
+              const int64_t i = hi % rows;
               MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
                                                            (h % mask->ne[2]) * mask->nb[2]),
-                      bias.data() + static_cast<size_t>((h * rows + i) * s.total) * es, s.total,
-                      s.dtype, AlibiSlope(s.max_bias, s.num_heads, h), row_scratch.data());
+                      bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
+                      AlibiSlope(s.max_bias, s.num_heads, h), scratch.data());
             }
           }
           t.bias.data = bias.data();
