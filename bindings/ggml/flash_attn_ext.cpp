@@ -37,6 +37,16 @@ void OmpExecutor(void* /*context*/, int32_t team_size, attnrt_team_fn fn, void* 
   fn(user_data, omp_get_thread_num());
 }
 
+// ATTNRT_GGML_THREADS=pool (read once): attnrt's own thread pool instead of the host's OpenMP
+// team, to measure what sharing the team saves.
+bool OwnPool() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNRT_GGML_THREADS");
+    return v != nullptr && std::strcmp(v, "pool") == 0;
+  }();
+  return on;
+}
+
 std::string AttnrtError(attnrt_status status) {
   return std::string(attnrt_status_name(status)) + ": " + attnrt_last_error_message();
 }
@@ -363,6 +373,17 @@ bool TestFaultLastKey() {
   return on;
 }
 
+// Buffers of a call, kept per thread across calls: a prompt's bias is megabytes, and fresh pages
+// for every layer cost more than filling them.
+struct Scratch {
+  std::vector<char> v_copy, query, output, bias;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 bool Overlap(const ggml_tensor* a, const ggml_tensor* b) {
   const char* a0 = static_cast<const char*>(a->data);
   const char* b0 = static_cast<const char*>(b->data);
@@ -422,7 +443,7 @@ FlashAttnServer::Runtime* FlashAttnServer::RuntimeFor(int n_threads, std::string
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
   options.num_threads = n_threads;
-  if (n_threads > 1) options.executor = OmpExecutor;
+  if (n_threads > 1 && !OwnPool()) options.executor = OmpExecutor;
   auto runtime = std::make_unique<Runtime>();
   const attnrt_status status = attnrt_runtime_create(&options, &runtime->runtime);
   if (status != ATTNRT_OK) {
@@ -485,7 +506,9 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
 
   // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
   // overlap, so V's rows are copied into a compact [T, Hkv, D] slab per stream.
-  std::vector<char> v_copy;
+  Scratch& scratch = ThreadScratch();
+  std::vector<char>& v_copy = scratch.v_copy;
+  v_copy.clear();
   NodeShape vs = s;
   if (Overlap(k, v)) {
     const int64_t slab = s.total * s.kv_num_heads * s.head_size;
@@ -507,9 +530,11 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
     vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.head_size : token;
   }
 
-  std::vector<char> query(static_cast<size_t>(s.rows_per_call * width) * es);
-  std::vector<char> output(s.dtype.bits == 32 ? 0 : query.size());
-  std::vector<char> bias;
+  std::vector<char>& query = scratch.query;
+  query.resize(static_cast<size_t>(s.rows_per_call * width) * es);
+  std::vector<char>& output = scratch.output;
+  output.resize(s.dtype.bits == 32 ? 0 : query.size());
+  std::vector<char>& bias = scratch.bias;
   const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
   if (s.sinks) FromFloat(static_cast<const float*>(sinks->data), sink.data(), s.num_heads, s.dtype);
@@ -563,7 +588,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
           const int64_t bias_rows = s.bias_heads * rows;
 #pragma omp parallel num_threads(team)
           {
-            std::vector<float> scratch(static_cast<size_t>(s.total));
+            std::vector<float> row(static_cast<size_t>(s.total));
 #pragma omp for schedule(static)
             for (int64_t hi = 0; hi < bias_rows; ++hi) {
               const int64_t h = hi / rows;
@@ -571,7 +596,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
               MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
                                                            (h % mask->ne[2]) * mask->nb[2]),
                       bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
-                      AlibiSlope(s.max_bias, s.num_heads, h), scratch.data());
+                      AlibiSlope(s.max_bias, s.num_heads, h), row.data());
             }
           }
           t.bias.data = bias.data();
