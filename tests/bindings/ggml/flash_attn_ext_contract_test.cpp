@@ -1,0 +1,378 @@
+// libattnrt_ggml.so's contract on FLASH_ATTN_EXT nodes of every shape, layout and value ggml
+// allows (docs/llama-cpp.md): a node the backend claims (supports_op) is computed within float
+// rounding of ggml's definition of the op, with GGML_STATUS_SUCCESS; a node it cannot serve is
+// declined. The float64 reference and the node builder are in flash_attn_ext_harness.h.
+#include <thread>
+
+#include "flash_attn_ext_harness.h"
+
+namespace {
+
+using fa_harness::Check;
+using fa_harness::kInf;
+using fa_harness::kNaN;
+using fa_harness::Layout;
+using fa_harness::Outcome;
+using fa_harness::Seed;
+using fa_harness::Shared;
+using fa_harness::Spec;
+using fa_harness::VSource;
+
+// A mask of llama.cpp's kind: row i sees cells j <= past + i, past = n_kv - n_q.
+std::function<float(int64_t, int64_t, int64_t, int64_t)> Causal(int64_t rows, int64_t total) {
+  return
+      [=](int64_t j, int64_t i, int64_t, int64_t) { return j <= total - rows + i ? 0.0f : -kInf; };
+}
+
+// Finite values with -inf holes that differ by row, head and stream (no causal structure).
+float Scattered(int64_t j, int64_t i, int64_t h, int64_t b) {
+  const uint64_t x = static_cast<uint64_t>((j * 131 + i * 71 + h * 29 + b * 17) % 97);
+  return x % 5 == 0 ? -kInf : static_cast<float>(x % 13) / 6.0f - 1.0f;
+}
+
+TEST(GgmlFlashAttnExtContract, ViewsStridesAndLayouts) {
+  struct Variant {
+    const char* what;
+    std::function<void(Spec*)> set;
+  };
+  const Variant variants[] = {
+      {"q [D, S, H] not permuted", [](Spec* s) { s->q_permuted = false; }},
+      {"q rows padded, q at a 4-byte offset",
+       [](Spec* s) {
+         s->q_row_pad = 5;
+         s->q_offset = 4;
+       }},
+      {"token-major cache, cells and rows padded",
+       [](Spec* s) {
+         s->cell_pad = 9;
+         s->row_pad = 8;
+       }},
+      {"head-major cache, cells and rows padded",
+       [](Spec* s) {
+         s->k_layout = s->v_layout = Layout::kHeadMajor;
+         s->cell_pad = 9;
+         s->row_pad = 8;
+       }},
+      {"K token-major, V head-major",
+       [](Spec* s) {
+         s->v_layout = Layout::kHeadMajor;
+         s->cell_pad = 3;
+       }},
+      {"K head-major, V token-major", [](Spec* s) { s->k_layout = Layout::kHeadMajor; }},
+      {"V the same tensor as K", [](Spec* s) { s->v_source = VSource::kSameAsK; }},
+      {"K and V halves of one cache row",
+       [](Spec* s) {
+         s->v_source = VSource::kOtherHalfOfK;
+         s->cell_pad = 4;
+       }},
+      {"one kv head, head-major",
+       [](Spec* s) {
+         s->kv_heads = 1;
+         s->k_layout = s->v_layout = Layout::kHeadMajor;
+         s->row_pad = 8;
+       }},
+      {"several streams, padded head-major cache",
+       [](Spec* s) {
+         s->streams = 3;
+         s->k_layout = s->v_layout = Layout::kHeadMajor;
+         s->cell_pad = 5;
+         s->mask_streams = 3;
+       }},
+  };
+  int index = 0;
+  for (const Variant& variant : variants) {
+    for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+      for (bool causal : {false, true}) {
+        Spec s;
+        s.kv_type = type;
+        variant.set(&s);
+        if (causal) s.mask_fn = Causal(s.rows, s.total);
+        const Outcome o = Check(s, Seed() + static_cast<uint64_t>(index++),
+                                std::string(variant.what) + " " + ggml_type_name(type) +
+                                    (causal ? " causal" : " random mask"));
+        EXPECT_TRUE(o.claimed) << variant.what << " " << ggml_type_name(type);
+      }
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, MasksBroadcastOverHeadsAndStreams) {
+  int index = 0;
+  for (int64_t mask_heads : {1, 2, 4, 8}) {
+    for (int64_t mask_streams : {1, 2, 4}) {
+      Spec s;
+      s.heads = 8;
+      s.kv_heads = 2;
+      s.streams = 4;
+      s.rows = 3;
+      s.mask_heads = mask_heads;
+      s.mask_streams = mask_streams;
+      s.mask_fn = Scattered;
+      Check(
+          s, Seed() + static_cast<uint64_t>(index++),
+          "mask heads " + std::to_string(mask_heads) + " streams " + std::to_string(mask_streams));
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, MaskWithMoreRowsAndColumnsThanTheNode) {
+  for (bool causal : {false, true}) {
+    Spec s;
+    s.mask_cols = s.total + 13;
+    s.mask_rows = s.rows + 7;  // llama.cpp pads; the padding holds NaN here
+    if (causal) s.mask_fn = Causal(s.rows, s.total);
+    EXPECT_TRUE(Check(s, Seed() + 3, causal ? "padded causal mask" : "padded mask").claimed);
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, MoreQueryRowsThanKeys) {
+  int index = 0;
+  for (int64_t total : {1, 5, 16}) {
+    for (int mask : {0, 1, 2, 3}) {
+      Spec s;
+      s.rows = 23;
+      s.total = total;
+      s.streams = 2;
+      s.mask = mask != 0;
+      if (mask == 2) s.mask_fn = Causal(s.rows, s.total);  // early rows see no cell at all
+      if (mask == 3) {  // one mask per head and stream, rows split across calls
+        s.mask_heads = s.heads;
+        s.mask_streams = s.streams;
+        s.mask_fn = Scattered;
+      }
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            "n_q 23, n_kv " + std::to_string(total) + " mask " + std::to_string(mask));
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, NoQueryRows) {
+  // n_q = 0 (ggml itself cannot build a node of zero streams): nothing to compute or crash on.
+  Spec s;
+  s.rows = 0;
+  s.mask_rows = 1;
+  fa_harness::Node n;
+  fa_harness::Build(s, Seed(), &n);
+  ggml_backend_t attnrt = Shared().attnrt;
+  ASSERT_NE(attnrt, nullptr);
+  if (ggml_backend_supports_op(attnrt, n.out)) {
+    EXPECT_EQ(ggml_backend_graph_compute(attnrt, n.graph), GGML_STATUS_SUCCESS);
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, KvLengths) {
+  int index = 0;
+  for (int64_t total : {1, 2, 97, 1031}) {  // 1031: prime above the largest block
+    for (bool causal : {false, true}) {
+      Spec s;
+      s.total = total;
+      s.rows = std::min<int64_t>(3, total);
+      s.head_size = 32;
+      if (causal) s.mask_fn = Causal(s.rows, s.total);
+      EXPECT_TRUE(Check(s, Seed() + static_cast<uint64_t>(index++),
+                        "n_kv " + std::to_string(total) + (causal ? " causal" : ""))
+                      .claimed);
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, HeadSizes) {
+  int index = 0;
+  for (int64_t d : {1, 3, 40, 72, 100, 256, 576, 1024}) {
+    for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16}) {
+      Spec s;
+      s.head_size = d;
+      s.kv_type = type;
+      s.total = 24;
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            "head size " + std::to_string(d) + " " + ggml_type_name(type));
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, GroupedQueryRatios) {
+  int index = 0;
+  for (auto hk : {std::pair<int64_t, int64_t>{12, 4}, {7, 1}, {6, 6}, {5, 5}, {9, 3}}) {
+    Spec s;
+    s.heads = hk.first;
+    s.kv_heads = hk.second;
+    s.mask_fn = Scattered;
+    s.mask_heads = s.heads;
+    EXPECT_TRUE(Check(s, Seed() + static_cast<uint64_t>(index++),
+                      "H " + std::to_string(hk.first) + " Hkv " + std::to_string(hk.second))
+                    .claimed);
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, SoftcapAndScale) {
+  int index = 0;
+  for (float softcap : {0.0f, 30.0f, -30.0f, 0.5f}) {
+    for (float scale : {0.125f, -0.2f, 1e-3f, 3.0f}) {
+      Spec s;
+      s.softcap = softcap;
+      s.scale = scale;
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            "softcap " + std::to_string(softcap) + " scale " + std::to_string(scale));
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, ScaleOrSoftcapNotFinite) {
+  int index = 0;
+  for (float scale : {kInf, -kInf, kNaN}) {
+    Spec s;
+    s.scale = scale;
+    Check(s, Seed() + static_cast<uint64_t>(index++), "scale " + std::to_string(scale));
+  }
+  for (float softcap : {kInf, kNaN}) {
+    Spec s;
+    s.softcap = softcap;
+    Check(s, Seed() + static_cast<uint64_t>(index++), "softcap " + std::to_string(softcap));
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, AlibiOverManyHeads) {
+  // llama.cpp's ALiBi mask: -(distance) up to the diagonal, -inf after; 12 heads (not a power of
+  // two), slopes of max_bias 8 as ggml computes them.
+  int index = 0;
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    for (int64_t mask_heads : {1, 12}) {
+      Spec s;
+      s.kv_type = type;
+      s.heads = 12;
+      s.kv_heads = 4;
+      s.total = 300;
+      s.rows = 6;
+      s.max_bias = 8.0f;
+      s.mask_heads = mask_heads;
+      s.mask_fn = [&s](int64_t j, int64_t i, int64_t, int64_t) {
+        const int64_t pos = s.total - s.rows + i;
+        return j <= pos ? -static_cast<float>(pos - j) : -kInf;
+      };
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            std::string("ALiBi ") + ggml_type_name(type) + " mask heads " +
+                std::to_string(mask_heads));
+    }
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, FullyMaskedRows) {
+  for (bool sinks : {false, true}) {
+    Spec s;
+    s.sinks = sinks;
+    s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+      return i % 2 == 0 ? -kInf : static_cast<float>(j % 3) - 1.0f;
+    };
+    Check(s, Seed() + 21, sinks ? "masked rows with sinks" : "masked rows");
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, ThreadCountsBetweenCalls) {
+  fa_harness::Backends& be = Shared();
+  ASSERT_NE(be.attnrt, nullptr);
+  ggml_backend_t backend = be.NewAttnrt();
+  int index = 0;
+  for (int threads : {1, 2, 3, 1, 4, 2}) {
+    be.SetThreads(backend, threads);
+    for (bool causal : {false, true}) {
+      Spec s;
+      s.rows = 9;
+      s.total = 200;
+      s.streams = 2;
+      s.mask_streams = 2;
+      if (causal) s.mask_fn = Causal(s.rows, s.total);
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            std::to_string(threads) + " threads" + (causal ? " causal" : ""), backend,
+            /*check_cpu=*/false);
+    }
+  }
+  ggml_backend_free(backend);
+}
+
+TEST(GgmlFlashAttnExtContract, TwoBackendsComputingAtOnce) {
+  fa_harness::Backends& be = Shared();
+  ASSERT_NE(be.attnrt, nullptr);
+  ggml_backend_t backends[2] = {be.NewAttnrt(), be.NewAttnrt()};
+  be.SetThreads(backends[0], 2);
+  be.SetThreads(backends[1], 1);
+  std::vector<size_t> bad(2, 0);
+  auto work = [&](int w) {
+    for (int iter = 0; iter < 6; ++iter) {
+      Spec s;
+      s.rows = iter % 2 ? 1 : 7;
+      s.total = 150 + 10 * w;
+      s.heads = 8;
+      s.mask_fn = Causal(s.rows, s.total);
+      fa_harness::Node n;
+      fa_harness::Build(s, Seed() + static_cast<uint64_t>(100 * w + iter), &n);
+      const std::vector<double> want = fa_harness::Reference(n);
+      std::vector<float> got;
+      if (fa_harness::Run(backends[w], n, &got) != GGML_STATUS_SUCCESS) {
+        ++bad[static_cast<size_t>(w)];
+        continue;
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double tol = fa_harness::Tolerance(s.kv_type);
+        if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i]))) {
+          ++bad[static_cast<size_t>(w)];
+        }
+      }
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(bad[0], 0u);
+  EXPECT_EQ(bad[1], 0u);
+  ggml_backend_free(backends[0]);
+  ggml_backend_free(backends[1]);
+}
+
+TEST(GgmlFlashAttnExtContract, NonContiguousOutputIsDeclined) {
+  fa_harness::Backends& be = Shared();
+  ASSERT_NE(be.attnrt, nullptr);
+  Spec s;
+  fa_harness::Node n;
+  fa_harness::Build(s, Seed(), &n);
+  ASSERT_TRUE(ggml_backend_supports_op(be.attnrt, n.out));
+  std::swap(n.out->nb[1], n.out->nb[2]);
+  std::swap(n.out->ne[1], n.out->ne[2]);
+  EXPECT_FALSE(ggml_backend_supports_op(be.attnrt, n.out));
+}
+
+TEST(GgmlFlashAttnExtContract, ANodeItDeclinesFailsWithAMessageWhenComputedAnyway) {
+  // ggml's scheduler never hands it such a node; a host calling graph_compute directly gets
+  // GGML_STATUS_FAILED (and a message on stderr), not a crash.
+  fa_harness::Backends& be = Shared();
+  ASSERT_NE(be.attnrt, nullptr);
+  ggml_init_params params = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+  ggml_context* ctx = ggml_init(params);
+  ggml_tensor* q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 2, 4);
+  ggml_tensor* k = ggml_new_tensor_3d(ctx, GGML_TYPE_Q8_0, 64, 32, 2);
+  ggml_tensor* v = ggml_new_tensor_3d(ctx, GGML_TYPE_Q8_0, 64, 32, 2);
+  ggml_tensor* out = ggml_flash_attn_ext(ctx, q, k, v, nullptr, 0.125f, 0, 0);
+  ggml_cgraph* graph = ggml_new_graph(ctx);
+  ggml_build_forward_expand(graph, out);
+  ggml_backend_buffer_t buffer =
+      ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_cpu_buffer_type());
+  ggml_backend_buffer_clear(buffer, 0);
+  EXPECT_FALSE(ggml_backend_supports_op(be.attnrt, out));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(ggml_backend_graph_compute(be.attnrt, graph), GGML_STATUS_FAILED);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("q8_0"), std::string::npos);
+  ggml_backend_buffer_free(buffer);
+  ggml_free(ctx);
+}
+
+TEST(GgmlFlashAttnExtContractDeathTest, AttnrtGgmlZeroHidesTheDevice) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("ATTNRT_GGML", "0", 1);
+        ggml_backend_reg_t reg = ggml_backend_load(ATTNRT_GGML_BACKEND_PATH);
+        std::exit(reg == nullptr || ggml_backend_reg_dev_count(reg) == 0 ? 0 : 3);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
