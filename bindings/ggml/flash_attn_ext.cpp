@@ -94,11 +94,30 @@ struct NodeShape {
   bool sinks = false;
 };
 
-// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head).
-bool PoolStrides(const ggml_tensor* t, const NodeShape& s, int64_t* out, std::string* reason) {
+// Where t's first element lies past an element boundary (0: aligned). Before ggml allocates the
+// graph (when its scheduler asks supports_op) data is NULL; a view's offset into its source, whose
+// buffer ggml aligns, then decides.
+size_t Misalignment(const ggml_tensor* t) {
+  const uintptr_t start = t->data != nullptr ? reinterpret_cast<uintptr_t>(t->data)
+                                             : static_cast<uintptr_t>(t->view_offs);
+  return static_cast<size_t>(start % ggml_type_size(t->type));
+}
+
+// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
+// pools are read in place through typed pointers: every stream's view must start on an element
+// boundary, as attnrt requires (ggml lets a view start at any byte).
+bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t* out,
+                 std::string* reason) {
   const size_t es = ggml_type_size(t->type);
-  if (t->nb[1] % es != 0 || t->nb[2] % es != 0) {
-    *reason = std::string(t->name) + ": strides are not whole elements";
+  if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
+    *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
+              std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
+              ggml_type_name(t->type) + " elements";
+    return false;
+  }
+  if (const size_t off = Misalignment(t); off != 0) {
+    *reason = std::string(who) + ": starts " + std::to_string(off) + " bytes past a " +
+              ggml_type_name(t->type) + " element boundary";
     return false;
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
@@ -216,7 +235,8 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
   s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
   s->pool_shape[3] = s->head_size;
-  return PoolStrides(k, *s, s->k_strides, reason) && PoolStrides(v, *s, s->v_strides, reason);
+  return PoolStrides(k, "K", *s, s->k_strides, reason) &&
+         PoolStrides(v, "V", *s, s->v_strides, reason);
 }
 
 using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool>;
@@ -508,7 +528,9 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   }
 
   std::vector<char> query(static_cast<size_t>(s.rows_per_call * width) * es);
-  std::vector<char> output(s.dtype.bits == 32 ? 0 : query.size());
+  // f32 output written in place where it lies on an element boundary, else through a buffer.
+  const bool out_in_place = s.dtype.bits == 32 && Misalignment(node) == 0;
+  std::vector<char> output(out_in_place ? 0 : query.size());
   std::vector<char> bias;
   const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
@@ -553,7 +575,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
         const char* base = static_cast<const char*>(mask->data) + (b % mask->ne[3]) * mask->nb[3];
         const bool in_place =
             s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 && s.max_bias == 0.0f &&
-            mask->ne[0] == s.total &&
+            mask->ne[0] == s.total && Misalignment(mask) == 0 &&
             (s.bias_heads == 1 || (mask->ne[2] == s.num_heads && mask->ne[1] == rows && r0 == 0));
         if (in_place) {
           t.bias.data = const_cast<char*>(base + r0 * mask->nb[1]);
@@ -580,7 +602,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       // The output (1, rows, H * D) is the node's rows [r0, r0 + rows) of stream b: in place for
       // f32, else converted after the run.
       char* dst = static_cast<char*>(node->data) + b * node->nb[3] + r0 * node->nb[2];
-      t.output.data = s.dtype.bits == 32 ? static_cast<void*>(dst) : output.data();
+      t.output.data = out_in_place ? static_cast<void*>(dst) : output.data();
 
       attnrt_plan* plan = nullptr;
       attnrt_status status = ATTNRT_ERROR_UNSUPPORTED;
@@ -598,9 +620,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
         attnrt_plan_release(plan);
       }
       if (status != ATTNRT_OK) return "attnrt: " + AttnrtError(status);
-      if (s.dtype.bits != 32) {
+      if (!out_in_place)
         ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * width, s.dtype);
-      }
     }
   }
   return {};

@@ -96,6 +96,53 @@ TEST(GgmlFlashAttnExtContract, ViewsStridesAndLayouts) {
   }
 }
 
+TEST(GgmlFlashAttnExtContract, MisalignedViewsAreDeclinedOrComputed) {
+  // ggml lets a view start at any byte; the CPU backend reads such rows as they are.
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    for (size_t offset : {size_t{1}, size_t{2}, size_t{3}}) {
+      if (offset % ggml_type_size(type) == 0) continue;
+      Spec s;
+      s.kv_type = type;
+      s.kv_offset = offset;
+      s.mask_fn = Causal(s.rows, s.total);
+      Check(
+          s, Seed() + offset,
+          std::string("K/V at byte offset ") + std::to_string(offset) + " " + ggml_type_name(type));
+    }
+  }
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16}) {
+    Spec k;  // aligned first stream, a stream stride of a whole number of bytes, not of elements
+    k.kv_type = type;
+    k.streams = 2;
+    k.stream_skew = 1;
+    k.mask_fn = Causal(k.rows, k.total);
+    Check(k, Seed() + 4, std::string("stream stride + 1 byte ") + ggml_type_name(type));
+  }
+  {
+    // Before allocation (when ggml's scheduler asks) the view's offset into its cache decides.
+    ggml_init_params params = {ggml_tensor_overhead() * 8, nullptr, true};
+    ggml_context* ctx = ggml_init(params);
+    ggml_tensor* q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 2, 4);
+    ggml_tensor* cache = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, 64, 33, 2);
+    ggml_tensor* k = ggml_view_3d(ctx, cache, 64, 32, 2, cache->nb[1], cache->nb[2], 1);
+    ggml_tensor* out = ggml_flash_attn_ext(ctx, q, k, k, nullptr, 0.125f, 0, 0);
+    EXPECT_FALSE(ggml_backend_supports_op(Shared().attnrt, out)) << "K at byte offset 1";
+    ggml_free(ctx);
+  }
+  Spec s;
+  s.q_offset = 2;  // q rows at a 2-byte offset
+  Check(s, Seed() + 5, "q at a 2-byte offset");
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    for (bool causal : {false, true}) {
+      Spec m;  // the mask a contiguous view at an odd byte offset
+      m.kv_type = type;
+      m.mask_offset = 1;
+      if (causal) m.mask_fn = Causal(m.rows, m.total);
+      Check(m, Seed() + 6, std::string("mask at byte offset 1 ") + ggml_type_name(type));
+    }
+  }
+}
+
 TEST(GgmlFlashAttnExtContract, MasksBroadcastOverHeadsAndStreams) {
   int index = 0;
   for (int64_t mask_heads : {1, 2, 4, 8}) {

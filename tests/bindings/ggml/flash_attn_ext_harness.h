@@ -80,6 +80,7 @@ struct Spec {
   int64_t row_pad = 0;     // elements after each K/V head row
   int64_t cell_pad = 0;    // cache cells after the view's n_kv
   size_t kv_offset = 0;    // bytes before the K and V views in their caches
+  size_t stream_skew = 0;  // bytes added to the K and V views' stream stride
   bool q_permuted = true;  // q [D, S, H, B] a permute of [D, H, S, B], as llama.cpp's
   int64_t q_row_pad = 0;
   size_t q_offset = 0;
@@ -172,20 +173,20 @@ struct Node {
 inline ggml_tensor* CacheView(ggml_context* ctx, const Spec& s, Layout layout, int64_t width,
                               ggml_tensor** base, size_t offset) {
   const int64_t cells = s.total + s.cell_pad + (s.kv_offset > 0 ? 1 : 0);
-  ggml_tensor* view;
-  if (layout == Layout::kTokenMajor) {
-    if (*base == nullptr) {
-      *base = ggml_new_tensor_4d(ctx, s.kv_type, width, s.kv_heads, cells, s.streams);
-    }
-    view = ggml_view_4d(ctx, *base, s.head_size, s.kv_heads, s.total, s.streams, (*base)->nb[1],
-                        (*base)->nb[2], (*base)->nb[3], offset);
+  const int64_t streams = s.streams + (s.stream_skew > 0 ? 1 : 0);
+  const bool token_major = layout == Layout::kTokenMajor;
+  if (*base == nullptr) {
+    *base = token_major ? ggml_new_tensor_4d(ctx, s.kv_type, width, s.kv_heads, cells, streams)
+                        : ggml_new_tensor_4d(ctx, s.kv_type, width, cells, s.kv_heads, streams);
+  }
+  const size_t nb3 = (*base)->nb[3] + s.stream_skew;
+  if (token_major) {
+    ggml_tensor* view = ggml_view_4d(ctx, *base, s.head_size, s.kv_heads, s.total, s.streams,
+                                     (*base)->nb[1], (*base)->nb[2], nb3, offset);
     return ggml_permute(ctx, view, 0, 2, 1, 3);
   }
-  if (*base == nullptr) {
-    *base = ggml_new_tensor_4d(ctx, s.kv_type, width, cells, s.kv_heads, s.streams);
-  }
   return ggml_view_4d(ctx, *base, s.head_size, s.total, s.kv_heads, s.streams, (*base)->nb[1],
-                      (*base)->nb[2], (*base)->nb[3], offset);
+                      (*base)->nb[2], nb3, offset);
 }
 
 inline void Build(const Spec& s, uint64_t seed, Node* n) {
