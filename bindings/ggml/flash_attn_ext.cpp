@@ -24,6 +24,7 @@
 
 #include "attnrt/ops/gqa.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "ggml_rows.h"
 
 namespace attnrt_ggml {
 namespace {
@@ -348,17 +349,6 @@ void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) 
   }
 }
 
-// ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations).
-float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));
-  const float m0 = std::pow(2.0f, -(max_bias) / static_cast<float>(n_head_log2));
-  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / static_cast<float>(n_head_log2));
-  const uint32_t head = static_cast<uint32_t>(h);
-  return head < n_head_log2 ? std::pow(m0, static_cast<float>(head + 1))
-                            : std::pow(m1, static_cast<float>(2 * (head - n_head_log2) + 1));
-}
-
 // F16 mask row, times the head's slope, to the cache's type.
 void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
              float* scratch) {
@@ -430,6 +420,8 @@ FlashAttnServer::~FlashAttnServer() = default;
 uint64_t FlashAttnServer::causal_calls() const {
   return causal_calls_.load(std::memory_order_relaxed);
 }
+
+uint64_t FlashAttnServer::ggml_rows() const { return ggml_rows_.load(std::memory_order_relaxed); }
 
 uint64_t FlashAttnServer::nodes_computed() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -622,6 +614,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       if (status != ATTNRT_OK) return "attnrt: " + AttnrtError(status);
       if (!out_in_place)
         ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * width, s.dtype);
+      // Rows attnrt's answer cannot stand for (ggml_rows.h): computed again as ggml does.
+      ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst), std::memory_order_relaxed);
     }
   }
   return {};

@@ -80,6 +80,7 @@ TEST(GgmlFlashAttnExtContract, ViewsStridesAndLayouts) {
        }},
   };
   int index = 0;
+  const uint64_t ggml_rows = Shared().GgmlRows();
   for (const Variant& variant : variants) {
     for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
       for (bool causal : {false, true}) {
@@ -94,6 +95,8 @@ TEST(GgmlFlashAttnExtContract, ViewsStridesAndLayouts) {
       }
     }
   }
+  // Finite rows stand as attnrt computed them.
+  EXPECT_EQ(Shared().GgmlRows(), ggml_rows);
 }
 
 TEST(GgmlFlashAttnExtContract, MisalignedViewsAreDeclinedOrComputed) {
@@ -311,6 +314,82 @@ TEST(GgmlFlashAttnExtContract, FullyMaskedRows) {
       return i % 2 == 0 ? -kInf : static_cast<float>(j % 3) - 1.0f;
     };
     Check(s, Seed() + 21, sinks ? "masked rows with sinks" : "masked rows");
+  }
+}
+
+TEST(GgmlFlashAttnExtContract, HiddenCellsAreNeverRead) {
+  // Three sequences in one cache (llama.cpp's unified cache): rows 0-2 see cells [0, 15), rows
+  // 3-4 cells [20, 40), and cells [15, 20) belong to a sequence with no row in this batch. Those
+  // cells hold NaN and Inf in K and V; ggml skips every cell whose mask entry is -inf, so the
+  // output stays finite. Both the mask decided path and the causal one (rows of one sequence).
+  auto poisoned = [](bool is_v, int64_t d, int64_t j, int64_t, int64_t, float x) {
+    if (j == 16 && d == 1) return is_v ? kInf : kNaN;
+    if (j == 18 && d == 0) return is_v ? kNaN : -kInf;
+    return x;
+  };
+  int index = 0;
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    Spec s;
+    s.kv_type = type;
+    s.edit_kv = poisoned;
+    s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+      return (i < 3 && j < 15) || (i >= 3 && j >= 20) ? 0.0f : -kInf;
+    };
+    Spec t = s;  // one sequence's rows, causal over cells [20, 40)
+    t.rows = 2;
+    t.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+      return j >= 20 && j <= 38 + i ? 0.0f : -kInf;
+    };
+    Spec u = s;  // a sliding window: row i sees cells (i + 20, i + 35]
+    u.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+      return j > i + 20 && j <= i + 35 ? 0.0f : -kInf;
+    };
+    Spec w = t;  // a decode step
+    w.rows = 1;
+    for (const Spec& spec : {s, t, u, w}) {
+      fa_harness::Node n;
+      fa_harness::Build(spec, Seed() + 29, &n);
+      for (double x : fa_harness::Reference(n)) ASSERT_TRUE(std::isfinite(x));
+      const uint64_t before = Shared().GgmlRows();
+      Check(spec, Seed() + 29,
+            std::string("NaN/Inf in hidden cells ") + ggml_type_name(type) + " case " +
+                std::to_string(index++ % 4));
+      EXPECT_GT(Shared().GgmlRows(), before);
+    }
+  }
+}
+
+// ggml's definition (its one-row path, the float64 reference): a +inf sink takes all the weight
+// (the row is 0 unless a score is NaN or +inf), a -inf sink adds nothing but makes a row that sees
+// no cell NaN (exp(-inf - -inf)), a NaN sink makes the row NaN.
+TEST(GgmlFlashAttnExtContract, NonFiniteSinks) {
+  for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    Spec s;
+    s.kv_type = type;
+    s.sinks = true;
+    s.sink_values = {-kInf, kInf, kNaN, 2.5f};
+    s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {  // row 1 sees no cell
+      return i == 1 ? -kInf : static_cast<float>(j % 3) - 1.0f;
+    };
+    Check(s, Seed() + 23, std::string("sinks -inf, inf, NaN, 2.5 ") + ggml_type_name(type));
+  }
+}
+
+// A NaN mask entry makes its row NaN; a +inf entry takes all the weight of its row (ggml's one-row
+// path: the row is that cell's value).
+TEST(GgmlFlashAttnExtContract, NaNAndInfInTheMask) {
+  int index = 0;
+  for (float value : {kNaN, kInf}) {
+    for (bool causal : {false, true}) {
+      Spec s;
+      s.rows = 6;
+      s.mask_fn = [=](int64_t j, int64_t i, int64_t h, int64_t b) {
+        if (i == 2 && j == 7) return value;
+        return causal ? (j <= 40 - 6 + i ? 0.0f : -kInf) : Scattered(j, i, h, b);
+      };
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            std::string(std::isnan(value) ? "NaN" : "+inf") + (causal ? " causal" : " scattered"));
+    }
   }
 }
 

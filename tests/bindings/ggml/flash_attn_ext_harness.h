@@ -56,6 +56,12 @@ struct Backends {
   ggml_backend_t NewAttnrt() const {
     return ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr);
   }
+  // Output rows the backend computed again by ggml's own algorithm (attnrt_ggml_ggml_rows).
+  uint64_t GgmlRows() const {
+    auto fn = reinterpret_cast<uint64_t (*)()>(
+        ggml_backend_reg_get_proc_address(reg, "attnrt_ggml_ggml_rows"));
+    return fn != nullptr ? fn() : 0;
+  }
   void SetThreads(ggml_backend_t backend, int n) const {
     auto fn = reinterpret_cast<ggml_backend_set_n_threads_t>(
         ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
