@@ -349,9 +349,13 @@ void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) 
   }
 }
 
-// F16 mask row, times the head's slope, to the cache's type.
+// F16 mask row, times the head's slope, to the cache's type. Where that rounds (bfloat16 caches,
+// or an ALiBi slope) and `shift` allows, the row's largest finite value is subtracted first: the
+// softmax is the same (every logit of the row moves by it), and the values that carry the weight
+// are small, so rounding moves them by little (a mask near -1000 loses 4 per logit in bfloat16,
+// not 0). A sink is one more logit of the row, so with sinks the row stays as it is.
 void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
-             float* scratch) {
+             bool shift, float* scratch) {
   if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT && dtype.bits == 16 && slope == 1.0f) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(ggml_fp16_t));
     return;
@@ -359,6 +363,15 @@ void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& d
   ggml_fp16_to_fp32_row(src, scratch, n);
   if (slope != 1.0f) {
     for (int64_t j = 0; j < n; ++j) scratch[j] *= slope;
+  }
+  if (shift && dtype.bits != 32) {
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      if (std::isfinite(scratch[j])) top = std::max(top, scratch[j]);
+    }
+    if (std::isfinite(top) && top != 0.0f) {
+      for (int64_t j = 0; j < n; ++j) scratch[j] -= top;
+    }
   }
   FromFloat(scratch, dst, n, dtype);
 }
@@ -585,7 +598,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
               MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
                                                            (h % mask->ne[2]) * mask->nb[2]),
                       bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
-                      AlibiSlope(s.max_bias, s.num_heads, h), scratch.data());
+                      AlibiSlope(s.max_bias, s.num_heads, h), /*shift=*/!s.sinks, scratch.data());
             }
           }
           t.bias.data = bias.data();

@@ -393,6 +393,24 @@ TEST(GgmlFlashAttnExtContract, NaNAndInfInTheMask) {
   }
 }
 
+TEST(GgmlFlashAttnExtContract, LargeMaskValuesKeepTheirPrecision) {
+  // A float16 mask holds values bfloat16 cannot (1000.5), which ggml adds in float32; scaled by an
+  // ALiBi slope, float16 loses them too. Rounded as they are, the logits move by up to 4.
+  for (ggml_type type : {GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    for (float max_bias : {0.0f, 3.0f}) {
+      Spec s;
+      s.kv_type = type;
+      s.max_bias = max_bias;
+      s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+        return -1000.0f - 0.5f * static_cast<float>((j * 7 + i * 3) % 6);
+      };
+      Check(s, Seed() + 27,
+            std::string("mask near -1000 ") + ggml_type_name(type) + " max_bias " +
+                std::to_string(max_bias));
+    }
+  }
+}
+
 TEST(GgmlFlashAttnExtContract, ThreadCountsBetweenCalls) {
   fa_harness::Backends& be = Shared();
   ASSERT_NE(be.attnrt, nullptr);
