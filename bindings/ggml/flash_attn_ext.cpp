@@ -30,6 +30,8 @@ namespace attnrt_ggml {
 namespace {
 
 constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
+// The most bytes of converted attention_bias one call makes (see Compute).
+constexpr int64_t kMaxBiasBytes = int64_t{16} << 20;
 
 // Runs every member of the team on OpenMP threads: the same team ggml's CPU backend uses, so its
 // threads are the ones doing attnrt's work instead of spinning beside it.
@@ -507,6 +509,18 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   const ggml_tensor* sinks = node->src[4];
   const size_t es = s.dtype.bits / 8;
   const int64_t width = s.num_heads * s.head_size;
+  // A mask not read in place is converted into a bias of bias_heads x rows x T elements per call
+  // (an ALiBi prompt of 512 rows over 32k keys and 32 heads: 1 GiB at once); rows are taken in
+  // calls that keep it within kMaxBiasBytes.
+  if (mask != nullptr) {
+    const bool shared_in_place = s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 &&
+                                 s.max_bias == 0.0f && s.bias_heads == 1 &&
+                                 mask->ne[0] == s.total && Misalignment(mask) == 0;
+    const int64_t row_bytes = s.bias_heads * s.total * static_cast<int64_t>(es);
+    if (!shared_in_place) {
+      s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
+    }
+  }
 
   // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
   // overlap, so V's rows are copied into a compact [T, Hkv, D] slab per stream.

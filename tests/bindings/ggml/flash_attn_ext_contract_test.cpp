@@ -2,6 +2,8 @@
 // allows (docs/llama-cpp.md): a node the backend claims (supports_op) is computed within float
 // rounding of ggml's definition of the op, with GGML_STATUS_SUCCESS; a node it cannot serve is
 // declined. The float64 reference and the node builder are in flash_attn_ext_harness.h.
+#include <sys/resource.h>
+
 #include <thread>
 
 #include "flash_attn_ext_harness.h"
@@ -409,6 +411,68 @@ TEST(GgmlFlashAttnExtContract, LargeMaskValuesKeepTheirPrecision) {
                 std::to_string(max_bias));
     }
   }
+}
+
+// ALiBi masks (one bias per head) and bfloat16 caches take the mask converted: of many rows over
+// many keys, the rows are taken in calls whose bias stays small (tens of MiB); every row as one.
+TEST(GgmlFlashAttnExtContract, ConvertedMasksOfManyRowsAndKeys) {
+  int index = 0;
+  for (ggml_type type : {GGML_TYPE_F16, GGML_TYPE_BF16}) {
+    for (float max_bias : {0.0f, 8.0f}) {
+      if (type == GGML_TYPE_F16 && max_bias == 0.0f) continue;  // read in place
+      Spec s;
+      s.kv_type = type;
+      s.head_size = 8;
+      s.heads = 16;
+      s.kv_heads = 4;
+      s.total = 8192;
+      s.rows = 80;
+      s.max_bias = max_bias;
+      s.mask_fn = [&s](int64_t j, int64_t i, int64_t, int64_t) {
+        const int64_t pos = s.total - s.rows + i;
+        return j <= pos ? -static_cast<float>(pos - j) / 64.0f : -kInf;
+      };
+      Check(s, Seed() + static_cast<uint64_t>(index++),
+            std::string("n_q 80, n_kv 8192, ") + ggml_type_name(type) + " max_bias " +
+                std::to_string(max_bias));
+    }
+  }
+}
+
+// 64 heads of ALiBi over 256 rows and 16384 keys: a bias of 512 MiB if made at once, for inputs
+// of 9 MiB. Exits 0 when the node computes and the peak resident size grows by less than 128 MiB.
+void ComputeALargeConvertedMaskAndExit() {
+  ggml_backend_t attnrt = Shared().attnrt;
+  if (attnrt == nullptr) std::exit(2);
+  std::vector<float> out;
+  {
+    fa_harness::Node warm;  // plugins loaded, runtime made
+    fa_harness::Build(Spec(), 1, &warm);
+    fa_harness::Run(attnrt, warm, &out);
+  }
+  Spec s;
+  s.head_size = 8;
+  s.heads = 64;
+  s.kv_heads = 1;
+  s.total = 16384;
+  s.rows = 256;
+  s.max_bias = 8.0f;
+  s.mask_fn = [](int64_t, int64_t, int64_t, int64_t) { return 0.0f; };
+  fa_harness::Node n;
+  fa_harness::Build(s, 2, &n);
+  rusage before{};
+  rusage after{};
+  getrusage(RUSAGE_SELF, &before);
+  const ggml_status status = fa_harness::Run(attnrt, n, &out);
+  getrusage(RUSAGE_SELF, &after);
+  const long grown_mib = (after.ru_maxrss - before.ru_maxrss) / 1024;
+  std::fprintf(stderr, "peak resident size grew by %ld MiB\n", grown_mib);
+  std::exit(status == GGML_STATUS_SUCCESS && grown_mib < 128 ? 0 : 1);
+}
+
+TEST(GgmlFlashAttnExtContractDeathTest, ConvertedMaskMemoryIsBounded) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: its own peak
+  EXPECT_EXIT(ComputeALargeConvertedMaskAndExit(), testing::ExitedWithCode(0), "");
 }
 
 TEST(GgmlFlashAttnExtContract, ThreadCountsBetweenCalls) {

@@ -304,6 +304,13 @@ inline std::vector<double> Reference(const Node& n) {
   const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / static_cast<float>(n_head_log2));
   std::vector<double> out(static_cast<size_t>(D * H * S * B));
   std::vector<double> qr(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
+  // K and V as floats [b][g][j][d], read once.
+  const int64_t G = k->ne[2];
+  std::vector<float> kf(static_cast<size_t>(B * G * T * D)), vf(kf.size());
+  ForEach(k, [&](int64_t d, int64_t j, int64_t g, int64_t b) {
+    kf[static_cast<size_t>(((b * G + g) * T + j) * D + d)] = Load(k->type, At(k, d, j, g, b));
+    vf[static_cast<size_t>(((b * G + g) * T + j) * D + d)] = Load(v->type, At(v, d, j, g, b));
+  });
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const uint32_t hu = static_cast<uint32_t>(h);
@@ -318,7 +325,7 @@ inline std::vector<double> Reference(const Node& n) {
         }
         double M = -std::numeric_limits<double>::infinity(), sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        auto add = [&](double sc, const char* vrow) {
+        auto add = [&](double sc, const float* vrow) {
           double ms = 1, vs = 1;
           if (sc > M) {
             ms = std::exp(M - sc);
@@ -327,7 +334,7 @@ inline std::vector<double> Reference(const Node& n) {
             vs = std::exp(sc - M);
           }
           for (int64_t d = 0; d < D; ++d) {
-            const double vd = vrow != nullptr ? Load(v->type, vrow + d * v->nb[0]) : 0.0;
+            const double vd = vrow != nullptr ? vrow[d] : 0.0;
             acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * ms + (vrow ? vd * vs : 0);
           }
           sum = sum * ms + vs;
@@ -337,13 +344,12 @@ inline std::vector<double> Reference(const Node& n) {
               m != nullptr ? slope * Load(GGML_TYPE_F16, At(m, j, i, h % m->ne[2], b % m->ne[3]))
                            : 0.0f;
           if (mv == -kInf) continue;
+          const size_t row = static_cast<size_t>(((b * G + h / group) * T + j) * D);
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            dot += qr[static_cast<size_t>(d)] * Load(k->type, At(k, d, j, h / group, b));
-          }
+          for (int64_t d = 0; d < D; ++d) dot += qr[static_cast<size_t>(d)] * kf[row + d];
           double sc = dot * scale;
           if (softcap != 0) sc = softcap * std::tanh(sc);
-          add(sc + mv, At(v, 0, j, h / group, b));
+          add(sc + mv, &vf[row]);
         }
         if (n.sinks != nullptr) add(Load(GGML_TYPE_F32, At(n.sinks, h, 0, 0, 0)), nullptr);
         for (int64_t d = 0; d < D; ++d) {
