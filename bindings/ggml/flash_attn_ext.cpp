@@ -125,6 +125,23 @@ bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int6
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
   const int64_t head = static_cast<int64_t>(t->nb[2] / es);
+  // attnrt's pools must not have two elements in one place (a run may write them); ggml lets a
+  // view's strides do that (a row seen as every token, rows overlapping). Sufficient: each of the
+  // token and head strides spans at least the rows below it.
+  std::pair<int64_t, int64_t> dims[2] = {{token, s.total}, {head, s.kv_num_heads}};
+  if (dims[1].first < dims[0].first) std::swap(dims[0], dims[1]);
+  int64_t extent = s.head_size;
+  for (const auto& [stride, count] : dims) {
+    if (count <= 1) continue;
+    if (stride < extent) {
+      *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
+                std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
+                " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
+                std::to_string(s.head_size) + " in one place";
+      return false;
+    }
+    extent = stride * (count - 1) + extent;
+  }
   out[0] = s.block_size * token;
   if (s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH) {
     out[1] = token;

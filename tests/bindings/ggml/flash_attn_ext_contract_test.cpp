@@ -148,6 +148,72 @@ TEST(GgmlFlashAttnExtContract, MisalignedViewsAreDeclinedOrComputed) {
   }
 }
 
+TEST(GgmlFlashAttnExtContract, OverlappingCacheRowsAreDeclinedOrComputed) {
+  // ggml lets a view's strides make elements share memory: one cache row seen as every token
+  // (token stride 0), one head seen as every kv head (head stride 0), rows overlapping by half
+  // (token stride D / 2 elements). ggml's CPU backend reads them as they are.
+  struct Strides {
+    const char* what;
+    double token, head;  // in cache rows (D elements)
+  };
+  const Strides cases[] = {
+      {"token stride 0", 0.0, 1.0},
+      {"head stride 0", 2.0, 0.0},
+      {"rows overlapping by half", 0.5, 1.0},
+  };
+  int index = 0;
+  for (const Strides& c : cases) {
+    for (bool causal : {false, true}) {
+      fa_harness::Node n;
+      ggml_init_params params = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr,
+                                 true};
+      n.ctx = ggml_init(params);
+      const int64_t d = 64, rows = 3, heads = 4, kv_heads = 2, total = 40;
+      const size_t row_bytes = d * sizeof(ggml_fp16_t);
+      n.q = ggml_new_tensor_3d(n.ctx, GGML_TYPE_F32, d, rows, heads);
+      ggml_tensor* caches[2];
+      ggml_tensor* views[2];
+      for (int i = 0; i < 2; ++i) {
+        caches[i] = ggml_new_tensor_1d(n.ctx, GGML_TYPE_F16, d * kv_heads * total * 2);
+        views[i] = ggml_view_3d(n.ctx, caches[i], d, total, kv_heads,
+                                static_cast<size_t>(c.token * row_bytes),
+                                static_cast<size_t>(c.head * row_bytes), 0);
+      }
+      n.k = views[0];
+      n.v = views[1];
+      n.mask = ggml_new_tensor_2d(n.ctx, GGML_TYPE_F16, total, rows);
+      n.out = ggml_flash_attn_ext(n.ctx, n.q, n.k, n.v, n.mask, 0.125f, 0, 0);
+      n.graph = ggml_new_graph(n.ctx);
+      ggml_build_forward_expand(n.graph, n.out);
+      n.buffer = ggml_backend_alloc_ctx_tensors_from_buft(n.ctx, ggml_backend_cpu_buffer_type());
+      std::mt19937 rng(static_cast<uint32_t>(Seed()) + static_cast<uint32_t>(index++));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (ggml_tensor* t : {n.q, caches[0], caches[1]}) {
+        fa_harness::ForEach(t, [&](int64_t a, int64_t b, int64_t e, int64_t f) {
+          fa_harness::Store(t->type, fa_harness::At(t, a, b, e, f), normal(rng));
+        });
+      }
+      fa_harness::ForEach(n.mask, [&](int64_t j, int64_t i, int64_t, int64_t) {
+        fa_harness::Store(GGML_TYPE_F16, fa_harness::At(n.mask, j, i, 0, 0),
+                          causal ? (j <= total - rows + i ? 0.0f : -kInf) : Scattered(j, i, 0, 0));
+      });
+      const std::vector<double> want = fa_harness::Reference(n);
+      std::vector<float> got;
+      const std::string what = std::string(c.what) + (causal ? " causal" : "");
+      if (ggml_backend_supports_op(Shared().attnrt, n.out)) {
+        EXPECT_EQ(fa_harness::Run(Shared().attnrt, n, &got), GGML_STATUS_SUCCESS) << what;
+        EXPECT_EQ(fa_harness::Mismatches("attnrt " + what, got, want,
+                                         fa_harness::Tolerance(GGML_TYPE_F16)),
+                  0u);
+      }
+      EXPECT_EQ(fa_harness::Run(Shared().cpu, n, &got), GGML_STATUS_SUCCESS);
+      EXPECT_EQ(fa_harness::Mismatches("ggml CPU " + what, got, want,
+                                       5 * fa_harness::Tolerance(GGML_TYPE_F16)),
+                0u);
+    }
+  }
+}
+
 TEST(GgmlFlashAttnExtContract, MasksBroadcastOverHeadsAndStreams) {
   int index = 0;
   for (int64_t mask_heads : {1, 2, 4, 8}) {
