@@ -24,7 +24,9 @@
 
 #include "attnrt/ops/gqa.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "convert.h"
 #include "ggml_rows.h"
+#include "views.h"
 
 namespace attnrt_ggml {
 namespace {
@@ -97,15 +99,6 @@ struct NodeShape {
   bool sinks = false;
 };
 
-// Where t's first element lies past an element boundary (0: aligned). Before ggml allocates the
-// graph (when its scheduler asks supports_op) data is NULL; a view's offset into its source, whose
-// buffer ggml aligns, then decides.
-size_t Misalignment(const ggml_tensor* t) {
-  const uintptr_t start = t->data != nullptr ? reinterpret_cast<uintptr_t>(t->data)
-                                             : static_cast<uintptr_t>(t->view_offs);
-  return static_cast<size_t>(start % ggml_type_size(t->type));
-}
-
 // Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
 // pools are read in place through typed pointers: every stream's view must start on an element
 // boundary, as attnrt requires (ggml lets a view start at any byte).
@@ -125,22 +118,12 @@ bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int6
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
   const int64_t head = static_cast<int64_t>(t->nb[2] / es);
-  // attnrt's pools must not have two elements in one place (a run may write them); ggml lets a
-  // view's strides do that (a row seen as every token, rows overlapping). Sufficient: each of the
-  // token and head strides spans at least the rows below it.
-  std::pair<int64_t, int64_t> dims[2] = {{token, s.total}, {head, s.kv_num_heads}};
-  if (dims[1].first < dims[0].first) std::swap(dims[0], dims[1]);
-  int64_t extent = s.head_size;
-  for (const auto& [stride, count] : dims) {
-    if (count <= 1) continue;
-    if (stride < extent) {
-      *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
-                std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
-                " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
-                std::to_string(s.head_size) + " in one place";
-      return false;
-    }
-    extent = stride * (count - 1) + extent;
+  if (!DistinctElements(token, s.total, head, s.kv_num_heads, s.head_size)) {
+    *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
+              std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
+              " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
+              std::to_string(s.head_size) + " in one place";
+    return false;
   }
   out[0] = s.block_size * token;
   if (s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH) {
@@ -346,54 +329,6 @@ struct CallTensors {
     outputs[0] = &output;
   }
 };
-
-// Converts n floats to the cache's type (dst) or back (ToFloat).
-void FromFloat(const float* src, void* dst, int64_t n, const attnrt_dtype& dtype) {
-  if (dtype.bits == 32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
-    ggml_fp32_to_fp16_row(src, static_cast<ggml_fp16_t*>(dst), n);
-  } else {
-    ggml_fp32_to_bf16_row(src, static_cast<ggml_bf16_t*>(dst), n);
-  }
-}
-
-void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) {
-  if (dtype.bits == 32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
-    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t*>(src), dst, n);
-  } else {
-    ggml_bf16_to_fp32_row(static_cast<const ggml_bf16_t*>(src), dst, n);
-  }
-}
-
-// F16 mask row, times the head's slope, to the cache's type. Where that rounds (bfloat16 caches,
-// or an ALiBi slope) and `shift` allows, the row's largest finite value is subtracted first: the
-// softmax is the same (every logit of the row moves by it), and the values that carry the weight
-// are small, so rounding moves them by little (a mask near -1000 loses 4 per logit in bfloat16,
-// not 0). A sink is one more logit of the row, so with sinks the row stays as it is.
-void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
-             bool shift, float* scratch) {
-  if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT && dtype.bits == 16 && slope == 1.0f) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(ggml_fp16_t));
-    return;
-  }
-  ggml_fp16_to_fp32_row(src, scratch, n);
-  if (slope != 1.0f) {
-    for (int64_t j = 0; j < n; ++j) scratch[j] *= slope;
-  }
-  if (shift && dtype.bits != 32) {
-    float top = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
-      if (std::isfinite(scratch[j])) top = std::max(top, scratch[j]);
-    }
-    if (std::isfinite(top) && top != 0.0f) {
-      for (int64_t j = 0; j < n; ++j) scratch[j] -= top;
-    }
-  }
-  FromFloat(scratch, dst, n, dtype);
-}
 
 // A test-only fault (ATTNRT_GGML_TEST_FAULT=last-key, read once): every row misses the last key of
 // its stream, an off-by-one in the key range that end-to-end checks must catch.

@@ -1,6 +1,8 @@
 // Output rows computed as ggml defines them (see ggml_rows.h).
 #include "ggml_rows.h"
 
+#include "convert.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -43,16 +45,6 @@ float OpParam(const ggml_tensor* node, int index) {
 }
 
 }  // namespace
-
-float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));
-  const float m0 = std::pow(2.0f, -(max_bias) / static_cast<float>(n_head_log2));
-  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / static_cast<float>(n_head_log2));
-  const uint32_t head = static_cast<uint32_t>(h);
-  return head < n_head_log2 ? std::pow(m0, static_cast<float>(head + 1))
-                            : std::pow(m1, static_cast<float>(2 * (head - n_head_log2) + 1));
-}
 
 // Row i of head h of stream b, as ggml computes it, into out (head_size floats).
 static void ComputeRowAsGgml(const ggml_tensor* node, int64_t b, int64_t i, int64_t h, float* out,

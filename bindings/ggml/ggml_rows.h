@@ -19,9 +19,6 @@
 
 namespace attnrt_ggml {
 
-// ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations).
-float AlibiSlope(float max_bias, int64_t num_heads, int64_t h);
-
 // Rows [r0, r0 + rows) of stream b of `node` (a FLASH_ATTN_EXT node with f32, f16 or bf16 K and
 // V) as attnrt left them at dst (f32 [D, H, rows]): each row with a non-finite element, or all
 // zeros under a -inf sink (a row that sees no key is NaN in ggml), is computed again as ggml

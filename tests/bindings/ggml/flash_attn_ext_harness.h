@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -158,6 +159,19 @@ void ForEach(const ggml_tensor* t, F f) {
     for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
       for (int64_t i1 = 0; i1 < t->ne[1]; ++i1)
         for (int64_t i0 = 0; i0 < t->ne[0]; ++i0) f(i0, i1, i2, i3);
+}
+
+// A mask of llama.cpp's kind: row i sees cells j <= past + i, past = n_kv - n_q.
+inline std::function<float(int64_t, int64_t, int64_t, int64_t)> Causal(int64_t rows,
+                                                                       int64_t total) {
+  return
+      [=](int64_t j, int64_t i, int64_t, int64_t) { return j <= total - rows + i ? 0.0f : -kInf; };
+}
+
+// Finite values with -inf holes that differ by row, head and stream (no causal structure).
+inline float Scattered(int64_t j, int64_t i, int64_t h, int64_t b) {
+  const uint64_t x = static_cast<uint64_t>((j * 131 + i * 71 + h * 29 + b * 17) % 97);
+  return x % 5 == 0 ? -kInf : static_cast<float>(x % 13) / 6.0f - 1.0f;
 }
 
 // One built, allocated and filled node.
