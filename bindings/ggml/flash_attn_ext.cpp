@@ -257,10 +257,11 @@ bool MaskIsCausal(const ggml_tensor* mask, int64_t stream, int64_t r0, int64_t r
   const char* base = static_cast<const char*>(mask->data) + (stream % mask->ne[3]) * mask->nb[3];
   for (int64_t h = 0; h < mask->ne[2]; ++h) {
     for (int64_t i = 0; i < rows; ++i) {
-      const auto* row =
-          reinterpret_cast<const uint16_t*>(base + h * mask->nb[2] + (r0 + i) * mask->nb[1]);
+      const char* row = base + h * mask->nb[2] + (r0 + i) * mask->nb[1];
       for (int64_t j = total - rows + i + 1; j < total; ++j) {
-        if (row[j] != kMinusInf) return false;
+        uint16_t bits;  // copied: the mask may start at any byte
+        std::memcpy(&bits, row + j * sizeof bits, sizeof bits);
+        if (bits != kMinusInf) return false;
       }
     }
   }
