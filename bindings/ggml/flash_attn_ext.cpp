@@ -24,11 +24,16 @@
 
 #include "attnrt/ops/gqa.h"
 #include "attnrt/ops/paged_gqa.h"
+#include "convert.h"
+#include "ggml_rows.h"
+#include "views.h"
 
 namespace attnrt_ggml {
 namespace {
 
 constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
+// The most bytes of converted attention_bias one call makes (see Compute).
+constexpr int64_t kMaxBiasBytes = int64_t{16} << 20;
 
 // Runs every member of the team on OpenMP threads: the same team ggml's CPU backend uses, so its
 // threads are the ones doing attnrt's work instead of spinning beside it.
@@ -104,15 +109,32 @@ struct NodeShape {
   bool sinks = false;
 };
 
-// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head).
-bool PoolStrides(const ggml_tensor* t, const NodeShape& s, int64_t* out, std::string* reason) {
+// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
+// pools are read in place through typed pointers: every stream's view must start on an element
+// boundary, as attnrt requires (ggml lets a view start at any byte).
+bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t* out,
+                 std::string* reason) {
   const size_t es = ggml_type_size(t->type);
-  if (t->nb[1] % es != 0 || t->nb[2] % es != 0) {
-    *reason = std::string(t->name) + ": strides are not whole elements";
+  if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
+    *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
+              std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
+              ggml_type_name(t->type) + " elements";
+    return false;
+  }
+  if (const size_t off = Misalignment(t); off != 0) {
+    *reason = std::string(who) + ": starts " + std::to_string(off) + " bytes past a " +
+              ggml_type_name(t->type) + " element boundary";
     return false;
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
   const int64_t head = static_cast<int64_t>(t->nb[2] / es);
+  if (!DistinctElements(token, s.total, head, s.kv_num_heads, s.head_size)) {
+    *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
+              std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
+              " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
+              std::to_string(s.head_size) + " in one place";
+    return false;
+  }
   out[0] = s.block_size * token;
   if (s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH) {
     out[1] = token;
@@ -226,7 +248,8 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
   s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
   s->pool_shape[3] = s->head_size;
-  return PoolStrides(k, *s, s->k_strides, reason) && PoolStrides(v, *s, s->v_strides, reason);
+  return PoolStrides(k, "K", *s, s->k_strides, reason) &&
+         PoolStrides(v, "V", *s, s->v_strides, reason);
 }
 
 using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool>;
@@ -244,10 +267,11 @@ bool MaskIsCausal(const ggml_tensor* mask, int64_t stream, int64_t r0, int64_t r
   const char* base = static_cast<const char*>(mask->data) + (stream % mask->ne[3]) * mask->nb[3];
   for (int64_t h = 0; h < mask->ne[2]; ++h) {
     for (int64_t i = 0; i < rows; ++i) {
-      const auto* row =
-          reinterpret_cast<const uint16_t*>(base + h * mask->nb[2] + (r0 + i) * mask->nb[1]);
+      const char* row = base + h * mask->nb[2] + (r0 + i) * mask->nb[1];
       for (int64_t j = total - rows + i + 1; j < total; ++j) {
-        if (row[j] != kMinusInf) return false;
+        uint16_t bits;  // copied: the mask may start at any byte
+        std::memcpy(&bits, row + j * sizeof bits, sizeof bits);
+        if (bits != kMinusInf) return false;
       }
     }
   }
@@ -317,52 +341,6 @@ struct CallTensors {
   }
 };
 
-// Converts n floats to the cache's type (dst) or back (ToFloat).
-void FromFloat(const float* src, void* dst, int64_t n, const attnrt_dtype& dtype) {
-  if (dtype.bits == 32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
-    ggml_fp32_to_fp16_row(src, static_cast<ggml_fp16_t*>(dst), n);
-  } else {
-    ggml_fp32_to_bf16_row(src, static_cast<ggml_bf16_t*>(dst), n);
-  }
-}
-
-void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) {
-  if (dtype.bits == 32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT) {
-    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t*>(src), dst, n);
-  } else {
-    ggml_bf16_to_fp32_row(static_cast<const ggml_bf16_t*>(src), dst, n);
-  }
-}
-
-// ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations).
-float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));
-  const float m0 = std::pow(2.0f, -(max_bias) / static_cast<float>(n_head_log2));
-  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / static_cast<float>(n_head_log2));
-  const uint32_t head = static_cast<uint32_t>(h);
-  return head < n_head_log2 ? std::pow(m0, static_cast<float>(head + 1))
-                            : std::pow(m1, static_cast<float>(2 * (head - n_head_log2) + 1));
-}
-
-// F16 mask row, times the head's slope, to the cache's type.
-void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
-             float* scratch) {
-  if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT && dtype.bits == 16 && slope == 1.0f) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(ggml_fp16_t));
-    return;
-  }
-  ggml_fp16_to_fp32_row(src, scratch, n);
-  if (slope != 1.0f) {
-    for (int64_t j = 0; j < n; ++j) scratch[j] *= slope;
-  }
-  FromFloat(scratch, dst, n, dtype);
-}
-
 // A test-only fault (ATTNRT_GGML_TEST_FAULT=last-key, read once): every row misses the last key of
 // its stream, an off-by-one in the key range that end-to-end checks must catch.
 bool TestFaultLastKey() {
@@ -431,6 +409,8 @@ FlashAttnServer::~FlashAttnServer() = default;
 uint64_t FlashAttnServer::causal_calls() const {
   return causal_calls_.load(std::memory_order_relaxed);
 }
+
+uint64_t FlashAttnServer::ggml_rows() const { return ggml_rows_.load(std::memory_order_relaxed); }
 
 uint64_t FlashAttnServer::nodes_computed() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -503,6 +483,18 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   const ggml_tensor* sinks = node->src[4];
   const size_t es = s.dtype.bits / 8;
   const int64_t width = s.num_heads * s.head_size;
+  // A mask not read in place is converted into a bias of bias_heads x rows x T elements per call
+  // (an ALiBi prompt of 512 rows over 32k keys and 32 heads: 1 GiB at once); rows are taken in
+  // calls that keep it within kMaxBiasBytes.
+  if (mask != nullptr) {
+    const bool shared_in_place = s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 &&
+                                 s.max_bias == 0.0f && s.bias_heads == 1 &&
+                                 mask->ne[0] == s.total && Misalignment(mask) == 0;
+    const int64_t row_bytes = s.bias_heads * s.total * static_cast<int64_t>(es);
+    if (!shared_in_place) {
+      s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
+    }
+  }
 
   // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
   // overlap, so V's rows are copied into a compact [T, Hkv, D] slab per stream.
@@ -532,8 +524,10 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
 
   std::vector<char>& query = scratch.query;
   query.resize(static_cast<size_t>(s.rows_per_call * width) * es);
+  // f32 output written in place where it lies on an element boundary, else through a buffer.
+  const bool out_in_place = s.dtype.bits == 32 && Misalignment(node) == 0;
   std::vector<char>& output = scratch.output;
-  output.resize(s.dtype.bits == 32 ? 0 : query.size());
+  output.resize(out_in_place ? 0 : query.size());
   std::vector<char>& bias = scratch.bias;
   const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
@@ -578,7 +572,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
         const char* base = static_cast<const char*>(mask->data) + (b % mask->ne[3]) * mask->nb[3];
         const bool in_place =
             s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 && s.max_bias == 0.0f &&
-            mask->ne[0] == s.total &&
+            mask->ne[0] == s.total && Misalignment(mask) == 0 &&
             (s.bias_heads == 1 || (mask->ne[2] == s.num_heads && mask->ne[1] == rows && r0 == 0));
         if (in_place) {
           t.bias.data = const_cast<char*>(base + r0 * mask->nb[1]);
@@ -596,7 +590,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
               MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
                                                            (h % mask->ne[2]) * mask->nb[2]),
                       bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
-                      AlibiSlope(s.max_bias, s.num_heads, h), row.data());
+                      AlibiSlope(s.max_bias, s.num_heads, h), /*shift=*/!s.sinks, row.data());
             }
           }
           t.bias.data = bias.data();
@@ -605,7 +599,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       // The output (1, rows, H * D) is the node's rows [r0, r0 + rows) of stream b: in place for
       // f32, else converted after the run.
       char* dst = static_cast<char*>(node->data) + b * node->nb[3] + r0 * node->nb[2];
-      t.output.data = s.dtype.bits == 32 ? static_cast<void*>(dst) : output.data();
+      t.output.data = out_in_place ? static_cast<void*>(dst) : output.data();
 
       attnrt_plan* plan = nullptr;
       attnrt_status status = ATTNRT_ERROR_UNSUPPORTED;
@@ -623,9 +617,10 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
         attnrt_plan_release(plan);
       }
       if (status != ATTNRT_OK) return "attnrt: " + AttnrtError(status);
-      if (s.dtype.bits != 32) {
+      if (!out_in_place)
         ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * width, s.dtype);
-      }
+      // Rows attnrt's answer cannot stand for (ggml_rows.h): computed again as ggml does.
+      ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst), std::memory_order_relaxed);
     }
   }
   return {};

@@ -43,6 +43,8 @@ class FlashAttnServer {
   // because the mask hid every key after the diagonal (tests and diagnostics).
   uint64_t nodes_computed() const;
   uint64_t causal_calls() const;
+  // Output rows computed again by ggml's own algorithm (ggml_rows.h).
+  uint64_t ggml_rows() const;
 
  private:
   struct Runtime;
@@ -53,6 +55,7 @@ class FlashAttnServer {
   std::map<int, std::unique_ptr<Runtime>> runtimes_;
   uint64_t nodes_computed_ = 0;
   std::atomic<uint64_t> causal_calls_{0};
+  std::atomic<uint64_t> ggml_rows_{0};
 };
 
 }  // namespace attnrt_ggml

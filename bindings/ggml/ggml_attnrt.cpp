@@ -72,10 +72,16 @@ bool TestFaultOutput() {
   return on;
 }
 
-// With ATTNRT_GGML_DEBUG set, the number of nodes attnrt computed, when the process exits.
+// With ATTNRT_GGML_DEBUG set, the number of nodes attnrt computed (and of rows computed again by
+// ggml's per-row algorithm, ggml_rows.h), when the process exits.
 void ReportAtExit() {
   std::fprintf(stderr, "attnrt-ggml: %llu FLASH_ATTN_EXT nodes computed by attnrt\n",
                static_cast<unsigned long long>(Server().nodes_computed()));
+  if (const uint64_t rows = Server().ggml_rows(); rows > 0) {
+    std::fprintf(stderr,
+                 "attnrt-ggml: %llu output rows left non-finite computed again as ggml does\n",
+                 static_cast<unsigned long long>(rows));
+  }
 }
 
 struct BackendContext {
@@ -271,6 +277,7 @@ ggml_backend_dev_t Device(ggml_backend_reg_t reg, size_t index) {
 // Counters for tests and diagnostics, reached through get_proc_address.
 uint64_t NodesComputed() { return Server().nodes_computed(); }
 uint64_t CausalCalls() { return Server().causal_calls(); }
+uint64_t GgmlRows() { return Server().ggml_rows(); }
 
 void* RegProcAddress(ggml_backend_reg_t, const char* name) {
   if (std::strcmp(name, "ggml_backend_set_n_threads") == 0) {
@@ -281,6 +288,9 @@ void* RegProcAddress(ggml_backend_reg_t, const char* name) {
   }
   if (std::strcmp(name, "attnrt_ggml_causal_calls") == 0) {
     return reinterpret_cast<void*>(CausalCalls);
+  }
+  if (std::strcmp(name, "attnrt_ggml_ggml_rows") == 0) {
+    return reinterpret_cast<void*>(GgmlRows);
   }
   return nullptr;
 }
