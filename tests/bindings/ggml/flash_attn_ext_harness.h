@@ -63,6 +63,12 @@ struct Backends {
         ggml_backend_reg_get_proc_address(reg, "attnrt_ggml_ggml_rows"));
     return fn != nullptr ? fn() : 0;
   }
+  // attnrt calls that ran causal attention because the mask hid every key after the diagonal.
+  uint64_t CausalCalls() const {
+    auto fn = reinterpret_cast<uint64_t (*)()>(
+        ggml_backend_reg_get_proc_address(reg, "attnrt_ggml_causal_calls"));
+    return fn != nullptr ? fn() : 0;
+  }
   void SetThreads(ggml_backend_t backend, int n) const {
     auto fn = reinterpret_cast<ggml_backend_set_n_threads_t>(
         ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));

@@ -15,56 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "flash_attn_ext_harness.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
-extern "C" {
-typedef uint64_t (*attnrt_ggml_counter_fn)(void);
-}
-
 namespace {
 
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    const char* s = std::getenv("ATTNRT_TEST_SEED");
-    const uint64_t v = s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device{}();
-    std::printf("ATTNRT_TEST_SEED=%llu\n", static_cast<unsigned long long>(v));
-    return v;
-  }();
-  return seed;
-}
-
-struct Backends {
-  ggml_backend_t cpu = nullptr;
-  ggml_backend_t attnrt = nullptr;
-  ggml_backend_reg_t reg = nullptr;
-  Backends() {
-    // ggml built with GGML_BACKEND_DL registers no backend until they are loaded: the CPU backend
-    // from llama.cpp's build folder, then this one.
-    if (ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU) == nullptr) {
-      ggml_backend_load_all_from_path(ATTNRT_GGML_LIBRARY_DIR);
-    }
-    reg = ggml_backend_load(ATTNRT_GGML_BACKEND_PATH);
-    if (reg == nullptr) return;
-    cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-    attnrt = ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr);
-  }
-  ~Backends() {
-    ggml_backend_free(attnrt);
-    ggml_backend_free(cpu);
-  }
-  uint64_t CausalCalls() const {
-    auto fn = reinterpret_cast<attnrt_ggml_counter_fn>(
-        ggml_backend_reg_get_proc_address(reg, "attnrt_ggml_causal_calls"));
-    return fn != nullptr ? fn() : 0;
-  }
-};
-
-Backends& Shared() {
-  static Backends* b = new Backends();
-  return *b;
-}
+using fa_harness::Backends;
+using fa_harness::Seed;
+using fa_harness::Shared;
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
