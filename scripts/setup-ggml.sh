@@ -74,7 +74,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup-ggml: llama.cpp built in $(($(date +%s) - start)) s"
 fi
 
-cmake -S "$root" -B "$build_dir" -DATTNRT_BUILD_GGML=ON -DATTNRT_GGML_SOURCE_DIR="$src" \
+# AUTO, not ON: a build folder configured here still configures after the cache is removed (the
+# target is then missing, and the build below says so).
+cmake -S "$root" -B "$build_dir" -DATTNRT_BUILD_GGML=AUTO -DATTNRT_GGML_SOURCE_DIR="$src" \
   -DATTNRT_GGML_LIBRARY="$out/bin/libggml-base.so" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)" --target attnrt_ggml
 echo "$out/bin"
