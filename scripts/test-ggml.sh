@@ -72,6 +72,7 @@ echo "test-ggml: negative control: test-backend-ops fails a wrong output element
 #       float32, which moves a greedy chain at its first near-tie).
 #    c. The negative control: every row missing its last key (ATTNRT_GGML_TEST_FAULT=last-key) must
 #       exceed 100 times attnrt's divergence.
+#    d. a. again with two sequences in every batch (-b 512: two cache streams per node).
 cache="${ATTNRT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnrt}"
 venv="$cache/gguf-venv"
 if ! "$venv/bin/python" -c "import numpy, yaml" 2>/dev/null; then
@@ -92,12 +93,19 @@ prompt="$(head -c 450 "$work/text.txt")"
 layers=4
 on_attnrt=(GGML_BACKEND_PATH="$backend" ATTNRT_GGML_DEBUG=1)
 on_cpu=(-u GGML_BACKEND_PATH)
-perplexity() { # LOG KV FA [env...]: llama-perplexity against the CPU backend's saved logits
-  local log="$1" kv="$2" fa="$3"
-  shift 3
-  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b 256 -ub 128 -t 2 \
-    -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-$kv.kld" --kl-divergence \
-    >"$log" 2>&1 </dev/null
+# llama-perplexity against the CPU backend's saved logits; BATCH 512 puts two 256-token sequences
+# (two cache streams) in every batch.
+perplexity() { # LOG KV FA BATCH [env...]
+  local log="$1" kv="$2" fa="$3" batch="$4"
+  shift 4
+  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$batch" -ub 128 \
+    -t 2 -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-$kv-$batch.kld" \
+    --kl-divergence >"$log" 2>&1 </dev/null
+}
+save_base() { # KV BATCH: the CPU backend's logits
+  env "${on_cpu[@]}" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$2" \
+    -ub 128 -t 2 -fa on -ctk "$1" -ctv "$1" --kl-divergence-base "$work/base-$1-$2.kld" \
+    >"$work/ppl-cpu-$1-$2.log" 2>&1 </dev/null
 }
 mean_kld() { sed -n 's/^Mean *KLD: *\([0-9.e+-]*\).*/\1/p' "$1"; }
 same_top() { sed -n 's/^Same top p: *\([0-9.]*\).*/\1/p' "$1"; }
@@ -122,12 +130,10 @@ a, b = (open(f, "rb").read() for f in sys.argv[1:3])
 print(next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b))))' "$1" "$2"
 }
 for kv in f16 bf16; do
-  env "${on_cpu[@]}" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b 256 -ub 128 \
-    -t 2 -fa on -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-$kv.kld" \
-    >"$work/ppl-cpu-$kv.log" 2>&1 </dev/null
-  perplexity "$work/ppl-attnrt-$kv.log" "$kv" on "${on_attnrt[@]}"
-  perplexity "$work/ppl-cpu-off-$kv.log" "$kv" off "${on_cpu[@]}"
-  perplexity "$work/ppl-fault-$kv.log" "$kv" on GGML_BACKEND_PATH="$backend" \
+  save_base "$kv" 256
+  perplexity "$work/ppl-attnrt-$kv.log" "$kv" on 256 "${on_attnrt[@]}"
+  perplexity "$work/ppl-cpu-off-$kv.log" "$kv" off 256 "${on_cpu[@]}"
+  perplexity "$work/ppl-fault-$kv.log" "$kv" on 256 GGML_BACKEND_PATH="$backend" \
     ATTNRT_GGML_TEST_FAULT=last-key
   attnrt="$(mean_kld "$work/ppl-attnrt-$kv.log")"
   spread="$(mean_kld "$work/ppl-cpu-off-$kv.log")"
@@ -170,5 +176,20 @@ PY
     exit 1
   fi
 done
+
+# d. Two sequences in every batch (two cache streams per node), float16.
+save_base f16 512
+perplexity "$work/ppl-attnrt-f16-512.log" f16 on 512 "${on_attnrt[@]}"
+perplexity "$work/ppl-cpu-off-f16-512.log" f16 off 512 "${on_cpu[@]}"
+attnrt="$(mean_kld "$work/ppl-attnrt-f16-512.log")"
+spread="$(mean_kld "$work/ppl-cpu-off-f16-512.log")"
+computed="$(nodes "$work/ppl-attnrt-f16-512.log")"
+echo "test-ggml: f16 KV, two sequences per batch: KL divergence from the CPU backend: attnrt" \
+  "$attnrt, the CPU backend's -fa off $spread; attnrt computed ${computed:-0} attention nodes"
+if ! python3 -c 'import sys; a, s, n = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+sys.exit(0 if n > 0 and a <= max(3 * s, 1e-5) else 1)' "$attnrt" "$spread" "${computed:-0}"; then
+  echo "test-ggml: FAILED: two sequences per batch (logs in $work)" >&2
+  exit 1
+fi
 
 echo "test-ggml: OK in $(($(date +%s) - start)) s"
