@@ -4,6 +4,7 @@
 // takes. The node builder and the float64 reference are in flash_attn_ext_harness.h.
 #include <sys/resource.h>
 
+#include <string>
 #include <thread>
 
 #include "flash_attn_ext_harness.h"
@@ -172,6 +173,26 @@ TEST(GgmlFlashAttnExtRuntimeDeathTest, AttnrtGgmlZeroHidesTheDevice) {
         std::exit(reg == nullptr || ggml_backend_reg_dev_count(reg) == 0 ? 0 : 3);
       },
       testing::ExitedWithCode(0), "");
+}
+
+void CaptureLog(ggml_log_level /*level*/, const char* text, void* user_data) {
+  static_cast<std::string*>(user_data)->append(text);
+}
+
+TEST(GgmlFlashAttnExtRuntime, ALibraryOfAnotherApiVersionIsSkippedWithAMessage) {
+  // What a libattnrt_ggml.so built against another ggml meets: ggml's loader refuses it by
+  // api_version and says so; the backends already loaded keep working.
+  ASSERT_NE(Shared().attnrt, nullptr);
+  std::string log;
+  ggml_log_set(CaptureLog, &log);
+  ggml_backend_reg_t reg = ggml_backend_load(ATTNRT_GGML_API_MISMATCH_PATH);
+  ggml_log_set(nullptr, nullptr);
+  EXPECT_EQ(reg, nullptr);
+  EXPECT_NE(log.find("incompatible API version"), std::string::npos) << log;
+  EXPECT_NE(ggml_backend_dev_by_name("ATTNRT"), nullptr);
+  Spec s;
+  const fa_harness::Outcome o = Check(s, Seed() + 41, "after the refused library");
+  EXPECT_TRUE(o.claimed);
 }
 
 }  // namespace
