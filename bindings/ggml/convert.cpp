@@ -55,6 +55,12 @@ void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& d
   FromFloat(scratch, dst, n, dtype);
 }
 
+float OpParam(const ggml_tensor* node, int index) {
+  float v;
+  std::memcpy(&v, reinterpret_cast<const char*>(node->op_params) + index * sizeof(float), sizeof v);
+  return v;
+}
+
 float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
   if (max_bias <= 0.0f) return 1.0f;
   const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));

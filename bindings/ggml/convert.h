@@ -16,6 +16,10 @@ void FromFloat(const float* src, void* dst, int64_t n, const attnrt_dtype& dtype
 // n elements of the cache's type to floats.
 void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype);
 
+// Float parameter `index` of a node's op_params (FLASH_ATTN_EXT: 0 scale, 1 max_bias, 2
+// logit_softcap).
+float OpParam(const ggml_tensor* node, int index);
+
 // ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations); 1
 // without ALiBi (max_bias 0).
 float AlibiSlope(float max_bias, int64_t num_heads, int64_t h);

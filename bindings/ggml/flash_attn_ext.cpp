@@ -80,12 +80,6 @@ int64_t BlockSizeFor(int64_t t) {
   return 1;
 }
 
-float OpParam(const ggml_tensor* node, int index) {
-  float v;
-  std::memcpy(&v, reinterpret_cast<const char*>(node->op_params) + index * sizeof(float), sizeof v);
-  return v;
-}
-
 // One FLASH_ATTN_EXT node as attnrt's paged GroupQueryAttention takes it: shapes only.
 struct NodeShape {
   int64_t head_size = 0;      // D
@@ -292,7 +286,7 @@ struct CallTensors {
   const attnrt_tensor* inputs[ATTNRT_PAGED_GQA_NUM_INPUTS] = {};
   const attnrt_tensor* outputs[1] = {};
 
-  CallTensors(const NodeShape& s, int64_t rows, NodeShape* mutable_shape) {
+  CallTensors(const NodeShape& s, int64_t rows) {
     const attnrt_device host = {ATTNRT_DEVICE_CPU, 0};
     const attnrt_dtype i32 = {ATTNRT_DTYPE_CODE_INT, 32, 1};
     auto make = [&](attnrt_tensor* t, int32_t ndim, const int64_t* shape, attnrt_dtype dtype,
@@ -319,8 +313,8 @@ struct CallTensors {
     make(&query, 3, query_shape, s.dtype);
     make(&key, 3, kv_new_shape, s.dtype);
     make(&value, 3, kv_new_shape, s.dtype);
-    make(&key_cache, 4, mutable_shape->pool_shape, s.dtype, mutable_shape->k_strides);
-    make(&value_cache, 4, mutable_shape->pool_shape, s.dtype, mutable_shape->v_strides);
+    make(&key_cache, 4, s.pool_shape, s.dtype, s.k_strides);
+    make(&value_cache, 4, s.pool_shape, s.dtype, s.v_strides);
     make(&seqlens_k, 1, one, i32);
     make(&total, 1, one, i32);
     make(&bias, 4, bias_shape, s.dtype);
@@ -341,14 +335,16 @@ struct CallTensors {
   }
 };
 
-// A test-only fault (ATTNRT_GGML_TEST_FAULT=last-key, read once): every row misses the last key of
-// its stream, an off-by-one in the key range that end-to-end checks must catch.
-bool TestFaultLastKey() {
-  static const bool on = [] {
+// The test-only fault ATTNRT_GGML_TEST_FAULT names (read once; "" without one): "output" adds 1 to
+// the first element of every node's output, so that a comparison with ggml's own CPU backend must
+// fail; "last-key" makes every row miss the last key of its stream, an off-by-one in the key range
+// that end-to-end checks must catch.
+const std::string& TestFault() {
+  static const std::string fault = [] {
     const char* v = std::getenv("ATTNRT_GGML_TEST_FAULT");
-    return v != nullptr && std::strcmp(v, "last-key") == 0;
+    return std::string(v != nullptr ? v : "");
   }();
-  return on;
+  return fault;
 }
 
 // Buffers of a call, kept per thread across calls: a prompt's bias is megabytes, and fresh pages
@@ -413,8 +409,7 @@ uint64_t FlashAttnServer::causal_calls() const {
 uint64_t FlashAttnServer::ggml_rows() const { return ggml_rows_.load(std::memory_order_relaxed); }
 
 uint64_t FlashAttnServer::nodes_computed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return nodes_computed_;
+  return nodes_computed_.load(std::memory_order_relaxed);
 }
 
 FlashAttnServer::Runtime* FlashAttnServer::RuntimeFor(int n_threads, std::string* error) {
@@ -445,7 +440,7 @@ bool FlashAttnServer::Supports(const ggml_tensor* node, std::string* reason) {
   if (op == nullptr) return false;
   // Planning reads shapes, types and strides only; any aligned address stands for the data.
   alignas(64) static char placeholder[64];
-  CallTensors t(s, s.rows_per_call, &s);
+  CallTensors t(s, s.rows_per_call);
   for (const attnrt_tensor* in : t.inputs) {
     if (in != nullptr) const_cast<attnrt_tensor*>(in)->data = placeholder;
   }
@@ -474,8 +469,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
     op = rt->OpFor(s, /*causal=*/false, &error);
     if (op == nullptr) return error;
     if (node->src[3] != nullptr) causal_op = rt->OpFor(s, /*causal=*/true, &error);
-    ++nodes_computed_;
   }
+  nodes_computed_.fetch_add(1, std::memory_order_relaxed);
   const ggml_tensor* q = node->src[0];
   const ggml_tensor* k = node->src[1];
   const ggml_tensor* v = node->src[2];
@@ -486,14 +481,15 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   // A mask not read in place is converted into a bias of bias_heads x rows x T elements per call
   // (an ALiBi prompt of 512 rows over 32k keys and 32 heads: 1 GiB at once); rows are taken in
   // calls that keep it within kMaxBiasBytes.
-  if (mask != nullptr) {
-    const bool shared_in_place = s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 &&
-                                 s.max_bias == 0.0f && s.bias_heads == 1 &&
-                                 mask->ne[0] == s.total && Misalignment(mask) == 0;
+  // The mask is attention_bias as it lies where it is float16 rows of exactly T entries on an
+  // element boundary, without ALiBi's slopes: shared by the heads, or one per head when a call
+  // takes all its rows.
+  const bool mask_is_bias = mask != nullptr && s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT &&
+                            s.dtype.bits == 16 && s.max_bias == 0.0f && mask->ne[0] == s.total &&
+                            Misalignment(mask) == 0;
+  if (mask != nullptr && !(mask_is_bias && s.bias_heads == 1)) {
     const int64_t row_bytes = s.bias_heads * s.total * static_cast<int64_t>(es);
-    if (!shared_in_place) {
-      s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
-    }
+    s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
   }
 
   // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
@@ -535,14 +531,15 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   std::vector<int32_t> table(static_cast<size_t>(s.num_blocks));
   for (int64_t j = 0; j < s.num_blocks; ++j)
     table[static_cast<size_t>(j)] = static_cast<int32_t>(j);
-  int32_t seqlens_k = static_cast<int32_t>(s.total - (TestFaultLastKey() && s.total > 1 ? 2 : 1));
+  int32_t seqlens_k =
+      static_cast<int32_t>(s.total - (TestFault() == "last-key" && s.total > 1 ? 2 : 1));
   int32_t total = static_cast<int32_t>(s.total);
   static char no_rows[64];
 
   for (int64_t b = 0; b < s.streams; ++b) {
     for (int64_t r0 = 0; r0 < s.rows; r0 += s.rows_per_call) {
       const int64_t rows = std::min(s.rows_per_call, s.rows - r0);
-      CallTensors t(s, rows, &vs);
+      CallTensors t(vs, rows);
       // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in the cache's type.
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t h = 0; h < s.num_heads; ++h) {
@@ -571,8 +568,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       if (mask != nullptr) {
         const char* base = static_cast<const char*>(mask->data) + (b % mask->ne[3]) * mask->nb[3];
         const bool in_place =
-            s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT && s.dtype.bits == 16 && s.max_bias == 0.0f &&
-            mask->ne[0] == s.total && Misalignment(mask) == 0 &&
+            mask_is_bias &&
             (s.bias_heads == 1 || (mask->ne[2] == s.num_heads && mask->ne[1] == rows && r0 == 0));
         if (in_place) {
           t.bias.data = const_cast<char*>(base + r0 * mask->nb[1]);
@@ -623,6 +619,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst), std::memory_order_relaxed);
     }
   }
+  if (TestFault() == "output") static_cast<float*>(node->data)[0] += 1.0f;
   return {};
 }
 

@@ -51,9 +51,9 @@ class FlashAttnServer {
   // The runtime for a team size (its ops keyed by attributes), created on first use.
   Runtime* RuntimeFor(int n_threads, std::string* error);
 
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<int, std::unique_ptr<Runtime>> runtimes_;
-  uint64_t nodes_computed_ = 0;
+  std::atomic<uint64_t> nodes_computed_{0};
   std::atomic<uint64_t> causal_calls_{0};
   std::atomic<uint64_t> ggml_rows_{0};
 };

@@ -62,16 +62,6 @@ void NoteDecline(const std::string& reason) {
   }
 }
 
-// A test-only fault (ATTNRT_GGML_TEST_FAULT=output, read once): adds 1 to the first element of
-// every node's output, so that a comparison with ggml's own CPU backend must fail.
-bool TestFaultOutput() {
-  static const bool on = [] {
-    const char* v = std::getenv("ATTNRT_GGML_TEST_FAULT");
-    return v != nullptr && std::strcmp(v, "output") == 0;
-  }();
-  return on;
-}
-
 // With ATTNRT_GGML_DEBUG set, the number of nodes attnrt computed (and of rows computed again by
 // ggml's per-row algorithm, ggml_rows.h), when the process exits.
 void ReportAtExit() {
@@ -118,7 +108,6 @@ ggml_status GraphCompute(ggml_backend_t backend, ggml_cgraph* graph) {
         } catch (...) {
           error = "unknown exception";
         }
-        if (error.empty() && TestFaultOutput()) static_cast<float*>(node->data)[0] += 1.0f;
         if (!error.empty()) {
           std::fprintf(stderr, "attnrt-ggml: FLASH_ATTN_EXT node '%s' failed: %s\n", node->name,
                        error.c_str());

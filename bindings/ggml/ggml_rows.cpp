@@ -38,12 +38,6 @@ float RoundToCache(ggml_type type, float x) {
   return x;
 }
 
-float OpParam(const ggml_tensor* node, int index) {
-  float v;
-  std::memcpy(&v, reinterpret_cast<const char*>(node->op_params) + index * sizeof(float), sizeof v);
-  return v;
-}
-
 }  // namespace
 
 // Row i of head h of stream b, as ggml computes it, into out (head_size floats).
