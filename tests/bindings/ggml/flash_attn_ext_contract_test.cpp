@@ -336,10 +336,7 @@ TEST(GgmlFlashAttnExtContract, AlibiOverManyHeads) {
       s.rows = 6;
       s.max_bias = 8.0f;
       s.mask_heads = mask_heads;
-      s.mask_fn = [&s](int64_t j, int64_t i, int64_t, int64_t) {
-        const int64_t pos = s.total - s.rows + i;
-        return j <= pos ? -static_cast<float>(pos - j) : -kInf;
-      };
+      s.mask_fn = fa_harness::Distance(s.rows, s.total, 1.0f);
       Check(s, Seed() + static_cast<uint64_t>(index++),
             std::string("ALiBi ") + ggml_type_name(type) + " mask heads " +
                 std::to_string(mask_heads));
@@ -467,10 +464,7 @@ TEST(GgmlFlashAttnExtContract, ConvertedMasksOfManyRowsAndKeys) {
       s.total = 8192;
       s.rows = 80;
       s.max_bias = max_bias;
-      s.mask_fn = [&s](int64_t j, int64_t i, int64_t, int64_t) {
-        const int64_t pos = s.total - s.rows + i;
-        return j <= pos ? -static_cast<float>(pos - j) / 64.0f : -kInf;
-      };
+      s.mask_fn = fa_harness::Distance(s.rows, s.total, 64.0f);
       Check(s, Seed() + static_cast<uint64_t>(index++),
             std::string("n_q 80, n_kv 8192, ") + ggml_type_name(type) + " max_bias " +
                 std::to_string(max_bias));

@@ -174,6 +174,16 @@ inline std::function<float(int64_t, int64_t, int64_t, int64_t)> Causal(int64_t r
       [=](int64_t j, int64_t i, int64_t, int64_t) { return j <= total - rows + i ? 0.0f : -kInf; };
 }
 
+// llama.cpp's ALiBi mask: -(distance) / per_key up to the diagonal (past = n_kv - n_q), -inf after.
+inline std::function<float(int64_t, int64_t, int64_t, int64_t)> Distance(int64_t rows,
+                                                                         int64_t total,
+                                                                         float per_key) {
+  return [=](int64_t j, int64_t i, int64_t, int64_t) {
+    const int64_t pos = total - rows + i;
+    return j <= pos ? -static_cast<float>(pos - j) / per_key : -kInf;
+  };
+}
+
 // Finite values with -inf holes that differ by row, head and stream (no causal structure).
 inline float Scattered(int64_t j, int64_t i, int64_t h, int64_t b) {
   const uint64_t x = static_cast<uint64_t>((j * 131 + i * 71 + h * 29 + b * 17) % 97);
