@@ -3,9 +3,9 @@
 
 Prints how many cases attnrt computed and passed and how many it declined, grouped by why (the K/V
 types, different K and V head sizes), and fails (exit 1) when a case failed, when no case was
-computed, or when attnrt declined a case it serves: K and V of one type among f32, f16 and bf16
-with one head size, a multiple of 8 (ALiBi, softcap, sinks, GQA ratios, strides and lengths
-included).
+computed, or when attnrt declined a case it serves: K and V of one type among f32, f16, bf16
+(head size a multiple of 8) and q8_0, q4_0 (head size a multiple of 32), one head size for both
+(ALiBi, softcap, sinks, GQA ratios, strides and lengths included).
 Usage: ggml_suite_summary.py LOG
 """
 
@@ -14,7 +14,7 @@ import re
 import sys
 
 CASE = re.compile(r"^\s*FLASH_ATTN_EXT\((?P<params>.*)\): (?P<result>.*)$")
-SERVED_TYPES = {"f32", "f16", "bf16"}
+SERVED_TYPES = {"f32": 8, "f16": 8, "bf16": 8, "q8_0": 32, "q4_0": 32}  # head size multiple
 
 
 def params_of(text):
@@ -44,8 +44,8 @@ def main():
                     declined[f"{kt} K/V (ggml block quantization)"] += 1
                 elif hsk != hsv:
                     declined["K and V head sizes differ"] += 1
-                elif hsk % 8:
-                    declined["head size not a multiple of 8"] += 1
+                elif hsk % SERVED_TYPES[kt]:
+                    declined[f"head size not a multiple of {SERVED_TYPES[kt]}"] += 1
                 else:
                     should_serve.append(m.group("params"))
             else:

@@ -73,6 +73,13 @@ echo "test-ggml: negative control: test-backend-ops fails a wrong output element
 #    c. The negative control: every row missing its last key (ATTNRT_GGML_TEST_FAULT=last-key) must
 #       exceed 100 times attnrt's divergence.
 #    d. a. again with two sequences in every batch (-b 512: two cache streams per node).
+#    e. Q8_0 and Q4_0 caches (attnrt's PER_BLOCK_32, dequantized in its kernels): ggml's CPU backend
+#       quantizes the query to Q8_0 for them and attnrt keeps it float32, so the two differ by that
+#       rounding. Stated tolerance: attnrt's divergence from the CPU backend's logits with the same
+#       cache type is at most the divergence the cache's quantization itself causes (the CPU
+#       backend's Q8_0/Q4_0 logits against its float16 ones), attnrt is no farther from the float16
+#       logits than the CPU backend is (within 25 %), and the negative control exceeds 4 times
+#       attnrt's divergence.
 cache="${ATTNRT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnrt}"
 venv="$cache/gguf-venv"
 if ! "$venv/bin/python" -c "import numpy, yaml" 2>/dev/null; then
@@ -196,5 +203,52 @@ if [ "${computed:-0}" -eq 0 ] || ! within_spread "$attnrt" "$spread"; then
   echo "test-ggml: FAILED: two sequences per batch (logs in $work)" >&2
   exit 1
 fi
+
+# e. Q8_0 and Q4_0 caches.
+versus_f16() { # LOG KV [env...]: logits with a KV cache against the CPU backend's float16 ones
+  local log="$1" kv="$2"
+  shift 2
+  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b 256 -ub 128 -t 2 \
+    -fa on -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-f16-256.kld" --kl-divergence \
+    >"$log" 2>&1 </dev/null
+}
+for kv in q8_0 q4_0; do
+  save_base "$kv" 256
+  perplexity "$work/ppl-attnrt-$kv.log" "$kv" on 256 "${on_attnrt[@]}"
+  perplexity "$work/ppl-fault-$kv.log" "$kv" on 256 GGML_BACKEND_PATH="$backend" \
+    ATTNRT_GGML_TEST_FAULT=last-key
+  versus_f16 "$work/ppl-cpu-$kv-vs-f16.log" "$kv" "${on_cpu[@]}"
+  versus_f16 "$work/ppl-attnrt-$kv-vs-f16.log" "$kv" "${on_attnrt[@]}"
+  attnrt="$(mean_kld "$work/ppl-attnrt-$kv.log")"
+  fault="$(mean_kld "$work/ppl-fault-$kv.log")"
+  quantization="$(mean_kld "$work/ppl-cpu-$kv-vs-f16.log")"
+  attnrt_f16="$(mean_kld "$work/ppl-attnrt-$kv-vs-f16.log")"
+  computed="$(nodes "$work/ppl-attnrt-$kv.log")"
+  echo "test-ggml: $kv KV: KL divergence from the CPU backend's $kv logits: attnrt $attnrt (same" \
+    "top token $(same_top "$work/ppl-attnrt-$kv.log") %), the negative control $fault; from the" \
+    "CPU backend's f16 logits: the CPU backend's $kv $quantization, attnrt's $attnrt_f16; attnrt" \
+    "computed ${computed:-0} attention nodes"
+  if ! python3 - "$attnrt" "$fault" "$quantization" "$attnrt_f16" "${computed:-0}" "$layers" <<'PY'; then
+import sys
+a, fault, quantization, a_f16 = (float(x) for x in sys.argv[1:5])
+computed, layers = int(sys.argv[5]), int(sys.argv[6])
+errors = []
+if computed < layers * 10:
+    errors.append(f"attnrt computed {computed} attention nodes")
+if a > quantization:
+    errors.append(f"attnrt's divergence {a} exceeds the quantization's own {quantization}")
+if a_f16 > 1.25 * quantization:
+    errors.append(f"attnrt is farther from the f16 logits ({a_f16}) than the CPU backend "
+                  f"({quantization})")
+if fault < 4 * a:
+    errors.append(f"the negative control's divergence {fault} is not 4 x attnrt's {a}")
+for e in errors:
+    print(f"test-ggml: FAILED: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    echo "test-ggml: FAILED ($kv KV; logs in $work)" >&2
+    exit 1
+  fi
+done
 
 echo "test-ggml: OK in $(($(date +%s) - start)) s"

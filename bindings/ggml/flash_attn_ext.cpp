@@ -10,7 +10,9 @@
 // attnrt's paged GroupQueryAttention computes exactly that with causal = 0, the mask as
 // attention_bias (B|1, N|1, S, T) and the sinks as head_sink, over the K/V views taken in place as
 // block pools. Its query, bias, sink and output are of the cache's type, so q (and the output) are
-// converted once per call; ggml's CPU backend converts q to the cache's type too.
+// converted once per call; ggml's CPU backend converts q to the cache's type too. Q8_0/Q4_0 K/V are
+// attnrt's PER_BLOCK_32 caches, dequantized in the kernels as they read them, under a float32
+// query (ggml's CPU backend quantizes q to Q8_0 for them instead).
 #include "flash_attn_ext.h"
 
 #include <omp.h>
@@ -56,16 +58,35 @@ std::string AttnrtError(attnrt_status status) {
   return std::string(attnrt_status_name(status)) + ": " + attnrt_last_error_message();
 }
 
-bool CacheDtype(ggml_type type, attnrt_dtype* out) {
+// attnrt's types for a K/V type: a float cache is read as its own type and q, the bias, the sinks
+// and the output take it too (as ggml's CPU backend rounds q to it); ggml's Q8_0/Q4_0 blocks are
+// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query.
+struct CacheTypes {
+  attnrt_dtype dtype;        // T
+  attnrt_dtype cache_dtype;  // T_CACHE
+  int32_t kv_bits;           // 0: not quantized; 8: Q8_0; 4: Q4_0
+};
+
+bool CacheTypesOf(ggml_type type, CacheTypes* out) {
+  constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+  constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
   switch (type) {
     case GGML_TYPE_F32:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+      *out = {kF32, kF32, 0};
       return true;
     case GGML_TYPE_F16:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      out->kv_bits = 0;
       return true;
     case GGML_TYPE_BF16:
-      *out = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      out->kv_bits = 0;
+      return true;
+    case GGML_TYPE_Q8_0:
+      *out = {kF32, kU8, 8};
+      return true;
+    case GGML_TYPE_Q4_0:
+      *out = {kF32, kU8, 4};
       return true;
     default:
       return false;
@@ -82,14 +103,17 @@ int64_t BlockSizeFor(int64_t t) {
 
 // One FLASH_ATTN_EXT node as attnrt's paged GroupQueryAttention takes it: shapes only.
 struct NodeShape {
-  int64_t head_size = 0;      // D
-  int64_t rows = 0;           // S: query rows per stream
-  int64_t num_heads = 0;      // H
-  int64_t streams = 0;        // B: ggml's dimension 3, one attnrt call (or more) each
-  int64_t total = 0;          // T: keys per stream
-  int64_t kv_num_heads = 0;   // Hkv
-  int64_t rows_per_call = 0;  // min(S, T): attnrt takes at most T query rows per sequence
-  attnrt_dtype dtype{};       // the cache's type: of query, bias, sinks and output too
+  int64_t head_size = 0;       // D
+  int64_t rows = 0;            // S: query rows per stream
+  int64_t num_heads = 0;       // H
+  int64_t streams = 0;         // B: ggml's dimension 3, one attnrt call (or more) each
+  int64_t total = 0;           // T: keys per stream
+  int64_t kv_num_heads = 0;    // Hkv
+  int64_t rows_per_call = 0;   // min(S, T): attnrt takes at most T query rows per sequence
+  attnrt_dtype dtype{};        // T: of query, bias, sinks and output (CacheTypes)
+  attnrt_dtype cache_dtype{};  // of the pools
+  int32_t kv_bits = 0;         // PER_BLOCK_32's kv_cache_bit_width (Q8_0 8, Q4_0 4); 0 otherwise
+  int64_t row_width = 0;       // a K/V row in pool elements: head_size, or its blocks' bytes
   int64_t block_size = 0;
   int64_t num_blocks = 0;
   int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
@@ -108,25 +132,26 @@ struct NodeShape {
 // boundary, as attnrt requires (ggml lets a view start at any byte).
 bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t* out,
                  std::string* reason) {
-  const size_t es = ggml_type_size(t->type);
+  // Block-quantized rows are uint8 pools (strides in bytes, any start).
+  const size_t es = s.kv_bits != 0 ? 1 : ggml_type_size(t->type);
   if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
     *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
               std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
               ggml_type_name(t->type) + " elements";
     return false;
   }
-  if (const size_t off = Misalignment(t); off != 0) {
+  if (const size_t off = s.kv_bits != 0 ? 0 : Misalignment(t); off != 0) {
     *reason = std::string(who) + ": starts " + std::to_string(off) + " bytes past a " +
               ggml_type_name(t->type) + " element boundary";
     return false;
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
   const int64_t head = static_cast<int64_t>(t->nb[2] / es);
-  if (!DistinctElements(token, s.total, head, s.kv_num_heads, s.head_size)) {
+  if (!DistinctElements(token, s.total, head, s.kv_num_heads, s.row_width)) {
     *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
               std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
               " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
-              std::to_string(s.head_size) + " in one place";
+              std::to_string(s.row_width) + " in one place";
     return false;
   }
   out[0] = s.block_size * token;
@@ -155,11 +180,15 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
     *reason = std::string("q is ") + ggml_type_name(q->type) + ", not f32";
     return false;
   }
-  if (!CacheDtype(k->type, &s->dtype)) {
-    *reason =
-        std::string("K type ") + ggml_type_name(k->type) + " is not served (f32, f16 and bf16 are)";
+  CacheTypes types{};
+  if (!CacheTypesOf(k->type, &types)) {
+    *reason = std::string("K type ") + ggml_type_name(k->type) +
+              " is not served (f32, f16, bf16, q8_0 and q4_0 are)";
     return false;
   }
+  s->dtype = types.dtype;
+  s->cache_dtype = types.cache_dtype;
+  s->kv_bits = types.kv_bits;
   if (v->type != k->type) {
     *reason = std::string("K is ") + ggml_type_name(k->type) + " and V is " +
               ggml_type_name(v->type) + " (one cache type for both is served)";
@@ -175,6 +204,8 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->streams = q->ne[3];
   s->total = k->ne[1];
   s->kv_num_heads = k->ne[2];
+  s->row_width =
+      s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(k->type, s->head_size)) : s->head_size;
   if (k->ne[0] != s->head_size || v->ne[0] != s->head_size) {
     *reason = "K head size " + std::to_string(k->ne[0]) + " and V head size " +
               std::to_string(v->ne[0]) + " differ from q's " + std::to_string(s->head_size) +
@@ -241,15 +272,16 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->pool_shape[0] = s->num_blocks;
   s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
   s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
-  s->pool_shape[3] = s->head_size;
+  s->pool_shape[3] = s->row_width;
   return PoolStrides(k, "K", *s, s->k_strides, reason) &&
          PoolStrides(v, "V", *s, s->v_strides, reason);
 }
 
-using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool>;
+using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool, int32_t>;
 
 OpKey KeyOf(const NodeShape& s, bool causal) {
-  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout, s.scale, s.softcap, causal};
+  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout,
+          s.scale,     s.softcap,      causal,       s.kv_bits};
 }
 
 // Whether rows [r0, r0 + rows) of the mask hide every key after the causal diagonal attnrt aligns
@@ -313,8 +345,8 @@ struct CallTensors {
     make(&query, 3, query_shape, s.dtype);
     make(&key, 3, kv_new_shape, s.dtype);
     make(&value, 3, kv_new_shape, s.dtype);
-    make(&key_cache, 4, s.pool_shape, s.dtype, s.k_strides);
-    make(&value_cache, 4, s.pool_shape, s.dtype, s.v_strides);
+    make(&key_cache, 4, s.pool_shape, s.cache_dtype, s.k_strides);
+    make(&value_cache, 4, s.pool_shape, s.cache_dtype, s.v_strides);
     make(&seqlens_k, 1, one, i32);
     make(&total, 1, one, i32);
     make(&bias, 4, bias_shape, s.dtype);
@@ -386,6 +418,11 @@ struct FlashAttnServer::Runtime {
     a.gqa.causal = causal ? 1 : 0;
     a.gqa.scale = s.scale;
     a.gqa.softcap = s.softcap;
+    if (s.kv_bits != 0) {
+      a.gqa.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+      a.gqa.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+      a.gqa.kv_cache_bit_width = s.kv_bits;
+    }
     a.block_size = static_cast<int32_t>(s.block_size);
     a.kv_layout = s.kv_layout;
     attnrt_op* op = nullptr;
@@ -498,24 +535,26 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   std::vector<char>& v_copy = scratch.v_copy;
   v_copy.clear();
   NodeShape vs = s;
+  const size_t cache_es = s.cache_dtype.bits / 8;
   if (Overlap(k, v)) {
-    const int64_t slab = s.total * s.kv_num_heads * s.head_size;
-    v_copy.resize(static_cast<size_t>(slab * s.streams) * es);
+    const int64_t slab = s.total * s.kv_num_heads * s.row_width;
+    v_copy.resize(static_cast<size_t>(slab * s.streams) * cache_es);
     for (int64_t b = 0; b < s.streams; ++b) {
       for (int64_t t = 0; t < s.total; ++t) {
         for (int64_t h = 0; h < s.kv_num_heads; ++h) {
           std::memcpy(
               v_copy.data() +
-                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.head_size) * es,
+                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.row_width) *
+                      cache_es,
               static_cast<const char*>(v->data) + b * v->nb[3] + t * v->nb[1] + h * v->nb[2],
-              static_cast<size_t>(s.head_size) * es);
+              static_cast<size_t>(s.row_width) * cache_es);
         }
       }
     }
-    const int64_t token = s.kv_num_heads * s.head_size;
+    const int64_t token = s.kv_num_heads * s.row_width;
     vs.v_strides[0] = s.block_size * token;
-    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.head_size;
-    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.head_size : token;
+    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.row_width;
+    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.row_width : token;
   }
 
   std::vector<char>& query = scratch.query;
@@ -540,7 +579,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
     for (int64_t r0 = 0; r0 < s.rows; r0 += s.rows_per_call) {
       const int64_t rows = std::min(s.rows_per_call, s.rows - r0);
       CallTensors t(vs, rows);
-      // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in the cache's type.
+      // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in T.
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t h = 0; h < s.num_heads; ++h) {
           const float* src =
@@ -559,8 +598,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
           v_copy.empty()
               ? static_cast<void*>(static_cast<char*>(v->data) + b * v->nb[3])
               : static_cast<void*>(v_copy.data() +
-                                   static_cast<size_t>(b * s.total * s.kv_num_heads * s.head_size) *
-                                       es);
+                                   static_cast<size_t>(b * s.total * s.kv_num_heads * s.row_width) *
+                                       cache_es);
       t.seqlens_k.data = &seqlens_k;
       t.total.data = &total;
       t.block_table.data = table.data();

@@ -31,11 +31,30 @@ float Element(ggml_type type, const char* p) {
   }
 }
 
-// q as ggml's CPU backend takes it: rounded to the cache's type.
-float RoundToCache(ggml_type type, float x) {
-  if (type == GGML_TYPE_F16) return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x));
-  if (type == GGML_TYPE_BF16) return ggml_bf16_to_fp32(ggml_fp32_to_bf16(x));
-  return x;
+// q as ggml's CPU backend takes it: rounded to the cache's type, or for a block-quantized K to its
+// vec_dot_type, Q8_0 (quantized and dequantized again with ggml's own functions).
+void RoundToCache(ggml_type type, float* q, int64_t n) {
+  if (ggml_is_quantized(type)) {
+    const ggml_type_traits* q8 = ggml_get_type_traits(GGML_TYPE_Q8_0);
+    std::vector<char> blocks(ggml_row_size(GGML_TYPE_Q8_0, n));
+    q8->from_float_ref(q, blocks.data(), n);
+    q8->to_float(blocks.data(), q, n);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    if (type == GGML_TYPE_F16) q[d] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(q[d]));
+    if (type == GGML_TYPE_BF16) q[d] = ggml_bf16_to_fp32(ggml_fp32_to_bf16(q[d]));
+  }
+}
+
+// The n elements of a K or V row (elements nb0 bytes apart; a block-quantized row is contiguous)
+// as float32, dequantized by ggml's own to_float for block types.
+void RowAsFloat(ggml_type type, const char* p, size_t nb0, int64_t n, float* out) {
+  if (ggml_is_quantized(type)) {
+    ggml_get_type_traits(type)->to_float(p, out, n);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) out[d] = Element(type, p + d * nb0);
 }
 
 }  // namespace
@@ -57,13 +76,14 @@ static void ComputeRowAsGgml(const ggml_tensor* node, int64_t b, int64_t i, int6
   const int64_t kh = h / (q->ne[2] / k->ne[2]);
   const int64_t vh = h / (q->ne[2] / v->ne[2]);
 
-  scratch->resize(static_cast<size_t>(d_k + d_v));
+  scratch->resize(static_cast<size_t>(2 * d_k + 2 * d_v));
   float* qr = scratch->data();
   float* acc = qr + d_k;
+  float* kr = acc + d_v;  // the K row and the V row of a key as float32
+  float* vr = kr + d_k;
   const char* qrow = static_cast<const char*>(q->data) + i * q->nb[1] + h * q->nb[2] + b * q->nb[3];
-  for (int64_t d = 0; d < d_k; ++d) {
-    qr[d] = RoundToCache(k->type, Element(GGML_TYPE_F32, qrow + d * q->nb[0]));
-  }
+  for (int64_t d = 0; d < d_k; ++d) qr[d] = Element(GGML_TYPE_F32, qrow + d * q->nb[0]);
+  RoundToCache(k->type, qr, d_k);
   for (int64_t d = 0; d < d_v; ++d) acc[d] = 0.0f;
   const char* mrow = mask == nullptr
                          ? nullptr
@@ -81,7 +101,8 @@ static void ComputeRowAsGgml(const ggml_tensor* node, int64_t b, int64_t i, int6
       vs = std::exp(score - m);
     }
     if (vrow != nullptr) {
-      for (int64_t d = 0; d < d_v; ++d) acc[d] += Element(v->type, vrow + d * v->nb[0]) * vs;
+      RowAsFloat(v->type, vrow, v->nb[0], d_v, vr);
+      for (int64_t d = 0; d < d_v; ++d) acc[d] += vr[d] * vs;
     }
     sum = sum * ms + vs;
   };
@@ -91,8 +112,9 @@ static void ComputeRowAsGgml(const ggml_tensor* node, int64_t b, int64_t i, int6
     if (mv == -std::numeric_limits<float>::infinity()) continue;  // never read
     const char* krow =
         static_cast<const char*>(k->data) + j * k->nb[1] + kh * k->nb[2] + b * k->nb[3];
+    RowAsFloat(k->type, krow, k->nb[0], d_k, kr);
     double dot = 0.0;
-    for (int64_t d = 0; d < d_k; ++d) dot += double{qr[d]} * Element(k->type, krow + d * k->nb[0]);
+    for (int64_t d = 0; d < d_k; ++d) dot += double{qr[d]} * kr[d];
     float score = static_cast<float>(dot) * scale;
     if (softcap != 0.0f) score = softcap * std::tanh(score);
     add(score + mv,

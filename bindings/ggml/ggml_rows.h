@@ -19,9 +19,9 @@
 
 namespace attnrt_ggml {
 
-// Rows [r0, r0 + rows) of stream b of `node` (a FLASH_ATTN_EXT node with f32, f16 or bf16 K and
-// V) as attnrt left them at dst (f32 [D, H, rows]): each row with a non-finite element, or all
-// zeros under a -inf sink (a row that sees no key is NaN in ggml), is computed again as ggml
+// Rows [r0, r0 + rows) of stream b of `node` (a FLASH_ATTN_EXT node with f32, f16, bf16, Q8_0 or
+// Q4_0 K and V) as attnrt left them at dst (f32 [D, H, rows]): each row with a non-finite element,
+// or all zeros under a -inf sink (a row that sees no key is NaN in ggml), is computed again as ggml
 // computes it. Returns how many rows were.
 uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t rows, char* dst);
 

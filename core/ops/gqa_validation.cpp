@@ -58,12 +58,29 @@ const char* QuantName(int32_t quant_type) {
       return "PER_TENSOR";
     case ATTNRT_GQA_QUANT_PER_CHANNEL:
       return "PER_CHANNEL";
+    case ATTNRT_GQA_QUANT_PER_BLOCK_32:
+      return "PER_BLOCK_32";
     default:
       return "invalid";
   }
 }
 
 bool Quantized(const attnrt_gqa_attributes& a) { return a.k_quant_type != ATTNRT_GQA_QUANT_NONE; }
+
+bool BlockQuantized(const attnrt_gqa_attributes& a) {
+  return a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32;
+}
+
+bool ScaleInputsUsed(const attnrt_gqa_attributes& a) { return Quantized(a) && !BlockQuantized(a); }
+
+int64_t CacheRowWidth(const attnrt_gqa_attributes& a, int64_t head_size) {
+  if (BlockQuantized(a)) {
+    const int64_t block_bytes = a.kv_cache_bit_width == 4 ? ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES
+                                                          : ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    return head_size / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * block_bytes;
+  }
+  return Quantized(a) && a.kv_cache_bit_width == 4 ? head_size / 2 : head_size;
+}
 
 // Attribute values (item 1, the attribute parts of items 2, 4 and 5, and the qk_output
 // range of item 17, which needs no tensors and is rejected here rather than at run).
@@ -103,9 +120,10 @@ Status CheckAttributeValues(const attnrt_gqa_attributes& a) {
   }
   for (const auto& [name, value] :
        {std::pair{"k_quant_type", a.k_quant_type}, std::pair{"v_quant_type", a.v_quant_type}}) {
-    if (value < ATTNRT_GQA_QUANT_NONE || value > ATTNRT_GQA_QUANT_PER_CHANNEL) {
+    if (value < ATTNRT_GQA_QUANT_NONE || value > ATTNRT_GQA_QUANT_PER_BLOCK_32) {
       return InvalidArgument(StrCat("Invalid KV quantization type: ", name,
-                                    " must be 0 (NONE), 1 (PER_TENSOR) or 2 (PER_CHANNEL), got ",
+                                    " must be 0 (NONE), 1 (PER_TENSOR), 2 (PER_CHANNEL) or 3 "
+                                    "(PER_BLOCK_32), got ",
                                     value));
     }
   }

@@ -10,7 +10,8 @@
 //      local_window_size -1; sliding_window_cache 1 only with local_window_size > 0; valid
 //      quantization types.
 //   2. quantization: k_quant_type == v_quant_type and kv_cache_bit_width 4 or 8 when quantized
-//      (v_quant_type alone is ignored), else bit width 0; k_scale and v_scale present (float32).
+//      (v_quant_type alone is ignored), else bit width 0; k_scale and v_scale present (float32),
+//      or absent for PER_BLOCK_32 (whose head_size must be a multiple of 32).
 //   3. q_norm_weight / k_norm_weight are not supported.
 //   4. num_heads is a multiple of kv_num_heads.
 //   5. kv_cache_bit_width in {0, 4, 8}.
@@ -70,11 +71,22 @@ struct Tensors {
 Status GatherTensors(const attnrt_tensor* const* inputs, size_t num_inputs,
                      const attnrt_tensor* const* outputs, size_t num_outputs, Tensors* t);
 
-// "NONE", "PER_TENSOR", "PER_CHANNEL" or "invalid".
+// "NONE", "PER_TENSOR", "PER_CHANNEL", "PER_BLOCK_32" or "invalid".
 const char* QuantName(int32_t quant_type);
 
 // Whether k_quant_type enables a quantized KV cache.
 bool Quantized(const attnrt_gqa_attributes& a);
+
+// Whether the cache holds ggml's Q8_0/Q4_0 blocks (ATTNRT_GQA_QUANT_PER_BLOCK_32, ABI 1.7): the
+// scales are in the cache, k_scale/v_scale must be absent and head_size a multiple of 32.
+bool BlockQuantized(const attnrt_gqa_attributes& a);
+
+// Whether the cache's scales come from k_scale/v_scale (PER_TENSOR, PER_CHANNEL).
+bool ScaleInputsUsed(const attnrt_gqa_attributes& a);
+
+// The last dimension of a cache row of head_size elements: head_size (float, int8, fp8), head_size
+// / 2 bytes (int4), head_size / 32 blocks of 34 (Q8_0) or 18 (Q4_0) bytes.
+int64_t CacheRowWidth(const attnrt_gqa_attributes& a, int64_t head_size);
 
 // Attribute values (item 1, the attribute parts of items 2, 4 and 5, and the qk_output range of
 // item 17).

@@ -17,7 +17,7 @@ namespace {
 // The tensors the plan saw must still be there (and no others that change the problem): the
 // runtime compares shapes and dtypes, this only guards against reading through a NULL descriptor.
 Status CheckPresenceMatchesPlan(const Tensors& t, const attnrt_gqa_problem& p) {
-  const bool quantized = Quantized(p.attributes);
+  const bool quantized = ScaleInputsUsed(p.attributes);
   const bool expect_in[ATTNRT_GQA_NUM_INPUTS] = {true,
                                                  !p.packed_qkv,
                                                  !p.packed_qkv,
@@ -37,7 +37,8 @@ Status CheckPresenceMatchesPlan(const Tensors& t, const attnrt_gqa_problem& p) {
   const bool expect_out[ATTNRT_GQA_NUM_OUTPUTS] = {true, p.has_present, p.has_present,
                                                    p.has_output_qk};
   for (int i = 0; i < ATTNRT_GQA_NUM_INPUTS; ++i) {
-    // k_scale/v_scale may be given without quantization (ignored, as at plan).
+    // k_scale/v_scale may be given without quantization (ignored, as at plan); a PER_BLOCK_32
+    // cache rejected them at plan.
     if (!quantized && (i == ATTNRT_GQA_INPUT_K_SCALE || i == ATTNRT_GQA_INPUT_V_SCALE)) continue;
     if (expect_in[i] != (t.in[i] != nullptr)) {
       return PlanMismatch(StrCat("Input '", kInputNames[i], "' was ",
@@ -326,7 +327,7 @@ Status ValidateRunImpl(const attnrt_gqa_problem& p, const attnrt_tensor* const* 
   args.position_ids = static_cast<const int64_t*>(in_ptr[ATTNRT_GQA_INPUT_POSITION_IDS]);
   args.attention_bias = in_ptr[ATTNRT_GQA_INPUT_ATTENTION_BIAS];
   args.head_sink = in_ptr[ATTNRT_GQA_INPUT_HEAD_SINK];
-  if (Quantized(a)) {
+  if (ScaleInputsUsed(a)) {
     args.k_scale = static_cast<const float*>(in_ptr[ATTNRT_GQA_INPUT_K_SCALE]);
     args.v_scale = static_cast<const float*>(in_ptr[ATTNRT_GQA_INPUT_V_SCALE]);
   }

@@ -76,7 +76,17 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   const int64_t Nkv = a.kv_num_heads;
 
   // Item 2: scales of a quantized cache (their float32 dtype was checked with the other dtypes).
-  if (quantized) {
+  if (BlockQuantized(a)) {
+    for (const auto& [name, scale] :
+         {std::pair{"k_scale", k_scale}, std::pair{"v_scale", v_scale}}) {
+      if (scale != nullptr) {
+        return InvalidArgument(
+            StrCat(name,
+                   " must be absent for a PER_BLOCK_32 KV cache (each 32-element "
+                   "block holds its own float16 scale), got present"));
+      }
+    }
+  } else if (quantized) {
     if (k_scale == nullptr) {
       return InvalidArgument(
           StrCat("k_scale must be provided for quantized KV cache (k_quant_type=",
@@ -116,6 +126,11 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
         StrCat("head_size must be a multiple of 8, got ", H, " (query dimension 2 = ", D, ", ",
                packed ? "num_heads + 2 * kv_num_heads" : "num_heads", " = ", heads_in_query, ")"));
   }
+  if (BlockQuantized(a) && H % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
+    return InvalidArgument(
+        StrCat("head_size must be a multiple of 32 for a PER_BLOCK_32 KV cache (",
+               a.kv_cache_bit_width == 4 ? "Q4_0" : "Q8_0", " blocks of 32 elements), got ", H));
+  }
   if (packed && value != nullptr) {
     return InvalidArgument(
         "Input 'key' and 'value' shall be both present, or both absent in the case of packed qkv, "
@@ -147,9 +162,9 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
         CheckInputDim(*value, ATTNRT_GQA_INPUT_VALUE, 2, Nkv * H, "kv_num_heads * head_size"));
   }
 
-  // Item 7: past key/value. Hc is the last dimension of a cache row: H elements, or H/2 bytes for
-  // int4 packed in uint8 (H is a multiple of 8).
-  const int64_t Hc = quantized && a.kv_cache_bit_width == 4 ? H / 2 : H;
+  // Item 7: past key/value. Hc is the last dimension of a cache row: H elements, H/2 bytes for
+  // int4 packed in uint8 (H is a multiple of 8), or the bytes of H/32 Q8_0/Q4_0 blocks.
+  const int64_t Hc = CacheRowWidth(a, H);
   if ((past_key == nullptr) != (past_value == nullptr)) {
     return InvalidArgument(
         StrCat("Input 'past_key' and 'past_value' shall be both present or both absent, got "
@@ -372,7 +387,7 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   // Item 15: scale element counts (any shape with that count is accepted, e.g. (1, Nkv, 1, H)).
   int64_t k_scale_count = 0;
   int64_t v_scale_count = 0;
-  if (quantized) {
+  if (ScaleInputsUsed(a)) {
     const int64_t expected = a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? Nkv * H : 1;
     k_scale_count = NumElements(*k_scale);
     v_scale_count = NumElements(*v_scale);

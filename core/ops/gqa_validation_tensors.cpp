@@ -17,6 +17,12 @@ Status CheckCacheDtype(const attnrt_tensor& t, const char* name, const attnrt_gq
   if (!Quantized(a)) {
     return CheckDtype(t, name, query_dtype, "the dtype of query; the KV cache is not quantized");
   }
+  if (BlockQuantized(a)) {
+    return CheckDtype(t, name, kUInt8,
+                      a.kv_cache_bit_width == 4
+                          ? "bytes of Q4_0 blocks for a PER_BLOCK_32 KV cache"
+                          : "bytes of Q8_0 blocks for a PER_BLOCK_32 KV cache");
+  }
   if (a.kv_cache_bit_width == 8) {
     if (DtypeEquals(t.dtype, kInt8) || DtypeEquals(t.dtype, kFloat8E4M3FN)) return Status::Ok();
     return InvalidArgument(

@@ -18,11 +18,10 @@ class PagedGqaProblem final : public Problem {
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.gqa.device_type; }
   AbiNeed abi_need() const override {
-    if (problem_.p_precision != ATTNRT_P_PRECISION_EXACT) {
-      return PPrecisionNeed(problem_.p_precision);
-    }
-    if (compact_pools_) return {};
-    return {2, "a strided key_cache/value_cache"};
+    AbiNeed need = KvQuantNeed(problem_.gqa.attributes);
+    need = NewerNeed(need, PPrecisionNeed(problem_.p_precision));
+    if (!compact_pools_) need = NewerNeed(need, {2, "a strided key_cache/value_cache"});
+    return need;
   }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
@@ -90,6 +89,14 @@ AbiNeed PPrecisionNeed(int32_t p_precision) {
   if (p_precision == ATTNRT_P_PRECISION_EXACT) return {};
   return {paged_gqa_abi14::kPPrecisionMinor, "p_precision INPUT"};
 }
+
+AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {
+  if (attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_BLOCK_32) return {};
+  return {7, attributes.kv_cache_bit_width == 4 ? "a PER_BLOCK_32 (Q4_0) KV cache"
+                                                : "a PER_BLOCK_32 (Q8_0) KV cache"};
+}
+
+AbiNeed NewerNeed(AbiNeed a, AbiNeed b) { return b.minor > a.minor ? b : a; }
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {
   attnrt_paged_gqa_attributes validated{};

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "attnrt/ops/gqa.h"
 #include "core/ops/op_family.h"
 
 namespace attnrt::core {
@@ -15,6 +16,14 @@ namespace attnrt::core {
 // plugin (INPUT: the ABI minor version that added the field).
 std::string PPrecisionText(int32_t p_precision);
 AbiNeed PPrecisionNeed(int32_t p_precision);
+
+// What the KV cache quantization of the three GroupQueryAttention ops needs of a kernel's plugin:
+// PER_BLOCK_32 (ggml's Q8_0/Q4_0 blocks) the ABI minor version that added it, which an older
+// plugin would read as an int4/int8 cache.
+AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes);
+
+// The need of the newer ABI minor version of the two.
+AbiNeed NewerNeed(AbiNeed a, AbiNeed b);
 
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out);

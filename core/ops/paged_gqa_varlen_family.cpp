@@ -26,7 +26,10 @@ class PagedGqaVarlenProblem final : public Problem {
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // That layout has no p_precision: it describes EXACT problems only.
-  AbiNeed abi_need() const override { return PPrecisionNeed(problem_.paged.p_precision); }
+  AbiNeed abi_need() const override {
+    return NewerNeed(KvQuantNeed(problem_.paged.gqa.attributes),
+                     PPrecisionNeed(problem_.paged.p_precision));
+  }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {

@@ -50,11 +50,39 @@ inline float32x4_t Float8E4M3FnToFloat4(uint32x4_t v) {
   return vreinterpretq_f32_u32(bits);
 }
 
+// ggml's Q8_0/Q4_0 blocks (gqa_quant.h): elements [i, i + 8) as q * d, the block's float16 scale
+// d widened with FCVTL. i is a multiple of 8, so the elements lie in one block.
+template <GqaCacheType kType>
+inline F32x8 LoadBlock8(const void* row, int64_t i) {
+  const auto* block = static_cast<const uint8_t*>(row) +
+                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
+                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
+                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
+  uint16_t d_bits;
+  memcpy(&d_bits, block, sizeof d_bits);
+  const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d_bits)));
+  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  F32x8 x;
+  if constexpr (kType == GqaCacheType::kBlockQ8_0) {
+    x = Int16ToFloat(vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(block + 2 + j))));
+  } else {
+    static_assert(kType == GqaCacheType::kBlockQ4_0);
+    // Element j < 16 is the low nibble of byte j, element j + 16 its high nibble.
+    const uint8x8_t bytes = vld1_u8(block + 2 + j % 16);
+    const uint8x8_t nibbles = j >= 16 ? vshr_n_u8(bytes, 4) : vand_u8(bytes, vdup_n_u8(0xF));
+    x = Int16ToFloat(vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(nibbles)), vdupq_n_s16(8)));
+  }
+  return {vmulq_f32(x.lo, d), vmulq_f32(x.hi, d)};
+}
+
 // Elements [i, i + 8) of the cache row at `row` as float32, before the scale: widened for float
-// caches, q for integer ones, the decoded e4m3fn value for fp8. i is a multiple of 8.
+// caches, q for integer ones, the decoded e4m3fn value for fp8, q * d for the block types (their
+// scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline F32x8 LoadCacheRaw8(const void* row, int64_t i) {
-  if constexpr (kType == GqaCacheType::kFloat32) {
+  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+    return LoadBlock8<kType>(row, i);
+  } else if constexpr (kType == GqaCacheType::kFloat32) {
     const float* p = static_cast<const float*>(row) + i;
     return {vld1q_f32(p), vld1q_f32(p + 4)};
   } else if constexpr (kType == GqaCacheType::kFloat16) {

@@ -122,7 +122,7 @@ void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) no
 void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, int64_t l,
                       const float* scale, void* row) noexcept {
   const int64_t h = r.head_size;
-  if (!rotate && scale == nullptr) {  // the cache type is T
+  if (!rotate && scale == nullptr && !IsBlockCache(r.cache_type)) {  // the cache type is T
     std::memcpy(row, src, r.cache_row_bytes);
     return;
   }

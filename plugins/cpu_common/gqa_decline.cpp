@@ -59,6 +59,8 @@ std::string QuantTypeName(int32_t type) {
       return "PER_TENSOR";
     case ATTNRT_GQA_QUANT_PER_CHANNEL:
       return "PER_CHANNEL";
+    case ATTNRT_GQA_QUANT_PER_BLOCK_32:
+      return "PER_BLOCK_32";
     default:
       return std::to_string(type);
   }
@@ -78,7 +80,8 @@ std::string DeviceName(int32_t device_type) {
 // Empty when the naive pipeline computes `p` as the reference does; else the reason it does not.
 // Supported: T float32, float16, bfloat16 with a T cache, or with a quantized cache (k_quant_type
 // == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
-// holding int4 (4-bit); and everything the reference defines on CPU (phases, packing, shared
+// holding int4 (4-bit); or ggml's Q8_0/Q4_0 blocks in uint8 (PER_BLOCK_32, head_size a multiple of
+// 32, no scale inputs); and everything the reference defines on CPU (phases, packing, shared
 // buffers, masks, rotary, softcap, bias, sinks, qk_output, sliding_window_cache=1) with each.
 }  // namespace
 
@@ -105,7 +108,7 @@ std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
            DtypeName(p.cache_dtype) +
            " and kv_cache_bit_width=" + std::to_string(a.kv_cache_bit_width) +
            " is not supported (query float32, float16 or bfloat16; cache int8 or float8_e4m3fn "
-           "for 8 bits, uint8 for 4 bits)";
+           "for 8 bits, uint8 for 4 bits and for PER_BLOCK_32)";
   }
   if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
     if (a.v_quant_type != a.k_quant_type) {
@@ -113,12 +116,19 @@ std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
              " differs from k_quant_type=" + QuantTypeName(a.k_quant_type) +
              " (one quantization type for K and V only)";
     }
-    if (a.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR &&
-        a.k_quant_type != ATTNRT_GQA_QUANT_PER_CHANNEL) {
+    if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+      if (p.head_size % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
+        return "head_size " + std::to_string(p.head_size) +
+               " is not a multiple of 32 (k_quant_type=PER_BLOCK_32)";
+      }
+    } else if (a.k_quant_type != ATTNRT_GQA_QUANT_PER_TENSOR &&
+               a.k_quant_type != ATTNRT_GQA_QUANT_PER_CHANNEL) {
       return "k_quant_type=" + QuantTypeName(a.k_quant_type) + " is not supported";
     }
-    const int64_t scales =
-        a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? p.kv_num_heads * p.head_size : 1;
+    const int64_t scales = a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 ? 0
+                           : a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL
+                               ? p.kv_num_heads * p.head_size
+                               : 1;
     if (p.k_scale_count != scales || p.v_scale_count != scales) {
       return "k_scale/v_scale with " + std::to_string(p.k_scale_count) + "/" +
              std::to_string(p.v_scale_count) +

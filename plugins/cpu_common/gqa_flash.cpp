@@ -115,7 +115,7 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const bool quantized = cache_type == GqaCacheType::kInt8 || cache_type == GqaCacheType::kInt4 ||
-                         cache_type == GqaCacheType::kFloat8E4M3Fn;
+                         cache_type == GqaCacheType::kFloat8E4M3Fn || IsBlockCache(cache_type);
   f.dequant_tiles = quantized && f.rows > kFusedRows;
   const int64_t per_key =
       2 * static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size)) +

@@ -81,9 +81,10 @@ GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int6
   GqaFloatType type = GqaFloatType::kFloat32;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p.gqa, &type, &cache_type);
-  // Bytes per element of the pool tensor: a 4-bit pool is uint8 (two values per byte).
+  // Bytes per element of the pool tensor: a 4-bit or block pool is uint8 (two values per byte,
+  // blocks of 32 values and their scale).
   const size_t element_bytes =
-      cache_type == GqaCacheType::kInt4
+      cache_type == GqaCacheType::kInt4 || IsBlockCache(cache_type)
           ? 1
           : GqaCacheRowBytes(cache_type, p.gqa.head_size) / static_cast<size_t>(p.gqa.head_size);
   const bool bnsh = p.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;

@@ -4,6 +4,9 @@
 //   int4:  q = clamp(rint(x * inv), -8, 7), byte i = ((q[2i] + 8) & 0xF) | ((q[2i+1] + 8) & 0xF)
 //   << 4. fp8 e4m3fn (beyond the CPU reference): saturate x * inv to ±448, round to nearest even.
 // inv = 1/scale in float32 (scale 0 => 1); rint rounds half to even; dequantized x = q * scale.
+// ggml's Q8_0/Q4_0 blocks (ATTNRT_GQA_QUANT_PER_BLOCK_32, attnrt/ops/gqa.h): 32 elements with their
+// float16 scale d in front, quantized as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref and
+// dequantized x = q * d (Q4_0: (code - 8) * d).
 //
 // Internal linkage throughout, for the reason gqa_convert.h gives.
 #pragma once
@@ -26,13 +29,73 @@ inline int QuantizeToInt(float x, float inv, float lo, float hi) {
   return static_cast<int>(q < hi ? (q > lo ? q : lo) : hi);
 }
 
+// Bytes of one Q8_0 / Q4_0 block of 32 elements.
+constexpr int64_t kBlockElements = ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+constexpr int64_t BlockBytes(GqaCacheType type) {
+  return type == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
+                                          : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
+}
+
+// The float32 scale d of the block at `block` (its first two bytes, little-endian float16).
+inline float BlockScale(const uint8_t* block) {
+  return HalfToFloat(static_cast<uint16_t>(block[0] | (block[1] << 8)));
+}
+
+// ggml's quantize_row_q8_0_ref for the 32 elements x into `block`. a = max |x_j| (ggml's MAX
+// macro, so a NaN is skipped unless it is the last element), codes clamped to [-127, 127] where a
+// non-finite x would leave the range.
+inline void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < kBlockElements; ++j) {
+    const float a = fabsf(x[j]);
+    amax = amax > a ? amax : a;
+  }
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t half = FloatToHalf(d);
+  block[0] = static_cast<uint8_t>(half & 0xFF);
+  block[1] = static_cast<uint8_t>(half >> 8);
+  for (int64_t j = 0; j < kBlockElements; ++j) {
+    const float q = roundf(x[j] * id);
+    block[2 + j] = static_cast<uint8_t>(
+        static_cast<int8_t>(q < 127.0f ? (q > -127.0f ? q : -127.0f) : 127.0f));
+  }
+}
+
+// ggml's quantize_row_q4_0_ref for the 32 elements x into `block`: m = the x_j of largest |x_j|
+// (the first on a tie), d = m / -8, code = min(15, (int)(x_j / d + 8.5f)) (0 for a NaN or a
+// value below the range).
+inline void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int64_t j = 0; j < kBlockElements; ++j) {
+    if (amax < fabsf(x[j])) {
+      amax = fabsf(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t half = FloatToHalf(d);
+  block[0] = static_cast<uint8_t>(half & 0xFF);
+  block[1] = static_cast<uint8_t>(half >> 8);
+  const auto code = [](float v) {
+    const float c = v + 8.5f;
+    return c >= 15.0f ? 15 : (c >= 0.0f ? static_cast<int>(c) : 0);
+  };
+  for (int64_t j = 0; j < kBlockElements / 2; ++j) {
+    block[2 + j] = static_cast<uint8_t>(code(x[j] * id) | (code(x[j + 16] * id) << 4));
+  }
+}
+
 // Scale of element i of a row.
 inline float ElementScale(const float* scale, bool per_channel, int64_t i) {
   return per_channel ? scale[i] : scale[0];
 }
 
 // Quantizes x[0, n), elements [first, first + n) of a cache row, into that row (`row` is its
-// start). For int4, first and n are even. Float cache types store x narrowed to the type.
+// start). For int4, first and n are even; for the block types, multiples of 32. Float cache types
+// store x narrowed to the type.
 inline void StoreCacheElements(const float* x, int64_t n, GqaCacheType type, const float* scale,
                                bool per_channel, void* row, int64_t first) {
   switch (type) {
@@ -69,6 +132,19 @@ inline void StoreCacheElements(const float* x, int64_t n, GqaCacheType type, con
       for (int64_t i = 0; i < n; ++i) {
         const float inv = InverseScale(ElementScale(scale, per_channel, first + i));
         dst[i] = FloatToFloat8E4M3Fn(x[i] * inv);
+      }
+      return;
+    }
+    case GqaCacheType::kBlockQ8_0:
+    case GqaCacheType::kBlockQ4_0: {
+      uint8_t* dst = static_cast<uint8_t*>(row) + first / kBlockElements * BlockBytes(type);
+      for (int64_t i = 0; i < n; i += kBlockElements) {
+        if (type == GqaCacheType::kBlockQ8_0) {
+          QuantizeBlockQ8_0(x + i, dst);
+        } else {
+          QuantizeBlockQ4_0(x + i, dst);
+        }
+        dst += BlockBytes(type);
       }
       return;
     }
@@ -115,6 +191,20 @@ inline void ForEachCacheElement(const GqaCacheRow& row, int64_t begin, int64_t e
       const uint8_t* x = static_cast<const uint8_t*>(row.data);
       for (int64_t i = begin; i < end; ++i) {
         f(i, Float8E4M3FnToFloat(x[i]) * ElementScale(row.scale, row.per_channel, i));
+      }
+      return;
+    }
+    case GqaCacheType::kBlockQ8_0:
+    case GqaCacheType::kBlockQ4_0: {
+      const uint8_t* x = static_cast<const uint8_t*>(row.data);
+      const int64_t block_bytes = BlockBytes(row.type);
+      for (int64_t i = begin; i < end; ++i) {
+        const uint8_t* block = x + i / kBlockElements * block_bytes;
+        const int64_t j = i % kBlockElements;
+        const int q = row.type == GqaCacheType::kBlockQ8_0
+                          ? static_cast<int8_t>(block[2 + j])
+                          : (j < 16 ? block[2 + j] & 0xF : block[2 + j - 16] >> 4) - 8;
+        f(i, static_cast<float>(q) * BlockScale(block));
       }
       return;
     }

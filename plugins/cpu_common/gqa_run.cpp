@@ -87,6 +87,12 @@ bool GqaElementTypes(const attnrt_gqa_problem& p, GqaFloatType* type,
                                                     : GqaCacheType::kBFloat16;
     return true;
   }
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+    if (c.code != ATTNRT_DTYPE_CODE_UINT || c.bits != 8) return false;
+    if (a.kv_cache_bit_width != 8 && a.kv_cache_bit_width != 4) return false;
+    *cache_type = a.kv_cache_bit_width == 8 ? GqaCacheType::kBlockQ8_0 : GqaCacheType::kBlockQ4_0;
+    return true;
+  }
   if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_INT && c.bits == 8) {
     *cache_type = GqaCacheType::kInt8;
   } else if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN &&
@@ -111,6 +117,10 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
     case GqaCacheType::kInt8:
     case GqaCacheType::kFloat8E4M3Fn:
       return h;
+    case GqaCacheType::kBlockQ8_0:
+      return h / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    case GqaCacheType::kBlockQ4_0:
+      return h / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
     case GqaCacheType::kInt4:
       break;
   }

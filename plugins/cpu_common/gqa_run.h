@@ -20,11 +20,28 @@ namespace attnrt::cpu {
 enum class GqaFloatType : uint8_t { kFloat32, kFloat16, kBFloat16 };
 
 // T_CACHE: the element type of past/present K and V. The float types equal T; int4 is stored as
-// uint8, two elements per byte (element 2i in the low nibble, +8 biased).
-enum class GqaCacheType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt4, kFloat8E4M3Fn };
+// uint8, two elements per byte (element 2i in the low nibble, +8 biased). kBlockQ8_0/kBlockQ4_0:
+// ggml's Q8_0/Q4_0 blocks of 32 elements with an inline float16 scale
+// (ATTNRT_GQA_QUANT_PER_BLOCK_32, attnrt/ops/gqa.h; gqa_quant.h).
+enum class GqaCacheType : uint8_t {
+  kFloat32,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kInt4,
+  kFloat8E4M3Fn,
+  kBlockQ8_0,
+  kBlockQ4_0
+};
+
+// Whether the cache type is ggml's Q8_0/Q4_0 blocks (their scales inline; GqaRun's k_scale NULL).
+constexpr bool IsBlockCache(GqaCacheType type) {
+  return type == GqaCacheType::kBlockQ8_0 || type == GqaCacheType::kBlockQ4_0;
+}
 
 // One K or V cache row as attention reads it: `data` at element 0 of the row; for quantized types
-// the float32 scales of its kv head (scale[0] per tensor, scale[i] for element i per channel).
+// the float32 scales of its kv head (scale[0] per tensor, scale[i] for element i per channel),
+// NULL for the block types (their scales are in the row).
 struct GqaCacheRow {
   const void* data;
   GqaCacheType type;

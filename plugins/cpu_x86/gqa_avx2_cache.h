@@ -24,11 +24,45 @@ template <GqaCacheType kType>
 constexpr bool kScaledCache = kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
                               kType == GqaCacheType::kFloat8E4M3Fn;
 
+// ggml's Q8_0/Q4_0 blocks (gqa_quant.h): elements [i, i + 8) as q * d, the block's float16 scale
+// d widened (F16C: the AVX2 kernels decline block caches without it). i is a multiple of 8, so the
+// elements lie in one block.
+template <GqaCacheType kType>
+inline __m256 LoadBlock8(const void* row, int64_t i) {
+#if defined(__F16C__)
+  const auto* block = static_cast<const uint8_t*>(row) +
+                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
+                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
+                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
+  uint16_t d_bits;
+  memcpy(&d_bits, block, sizeof d_bits);
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_bits));
+  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  __m256i q;
+  if constexpr (kType == GqaCacheType::kBlockQ8_0) {
+    q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + j)));
+  } else {
+    static_assert(kType == GqaCacheType::kBlockQ4_0);
+    // Element j < 16 is the low nibble of byte j, element j + 16 its high nibble.
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + j % 16));
+    const __m128i nibbles =
+        _mm_and_si128(j >= 16 ? _mm_srli_epi16(bytes, 4) : bytes, _mm_set1_epi8(0x0F));
+    q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(nibbles), _mm256_set1_epi32(8));
+  }
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+#else
+  static_assert(kType != kType, "block caches need -mf16c");
+#endif
+}
+
 // Elements [i, i + 8) of the cache row at `row` as float32, before the scale: widened for float
-// caches, q for integer ones, the decoded e4m3fn value for fp8. i is a multiple of 8.
+// caches, q for integer ones, the decoded e4m3fn value for fp8, q * d for the block types (their
+// scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline __m256 LoadCacheRaw8(const void* row, int64_t i) {
-  if constexpr (kType == GqaCacheType::kFloat32) {
+  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+    return LoadBlock8<kType>(row, i);
+  } else if constexpr (kType == GqaCacheType::kFloat32) {
     return _mm256_loadu_ps(static_cast<const float*>(row) + i);
   } else if constexpr (kType == GqaCacheType::kFloat16) {
 #if defined(__F16C__)

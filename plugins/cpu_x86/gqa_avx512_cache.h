@@ -30,12 +30,41 @@ constexpr bool kScaledCache16 = kType == GqaCacheType::kInt8 || kType == GqaCach
 
 constexpr __mmask16 kAllLanes = 0xFFFF;
 
+// ggml's Q8_0/Q4_0 blocks (gqa_quant.h): elements [i, i + 16) (lanes of mask) as q * d, the
+// block's float16 scale d widened. i is a multiple of 16 (head sizes of block caches are multiples
+// of 32), so the elements lie in one block.
+template <GqaCacheType kType>
+inline __m512 LoadBlock16(const void* row, int64_t i, __mmask16 mask) {
+  const auto* block = static_cast<const uint8_t*>(row) +
+                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
+                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
+                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
+  uint16_t d_bits;
+  __builtin_memcpy(&d_bits, block, sizeof d_bits);
+  const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d_bits)));
+  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  __m512i q;
+  if constexpr (kType == GqaCacheType::kBlockQ8_0) {
+    q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, block + 2 + j));
+  } else {
+    static_assert(kType == GqaCacheType::kBlockQ4_0);
+    // Element j < 16 is the low nibble of byte j, element j + 16 its high nibble.
+    const __m128i bytes = _mm_maskz_loadu_epi8(mask, block + 2 + j % 16);
+    const __m128i nibbles =
+        _mm_and_si128(j >= 16 ? _mm_srli_epi16(bytes, 4) : bytes, _mm_set1_epi8(0x0F));
+    q = _mm512_maskz_sub_epi32(mask, _mm512_cvtepu8_epi32(nibbles), _mm512_set1_epi32(8));
+  }
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+}
+
 // Elements [i, i + 16) (lanes of `mask`) of the cache row at `row` as float32, before the scale:
-// widened for float caches, q for integer ones, the decoded e4m3fn value for fp8. i is a multiple
-// of 8.
+// widened for float caches, q for integer ones, the decoded e4m3fn value for fp8, q * d for the
+// block types (their scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
-  if constexpr (kType == GqaCacheType::kFloat32) {
+  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+    return LoadBlock16<kType>(row, i, mask);
+  } else if constexpr (kType == GqaCacheType::kFloat32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + i);
   } else if constexpr (kType == GqaCacheType::kFloat16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + i));

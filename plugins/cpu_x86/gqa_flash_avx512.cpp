@@ -81,6 +81,10 @@ constexpr size_t RowBytes(GqaCacheType type, int64_t h) {
       return n * 2;
     case GqaCacheType::kInt4:
       return n / 2;
+    case GqaCacheType::kBlockQ8_0:
+      return n / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    case GqaCacheType::kBlockQ4_0:
+      return n / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
     case GqaCacheType::kInt8:
     case GqaCacheType::kFloat8E4M3Fn:
       break;

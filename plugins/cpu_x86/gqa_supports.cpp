@@ -53,12 +53,13 @@ std::string IsaDeclineReason(Isa isa, const CpuFeatures& cpu) {
   return {};
 }
 
-// T float16 is the only way to float16 tensors.
+// T float16 is the only way to float16 tensors, but for the float16 scales of Q8_0/Q4_0 blocks.
 std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& p) {
   const bool float16 = p.query_dtype.code == ATTNRT_DTYPE_CODE_FLOAT && p.query_dtype.bits == 16;
-  if (!float16 || cpu.f16c) return {};
-  return "query dtype float16 requires F16C with OS-enabled AVX state; this CPU/OS provides: " +
-         cpu.isa;
+  const bool blocks = p.attributes.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32;
+  if ((!float16 && !blocks) || cpu.f16c) return {};
+  return std::string(float16 ? "query dtype float16" : "a PER_BLOCK_32 KV cache (float16 scales)") +
+         " requires F16C with OS-enabled AVX state; this CPU/OS provides: " + cpu.isa;
 }
 
 // The bfloat16 tile product; gqa.flash.avx512 computes every other problem the same way without it.

@@ -22,11 +22,11 @@ extern "C" {
 
 /** Input positions (ONNX Runtime's). Absent optional inputs are NULL. */
 typedef enum attnrt_gqa_input {
-  ATTNRT_GQA_INPUT_QUERY = 0, /* T (B,S,N*H), or packed QKV (B,S,(N+2*Nkv)*H) */
-  ATTNRT_GQA_INPUT_KEY = 1,   /* T (B,L,Nkv*H); NULL => packed QKV */
-  ATTNRT_GQA_INPUT_VALUE = 2, /* T (B,L,Nkv*H); NULL iff key NULL */
-  ATTNRT_GQA_INPUT_PAST_KEY =
-      3, /* T_CACHE BNSH (B,Nkv,P,H) (H/2 bytes per row for int4 in uint8) */
+  ATTNRT_GQA_INPUT_QUERY = 0,      /* T (B,S,N*H), or packed QKV (B,S,(N+2*Nkv)*H) */
+  ATTNRT_GQA_INPUT_KEY = 1,        /* T (B,L,Nkv*H); NULL => packed QKV */
+  ATTNRT_GQA_INPUT_VALUE = 2,      /* T (B,L,Nkv*H); NULL iff key NULL */
+  ATTNRT_GQA_INPUT_PAST_KEY = 3,   /* T_CACHE BNSH (B,Nkv,P,H); uint8 rows: H/2 bytes for int4, H/32
+                                       blocks of 34 (Q8_0) or 18 (Q4_0) bytes for PER_BLOCK_32 */
   ATTNRT_GQA_INPUT_PAST_VALUE = 4, /* as past_key */
   ATTNRT_GQA_INPUT_SEQLENS_K = 5,  /* int32 (B) on the host: total length - 1 per batch; required */
   ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH = 6, /* int32, one element, on the host; required */
@@ -35,7 +35,8 @@ typedef enum attnrt_gqa_input {
   ATTNRT_GQA_INPUT_POSITION_IDS = 9,          /* int64 (B, >=S) */
   ATTNRT_GQA_INPUT_ATTENTION_BIAS = 10,       /* T (B|1, N|1, S, T) additive */
   ATTNRT_GQA_INPUT_HEAD_SINK = 11,            /* T (N) */
-  ATTNRT_GQA_INPUT_K_SCALE = 12,       /* float32, 1 (PER_TENSOR) or Nkv*H (PER_CHANNEL) elements */
+  ATTNRT_GQA_INPUT_K_SCALE = 12,       /* float32, 1 (PER_TENSOR) or Nkv*H (PER_CHANNEL) elements;
+                                          absent for PER_BLOCK_32 (the scales are in the blocks) */
   ATTNRT_GQA_INPUT_V_SCALE = 13,       /* float32, as k_scale */
   ATTNRT_GQA_INPUT_Q_NORM_WEIGHT = 14, /* T (H); rejected on CPU, as by the reference */
   ATTNRT_GQA_INPUT_K_NORM_WEIGHT = 15, /* T (H); rejected on CPU, as by the reference */
@@ -51,12 +52,33 @@ typedef enum attnrt_gqa_output {
   ATTNRT_GQA_NUM_OUTPUTS = 4
 } attnrt_gqa_output;
 
-/** k_quant_type / v_quant_type ("NONE", "PER_TENSOR", "PER_CHANNEL" in ONNX Runtime). */
+/** k_quant_type / v_quant_type ("NONE", "PER_TENSOR", "PER_CHANNEL" in ONNX Runtime; PER_BLOCK_32
+ *  is ggml's block quantization, ABI 1.7). */
 typedef enum attnrt_gqa_quant_type {
   ATTNRT_GQA_QUANT_NONE = 0,
   ATTNRT_GQA_QUANT_PER_TENSOR = 1,
-  ATTNRT_GQA_QUANT_PER_CHANNEL = 2
+  ATTNRT_GQA_QUANT_PER_CHANNEL = 2,
+  /* ABI 1.7. ggml's Q8_0 (kv_cache_bit_width 8) and Q4_0 (kv_cache_bit_width 4) KV blocks: each run
+   * of 32 elements of a cache row is one block holding its own float16 scale d (little-endian) in
+   * its first two bytes, so k_scale/v_scale must be absent, head_size a multiple of 32, and the
+   * cache uint8 with head_size / 32 * block bytes in its last dimension:
+   *   Q8_0, 34 bytes: d, then int8 q[32];                         element j = q[j] * d
+   *   Q4_0, 18 bytes: d, then uint8 b[16]; element j < 16 = ((b[j] & 0xF) - 8) * d,
+   *                                        element j + 16 = ((b[j] >> 4) - 8) * d
+   * (the product in float32, as ggml's dequantize_row_q8_0 / dequantize_row_q4_0 compute it).
+   * New K/V rows are quantized as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref:
+   *   Q8_0: a = max |x_j|, d = a / 127, q[j] = roundf(x_j / d) (0 when d is 0; half away from 0);
+   *   Q4_0: m = the x_j of largest |x_j| (the first one on a tie), d = m / -8,
+   *         code = min(15, (int)(x_j / d + 8.5f)) (8 when d is 0);
+   * x_j / d computed as x_j * (1 / d) in float32, d stored rounded to float16. A code is clamped
+   * to [-127, 127] (Q8_0) or [0, 15] (Q4_0) where a non-finite x would leave the range. */
+  ATTNRT_GQA_QUANT_PER_BLOCK_32 = 3
 } attnrt_gqa_quant_type;
+
+/** Elements per block and bytes per block of ATTNRT_GQA_QUANT_PER_BLOCK_32 (ABI 1.7). */
+#define ATTNRT_GQA_QUANT_BLOCK_ELEMENTS 32
+#define ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES 34
+#define ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES 18
 
 /** qk_output values. */
 typedef enum attnrt_gqa_qk_output {
@@ -85,8 +107,9 @@ typedef struct attnrt_gqa_attributes {
   int32_t qk_output;            /* attnrt_gqa_qk_output; default 0 */
   int32_t k_quant_type;         /* attnrt_gqa_quant_type; default NONE */
   int32_t v_quant_type;         /* attnrt_gqa_quant_type; default NONE */
-  int32_t kv_cache_bit_width;   /* 0 when not quantized; 4 or 8 when quantized; default 0 */
-  float qk_norm_epsilon;        /* epsilon of q/k RMS norm (CUDA only in the reference); 1e-6 */
+  int32_t kv_cache_bit_width; /* 0 when not quantized; 4 or 8 when quantized (PER_BLOCK_32: 8 Q8_0,
+                                 4 Q4_0); default 0 */
+  float qk_norm_epsilon;      /* epsilon of q/k RMS norm (CUDA only in the reference); 1e-6 */
 } attnrt_gqa_attributes;
 
 /** Fills struct_size and the reference defaults; num_heads and kv_num_heads are set to 0. */

@@ -22,7 +22,8 @@ GQA_ATTRIBUTES: dict[str, type] = {
     "rotary_interleaved": int, "smooth_softmax": int, "qk_output": int, "k_quant_type": int,
     "v_quant_type": int, "kv_cache_bit_width": int, "qk_norm_epsilon": float}
 _QUANT_TYPES = {"NONE": _c.ATTNRT_GQA_QUANT_NONE, "PER_TENSOR": _c.ATTNRT_GQA_QUANT_PER_TENSOR,
-                "PER_CHANNEL": _c.ATTNRT_GQA_QUANT_PER_CHANNEL}
+                "PER_CHANNEL": _c.ATTNRT_GQA_QUANT_PER_CHANNEL,
+                "PER_BLOCK_32": _c.ATTNRT_GQA_QUANT_PER_BLOCK_32}
 _HOST_INTS = {"seqlens_k": np.int32, "total_sequence_length": np.int32, "position_ids": np.int64}
 
 
@@ -47,12 +48,14 @@ class GqaOp(Op):
     N % Nkv == 0), causal (1), scale (0: 1/sqrt(H)), softcap (0: off), local_window_size (-1: off),
     sliding_window_cache (0), do_rotary (0), rotary_interleaved (0), smooth_softmax (-1),
     qk_output (0 none, 1 before softmax, 2 after), k_quant_type / v_quant_type ("NONE",
-    "PER_TENSOR", "PER_CHANNEL" or 0/1/2), kv_cache_bit_width (0, 4 or 8), qk_norm_epsilon (1e-6).
+    "PER_TENSOR", "PER_CHANNEL", "PER_BLOCK_32" or 0/1/2/3), kv_cache_bit_width (0, 4 or 8),
+    qk_norm_epsilon (1e-6). PER_BLOCK_32 is ggml's Q8_0 (8) / Q4_0 (4) blocks: uint8 caches of
+    H/32 blocks of 34 / 18 bytes per row, each with its float16 scale; no k_scale/v_scale.
 
     Inputs (GQA_INPUTS; B batch, S new tokens, L new K/V rows, N/Nkv heads, H head size, P past
     buffer rows, T total length): query (B,S,N*H) or packed QKV (B,S,(N+2*Nkv)*H),
     float32/float16/bfloat16; key, value (B,L,Nkv*H); past_key, past_value (B,Nkv,P,H) (int4
-    cache: uint8 (B,Nkv,P,H/2)); seqlens_k int32 (B) = total length - 1 per batch;
+    cache: uint8 (B,Nkv,P,H/2); PER_BLOCK_32: uint8 (B,Nkv,P,H/32*34 or H/32*18)); seqlens_k int32 (B) = total length - 1 per batch;
     total_sequence_length int32 (1) or a Python int; cos_cache, sin_cache (M,R/2); position_ids
     int64 (B,S); attention_bias (B|1,N|1,S,T); head_sink (N); k_scale, v_scale float32 (1 or
     Nkv*H); q_norm_weight, k_norm_weight (H).
