@@ -81,7 +81,8 @@ double FmaPeakOf(const std::string& kernel) {
                                                             : g_limits.fma_flops_per_second;
 }
 
-enum class Cache { kFloat32, kFloat16, kBFloat16, kInt8, kInt4 };
+// kQ8_0/kQ4_0: ggml's blocks (PER_BLOCK_32), what llama.cpp's -ctk q8_0 / q4_0 caches hold.
+enum class Cache { kFloat32, kFloat16, kBFloat16, kInt8, kInt4, kQ8_0, kQ4_0 };
 
 const char* CacheName(Cache cache) {
   switch (cache) {
@@ -95,6 +96,10 @@ const char* CacheName(Cache cache) {
       return "int8";
     case Cache::kInt4:
       return "int4";
+    case Cache::kQ8_0:
+      return "q8_0";
+    case Cache::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -111,6 +116,10 @@ int64_t RowBytes(Cache cache) {
       return kHeadSize;
     case Cache::kInt4:
       return kHeadSize / 2;
+    case Cache::kQ8_0:
+      return kHeadSize / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    case Cache::kQ4_0:
+      return kHeadSize / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
   }
   return 0;
 }
@@ -120,7 +129,7 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
-enum class Fill { kFloat32, kFloat16, kBFloat16, kBytes };
+enum class Fill { kFloat32, kFloat16, kBFloat16, kBytes, kQ8_0Blocks, kQ4_0Blocks };
 
 // 64-byte aligned, filled with pseudo-random data: float32, float16 or bfloat16 values uniform in
 // [-1, 1) (float16: the 11-bit multiples of 2^-10; bfloat16: float32 values truncated to their
@@ -170,6 +179,15 @@ Buffer RandomBuffer(size_t bytes, Fill fill, uint64_t seed) {
     for (size_t i = 0; i < rounded; i += 8) {
       const uint64_t word = next();
       std::memcpy(buffer.get() + i, &word, 8);
+    }
+    // Blocks: random codes under a float16 scale in [2^-7, 2^-6) (never NaN, Inf or subnormal).
+    if (fill == Fill::kQ8_0Blocks || fill == Fill::kQ4_0Blocks) {
+      const size_t block = fill == Fill::kQ8_0Blocks ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
+                                                     : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
+      for (size_t i = 0; i + block <= bytes; i += block) {
+        const auto d = static_cast<uint16_t>(0x2000 | (next() & 0x3FF));
+        std::memcpy(buffer.get() + i, &d, sizeof d);
+      }
     }
   }
   return buffer;
@@ -240,14 +258,15 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
   ws->total = static_cast<int32_t>(rows);
   ws->seqlens_tensor = std::make_unique<Tensor>(&ws->seqlens_k, kI32, std::vector<int64_t>{1});
   ws->total_tensor = std::make_unique<Tensor>(&ws->total, kI32, std::vector<int64_t>{1});
-  const bool quantized = problem.cache == Cache::kInt8 || problem.cache == Cache::kInt4;
+  const bool blocks = problem.cache == Cache::kQ8_0 || problem.cache == Cache::kQ4_0;
+  const bool quantized = problem.cache == Cache::kInt8 || problem.cache == Cache::kInt4 || blocks;
   // float16 and bfloat16 caches: the whole op in that type.
   const bool half = problem.cache == Cache::kFloat16 || problem.cache == Cache::kBFloat16;
   const bool brain = problem.cache == Cache::kBFloat16;
   const size_t float_bytes = half ? 2 : 4;
   const Fill float_fill = brain ? Fill::kBFloat16 : half ? Fill::kFloat16 : Fill::kFloat32;
   const attnrt_dtype float_dtype = brain ? kBF16 : half ? kF16 : kF32;
-  if (quantized) {
+  if (quantized && !blocks) {
     // PER_CHANNEL: one scale per (KV head, channel); int8 values span about [-1.3, 1.3], int4 [-1,
     // 1].
     const float qmax = problem.cache == Cache::kInt8 ? 127.0f : 7.0f;
@@ -267,7 +286,9 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
   const size_t copies = CopiesFor(ws->copy_bytes);
   const attnrt_dtype cache_dtype =
       !quantized ? float_dtype : (problem.cache == Cache::kInt8 ? kI8 : kU8);
-  const int64_t cache_cols = problem.cache == Cache::kInt4 ? kHeadSize / 2 : kHeadSize;
+  const int64_t cache_cols = problem.cache == Cache::kInt4 ? kHeadSize / 2
+                             : blocks                      ? RowBytes(problem.cache)
+                                                           : kHeadSize;
   for (size_t c = 0; c < copies; ++c) {
     auto copy = std::make_unique<Copy>();
     const uint64_t seed = 1000 * (c + 1);
@@ -279,7 +300,10 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
         copy->Add(kv_new_bytes, float_fill, float_dtype, {1, s, kKvNumHeads * kHeadSize}, seed + 3);
     Tensor* out =
         copy->Add(q_bytes, float_fill, float_dtype, {1, s, kNumHeads * kHeadSize}, seed + 4);
-    const Fill cache_fill = quantized ? Fill::kBytes : float_fill;
+    const Fill cache_fill = problem.cache == Cache::kQ8_0   ? Fill::kQ8_0Blocks
+                            : problem.cache == Cache::kQ4_0 ? Fill::kQ4_0Blocks
+                            : quantized                     ? Fill::kBytes
+                                                            : float_fill;
     const std::vector<int64_t> cache_shape{1, kKvNumHeads, rows, cache_cols};
     Tensor* cache_k = copy->Add(cache_bytes, cache_fill, cache_dtype, cache_shape, seed + 5);
     Tensor* cache_v = copy->Add(cache_bytes, cache_fill, cache_dtype, cache_shape, seed + 6);
@@ -295,7 +319,7 @@ WorkingSet& GetWorkingSet(const Problem& problem) {
     }
     copy->inputs[ATTNRT_GQA_INPUT_SEQLENS_K] = &ws->seqlens_tensor->desc;
     copy->inputs[ATTNRT_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = &ws->total_tensor->desc;
-    if (quantized) {
+    if (quantized && !blocks) {
       copy->inputs[ATTNRT_GQA_INPUT_K_SCALE] = &ws->k_scale_tensor->desc;
       copy->inputs[ATTNRT_GQA_INPUT_V_SCALE] = &ws->v_scale_tensor->desc;
     }
@@ -346,6 +370,10 @@ void RunGqa(benchmark::State& state, const std::string& kernel, const Problem& p
     attributes.k_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     attributes.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     attributes.kv_cache_bit_width = problem.cache == Cache::kInt8 ? 8 : 4;
+  } else if (problem.cache == Cache::kQ8_0 || problem.cache == Cache::kQ4_0) {
+    attributes.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    attributes.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    attributes.kv_cache_bit_width = problem.cache == Cache::kQ8_0 ? 8 : 4;
   }
   if (attnrt_op_create(h.runtime, ATTNRT_OP_GQA, &attributes, &h.op) != ATTNRT_OK) {
     state.SkipWithError(attnrt_last_error_message());
@@ -537,8 +565,8 @@ void RegisterAll(const std::vector<std::string>& kernels) {
     b->Unit(benchmark::kMillisecond)->UseRealTime();
   }
   for (int threads : {0, kSplitKvThreads}) {
-    for (Cache cache :
-         {Cache::kFloat32, Cache::kFloat16, Cache::kBFloat16, Cache::kInt8, Cache::kInt4}) {
+    for (Cache cache : {Cache::kFloat32, Cache::kFloat16, Cache::kBFloat16, Cache::kInt8,
+                        Cache::kInt4, Cache::kQ8_0, Cache::kQ4_0}) {
       for (const auto& kernel : kernels) {
         const std::string prefix =
             threads == 0 ? std::string("BM_GqaDecode/")
