@@ -3,9 +3,12 @@
 // appended p_precision to attnrt_paged_gqa_problem and so moved the varlen problem's own fields:
 // the runtime hands it the problem in the ABI 1.4 layout (docs/plugins.md, "The plugin ABI"). The
 // fixture reads the fields through its ABI 1.4 structs and writes them into the output; the values
-// expected here are the tensors' own. An INPUT problem is still refused for it, with the reason.
+// expected here are the tensors' own. An INPUT problem is still refused for it, with the reason,
+// and so is a PER_BLOCK_32 (ggml Q8_0/Q4_0) cache of ABI 1.7, whose uint8 pools it would read as an
+// int4 or int8 cache.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -171,6 +174,71 @@ TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
   const std::string message = attnrt_last_error_message();
   EXPECT_NE(message.find("p_precision INPUT needs ABI 1.5"), std::string::npos) << message;
   for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
+}
+
+// ABI 1.7's PER_BLOCK_32 caches are not offered to the ABI 1.4 kernel: its attributes have the
+// field, but an int8/int4 reading of the blocks would be wrong. Nothing is written.
+TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  RuntimePtr runtime = Abi14Runtime();
+  ASSERT_TRUE(runtime);
+  for (int32_t bits : {8, 4}) {
+    SCOPED_TRACE(bits == 8 ? "Q8_0" : "Q4_0");
+    constexpr int64_t kBlockHeadSize = 32;
+    const int64_t row_bytes =
+        bits == 8 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
+    const attnrt_dtype u8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+    Tensor key_cache(u8, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_bytes});
+    Tensor value_cache(u8, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_bytes});
+    Tensor query = F32({kTokens, kHeads * kBlockHeadSize});
+    Tensor key = F32({kTokens, kKvHeads * kBlockHeadSize});
+    Tensor value = F32({kTokens, kKvHeads * kBlockHeadSize});
+    Tensor query_start_loc = I32({0, 3, 4}, {3});
+    Tensor seq_lens = I32({5, 9}, {2});
+    Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
+    Tensor output = F32({kTokens, kHeads * kBlockHeadSize});
+    for (Tensor* t : {&key_cache, &value_cache}) std::memset(t->data(), 0, t->bytes());
+    for (Tensor* t : {&query, &key, &value}) t->Fill(0.5f);
+    output.Fill(-7.0f);
+    std::vector<const attnrt_tensor*> in(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
+    const attnrt_tensor* out = output.get();
+
+    attnrt_paged_gqa_attributes a;
+    attnrt_paged_gqa_attributes_init(&a);
+    a.gqa.num_heads = kHeads;
+    a.gqa.kv_num_heads = kKvHeads;
+    a.gqa.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    a.gqa.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    a.gqa.kv_cache_bit_width = bits;
+    a.block_size = kBlockSizeValue;
+    a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+    attnrt_op* raw_op = nullptr;
+    attnrt_status s = attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
+    ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+    OpPtr op(raw_op);
+    const std::string feature =
+        std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache";
+    const std::vector<Candidate> candidates = Explain(op.get(), in.data(), in.size(), &out, 1);
+    ASSERT_EQ(candidates.size(), 1u);
+    EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason,
+              std::string(kVarlenKernel) + ": plugin 'abi14paged' was built for ABI 1.4, and " +
+                  feature + " needs ABI 1.7");
+    attnrt_plan* raw = nullptr;
+    s = attnrt_op_plan(op.get(), in.data(), in.size(), &out, 1, &raw);
+    PlanPtr plan(raw);
+    EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+    const std::string message = attnrt_last_error_message();
+    EXPECT_NE(message.find(feature + " needs ABI 1.7"), std::string::npos) << message;
+    for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(output.f32()[i], -7.0f) << i;
+  }
 }
 
 }  // namespace
