@@ -5,7 +5,7 @@
 // one preset; list/explain JSON carry the library version, ABI version, threads and the problem;
 // a deeply nested attributes.json is refused, not a crash; in file mode each kernel is checked
 // against the scalar kernel of its own algorithm (padded rows with a local window differ between
-// algorithms).
+// algorithms); PER_BLOCK_32 (ggml Q8_0 / Q4_0) caches in explain, run and file mode.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -360,6 +360,182 @@ TEST_F(PluginInspectCli, RelativePluginPathIsTakenFromTheCurrentDirectory) {
   EXPECT_TRUE(Contains(doc["diagnostics"][0]["message"].get<std::string>(),
                        "not a loadable shared library"))
       << r.out;
+}
+
+}  // namespace
+}  // namespace plugin_inspect_test
+
+// ---- PER_BLOCK_32 (ggml Q8_0 / Q4_0) KV caches
+// ---------------------------------------------------------
+
+namespace plugin_inspect_test {
+namespace {
+
+// The cache row of a PER_BLOCK_32 cache (abi/attnrt/ops/gqa.h): head_size / 32 blocks of 34 bytes
+// (Q8_0, --bits 8) or 18 bytes (Q4_0, --bits 4), each holding its own float16 scale.
+int64_t BlockRowBytes(int bits, int64_t head_size) {
+  return head_size / 32 * (bits == 8 ? 34 : 18);
+}
+
+const json* FindTensor(const json& problem, const std::string& name) {
+  for (const auto& tensor : problem["tensors"]) {
+    if (tensor["name"] == name) return &tensor;
+  }
+  return nullptr;
+}
+
+TEST_F(PluginInspectCli, ExplainRanksBlockQuantizedCaches) {
+  const std::string cpu = ATTNRT_TEST_CPU_PLUGIN;
+  for (const int bits : {8, 4}) {
+    for (const std::string op : {"gqa", "paged_gqa"}) {
+      // Both spellings of the quantization type.
+      const std::string quant = op == "gqa" ? "per_block_32" : "PER_BLOCK_32";
+      const Result r = Run({"explain", "--json", "--op", op, "--num-heads", "4", "--kv-num-heads",
+                            "2", "--head-size", "64", "--past-len", "40", "--seq-len", "1",
+                            "--quant", quant, "--bits", std::to_string(bits)});
+      ASSERT_EQ(r.exit_code, 0) << op << " " << bits << "\n" << r.all();
+      const json doc = ParseJson(r);
+      const json& problem = doc["problem"];
+      EXPECT_EQ(problem["attributes"]["k_quant_type"], "per_block_32") << r.out;
+      EXPECT_EQ(problem["attributes"]["v_quant_type"], "per_block_32") << r.out;
+      EXPECT_EQ(problem["attributes"]["kv_cache_bit_width"], bits) << r.out;
+      EXPECT_EQ(problem["cache_dtype"], "uint8") << r.out;
+      EXPECT_TRUE(Contains(problem["description"].get<std::string>(),
+                           bits == 8 ? " per-block-q8_0" : " per-block-q4_0"))
+          << r.out;
+      // The blocks hold the scales: no k_scale/v_scale inputs; uint8 caches of whole blocks.
+      EXPECT_EQ(FindTensor(problem, "k_scale"), nullptr) << r.out;
+      EXPECT_EQ(FindTensor(problem, "v_scale"), nullptr) << r.out;
+      for (const char* name : op == "gqa" ? std::vector<const char*>{"past_key", "past_value"}
+                                          : std::vector<const char*>{"key_cache", "value_cache"}) {
+        const json* cache = FindTensor(problem, name);
+        ASSERT_NE(cache, nullptr) << name << " missing: " << r.out;
+        EXPECT_EQ((*cache)["dtype"], "uint8") << cache->dump();
+        EXPECT_EQ((*cache)["shape"].back(), BlockRowBytes(bits, 64)) << cache->dump();
+      }
+      std::string selected;
+      for (const auto& candidate : doc["candidates"]) {
+        if (candidate["status"] == "selected") selected = candidate["kernel"];
+      }
+      EXPECT_EQ(selected.rfind(cpu + "." + op + ".", 0), 0u) << r.out;
+    }
+  }
+}
+
+TEST_F(PluginInspectCli, RunChecksBlockQuantizedCachesAgainstTheScalarKernel) {
+  const std::string cpu = ATTNRT_TEST_CPU_PLUGIN;
+  for (const int bits : {8, 4}) {
+    for (const std::vector<std::string>& op :
+         {std::vector<std::string>{"--op", "gqa"}, {"--op", "paged_gqa", "--block-size", "7"}}) {
+      std::vector<std::string> args{"run",       "--json",
+                                    "--model",   "llama-3.2-1b",
+                                    "--context", "37",
+                                    "--steps",   "2",
+                                    "--batch",   "2",
+                                    "--seed",    "21",
+                                    "--quant",   "per_block_32",
+                                    "--bits",    std::to_string(bits)};
+      args.insert(args.end(), op.begin(), op.end());
+      const Result r = Run(args);
+      ASSERT_EQ(r.exit_code, 0) << op[1] << " " << bits << "\n" << r.all();
+      const json doc = ParseJson(r);
+      EXPECT_EQ(doc["verdict"], "passed") << r.out;
+      ASSERT_EQ(doc["phases"].size(), 2u) << r.out;
+      for (const auto& phase : doc["phases"]) {
+        EXPECT_EQ(phase["kernel"].get<std::string>().rfind(cpu + "." + op[1] + ".", 0), 0u)
+            << r.out;
+        EXPECT_TRUE(phase["checked"].get<bool>()) << r.out;
+        // The new rows are quantized by one rule: the blocks agree byte for byte.
+        EXPECT_EQ(phase["max_abs_error"]["present_key"], 0.0) << r.out;
+        EXPECT_EQ(phase["max_abs_error"]["present_value"], 0.0) << r.out;
+      }
+    }
+  }
+}
+
+TEST_F(PluginInspectCli, BlockQuantizedHeadSizeMustBeAMultipleOf32) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"explain", "--past-len", "16", "--bits", "8"},
+        {"explain", "--op", "paged_gqa", "--past-len", "16", "--bits", "4"},
+        {"run", "--context", "8", "--steps", "1", "--bits", "4"},
+        {"run", "--paged", "4", "--context", "8", "--steps", "1", "--bits", "8"}}) {
+    std::vector<std::string> command = args;
+    for (const char* word : {"--num-heads", "4", "--kv-num-heads", "2", "--head-size", "48",
+                             "--quant", "per_block_32"}) {
+      command.push_back(word);
+    }
+    const Result r = Run(command);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << "\n" << r.all();
+    const std::string block = args.back() == "8" ? "Q8_0" : "Q4_0";
+    EXPECT_TRUE(Contains(r.err, "head_size must be a multiple of 32 for a PER_BLOCK_32 KV cache (" +
+                                    block + " blocks of 32 elements), got 48"))
+        << args[0] << "\n"
+        << r.err;
+  }
+}
+
+TEST_F(PluginInspectCli, UnknownQuantizationTypeListsPerBlock32) {
+  ExpectUsageError({"explain", "--quant", "per_block_64"},
+                   "unknown quantization type 'per_block_64' (expected none, per_tensor, "
+                   "per_channel or per_block_32)");
+}
+
+// File mode: past caches of hand-written Q8_0 / Q4_0 blocks (B=1, S=1, N=2, Nkv=1, H=32, P=3),
+// new key 0.5 and value -0.5 everywhere. The new present row is ggml's quantize_row_q8_0_ref /
+// quantize_row_q4_0_ref of a constant row: Q8_0 d = 0.5/127 (float16 0x1C08), q = +-127; Q4_0
+// d = -m/8 = -+0.0625 (float16 0xAC00 for the key, 0x2C00 for the value), every code 0.
+TEST_F(PluginInspectCli, FileModeReadsAndWritesBlockQuantizedCaches) {
+  for (const int bits : {8, 4}) {
+    const int64_t row = BlockRowBytes(bits, 32);
+    std::string past;
+    for (int r = 0; r < 3; ++r) {
+      past += std::string("\x00\x38", 2);  // d = 0.5
+      for (int64_t j = 2; j < row; ++j) {
+        // Q8_0: int8 codes in [-5, 5]; Q4_0: two 4-bit codes per byte.
+        past += static_cast<char>(bits == 8 ? (j + r) % 11 - 5 : (j * 7 + r) % 256);
+      }
+    }
+    const std::string shape = "(1, 1, 3, " + std::to_string(row) + ")";
+    WriteBytes(in_ / "query.npy", Npy("<f4", "(1, 1, 64)", Varied(64, 0.5f)));
+    WriteBytes(in_ / "key.npy", Npy("<f4", "(1, 1, 32)", Floats(32, 0.5f)));
+    WriteBytes(in_ / "value.npy", Npy("<f4", "(1, 1, 32)", Floats(32, -0.5f)));
+    WriteBytes(in_ / "past_key.npy", Npy("|u1", shape, past));
+    WriteBytes(in_ / "past_value.npy", Npy("|u1", shape, past));
+    WriteBytes(in_ / "seqlens_k.npy", Npy("<i4", "(1,)", Int32(3)));
+    WriteBytes(in_ / "total_sequence_length.npy", Npy("<i4", "(1,)", Int32(4)));
+    WriteBytes(in_ / "attributes.json",
+               R"({"num_heads": 2, "kv_num_heads": 1, "k_quant_type": "PER_BLOCK_32",
+                   "v_quant_type": "PER_BLOCK_32", "kv_cache_bit_width": )" +
+                   std::to_string(bits) + "}");
+    const Result r = Run({"run", "--inputs", in_.string(), "--outputs", out_.string(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << bits << "\n" << r.all();
+    EXPECT_TRUE(ParseJson(r)["passed"].get<bool>()) << r.out;
+    for (const auto& [name, d, code] :
+         {std::tuple<std::string, std::string, char>{
+              "present_key", std::string(bits == 8 ? "\x08\x1C" : "\x00\xAC", 2),
+              bits == 8 ? '\x7F' : '\x00'},
+          {"present_value", std::string(bits == 8 ? "\x08\x1C" : "\x00\x2C", 2),
+           bits == 8 ? '\x81' : '\x00'}}) {
+      const std::string bytes = ReadFile(out_ / (name + ".npy"));
+      ASSERT_GE(bytes.size(), static_cast<std::size_t>(4 * row)) << name;
+      EXPECT_TRUE(Contains(bytes.substr(0, bytes.size() - 4 * row),
+                           "(1, 1, 4, " + std::to_string(row) + ")"))
+          << name;
+      const std::string data = bytes.substr(bytes.size() - 4 * row);
+      EXPECT_EQ(data.substr(0, 3 * row), past) << name << ": the past rows are copied unchanged";
+      const std::string expected = d + std::string(static_cast<std::size_t>(row - 2), code);
+      EXPECT_EQ(data.substr(3 * row), expected) << name << " (" << bits << "-bit)";
+    }
+
+    // An int8 cache is not a block cache: the dtype error names the blocks expected.
+    WriteBytes(in_ / "past_key.npy", Npy("|i1", shape, past));
+    const Result wrong = Run({"run", "--inputs", in_.string(), "--outputs", out_.string()});
+    EXPECT_EQ(wrong.exit_code, 1) << wrong.all();
+    EXPECT_TRUE(Contains(wrong.err, std::string("past_key.npy: expected dtype uint8 (") +
+                                        (bits == 8 ? "Q8_0" : "Q4_0") +
+                                        " blocks of a PER_BLOCK_32 cache), got int8"))
+        << wrong.err;
+  }
 }
 
 }  // namespace

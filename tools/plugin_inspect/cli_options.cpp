@@ -236,14 +236,16 @@ po::options_description gqa_flag_options() {
       ("rope-theta", po::value<double>(),
        "RoPE base theta for the cos/sin caches (run --model)")  //
       ("smooth-softmax", po::value<int>()->implicit_value(1),
-       "smooth_softmax (extra zero logit)")                                              //
-      ("qk-output", po::value<int>(), "qk_output 0|1|2 (adds the output_qk output)")     //
-      ("quant", po::value<std::string>(), "k/v_quant_type none|per_tensor|per_channel")  //
-      ("bits", po::value<int>(), "kv_cache_bit_width 0|4|8 (default 8 with --quant)")    //
-      ("dtype", po::value<std::string>(), "query dtype float32|float16|bfloat16")        //
+       "smooth_softmax (extra zero logit)")                                           //
+      ("qk-output", po::value<int>(), "qk_output 0|1|2 (adds the output_qk output)")  //
+      ("quant", po::value<std::string>(),
+       "k/v_quant_type none|per_tensor|per_channel|per_block_32 (per_block_32: ggml's Q8_0 "
+       "blocks with --bits 8, Q4_0 with --bits 4; head size a multiple of 32)")        //
+      ("bits", po::value<int>(), "kv_cache_bit_width 0|4|8 (default 8 with --quant)")  //
+      ("dtype", po::value<std::string>(), "query dtype float32|float16|bfloat16")      //
       ("cache-dtype", po::value<std::string>(),
        "KV cache dtype float32|float16|bfloat16|int8|uint8 (default: int8 for 8-bit, uint8 "
-       "for 4-bit quant, else --dtype)")                                       //
+       "for 4-bit or per_block_32 quant, else --dtype)")                       //
       ("head-sink", "add the head_sink input (N)")                             //
       ("attention-bias", "add the attention_bias input (B,N,S,T)")             //
       ("packed-qkv", "packed QKV query (B,S,(N+2Nkv)H), no key/value inputs")  //
@@ -292,8 +294,9 @@ int32_t quant_type_from_name(std::string_view name) {
   if (name == "none" || name == "NONE") return ATTNRT_GQA_QUANT_NONE;
   if (name == "per_tensor" || name == "PER_TENSOR") return ATTNRT_GQA_QUANT_PER_TENSOR;
   if (name == "per_channel" || name == "PER_CHANNEL") return ATTNRT_GQA_QUANT_PER_CHANNEL;
+  if (name == "per_block_32" || name == "PER_BLOCK_32") return ATTNRT_GQA_QUANT_PER_BLOCK_32;
   throw UsageError("unknown quantization type '" + std::string(name) +
-                   "' (expected none, per_tensor or per_channel)");
+                   "' (expected none, per_tensor, per_channel or per_block_32)");
 }
 
 void apply_gqa_flags(const GqaFlags& flags, attnrt_gqa_attributes& attributes) {

@@ -87,7 +87,8 @@ PagedFlags read_paged_flags(const po::variables_map& vm);
 // --quant without --bits means 8 bits.
 void apply_gqa_flags(const GqaFlags& flags, attnrt_gqa_attributes& attributes);
 
-// "none" | "per_tensor" | "per_channel" (also the ONNX spellings NONE/PER_TENSOR/PER_CHANNEL).
+// "none" | "per_tensor" | "per_channel" | "per_block_32" (also the spellings NONE, PER_TENSOR,
+// PER_CHANNEL, PER_BLOCK_32 of abi/attnrt/ops/gqa.h).
 int32_t quant_type_from_name(std::string_view name);
 
 }  // namespace plugin_inspect

@@ -82,9 +82,17 @@ std::vector<OptionGroup> explain_groups() {
 }
 
 const char* quant_name(int32_t type) {
-  return type == ATTNRT_GQA_QUANT_PER_TENSOR    ? "per_tensor"
-         : type == ATTNRT_GQA_QUANT_PER_CHANNEL ? "per_channel"
-                                                : "none";
+  switch (type) {
+    case ATTNRT_GQA_QUANT_NONE:
+      return "none";
+    case ATTNRT_GQA_QUANT_PER_TENSOR:
+      return "per_tensor";
+    case ATTNRT_GQA_QUANT_PER_CHANNEL:
+      return "per_channel";
+    case ATTNRT_GQA_QUANT_PER_BLOCK_32:
+      return "per_block_32";
+  }
+  return "invalid";
 }
 
 // The problem of a gqa/paged_gqa explain as JSON: sizes, dtypes, attributes, (paged) block size

@@ -28,7 +28,7 @@ GqaConfig config_from_flags(const GqaFlags& flags, const ModelPreset* preset) {
   if (flags.cache_dtype) {
     config.cache_dtype = cache_dtype_from_name(*flags.cache_dtype);
   } else if (config.attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
-    config.cache_dtype = config.attributes.kv_cache_bit_width == 4 ? kUInt8 : kInt8;
+    config.cache_dtype = quantized_cache_dtype(config.attributes);
   } else {
     config.cache_dtype = config.dtype;
   }
@@ -53,7 +53,9 @@ std::string describe_config(const GqaConfig& config) {
   if (a.do_rotary == 1) os << (a.rotary_interleaved == 1 ? " rotary(interleaved)" : " rotary");
   if (a.smooth_softmax == 1) os << " smooth-softmax";
   if (a.qk_output != 0) os << " qk_output=" << a.qk_output;
-  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+    os << (a.kv_cache_bit_width == 4 ? " per-block-q4_0" : " per-block-q8_0");
+  } else if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
     os << (a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? " per-channel" : " per-tensor")
        << "-int" << a.kv_cache_bit_width;
   }

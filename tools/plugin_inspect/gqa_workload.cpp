@@ -24,10 +24,6 @@ void fill_normal(HostTensor& tensor, std::mt19937_64& rng, double stddev) {
     store_element(tensor.data(), tensor.dtype(), i, normal(rng));
 }
 
-bool is_quantized(const attnrt_gqa_attributes& attributes) {
-  return attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE;
-}
-
 int64_t scale_count(const GqaConfig& config) {
   const auto& a = config.attributes;
   return a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? a.kv_num_heads * config.head_size : 1;
@@ -39,8 +35,32 @@ int64_t present_len(const GqaConfig& config) {
   return std::max(config.total_len, config.with_past ? config.past_len : int64_t{0});
 }
 
+int64_t cache_head_size(const attnrt_gqa_attributes& attributes, int64_t head_size) {
+  if (attributes.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+    const int64_t block_bytes = attributes.kv_cache_bit_width == 4
+                                    ? ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES
+                                    : ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    const int64_t blocks =
+        (head_size + ATTNRT_GQA_QUANT_BLOCK_ELEMENTS - 1) / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+    return blocks * block_bytes;
+  }
+  return attributes.kv_cache_bit_width == 4 ? head_size / 2 : head_size;
+}
+
 int64_t cache_head_size(const GqaConfig& config) {
-  return config.attributes.kv_cache_bit_width == 4 ? config.head_size / 2 : config.head_size;
+  return cache_head_size(config.attributes, config.head_size);
+}
+
+attnrt_dtype quantized_cache_dtype(const attnrt_gqa_attributes& attributes) {
+  return attributes.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 ||
+                 attributes.kv_cache_bit_width == 4
+             ? kUInt8
+             : kInt8;
+}
+
+bool uses_scale_inputs(const attnrt_gqa_attributes& attributes) {
+  return attributes.k_quant_type != ATTNRT_GQA_QUANT_NONE &&
+         attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_BLOCK_32;
 }
 
 const char* gqa_input_name(int index) {
@@ -112,7 +132,7 @@ GqaTensors make_gqa_tensors(const GqaConfig& config, bool allocate, const GqaTen
     }
     if (config.head_sink)
       in[ATTNRT_GQA_INPUT_HEAD_SINK] = make(config.dtype, {N}, allocate, "head_sink");
-    if (is_quantized(a)) {
+    if (uses_scale_inputs(a)) {
       in[ATTNRT_GQA_INPUT_K_SCALE] = make(kFloat32, {scale_count(config)}, allocate, "k_scale");
       in[ATTNRT_GQA_INPUT_V_SCALE] = make(kFloat32, {scale_count(config)}, allocate, "v_scale");
     }

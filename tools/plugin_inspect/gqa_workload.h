@@ -34,8 +34,17 @@ struct GqaConfig {
 
 // Rows of the present buffers: max(T, P).
 int64_t present_len(const GqaConfig& config);
-// Last dimension of the caches: H, or H/2 bytes for a 4-bit cache.
+// Last dimension of the caches: H, H/2 bytes for a 4-bit cache, or H/32 blocks of 34 (Q8_0) or 18
+// (Q4_0) bytes for a PER_BLOCK_32 cache (a head size that is not a multiple of 32 rounds up; the
+// runtime rejects it, naming the head size).
+int64_t cache_head_size(const attnrt_gqa_attributes& attributes, int64_t head_size);
 int64_t cache_head_size(const GqaConfig& config);
+// The dtype of a quantized cache: uint8 for 4-bit and PER_BLOCK_32 caches, int8 for the other
+// 8-bit ones.
+attnrt_dtype quantized_cache_dtype(const attnrt_gqa_attributes& attributes);
+// Whether the attributes ask for k_scale/v_scale inputs (PER_TENSOR, PER_CHANNEL; a PER_BLOCK_32
+// cache holds its scales in its blocks).
+bool uses_scale_inputs(const attnrt_gqa_attributes& attributes);
 
 using TensorRef = std::shared_ptr<HostTensor>;
 

@@ -184,8 +184,12 @@ void check_input_dtypes(const GqaTensors& tensors, const attnrt_gqa_attributes& 
       expect_dtype(tensors, index, query, " (as query.npy; the cache is not quantized)");
     }
   } else if (a.kv_cache_bit_width == 4 || a.kv_cache_bit_width == 8) {
-    const attnrt_dtype cache = a.kv_cache_bit_width == 4 ? kUInt8 : kInt8;
-    const std::string why = " (" + std::to_string(a.kv_cache_bit_width) + "-bit quantized cache)";
+    const attnrt_dtype cache = quantized_cache_dtype(a);
+    const std::string why =
+        a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32
+            ? std::string(a.kv_cache_bit_width == 4 ? " (Q4_0" : " (Q8_0") +
+                  " blocks of a PER_BLOCK_32 cache)"
+            : " (" + std::to_string(a.kv_cache_bit_width) + "-bit quantized cache)";
     expect_dtype(tensors, ATTNRT_GQA_INPUT_PAST_KEY, cache, why);
     expect_dtype(tensors, ATTNRT_GQA_INPUT_PAST_VALUE, cache, why);
   }
@@ -220,10 +224,9 @@ void add_outputs(GqaTensors& tensors, const attnrt_gqa_attributes& a, bool check
   const int64_t T = std::max<int64_t>(0, total_value);  // the runtime rejects T <= 0
 
   const TensorRef& past_key = tensors.inputs[ATTNRT_GQA_INPUT_PAST_KEY];
-  int64_t P = 0, Hc = a.kv_cache_bit_width == 4 ? H / 2 : H;
+  int64_t P = 0, Hc = cache_head_size(a, H);
   attnrt_dtype cache_dtype = query.dtype();
-  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE)
-    cache_dtype = a.kv_cache_bit_width == 4 ? kUInt8 : kInt8;
+  if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) cache_dtype = quantized_cache_dtype(a);
   if (past_key) {
     if (past_key->shape().size() != 4) {
       throw ToolError(
