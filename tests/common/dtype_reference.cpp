@@ -178,6 +178,71 @@ double DequantizeElement(CacheFormat format, uint8_t code, float scale) {
   return E4M3FnValue(code) * scale;
 }
 
+const char* BlockFormatName(BlockFormat format) {
+  return format == BlockFormat::kQ8_0 ? "q8_0" : "q4_0";
+}
+
+int64_t BlockBytes(BlockFormat format) { return format == BlockFormat::kQ8_0 ? 34 : 18; }
+
+void QuantizeBlockRow(BlockFormat format, const float* x, int64_t n, uint8_t* out) {
+  for (int64_t block = 0; block < n / kBlockElements; ++block) {
+    const float* xb = x + block * kBlockElements;
+    uint8_t* ob = out + block * BlockBytes(format);
+    float d = 0.0f;
+    if (format == BlockFormat::kQ8_0) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < kBlockElements; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      d = amax / 127.0f;
+    } else {
+      float amax = 0.0f, max = 0.0f;  // the signed element of largest magnitude, the first on a tie
+      for (int64_t j = 0; j < kBlockElements; ++j) {
+        if (amax < std::fabs(xb[j])) {
+          amax = std::fabs(xb[j]);
+          max = xb[j];
+        }
+      }
+      d = max / -8.0f;
+    }
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t d_bits = Float16Bits(d);
+    ob[0] = static_cast<uint8_t>(d_bits & 0xFF);  // little-endian
+    ob[1] = static_cast<uint8_t>(d_bits >> 8);
+    if (format == BlockFormat::kQ8_0) {
+      for (int64_t j = 0; j < kBlockElements; ++j) {
+        const float q = std::clamp(std::round(xb[j] * id), -127.0f, 127.0f);  // half away from 0
+        ob[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      }
+    } else {
+      auto code = [&](float v) {
+        const float y = v * id + 8.5f;  // a float32 product, then a float32 sum
+        if (!(y >= 0.0f)) return 0;
+        return std::min(15, static_cast<int>(std::min(y, 16.0f)));  // truncation toward zero
+      };
+      for (int64_t j = 0; j < kBlockElements / 2; ++j) {
+        ob[2 + j] = static_cast<uint8_t>(code(xb[j]) | code(xb[j + kBlockElements / 2]) << 4);
+      }
+    }
+  }
+}
+
+void DequantizeBlockRow(BlockFormat format, const uint8_t* in, int64_t n, float* out) {
+  for (int64_t block = 0; block < n / kBlockElements; ++block) {
+    const uint8_t* ib = in + block * BlockBytes(format);
+    float* ob = out + block * kBlockElements;
+    const float d = Float16Value(static_cast<uint16_t>(ib[0] | ib[1] << 8));
+    if (format == BlockFormat::kQ8_0) {
+      for (int64_t j = 0; j < kBlockElements; ++j) {
+        ob[j] = static_cast<float>(static_cast<int8_t>(ib[2 + j])) * d;
+      }
+    } else {
+      for (int64_t j = 0; j < kBlockElements / 2; ++j) {
+        ob[j] = static_cast<float>((ib[2 + j] & 0xF) - 8) * d;
+        ob[j + kBlockElements / 2] = static_cast<float>((ib[2 + j] >> 4) - 8) * d;
+      }
+    }
+  }
+}
+
 void RotateRowFloat(float* row, const float* cos_row, const float* sin_row, int64_t half,
                     bool interleaved) {
   const std::vector<float> src(row, row + 2 * half);

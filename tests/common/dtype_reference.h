@@ -6,6 +6,7 @@
 //     mantissa, saturation to ±448, NaN stays NaN);
 //   - the KV-cache quantizer: q = clamp(rint(x · inv), lo, hi) with inv = 1/scale in float32
 //     (scale 0 => inv = 1); int4 packs element 2i in the low nibble with a +8 bias;
+//   - ggml's Q8_0 / Q4_0 blocks (PER_BLOCK_32): its reference quantizers and dequantizers;
 //   - RoPE of one head row computed in float (the arithmetic the kernels' contract names).
 //
 // Like gqa_reference.h it knows nothing of attnrt: no attnrt header is included.
@@ -62,6 +63,35 @@ double DequantizeElement(CacheFormat format, uint8_t code, float scale);
 inline uint8_t PackInt4(uint8_t even_nibble, uint8_t odd_nibble) {
   return static_cast<uint8_t>((even_nibble & 0xF) | ((odd_nibble & 0xF) << 4));
 }
+
+// ---- block-quantized KV cache (ggml's Q8_0 and Q4_0) --------------------------------------------
+// Written from ggml's block formats and its reference quantizers (ggml/src/ggml-quants.c,
+// quantize_row_q8_0_ref / quantize_row_q4_0_ref, dequantize_row_q8_0 / dequantize_row_q4_0): each
+// run of 32 elements of a row is one block that starts with its float16 scale d (little-endian),
+//   Q8_0, 34 bytes: d, int8 q[32];  element j = q[j] · d
+//   Q4_0, 18 bytes: d, uint8 b[16]; element j = ((b[j] & 0xF) - 8) · d,
+//                                   element j + 16 = ((b[j] >> 4) - 8) · d
+// (the products in float32). Quantizing a block of floats x:
+//   Q8_0: d = max|x| / 127, id = d ? 1/d : 0, q[j] = roundf(x[j] · id) (half away from zero);
+//   Q4_0: m = the x[j] of largest |x[j]| (the first on a tie), d = m / -8, id = d ? 1/d : 0,
+//         code = min(15, (int)(x[j] · id + 8.5f));
+// every operation in float32 (id from the float32 d), the stored d rounded to float16 to nearest
+// even.
+enum class BlockFormat { kQ8_0, kQ4_0 };
+
+inline constexpr int64_t kBlockElements = 32;
+
+const char* BlockFormatName(BlockFormat format);
+// Bytes of one block of 32 elements: 34 (Q8_0) or 18 (Q4_0).
+int64_t BlockBytes(BlockFormat format);
+// Bytes of a row of n elements (n a multiple of 32).
+inline int64_t BlockRowBytes(BlockFormat format, int64_t n) {
+  return n / kBlockElements * BlockBytes(format);
+}
+// Quantizes a row of n floats (n a multiple of 32) into BlockRowBytes(format, n) bytes at out.
+void QuantizeBlockRow(BlockFormat format, const float* x, int64_t n, uint8_t* out);
+// The n element values of a quantized row: each the float32 product of its code and its block's d.
+void DequantizeBlockRow(BlockFormat format, const uint8_t* in, int64_t n, float* out);
 
 // ---- RoPE in float ------------------------------------------------------------------------------
 // Rotates one head row in place at the cos/sin row given (half = R/2 entries each); dimensions

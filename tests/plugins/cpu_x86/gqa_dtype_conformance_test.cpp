@@ -2,7 +2,9 @@
 // choice, "auto"): float16 and bfloat16 queries with a cache of the same type, and quantized caches
 // (int8, int4 packed in uint8, float8 e4m3fn) with PER_TENSOR and PER_CHANNEL scales, each with
 // float32, float16 and bfloat16 queries, over a representative subset of the float32 suite's cases
-// (gqa_conformance_test.cpp).
+// (gqa_conformance_test.cpp). Block-quantized caches (PER_BLOCK_32: ggml Q8_0 / Q4_0) have suites
+// of their own: gqa_block_quant_test.cpp, gqa_block_quant_window_cache_test.cpp,
+// paged_gqa_block_quant_test.cpp and gqa_block_quant_errors_test.cpp.
 //
 // Method (independent of the kernels; tests/common/dtype_reference.h):
 //   - inputs are fresh N(0,1) floats rounded to the query type T (round to nearest even);

@@ -21,6 +21,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnrt/block_pool.h"
@@ -38,8 +39,18 @@ constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 
-// kBF16: the whole op in bfloat16 (query, key, value, cache, output).
-enum class Cache { kF32, kInt8PerChannel, kInt4PerTensor, kBF16, kInt8PerTensor };
+// kBF16: the whole op in bfloat16 (query, key, value, cache, output). kQ8_0Block, kQ4_0Block:
+// PER_BLOCK_32 caches (ggml Q8_0 / Q4_0 blocks of 32 elements with a float16 scale each).
+enum class Cache {
+  kF32,
+  kInt8PerChannel,
+  kInt4PerTensor,
+  kBF16,
+  kInt8PerTensor,
+  kQ8_0Block,
+  kQ4_0Block
+};
+bool IsBlockCache(Cache cache) { return cache == Cache::kQ8_0Block || cache == Cache::kQ4_0Block; }
 
 struct Case {
   std::string name;
@@ -69,12 +80,19 @@ int64_t RowBytes(const Case& c) {
     case Cache::kInt8PerChannel:
     case Cache::kInt8PerTensor:
       return c.H;
+    case Cache::kQ8_0Block:
+      return c.H / 32 * 34;
+    case Cache::kQ4_0Block:
+      return c.H / 32 * 18;
     case Cache::kInt4PerTensor:
       break;
   }
   return c.H / 2;
 }
-int64_t LastDim(const Case& c) { return c.cache == Cache::kInt4PerTensor ? c.H / 2 : c.H; }
+// Elements of the cache's dtype per row: the row's bytes for the byte caches.
+int64_t LastDim(const Case& c) {
+  return c.cache == Cache::kF32 || c.cache == Cache::kBF16 ? c.H : RowBytes(c);
+}
 attnrt_dtype CacheDtype(const Case& c) {
   switch (c.cache) {
     case Cache::kF32:
@@ -85,6 +103,8 @@ attnrt_dtype CacheDtype(const Case& c) {
     case Cache::kInt8PerTensor:
       return kI8;
     case Cache::kInt4PerTensor:
+    case Cache::kQ8_0Block:
+    case Cache::kQ4_0Block:
       break;
   }
   return kU8;
@@ -125,11 +145,16 @@ attnrt_gqa_attributes Attributes(const Case& c) {
   } else if (c.cache == Cache::kInt4PerTensor) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = 4;
+  } else if (IsBlockCache(c.cache)) {
+    a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    a.kv_cache_bit_width = c.cache == Cache::kQ8_0Block ? 8 : 4;
   }
   return a;
 }
 
-// Fills a cache tensor's bytes: N(0,1) floats, or random bytes for the quantized types.
+// Fills a cache tensor's bytes: N(0,1) floats, or random bytes for the quantized types (with a
+// finite float16 d of either sign starting each block of a PER_BLOCK_32 cache, elements of order
+// 1).
 void FillCache(Tensor& t, Cache cache, std::mt19937_64& rng) {
   if (cache == Cache::kF32 || cache == Cache::kBF16) {
     Case c;
@@ -139,6 +164,15 @@ void FillCache(Tensor& t, Cache cache, std::mt19937_64& rng) {
   }
   auto* p = static_cast<unsigned char*>(t.data());
   for (size_t i = 0; i < t.bytes(); ++i) p[i] = static_cast<unsigned char>(rng());
+  if (!IsBlockCache(cache)) return;
+  const size_t block = cache == Cache::kQ8_0Block ? 34 : 18;
+  std::uniform_real_distribution<float> d(cache == Cache::kQ8_0Block ? 0.004f : 0.08f,
+                                          cache == Cache::kQ8_0Block ? 0.03f : 0.5f);
+  for (size_t i = 0; i + 1 < t.bytes(); i += block) {
+    const uint16_t bits = Float16Bits(rng() & 1 ? d(rng) : -d(rng));
+    p[i] = static_cast<unsigned char>(bits & 0xFF);
+    p[i + 1] = static_cast<unsigned char>(bits >> 8);
+  }
 }
 
 // One call in both forms: contiguous GQA (past = present, B x Nkv x P rows) and paged.
@@ -216,7 +250,7 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng, int64_t spare_block
     g[ATTNRT_GQA_INPUT_ATTENTION_BIAS] = F32({c.B, c.N, c.S, T});
     g[ATTNRT_GQA_INPUT_ATTENTION_BIAS].FillNormal(rng);
   }
-  if (c.cache != Cache::kF32 && c.cache != Cache::kBF16) {
+  if (c.cache != Cache::kF32 && c.cache != Cache::kBF16 && !IsBlockCache(c.cache)) {
     const int64_t count = c.cache == Cache::kInt8PerChannel ? c.Nkv * c.H : 1;
     std::uniform_real_distribution<float> scale(0.01f, 0.05f);
     for (auto i : {ATTNRT_GQA_INPUT_K_SCALE, ATTNRT_GQA_INPUT_V_SCALE}) {
@@ -457,6 +491,27 @@ std::vector<Case> Cases() {
     int8_tensor.cache = Cache::kInt8PerTensor;
     v.push_back(int8_tensor);
   }
+  // PER_BLOCK_32 caches: a decode with rotary over three sequences, a chunked prompt over blocks
+  // of 33, split-KV over BNSH blocks, a padded first prompt over BNSH blocks of 48 (head size 128).
+  const std::tuple<size_t, Cache, const char*> block_quant[] = {
+      {2, Cache::kQ8_0Block, "decode_rotary_bs16_q8_0"},
+      {11, Cache::kQ4_0Block, "chunked_prompt_rotary_bs33_q4_0"},
+      {6, Cache::kQ4_0Block, "decode_split_kv_bs16_bnsh_q4_0"}};
+  for (const auto& [i, cache, name] : block_quant) {
+    Case block = v[i];
+    block.name = name;
+    block.cache = cache;
+    block.rotary = block.rotary || i == 2;
+    if (i == 6) block.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+    v.push_back(block);
+  }
+  Case block_prompt = v[7];
+  block_prompt.name = "first_prompt_padded_bs48_bnsh_h128_q8_0";
+  block_prompt.block_size = 48;
+  block_prompt.layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  block_prompt.H = 128;
+  block_prompt.cache = Cache::kQ8_0Block;
+  v.push_back(block_prompt);
 #if defined(ATTNRT_TEST_REDUCED_MATRIX)
   // Emulated builds leave out the bfloat16 cases over blocks of 32 rows or more (prompts read in
   // place, long chunks, tall decodes: sized for AMX's tiles), which take most of the suite's time
