@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gqa_block_format.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
@@ -54,14 +55,9 @@ inline float32x4_t Float8E4M3FnToFloat4(uint32x4_t v) {
 // d widened with FCVTL. i is a multiple of 8, so the elements lie in one block.
 template <GqaCacheType kType>
 inline F32x8 LoadBlock8(const void* row, int64_t i) {
-  const auto* block = static_cast<const uint8_t*>(row) +
-                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
-                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
-                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
-  uint16_t d_bits;
-  memcpy(&d_bits, block, sizeof d_bits);
-  const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d_bits)));
-  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  const uint8_t* block = BlockOf(row, kType, i);
+  const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(BlockScaleBits(block))));
+  const int64_t j = i % kBlockElements;
   F32x8 x;
   if constexpr (kType == GqaCacheType::kBlockQ8_0) {
     x = Int16ToFloat(vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(block + 2 + j))));

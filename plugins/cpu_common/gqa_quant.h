@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "gqa_block_format.h"
 #include "gqa_convert.h"
 #include "gqa_run.h"
 
@@ -29,17 +30,8 @@ inline int QuantizeToInt(float x, float inv, float lo, float hi) {
   return static_cast<int>(q < hi ? (q > lo ? q : lo) : hi);
 }
 
-// Bytes of one Q8_0 / Q4_0 block of 32 elements.
-constexpr int64_t kBlockElements = ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
-constexpr int64_t BlockBytes(GqaCacheType type) {
-  return type == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
-                                          : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
-}
-
-// The float32 scale d of the block at `block` (its first two bytes, little-endian float16).
-inline float BlockScale(const uint8_t* block) {
-  return HalfToFloat(static_cast<uint16_t>(block[0] | (block[1] << 8)));
-}
+// The float32 scale d of the block at `block`.
+inline float BlockScale(const uint8_t* block) { return HalfToFloat(BlockScaleBits(block)); }
 
 // ggml's quantize_row_q8_0_ref for the 32 elements x into `block`. a = max |x_j| (ggml's MAX
 // macro, so a NaN is skipped unless it is the last element), codes clamped to [-127, 127] where a
@@ -199,10 +191,8 @@ inline void ForEachCacheElement(const GqaCacheRow& row, int64_t begin, int64_t e
     }
     case GqaCacheType::kBlockQ8_0:
     case GqaCacheType::kBlockQ4_0: {
-      const uint8_t* x = static_cast<const uint8_t*>(row.data);
-      const int64_t block_bytes = BlockBytes(row.type);
       for (int64_t i = begin; i < end; ++i) {
-        const uint8_t* block = x + i / kBlockElements * block_bytes;
+        const uint8_t* block = BlockOf(row.data, row.type, i);
         const int64_t j = i % kBlockElements;
         const int q = row.type == GqaCacheType::kBlockQ8_0
                           ? static_cast<int8_t>(block[2 + j])

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gqa_block_format.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
@@ -30,14 +31,9 @@ constexpr bool kScaledCache = kType == GqaCacheType::kInt8 || kType == GqaCacheT
 template <GqaCacheType kType>
 inline __m256 LoadBlock8(const void* row, int64_t i) {
 #if defined(__F16C__)
-  const auto* block = static_cast<const uint8_t*>(row) +
-                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
-                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
-                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
-  uint16_t d_bits;
-  memcpy(&d_bits, block, sizeof d_bits);
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_bits));
-  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  const uint8_t* block = BlockOf(row, kType, i);
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(BlockScaleBits(block)));
+  const int64_t j = i % kBlockElements;
   __m256i q;
   if constexpr (kType == GqaCacheType::kBlockQ8_0) {
     q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + j)));

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "gqa_block_format.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
@@ -35,14 +36,9 @@ constexpr __mmask16 kAllLanes = 0xFFFF;
 // of 32), so the elements lie in one block.
 template <GqaCacheType kType>
 inline __m512 LoadBlock16(const void* row, int64_t i, __mmask16 mask) {
-  const auto* block = static_cast<const uint8_t*>(row) +
-                      i / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS *
-                          (kType == GqaCacheType::kBlockQ8_0 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES
-                                                             : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
-  uint16_t d_bits;
-  __builtin_memcpy(&d_bits, block, sizeof d_bits);
-  const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d_bits)));
-  const int64_t j = i % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+  const uint8_t* block = BlockOf(row, kType, i);
+  const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(BlockScaleBits(block))));
+  const int64_t j = i % kBlockElements;
   __m512i q;
   if constexpr (kType == GqaCacheType::kBlockQ8_0) {
     q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, block + 2 + j));
