@@ -353,8 +353,10 @@ void Decode(Choices& c, Case* k) {
   }
   {
     const uint32_t m = c.Pick(16);
-    if (m >= 14) {
-      a.k_quant_type = m == 14 ? ATTNRT_GQA_QUANT_PER_TENSOR : ATTNRT_GQA_QUANT_PER_CHANNEL;
+    if (m >= 13) {
+      a.k_quant_type = m == 13   ? ATTNRT_GQA_QUANT_PER_BLOCK_32
+                       : m == 14 ? ATTNRT_GQA_QUANT_PER_TENSOR
+                                 : ATTNRT_GQA_QUANT_PER_CHANNEL;
       a.v_quant_type = a.k_quant_type;
       a.kv_cache_bit_width = c.Flag() ? 4 : 8;
       if (c.OneIn(8)) {
@@ -362,14 +364,14 @@ void Decode(Choices& c, Case* k) {
         a.kv_cache_bit_width = c.From(kBadBits);
       }
       if (c.OneIn(8)) {
-        constexpr int32_t kQuant[] = {0, 1, 2, 3, -1};
+        constexpr int32_t kQuant[] = {0, 1, 2, 3, 4, -1};
         a.v_quant_type = c.From(kQuant);
       }
     } else if (c.OneIn(32)) {
       a.kv_cache_bit_width = 8;
     }
     if (c.OneIn(64)) {
-      constexpr int32_t kBadQuant[] = {3, -1, INT32_MAX};
+      constexpr int32_t kBadQuant[] = {4, -1, INT32_MAX};
       a.k_quant_type = c.From(kBadQuant);
     }
   }
@@ -461,7 +463,13 @@ void Decode(Choices& c, Case* k) {
   }
   attnrt_dtype cache_dtype = T_dtype;
   int64_t Hc = H;
-  if (quantized) {
+  const bool blocks = a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32;
+  if (blocks) {
+    // ggml's Q8_0/Q4_0 blocks: H/32 blocks of 34 or 18 bytes (their float16 scales are whatever
+    // bytes Fill leaves, non-finite ones included).
+    cache_dtype = c.OneIn(8) ? kI8 : kU8;
+    Hc = H / 32 * (a.kv_cache_bit_width == 4 ? 18 : 34);
+  } else if (quantized) {
     cache_dtype = a.kv_cache_bit_width == 4 ? kU8 : c.OneIn(4) ? kF8E4M3 : kI8;
     if (a.kv_cache_bit_width == 4) Hc = H / 2;
   }
@@ -524,7 +532,7 @@ void Decode(Choices& c, Case* k) {
               {c.Flag() ? 1 : B, c.Flag() ? 1 : N, S, c.OneIn(16) ? T + 1 : T});
   }
   if (c.OneIn(5)) SetTensor(&s[ATTNRT_GQA_INPUT_HEAD_SINK], T_dtype, {N});
-  if (quantized || c.OneIn(16)) {
+  if ((quantized && !blocks) || c.OneIn(16)) {
     const bool per_channel = a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL;
     for (int i : {ATTNRT_GQA_INPUT_K_SCALE, ATTNRT_GQA_INPUT_V_SCALE}) {
       std::vector<int64_t> shape;

@@ -121,7 +121,9 @@ struct Buffer {
   size_t bytes = 0;
   explicit Buffer(size_t n) : data(new unsigned char[std::max<size_t>(n, 1)]), bytes(n) {}
   Bytes Copy() const { return Bytes(data.get(), data.get() + bytes); }
-  void Restore(const Bytes& b) { std::memcpy(data.get(), b.data(), b.size()); }
+  void Restore(const Bytes& b) {
+    if (!b.empty()) std::memcpy(data.get(), b.data(), b.size());  // b.data() may be NULL
+  }
 };
 
 // A tensor over a buffer of its own or over part of a shared one.
@@ -180,12 +182,24 @@ void FillFloat(Buffer& b, attnrt_dtype dtype, Rng& rng) {
 }
 
 // Random codes; float8_e4m3fn without its NaN (0x7F, 0xFF).
+// Q8_0/Q4_0 pools: every byte below 0x3C, so that any two bytes read as a block's float16 scale are
+// a finite value in [0, 1) (and codes stay within 0..59).
+void FillBlockBytes(Buffer& b, Rng& rng) {
+  for (size_t i = 0; i < b.bytes; ++i) b.data[i] = static_cast<unsigned char>(rng.Next() % 0x3C);
+}
+
 void FillCodes(Buffer& b, bool fp8, Rng& rng) {
   for (size_t i = 0; i < b.bytes; ++i) {
     auto c = static_cast<unsigned char>(rng.Next());
     if (fp8 && (c & 0x7F) == 0x7F) c = static_cast<unsigned char>(c & 0xF0);
     b.data[i] = c;
   }
+}
+
+// The last dimension of a pool row of head_size elements for each Case::quant.
+int64_t CacheRow(int quant, int64_t head_size) {
+  if (quant >= 4) return head_size / 32 * (quant == 5 ? 18 : 34);
+  return quant == 3 ? head_size / 2 : head_size;
 }
 
 float MaxAbs(const Tensor* t) {
@@ -208,7 +222,7 @@ struct Case {
   attnrt_paged_gqa_attributes attributes;
   int64_t heads = 1, kv_heads = 1, head_size = 8, block_size = 4, cache_row = 8;
   attnrt_dtype t_dtype = kF32, cache_dtype = kF32;
-  int quant = 0;  // 0 none, 1 int8, 2 float8_e4m3fn, 3 int4
+  int quant = 0;  // 0 none, 1 int8, 2 float8_e4m3fn, 3 int4, 4 Q8_0 blocks, 5 Q4_0 blocks
   bool has_kv = true, rank3 = false, head_sink = false;
   int64_t batch = 0, num_tokens = 0, slots = 1, num_blocks = 1;
   std::vector<int32_t> starts, lens, table;
@@ -301,15 +315,19 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   const int type = fdp.ConsumeIntegralInRange<int>(0, 2);
   c->t_dtype = type == 0 ? kF32 : type == 1 ? kF16 : kBF16;
   c->cache_dtype = c->t_dtype;
-  c->quant = fdp.ConsumeIntegralInRange<int>(0, 5);
-  if (c->quant > 3) c->quant = 0;  // unquantized caches half the time
-  if (c->quant != 0) {
+  c->quant = fdp.ConsumeIntegralInRange<int>(0, 7);
+  if (c->quant > 5) c->quant = 0;  // unquantized caches 3 times in 8
+  if (c->quant >= 4) {
+    a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+    a.kv_cache_bit_width = c->quant == 5 ? 4 : 8;
+    c->cache_dtype = kU8;
+  } else if (c->quant != 0) {
     a.k_quant_type = a.v_quant_type =
         fdp.ConsumeBool() ? ATTNRT_GQA_QUANT_PER_CHANNEL : ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = c->quant == 3 ? 4 : 8;
     c->cache_dtype = c->quant == 1 ? kI8 : c->quant == 2 ? kF8E4M3 : kU8;
   }
-  c->cache_row = c->quant == 3 ? c->head_size / 2 : c->head_size;
+  c->cache_row = CacheRow(c->quant, c->head_size);
   c->has_kv = fdp.ConsumeIntegralInRange<int>(0, 7) != 0;
   c->rank3 = fdp.ConsumeIntegralInRange<int>(0, 3) == 0;
   c->shared_pool = fdp.ConsumeBool();
@@ -396,8 +414,8 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
             c->lens[static_cast<size_t>(b)];
   }
   if (work * c->heads * c->head_size > (int64_t{1} << 21)) {
-    c->head_size = 8;
-    c->cache_row = c->quant == 3 ? 4 : 8;
+    c->head_size = c->quant >= 4 ? 32 : 8;  // the smallest head size of a block cache
+    c->cache_row = CacheRow(c->quant, c->head_size);
   }
 }
 
@@ -517,7 +535,7 @@ void Build(Call& k, FuzzedDataProvider& fdp, Rng& rng) {
     k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING] = ints(kI64, {n}, c.slot_mapping.data());
   }
   if (c.head_sink) k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK] = Compact(c.t_dtype, {heads});
-  if (c.quant != 0) {
+  if (c.quant != 0 && c.quant < 4) {
     const int64_t scales =
         c.attributes.gqa.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? kv * h : 1;
     for (int i : {ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE}) {
@@ -536,6 +554,8 @@ void Build(Call& k, FuzzedDataProvider& fdp, Rng& rng) {
     Buffer& b = *k.in[static_cast<size_t>(i)]->buffer;
     if (c.quant == 0)
       FillFloat(b, c.cache_dtype, rng);
+    else if (c.quant >= 4)
+      FillBlockBytes(b, rng);
     else
       FillCodes(b, c.quant == 2, rng);
   }
@@ -652,6 +672,12 @@ double Tolerance(const Call& k) {
               .get();
       (p == 0 ? kmax : vmax) = std::max(MaxAbs(pool), MaxAbs(rows));
     }
+  } else if (c.quant >= 4) {
+    // Pool blocks: scales below 1, codes within 127 (Q8_0) or 8 (Q4_0); new rows: within the new
+    // K/V rows' magnitude (a block's scale is its largest magnitude / 127 or / 8).
+    const double code = c.quant == 4 ? 127 : 8;
+    kmax = std::max(code, 1.01 * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY].get()));
+    vmax = std::max(code, 1.01 * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE].get()));
   } else {
     const double code = c.quant == 1 ? 128 : c.quant == 2 ? 448 : 8;
     for (int p = 0; p < 2; ++p) {
