@@ -251,8 +251,8 @@ TEST(GqaAttributes, RejectsEachInvalidValue) {
        {"sliding_window_cache must be 0 or 1, got 2"}},
       {[](attnrt_gqa_attributes& a) { a.sliding_window_cache = 1; },
        {"sliding_window_cache=1 requires local_window_size > 0", "local_window_size=-1"}},
-      {[](attnrt_gqa_attributes& a) { a.k_quant_type = 3; },
-       {"Invalid KV quantization type", "k_quant_type", "got 3"}},
+      {[](attnrt_gqa_attributes& a) { a.k_quant_type = 4; },
+       {"Invalid KV quantization type", "k_quant_type", "3 (PER_BLOCK_32)", "got 4"}},
       {[](attnrt_gqa_attributes& a) { a.v_quant_type = -1; },
        {"Invalid KV quantization type", "v_quant_type", "got -1"}},
       {[](attnrt_gqa_attributes& a) {
