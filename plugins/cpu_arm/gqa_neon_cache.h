@@ -76,7 +76,7 @@ inline F32x8 LoadBlock8(const void* row, int64_t i) {
 // scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline F32x8 LoadCacheRaw8(const void* row, int64_t i) {
-  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+  if constexpr (IsBlockCache(kType)) {
     return LoadBlock8<kType>(row, i);
   } else if constexpr (kType == GqaCacheType::kFloat32) {
     const float* p = static_cast<const float*>(row) + i;

@@ -35,5 +35,11 @@ inline uint16_t BlockScaleBits(const uint8_t* block) {
   return bits;
 }
 
+// Stores the float16 bits of a block's scale d.
+inline void StoreBlockScaleBits(uint16_t bits, uint8_t* block) {
+  block[0] = static_cast<uint8_t>(bits & 0xFF);
+  block[1] = static_cast<uint8_t>(bits >> 8);
+}
+
 }  // namespace
 }  // namespace attnrt::cpu

@@ -44,9 +44,7 @@ inline void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
   }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const uint16_t half = FloatToHalf(d);
-  block[0] = static_cast<uint8_t>(half & 0xFF);
-  block[1] = static_cast<uint8_t>(half >> 8);
+  StoreBlockScaleBits(FloatToHalf(d), block);
   for (int64_t j = 0; j < kBlockElements; ++j) {
     const float q = roundf(x[j] * id);
     block[2 + j] = static_cast<uint8_t>(
@@ -68,9 +66,7 @@ inline void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
   }
   const float d = max / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const uint16_t half = FloatToHalf(d);
-  block[0] = static_cast<uint8_t>(half & 0xFF);
-  block[1] = static_cast<uint8_t>(half >> 8);
+  StoreBlockScaleBits(FloatToHalf(d), block);
   // x_j * (1/d) is rounded to float32 before 8.5 is added: a compiler may not fuse the two into
   // one FMA (AArch64 compilers contract a * b + c by default, which moves codes at .5 boundaries).
   const auto code = [](float value, float inv) {

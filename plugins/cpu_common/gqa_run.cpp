@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "gqa_block_format.h"
 #include "gqa_convert.h"
 #include "gqa_run_internal.h"
 
@@ -118,9 +119,8 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
     case GqaCacheType::kFloat8E4M3Fn:
       return h;
     case GqaCacheType::kBlockQ8_0:
-      return h / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
     case GqaCacheType::kBlockQ4_0:
-      return h / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
+      return h / static_cast<size_t>(kBlockElements) * static_cast<size_t>(BlockBytes(type));
     case GqaCacheType::kInt4:
       break;
   }

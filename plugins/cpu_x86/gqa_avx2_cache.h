@@ -56,7 +56,7 @@ inline __m256 LoadBlock8(const void* row, int64_t i) {
 // scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline __m256 LoadCacheRaw8(const void* row, int64_t i) {
-  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+  if constexpr (IsBlockCache(kType)) {
     return LoadBlock8<kType>(row, i);
   } else if constexpr (kType == GqaCacheType::kFloat32) {
     return _mm256_loadu_ps(static_cast<const float*>(row) + i);

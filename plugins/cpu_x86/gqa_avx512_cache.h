@@ -58,7 +58,7 @@ inline __m512 LoadBlock16(const void* row, int64_t i, __mmask16 mask) {
 // block types (their scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
-  if constexpr (kType == GqaCacheType::kBlockQ8_0 || kType == GqaCacheType::kBlockQ4_0) {
+  if constexpr (IsBlockCache(kType)) {
     return LoadBlock16<kType>(row, i, mask);
   } else if constexpr (kType == GqaCacheType::kFloat32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + i);

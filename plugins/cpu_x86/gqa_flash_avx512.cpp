@@ -82,9 +82,8 @@ constexpr size_t RowBytes(GqaCacheType type, int64_t h) {
     case GqaCacheType::kInt4:
       return n / 2;
     case GqaCacheType::kBlockQ8_0:
-      return n / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
     case GqaCacheType::kBlockQ4_0:
-      return n / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
+      return n / static_cast<size_t>(kBlockElements) * static_cast<size_t>(BlockBytes(type));
     case GqaCacheType::kInt8:
     case GqaCacheType::kFloat8E4M3Fn:
       break;
