@@ -132,15 +132,15 @@ struct NodeShape {
 // boundary, as attnrt requires (ggml lets a view start at any byte).
 bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t* out,
                  std::string* reason) {
-  // Block-quantized rows are uint8 pools (strides in bytes, any start).
-  const size_t es = s.kv_bits != 0 ? 1 : ggml_type_size(t->type);
+  // The pool's element (block-quantized rows are uint8 pools: strides in bytes, any start).
+  const size_t es = s.cache_dtype.bits / 8;
   if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
     *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
               std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
               ggml_type_name(t->type) + " elements";
     return false;
   }
-  if (const size_t off = s.kv_bits != 0 ? 0 : Misalignment(t); off != 0) {
+  if (const size_t off = es == 1 ? 0 : Misalignment(t); off != 0) {
     *reason = std::string(who) + ": starts " + std::to_string(off) + " bytes past a " +
               ggml_type_name(t->type) + " element boundary";
     return false;
