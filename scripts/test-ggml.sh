@@ -103,12 +103,17 @@ on_attnrt=(GGML_BACKEND_PATH="$backend" ATTNRT_GGML_DEBUG=1)
 on_cpu=(-u GGML_BACKEND_PATH)
 # llama-perplexity against the CPU backend's saved logits; BATCH 512 puts two 256-token sequences
 # (two cache streams) in every batch.
-perplexity() { # LOG KV FA BATCH [env...]
+perplexity_against() { # LOG KV FA BATCH BASE [env...]: logits against the saved ones in BASE
+  local log="$1" kv="$2" fa="$3" batch="$4" base="$5"
+  shift 5
+  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$batch" -ub 128 \
+    -t 2 -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$base" --kl-divergence \
+    >"$log" 2>&1 </dev/null
+}
+perplexity() { # LOG KV FA BATCH [env...]: against the CPU backend's logits with the same cache
   local log="$1" kv="$2" fa="$3" batch="$4"
   shift 4
-  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$batch" -ub 128 \
-    -t 2 -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-$kv-$batch.kld" \
-    --kl-divergence >"$log" 2>&1 </dev/null
+  perplexity_against "$log" "$kv" "$fa" "$batch" "$work/base-$kv-$batch.kld" "$@"
 }
 save_base() { # KV BATCH: the CPU backend's logits
   env "${on_cpu[@]}" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$2" \
@@ -209,9 +214,7 @@ fi
 versus_f16() { # LOG KV [env...]: logits with a KV cache against the CPU backend's float16 ones
   local log="$1" kv="$2"
   shift 2
-  env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b 256 -ub 128 -t 2 \
-    -fa on -ctk "$kv" -ctv "$kv" --kl-divergence-base "$work/base-f16-256.kld" --kl-divergence \
-    >"$log" 2>&1 </dev/null
+  perplexity_against "$log" "$kv" on 256 "$work/base-f16-256.kld" "$@"
 }
 for kv in q8_0 q4_0; do
   save_base "$kv" 256
