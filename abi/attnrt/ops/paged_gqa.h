@@ -68,6 +68,16 @@
  * accumulation), u_T the unit roundoff of T (2^-8 bfloat16, 2^-11 float16; a float16 p below
  * 2^-14 adds at most 2^-25 |v_j| / l each).
  *
+ * Value head size (ABI 1.8): V rows may be narrower or wider than Q/K rows, as in FlashAttention
+ * (which takes it from v's shape) and ggml's flash_attn_ext (MLA-style models: key 192 / value 128,
+ * key 96 / value 64). The value head size Hv is value_cache's last dimension: Hv elements, the
+ * bytes of Hv elements for a quantized cache (Hv/2 for int4, Hv/32 blocks for PER_BLOCK_32); the
+ * key head size H (head_size) is the query's and key_cache's. Then value is (B, L, Nkv*Hv), output
+ * (B, S, N*Hv), a per-channel v_scale Nkv*Hv values; value_cache has key_cache's shape but for its
+ * last dimension. Hv follows H's rules (a multiple of 8; of 32 for PER_BLOCK_32); packed QKV (key
+ * and value absent) needs Hv == H. scale = 0 means 1/sqrt(H). Kernels that serve Hv != H say so
+ * in supports(); cpu_x86/cpu_arm: the naive (row pipeline) kernels.
+ *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.
  *
@@ -184,6 +194,10 @@ typedef struct attnrt_paged_gqa_problem {
    * which this field changed: attnrt/ops/paged_gqa_varlen.h). A kernel that cannot round P as
    * INPUT says so in supports(). */
   int32_t p_precision;
+  /* ABI 1.8: the value head size Hv (see above); gqa.head_size when V rows are as wide as K rows.
+   * A kernel of an older plugin does not see this field: the runtime offers it only problems with
+   * Hv == head_size (paged varlen ones in the ABI 1.5-1.7 layout, which this field changed). */
+  int64_t v_head_size;
 } attnrt_paged_gqa_problem;
 
 /**

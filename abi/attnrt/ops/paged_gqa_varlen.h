@@ -28,6 +28,9 @@
  *   output         T [num_tokens, N * H]    rows past query_start_loc[B] (an engine's padding)
  *                                           are neither read nor written
  *
+ * With a value head size Hv != H (ABI 1.8; value_cache's last dimension, attnrt/ops/paged_gqa.h)
+ * value is T [num_tokens, Nkv * Hv] and output T [num_tokens, N * Hv].
+ *
  * Query row i of sequence b is token P_b + i with P_b = T_b - q_len_b: it sees keys [0, P_b + i]
  * (causal; within local_window_size of it when set), so its new tokens are causal among
  * themselves and a decode is a sequence with q_len_b = 1. The new K/V rows are written into the
@@ -85,6 +88,8 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * has_slot_mapping: a kernel of a plugin built for ABI 1.2-1.4 is handed the problem in the ABI
  * 1.4 layout it was built for (no p_precision; struct_size the 1.4 sizeof), EXACT problems only,
  * and its args' problem pointers point into that copy (the args structs did not change).
+ * ABI 1.8 appended v_head_size the same way: a kernel of a plugin built for ABI 1.5-1.7 gets the
+ * ABI 1.7 layout (no v_head_size), problems with Hv == H only.
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
