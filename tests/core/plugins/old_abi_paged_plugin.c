@@ -1,12 +1,14 @@
 /*
- * A plugin built against the ABI 1.4 headers (tests/core/plugins/abi_1_4, copies of abi/attnrt as
- * they were before ABI 1.5 appended p_precision to attnrt_paged_gqa_problem), as a third party's
- * plugin built then is. Its kernels read the problem and args through the ABI 1.4 structs:
+ * A plugin built against older ABI headers, as a third party's plugin built then is: compiled once
+ * against copies of the ABI 1.4 headers (tests/core/plugins/abi_1_4, before ABI 1.5 appended
+ * p_precision to attnrt_paged_gqa_problem) as plugin 'abi14paged', and once against copies of the
+ * ABI 1.7 headers (tests/core/plugins/abi_1_7, before ABI 1.8 appended v_head_size) as
+ * 'abi17paged'. Its kernels read the problem and args through that version's structs:
  *
- *   abi14paged.paged_gqa.fixture.scalar         paged op: declines every problem ("test fixture
- *                                               kernel never runs")
- *   abi14paged.paged_gqa_varlen.fixture.scalar  paged varlen op, float32: accepts a problem whose
- *       struct sizes are the ABI 1.4 ones and whose num_tokens equals paged.gqa.sequence_length
+ *   <name>.paged_gqa.fixture.scalar         paged op: declines every problem ("test fixture
+ *                                           kernel never runs")
+ *   <name>.paged_gqa_varlen.fixture.scalar  paged varlen op, float32: accepts a problem whose
+ *       struct sizes are that version's and whose num_tokens equals paged.gqa.sequence_length
  *       (the header's rule), else declines saying which field is wrong; workspace_size() is
  *       num_tokens * 64 + has_slot_mapping; run() checks the args' problem pointers and writes
  *       what it read into the first output elements (kOut* below), then returns OK.
@@ -14,14 +16,20 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "abi14_paged_plugin.h"
 #include "attnrt/ops/paged_gqa.h"
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "attnrt/plugin.h"
+#include "old_abi_paged_plugin.h"
 
-#if ATTNRT_ABI_VERSION_MAJOR != 1 || ATTNRT_ABI_VERSION_MINOR != 4
+#if ATTNRT_ABI_VERSION_MAJOR == 1 && ATTNRT_ABI_VERSION_MINOR == 4
+#define FIXTURE_NAME "abi14paged"
+#define FIXTURE_ABI "ABI 1.4"
+#elif ATTNRT_ABI_VERSION_MAJOR == 1 && ATTNRT_ABI_VERSION_MINOR == 7
+#define FIXTURE_NAME "abi17paged"
+#define FIXTURE_ABI "ABI 1.7"
+#else
 #error \
-    "abi14_paged_plugin.c must be built against the ABI 1.4 headers of tests/core/plugins/abi_1_4"
+    "old_abi_paged_plugin.c must be built against the headers of tests/core/plugins/abi_1_4 or abi_1_7"
 #endif
 
 /* The problem workspace_size() saw last: run() reports whether it gets the same one (the copy the
@@ -52,12 +60,12 @@ static int32_t VarlenSupports(void* context, const void* problem, char* reason, 
   const attnrt_paged_gqa_varlen_problem* p = (const attnrt_paged_gqa_varlen_problem*)problem;
   (void)context;
   if (p->struct_size != sizeof(*p)) {
-    snprintf(reason, capacity, "problem.struct_size %zu, expected %zu (ABI 1.4)", p->struct_size,
-             sizeof(*p));
+    snprintf(reason, capacity, "problem.struct_size %zu, expected %zu (" FIXTURE_ABI ")",
+             p->struct_size, sizeof(*p));
     return 0;
   }
   if (p->paged.struct_size != sizeof(p->paged)) {
-    snprintf(reason, capacity, "problem.paged.struct_size %zu, expected %zu (ABI 1.4)",
+    snprintf(reason, capacity, "problem.paged.struct_size %zu, expected %zu (" FIXTURE_ABI ")",
              p->paged.struct_size, sizeof(p->paged));
     return 0;
   }
@@ -124,9 +132,9 @@ static int32_t VarlenRun(void* context, const void* args, char* error, size_t ca
 }
 
 static const attnrt_kernel_desc kKernels[2] = {
-    {sizeof(attnrt_kernel_desc), "abi14paged.paged_gqa.fixture.scalar", ATTNRT_OP_PAGED_GQA,
+    {sizeof(attnrt_kernel_desc), FIXTURE_NAME ".paged_gqa.fixture.scalar", ATTNRT_OP_PAGED_GQA,
      ATTNRT_DEVICE_CPU, 1, DeclinePaged, NoWorkspace, MustNotRun},
-    {sizeof(attnrt_kernel_desc), "abi14paged.paged_gqa_varlen.fixture.scalar",
+    {sizeof(attnrt_kernel_desc), FIXTURE_NAME ".paged_gqa_varlen.fixture.scalar",
      ATTNRT_OP_PAGED_GQA_VARLEN, ATTNRT_DEVICE_CPU, 1, VarlenSupports, VarlenWorkspaceSize,
      VarlenRun},
 };
@@ -166,7 +174,7 @@ static void Shutdown(void* context) { (void)context; }
 static const attnrt_plugin_api kApi = {sizeof(attnrt_plugin_api),
                                        ATTNRT_ABI_VERSION_MAJOR,
                                        ATTNRT_ABI_VERSION_MINOR,
-                                       "abi14paged",
+                                       FIXTURE_NAME,
                                        "0.0.1",
                                        Init,
                                        Probe,

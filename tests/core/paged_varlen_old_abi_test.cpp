@@ -1,14 +1,17 @@
-// A paged varlen kernel of a plugin built against the ABI 1.4 headers (tests/core/plugins/
-// abi14_paged_plugin.c, compiled against copies of them) keeps working under ABI 1.5, which
-// appended p_precision to attnrt_paged_gqa_problem and so moved the varlen problem's own fields:
-// the runtime hands it the problem in the ABI 1.4 layout (docs/plugins.md, "The plugin ABI"). The
-// fixture reads the fields through its ABI 1.4 structs and writes them into the output; the values
-// expected here are the tensors' own. An INPUT problem is still refused for it, with the reason,
-// and so is a PER_BLOCK_32 (ggml Q8_0/Q4_0) cache of ABI 1.7, whose uint8 pools it would read as an
-// int4 or int8 cache.
+// A paged varlen kernel of a plugin built against the ABI 1.4 or the ABI 1.7 headers
+// (tests/core/plugins/old_abi_paged_plugin.c, compiled against copies of them) keeps working under
+// ABI 1.5, which appended p_precision to attnrt_paged_gqa_problem, and ABI 1.8, which appended
+// v_head_size, each moving the varlen problem's own fields: the runtime hands it the problem in the
+// layout it was built for (docs/plugins.md, "The plugin ABI"). The fixture reads the fields through
+// its own structs and writes them into the output; the values expected here are the tensors' own.
+// A problem its layout cannot describe is refused for it, with the reason: INPUT (ABI 1.4), a
+// PER_BLOCK_32 (ggml Q8_0/Q4_0) cache of ABI 1.7 (ABI 1.4: its uint8 pools would read as an int4
+// or int8 cache) and a value head size other than head_size (both: it would read value rows as
+// head_size wide).
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,21 +19,40 @@
 #include "attnrt/ops/paged_gqa.h"
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "common/test_support.h"
-#include "core/plugins/abi14_paged_plugin.h"
+#include "core/plugins/old_abi_paged_plugin.h"
 
 namespace {
 
 using namespace attnrt_test;
 
-constexpr const char* kVarlenKernel = "abi14paged.paged_gqa_varlen.fixture.scalar";
+// One fixture plugin: its folder, name and ABI minor version.
+struct OldAbi {
+  const char* folder;
+  const char* plugin;
+  int minor;
+};
+void PrintTo(const OldAbi& abi, std::ostream* os) { *os << abi.plugin; }
+
+const OldAbi kAbi14{ATTNRT_TEST_PLUGINS_ABI14, "abi14paged", 4};
+const OldAbi kAbi17{ATTNRT_TEST_PLUGINS_ABI17, "abi17paged", 7};
+
+std::string VarlenKernel(const OldAbi& abi) {
+  return std::string(abi.plugin) + ".paged_gqa_varlen.fixture.scalar";
+}
+
+std::string Refusal(const OldAbi& abi, const std::string& feature, int needs_minor) {
+  return VarlenKernel(abi) + ": plugin '" + abi.plugin + "' was built for ABI 1." +
+         std::to_string(abi.minor) + ", and " + feature + " needs ABI 1." +
+         std::to_string(needs_minor);
+}
 
 constexpr int64_t kHeads = 2, kKvHeads = 1, kHeadSize = 8;
 constexpr int64_t kBlockSizeValue = 4, kNumBlocksValue = 9, kSlots = 3;
 // Two sequences of 3 and 1 new rows (6 rows: the last 2 are an engine's padding), contexts 5 and 9.
 constexpr int64_t kTokens = 6;
 
-RuntimePtr Abi14Runtime() {
-  const char* paths[] = {ATTNRT_TEST_PLUGINS_ABI14};
+RuntimePtr OldAbiRuntime(const OldAbi& abi) {
+  const char* paths[] = {abi.folder};
   attnrt_runtime_options options = DefaultOptions();
   options.plugin_paths = paths;
   options.num_plugin_paths = 1;
@@ -100,9 +122,12 @@ std::vector<std::string> ExplainVarlen(attnrt_op* op, Call& call) {
   return out;
 }
 
-TEST(PagedVarlenAbi14, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
+class PagedVarlenOldAbi : public ::testing::TestWithParam<OldAbi> {};
+
+TEST_P(PagedVarlenOldAbi, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
   CleanAttnrtEnv env;
-  RuntimePtr runtime = Abi14Runtime();
+  const std::string kernel = VarlenKernel(GetParam());
+  RuntimePtr runtime = OldAbiRuntime(GetParam());
   ASSERT_TRUE(runtime);
   OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
   ASSERT_TRUE(op);
@@ -111,15 +136,15 @@ TEST(PagedVarlenAbi14, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
     Call call(with_slot_mapping);
     const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
     ASSERT_EQ(explained.size(), 1u);
-    EXPECT_EQ(explained[0], std::string(kVarlenKernel) + ":  (selected)");
+    EXPECT_EQ(explained[0], kernel + ":  (selected)");
 
     attnrt_plan* raw = nullptr;
     attnrt_status s =
         attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
     ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
     PlanPtr plan(raw);
-    EXPECT_EQ(PlanKernel(plan.get()), kVarlenKernel);
-    // workspace_size() read num_tokens and has_slot_mapping at their ABI 1.4 offsets.
+    EXPECT_EQ(PlanKernel(plan.get()), kernel);
+    // workspace_size() read num_tokens and has_slot_mapping at that version's offsets.
     attnrt_plan_info info{};
     info.struct_size = sizeof(info);
     ASSERT_EQ(attnrt_plan_get_info(plan.get(), &info), ATTNRT_OK);
@@ -156,16 +181,14 @@ TEST(PagedVarlenAbi14, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
 
 TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
-  RuntimePtr runtime = Abi14Runtime();
+  RuntimePtr runtime = OldAbiRuntime(kAbi14);
   ASSERT_TRUE(runtime);
   OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_INPUT);
   ASSERT_TRUE(op);
   Call call(true);
   const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
   ASSERT_EQ(explained.size(), 1u);
-  EXPECT_EQ(explained[0], std::string(kVarlenKernel) +
-                              ": plugin 'abi14paged' was built for ABI 1.4, and p_precision "
-                              "INPUT needs ABI 1.5");
+  EXPECT_EQ(explained[0], Refusal(kAbi14, "p_precision INPUT", 5));
   attnrt_plan* raw = nullptr;
   const attnrt_status s =
       attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
@@ -180,7 +203,7 @@ TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
 // field, but an int8/int4 reading of the blocks would be wrong. Nothing is written.
 TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
-  RuntimePtr runtime = Abi14Runtime();
+  RuntimePtr runtime = OldAbiRuntime(kAbi14);
   ASSERT_TRUE(runtime);
   for (int32_t bits : {8, 4}) {
     SCOPED_TRACE(bits == 8 ? "Q8_0" : "Q4_0");
@@ -228,9 +251,7 @@ TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
         std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache";
     const std::vector<Candidate> candidates = Explain(op.get(), in.data(), in.size(), &out, 1);
     ASSERT_EQ(candidates.size(), 1u);
-    EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason,
-              std::string(kVarlenKernel) + ": plugin 'abi14paged' was built for ABI 1.4, and " +
-                  feature + " needs ABI 1.7");
+    EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason, Refusal(kAbi14, feature, 7));
     attnrt_plan* raw = nullptr;
     s = attnrt_op_plan(op.get(), in.data(), in.size(), &out, 1, &raw);
     PlanPtr plan(raw);
@@ -240,5 +261,38 @@ TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
     for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(output.f32()[i], -7.0f) << i;
   }
 }
+
+// ABI 1.8's value head size is not offered to either: they would read value rows, and write
+// output rows, head_size wide. Nothing is written.
+TEST_P(PagedVarlenOldAbi, ValueHeadSizeIsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  RuntimePtr runtime = OldAbiRuntime(GetParam());
+  ASSERT_TRUE(runtime);
+  OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
+  ASSERT_TRUE(op);
+  constexpr int64_t kValueHeadSize = 2 * kHeadSize;
+  Call call(true);
+  call.value_cache = F32({kNumBlocksValue, kKvHeads, kBlockSizeValue, kValueHeadSize});
+  call.value = F32({kTokens, kKvHeads * kValueHeadSize});
+  call.output = F32({kTokens, kHeads * kValueHeadSize});
+  for (Tensor* t : {&call.value_cache, &call.value}) t->Fill(0.5f);
+  call.output.Fill(-7.0f);
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = call.value_cache.get();
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = call.value.get();
+  const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+  ASSERT_EQ(explained.size(), 1u);
+  EXPECT_EQ(explained[0], Refusal(GetParam(), "a value head size other than head_size", 8));
+  attnrt_plan* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenOldAbi, ::testing::Values(kAbi14, kAbi17),
+                         [](const ::testing::TestParamInfo<OldAbi>& param_info) {
+                           return std::string(param_info.param.plugin);
+                         });
 
 }  // namespace
