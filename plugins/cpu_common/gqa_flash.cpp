@@ -106,7 +106,8 @@ namespace {
 // blocks (2 * kv_block cache rows as stored, plus their float32 copies when tiles are dequantized)
 // plus one float score per tile row and key fill half of L2; the other half holds the Q tile, the
 // accumulator and the next block being prefetched. Capped at the longest key range (max_keys).
-FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys) {
+FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
+                         int64_t v_head_size) {
   const int64_t group = p.num_heads / p.kv_num_heads;
   FlashBlocks f{};
   f.q_block = std::clamp<int64_t>(kTileRows / group, 1, std::max<int64_t>(1, p.sequence_length));
@@ -118,8 +119,9 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
                          cache_type == GqaCacheType::kFloat8E4M3Fn || IsBlockCache(cache_type);
   f.dequant_tiles = quantized && f.rows > kFusedRows;
   const int64_t per_key =
-      2 * static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size)) +
-      (f.dequant_tiles ? 2 * p.head_size * static_cast<int64_t>(sizeof(float)) : 0) +
+      static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size) +
+                           GqaCacheRowBytes(cache_type, v_head_size)) +
+      (f.dequant_tiles ? (p.head_size + v_head_size) * static_cast<int64_t>(sizeof(float)) : 0) +
       static_cast<int64_t>(sizeof(float)) * f.rows;
   const int64_t kv = std::max(kMinKvBlock, l2_bytes / 2 / per_key / 8 * 8);
   f.kv_block = std::clamp<int64_t>(max_keys, 1, kv);
@@ -146,38 +148,44 @@ bool SplitsKeepBits(const attnrt_gqa_problem& p, const FlashBlocks& f, int64_t m
 // (SplitsKeepBits). A run's max_keys is at most its plan's, so a plan that copies covers it.
 FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t max_keys,
                               const GqaFlashPaging& paging, const GqaFlashOps& ops) {
-  FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys);
+  FlashBlocks f = ChooseBlocks(l2_bytes, p, max_keys, paging.v_head_size);
   GqaFloatType type;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const size_t row = GqaCacheRowBytes(cache_type, p.head_size);
+  const size_t value_row = GqaCacheRowBytes(cache_type, paging.v_head_size);
   const bool direct = paging.block_size >= kMinDirectBlockRows && paging.key.token == row &&
-                      paging.value.token == row &&
+                      paging.value.token == value_row &&
                       SplitsKeepBits(p, f, max_keys, paging.block_size, ops);
   f.copy_tiles = !f.dequant_tiles && f.rows > kFusedRows && !direct;
   return f;
 }
 
-SlotLayout LayoutSlot(const FlashBlocks& f, int64_t head_size) {
-  const size_t tile = AlignUp(static_cast<size_t>(f.rows * head_size) * sizeof(float));
+// The Q tile and K tile hold rows of head_size floats, the accumulator and V tile rows of
+// v_head_size.
+SlotLayout LayoutSlot(const FlashBlocks& f, int64_t head_size, int64_t v_head_size) {
+  const size_t q_tile = AlignUp(static_cast<size_t>(f.rows * head_size) * sizeof(float));
+  const size_t acc_tile = AlignUp(static_cast<size_t>(f.rows * v_head_size) * sizeof(float));
   const size_t row = AlignUp(static_cast<size_t>(f.rows) * sizeof(float));
   SlotLayout s{};
-  s.acc = tile;
-  s.scores = 2 * tile;
+  s.acc = q_tile;
+  s.scores = s.acc + acc_tile;
   s.m = s.scores + AlignUp(static_cast<size_t>(f.rows * f.kv_block) * sizeof(float));
   s.l = s.m + row;
   s.k_tile = s.l + row;
-  const size_t kv_tile = f.dequant_tiles || f.copy_tiles
-                             ? AlignUp(static_cast<size_t>(f.kv_block * head_size) * sizeof(float))
-                             : 0;
-  s.v_tile = s.k_tile + kv_tile;
-  s.bytes = s.v_tile + kv_tile;
+  const bool kv_tiles = f.dequant_tiles || f.copy_tiles;
+  const size_t k_tile =
+      kv_tiles ? AlignUp(static_cast<size_t>(f.kv_block * head_size) * sizeof(float)) : 0;
+  const size_t v_tile =
+      kv_tiles ? AlignUp(static_cast<size_t>(f.kv_block * v_head_size) * sizeof(float)) : 0;
+  s.v_tile = s.k_tile + k_tile;
+  s.bytes = s.v_tile + v_tile;
   return s;
 }
 
-// Flash-decoding partials: (m, l, unnormalized output of H floats) per (b, n, chunk).
-size_t PartialBytes(const attnrt_gqa_problem& p, int64_t chunks) {
-  return AlignUp(static_cast<size_t>(p.batch_size * p.num_heads * chunks * (2 + p.head_size)) *
+// Flash-decoding partials: (m, l, unnormalized output of Hv floats) per (b, n, chunk).
+size_t PartialBytes(const attnrt_gqa_problem& p, int64_t chunks, int64_t v_head_size) {
+  return AlignUp(static_cast<size_t>(p.batch_size * p.num_heads * chunks * (2 + v_head_size)) *
                  sizeof(float));
 }
 
@@ -202,8 +210,9 @@ bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const size_t row_bytes = GqaCacheRowBytes(cache_type, p.head_size);
+  const size_t value_row_bytes = GqaCacheRowBytes(cache_type, paging.v_head_size);
   // Rows of a kv head not consecutive in a block (BSNH, or a strided view): read grouped.
-  if (paging.key.token != row_bytes || paging.value.token != row_bytes) return true;
+  if (paging.key.token != row_bytes || paging.value.token != value_row_bytes) return true;
   return paging.block_size * static_cast<int64_t>(row_bytes) < kGroupRunBytes;
 }
 
@@ -279,10 +288,11 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   for (int64_t b = 0; b < p.batch_size; ++b) {
     max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
+  const int64_t v_head_size = paging != nullptr ? paging->v_head_size : p.head_size;
   const FlashBlocks blocks = paging != nullptr
                                  ? ChoosePagedBlocks(L2Bytes(context), p, max_total, *paging, ops)
-                                 : ChooseBlocks(L2Bytes(context), p, max_total);
-  const SlotLayout slot = LayoutSlot(blocks, p.head_size);
+                                 : ChooseBlocks(L2Bytes(context), p, max_total, v_head_size);
+  const SlotLayout slot = LayoutSlot(blocks, p.head_size, v_head_size);
 
   if (args.workspace == nullptr || available < slot.bytes) {
     if (error != nullptr && error_capacity > 0) {
@@ -305,9 +315,9 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   if (p.sequence_length == 1 && tiles < threads) {
     chunks =
         std::min({(threads + tiles - 1) / tiles, max_total / kMinChunkKeys, MaxChunks(p, threads)});
-    if (chunks < 2 || available < PartialBytes(p, chunks) + slot.bytes) chunks = 1;
+    if (chunks < 2 || available < PartialBytes(p, chunks, v_head_size) + slot.bytes) chunks = 1;
   }
-  const size_t partial_bytes = chunks > 1 ? PartialBytes(p, chunks) : 0;
+  const size_t partial_bytes = chunks > 1 ? PartialBytes(p, chunks, v_head_size) : 0;
 
   // The caches get this step's rows first; every tile then reads present (or the pools) only.
   const GqaRun run = paging != nullptr ? paging->stage(host, paging->user)
@@ -397,12 +407,14 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
   const int64_t chunks =
       sequences >= threads ? 1
                            : std::min(MaxChunks(p, threads), (threads + sequences - 1) / sequences);
+  const int64_t v_head_size = paged ? paging->v_head_size : p.head_size;
   const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging, ops)
-                                   : ChooseBlocks(L2Bytes(context), p, max_keys);
-  const SlotLayout slot = LayoutSlot(blocks, p.head_size);
+                                   : ChooseBlocks(L2Bytes(context), p, max_keys, v_head_size);
+  const SlotLayout slot = LayoutSlot(blocks, p.head_size, v_head_size);
   const int64_t heads_per_slot =
       paged && GroupsHeads(p, *paging, blocks, ops) ? std::min(p.kv_num_heads, kMaxGroupHeads) : 1;
-  return kAlign + GqaWindowWorkspaceBytes(p) + (chunks > 1 ? PartialBytes(p, chunks) : 0) +
+  return kAlign + GqaWindowWorkspaceBytes(p) +
+         (chunks > 1 ? PartialBytes(p, chunks, v_head_size) : 0) +
          static_cast<size_t>(threads * heads_per_slot) * slot.bytes;
 }
 

@@ -35,7 +35,8 @@ struct GqaFlashKv {
 
 // Block operations of one ISA. A tile holds `rows` float32 query rows of H floats (contiguous), a
 // score/probability block of `rows` x `keys` floats with row stride ld, and a float32 accumulator
-// of `rows` x H floats. H is a multiple of 8 (validation rejects other head sizes).
+// of `rows` x Hv floats (the value head size; H unless a paged run says otherwise). H and Hv are
+// multiples of 8 (validation rejects other head sizes); each call is given the one it works on.
 struct GqaFlashOps {
   // scores[i*ld + j] = scale * <q[i*h ..], k row j> for i < rows, j < keys; meanwhile
   // [prefetch, prefetch + prefetch_bytes) is brought towards the cache (the V rows of this block).
@@ -91,6 +92,9 @@ struct GqaFlashPaging {
   GqaPoolStrides value;
   GqaRun (*stage)(const attnrt_host_services& host, const void* user);
   const void* user;
+  // The value head size Hv (attnrt/ops/paged_gqa.h, ABI 1.8): V tiles, accumulators, partials and
+  // output rows are Hv wide; the run `stage` returns says the same (GqaRun::v_head_size).
+  int64_t v_head_size;
 };
 
 // gqa.flash over a paged cache; `args` as for the contiguous kernel except the K/V caches, which

@@ -26,25 +26,26 @@ struct GroupRows {
   bool bnsh;
   bool shared;       // BSNH with every kv head: the segment's rows are one range, split in shares
   size_t head_step;  // bytes from kv head i's row to kv head i+1's
+  size_t row_bytes;  // of one row: K rows, or V rows (the value head size's)
 
-  GroupRows(const GqaRun& r, const KvSource& first, int64_t heads)
-      : bnsh(first.stride == r.cache_row_bytes),
+  GroupRows(const GqaRun& r, const KvSource& first, int64_t heads, size_t row)
+      : bnsh(first.stride == row),
         // Every kv head's row of a token adjacent, and the tokens adjacent (a compact BSNH pool).
-        shared(!bnsh && heads == r.kv_heads && first.head_step == r.cache_row_bytes &&
-               first.stride == static_cast<size_t>(r.kv_heads) * r.cache_row_bytes),
-        head_step(first.head_step) {}
+        shared(!bnsh && heads == r.kv_heads && first.head_step == row &&
+               first.stride == static_cast<size_t>(r.kv_heads) * row),
+        head_step(first.head_step),
+        row_bytes(row) {}
 };
 
 // The prefetch shares of rows [j, j + n) of one cache block (none when n == 0): Share(i) for the
 // call of the task's i-th head.
 class GroupPrefetch {
  public:
-  GroupPrefetch(const GqaRun& r, const GroupRows& rows, int64_t heads, const KvSource& first,
-                int64_t j, int64_t n)
+  GroupPrefetch(const GroupRows& rows, int64_t heads, const KvSource& first, int64_t j, int64_t n)
       : rows_(rows),
         heads_(heads),
         base_(n > 0 ? first.Row(j) : nullptr),
-        bytes_(static_cast<size_t>(n * (rows.shared ? heads : 1)) * r.cache_row_bytes) {}
+        bytes_(static_cast<size_t>(n * (rows.shared ? heads : 1)) * rows.row_bytes) {}
 
   Prefetch Share(int64_t i) const {
     if (base_ == nullptr || !(rows_.bnsh || rows_.shared)) return {nullptr, 0};
@@ -129,9 +130,9 @@ class ReadOrder {
 // rows 1.4-4.6% and 8 rows 1.0-2.9% slower than 4.
 constexpr int64_t kNextCallRows = 4;
 
-void PrefetchFirstRows(const GqaRun& r, const unsigned char* row, size_t stride, int64_t n) {
+void PrefetchFirstRows(const unsigned char* row, size_t row_bytes, size_t stride, int64_t n) {
   for (int64_t k = 0; k < std::min(n, kNextCallRows); ++k, row += stride) {
-    for (size_t offset = 0; offset < r.cache_row_bytes; offset += kAlign) {
+    for (size_t offset = 0; offset < row_bytes; offset += kAlign) {
       __builtin_prefetch(row + offset, 0, 3);
     }
   }
@@ -152,6 +153,7 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
   const GqaRun& r = *job.run;
   const GqaFlashOps& ops = *job.ops;
   const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   const int64_t ld = job.blocks.kv_block;
   const TaskSpan span = MakeSpan(job, b, s0, count, chunk);
   HeadTile group[kMaxGroupHeads];
@@ -159,8 +161,8 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
   const KvSource& keys = group[0].keys;
   const KvSource& values = group[0].values;
 
-  const GroupRows key_layout(r, keys, heads);
-  const GroupRows value_layout(r, values, heads);
+  const GroupRows key_layout(r, keys, heads, r.cache_row_bytes);
+  const GroupRows value_layout(r, values, heads, r.value_cache_row_bytes);
   ReadOrder at(r, span, ld, keys);
   ReadOrder ahead(r, span, ld, keys);
   for (int64_t k = 0; k < kReadAhead && !ahead.done(); ++k) ahead.Advance();
@@ -178,18 +180,20 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
     const KvSource& source = v ? values : keys;
     const GroupRows& layout = v ? value_layout : key_layout;
     const unsigned char* row = source.Row(j);  // kv head kvh0's row j
-    const GroupPrefetch next(r, ahead.values() ? value_layout : key_layout, heads,
+    const GroupPrefetch next(ahead.values() ? value_layout : key_layout, heads,
                              ahead.values() ? values : keys, ahead.j(),
                              ahead.done() ? 0 : ahead.n());
     for (int64_t i = 0; i < heads; ++i, row += layout.head_step) {
       // The next head's first rows (for the next segment's first head it made no difference).
-      if (i + 1 < heads) PrefetchFirstRows(r, row + layout.head_step, source.stride, n);
+      if (i + 1 < heads) {
+        PrefetchFirstRows(row + layout.head_step, layout.row_bytes, source.stride, n);
+      }
       const HeadTile& head = group[i];
       const Prefetch share = next.Share(i);
       float* block_scores = head.t.scores + row_begin * ld + (j - ja);
       const GqaFlashKv rows = RowsAt(r, row, source.stride, v ? head.v_scale : head.k_scale);
       if (v) {
-        ops.accumulate(block_scores, row_count, ld, rows, n, h, head.t.acc + row_begin * h,
+        ops.accumulate(block_scores, row_count, ld, rows, n, hv, head.t.acc + row_begin * hv,
                        share.begin, share.bytes);
       } else {
         ops.scores(head.t.q + row_begin * h, row_count, rows, n, h, r.scale, block_scores, ld,
@@ -206,7 +210,7 @@ void RunHeadGroup(const FlashJob& job, const Tile* tiles, int64_t b, int64_t kvh
 void MergeRows(void* user, size_t begin, size_t end) {
   const FlashJob& job = *static_cast<const FlashJob*>(user);
   const GqaRun& r = *job.run;
-  const int64_t h = r.head_size;
+  const int64_t h = r.v_head_size;  // partial and output rows
   for (size_t unit = begin; unit < end; ++unit) {
     float* partials = job.partials + static_cast<int64_t>(unit) * job.chunks * (2 + h);
     // S == 1: the (b, n) row, at element unit * H of the output (of a packed batch: sequence b's

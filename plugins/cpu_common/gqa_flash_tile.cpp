@@ -66,10 +66,10 @@ void AddBias(const void* bias, GqaFloatType type, float* x, int64_t a, int64_t e
 
 }  // namespace
 
-// Output row at element `offset` of the output = sum[0, H) * inv, rounded to T once (to nearest
+// Output row at element `offset` of the output = sum[0, Hv) * inv, rounded to T once (to nearest
 // even). For a narrow T, sum is scaled in place first.
 void WriteOutput(const GqaRun& r, float* sum, float inv, int64_t offset) {
-  const int64_t h = r.head_size;
+  const int64_t h = r.v_head_size;
   if (r.type == GqaFloatType::kFloat32) {
     float* out = static_cast<float*>(r.output) + offset;
     for (int64_t d = 0; d < h; ++d) out[d] = sum[d] * inv;
@@ -101,7 +101,7 @@ namespace {
 // the paged pool through the block table and the pool's strides.
 KvSource SourceOf(const FlashJob& job, bool values, int64_t b, int64_t kvh) {
   const GqaRun& r = *job.run;
-  const size_t row_bytes = r.cache_row_bytes;
+  const size_t row_bytes = values ? r.value_cache_row_bytes : r.cache_row_bytes;
   const auto* bytes = static_cast<const unsigned char*>(values ? r.value_cache : r.key_cache);
   if (job.paging == nullptr) {
     const int64_t cache_rows = values ? r.value_cache_rows : r.key_cache_rows;
@@ -128,11 +128,12 @@ KvSource SourceOf(const FlashJob& job, bool values, int64_t b, int64_t kvh) {
 HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int64_t kvh) {
   const GqaRun& r = *job.run;
   const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   const int64_t group = r.group;
   const int64_t rows = span.count * group;
   std::fill(t.m, t.m + rows, kNegInf);
   std::fill(t.l, t.l + rows, 0.0f);
-  std::memset(t.acc, 0, static_cast<size_t>(rows * h) * sizeof(float));
+  std::memset(t.acc, 0, static_cast<size_t>(rows * hv) * sizeof(float));
   if (span.key_end > span.key_begin) {
     // Tile row i*G + g is token s0 + i of query head kvh*G + g: the G heads of one token are
     // adjacent in the query, so rows of equal masks are adjacent too.
@@ -157,7 +158,7 @@ HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int
                 SourceOf(job, /*values=*/false, span.b, kvh),
                 SourceOf(job, /*values=*/true, span.b, kvh),
                 r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale,
-                r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale};
+                r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * hv : r.v_scale};
   return head;
 }
 
@@ -211,7 +212,7 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
   const GqaRun& r = *job.run;
   const GqaFlashOps& ops = *job.ops;
   const Tile& t = head.t;
-  const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   const int64_t group = r.group;
   const int64_t ld = job.blocks.kv_block;
   const int64_t width = br.je - br.ja;
@@ -254,7 +255,7 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
       Zero(x, e, width);
       if (t.m[row] != kNegInf && t.m[row] != m_new) {
         const float correction = std::exp(t.m[row] - m_new);
-        ops.scale(correction, t.acc + row * h, h);
+        ops.scale(correction, t.acc + row * hv, hv);
         t.l[row] *= correction;
       }
       t.l[row] += sum;
@@ -267,7 +268,7 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
 void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
   const GqaRun& r = *job.run;
   const Tile& t = head.t;
-  const int64_t h = r.head_size;
+  const int64_t h = r.v_head_size;  // acc, partial and output rows
   const int64_t group = r.group;
   for (int64_t i = 0; i < span.count; ++i) {
     const int64_t s = span.s0 + i;
@@ -305,7 +306,7 @@ void AccumulateColumns(const FlashJob& job, const Tile& t, const HeadTile& head,
                        bool tiles, int64_t row0, int64_t rows, int64_t c0, int64_t c1) {
   const GqaRun& r = *job.run;
   const GqaFlashOps& ops = *job.ops;
-  const int64_t h = r.head_size;
+  const int64_t h = r.v_head_size;  // V rows and acc rows
   const int64_t ld = job.blocks.kv_block;
   if (c1 <= c0 || rows <= 0) return;
   const float* p = t.scores + row0 * ld + c0;
@@ -368,6 +369,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
   const GqaRun& r = *job.run;
   const GqaFlashOps& ops = *job.ops;
   const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   const int64_t ld = job.blocks.kv_block;
   const TaskSpan span = MakeSpan(job, b, s0, count, chunk);
   const HeadTile head = BeginHead(job, span, t, kvh);
@@ -375,7 +377,9 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
   const KvSource& values = head.values;
   const bool paged = job.paging != nullptr;
   const size_t row_bytes = r.cache_row_bytes;
+  const size_t value_row_bytes = r.value_cache_row_bytes;
   const size_t float_row = static_cast<size_t>(h) * sizeof(float);
+  const size_t float_value_row = static_cast<size_t>(hv) * sizeof(float);
 
   for (int64_t j0 = span.key_begin; j0 < span.key_end; j0 += ld) {
     const int64_t j1 = std::min(j0 + ld, span.key_end);
@@ -391,7 +395,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     // (contiguous: by the block operations; paged: by PrefetchRows, one cache block ahead). A
     // contiguous cache is one segment: the block operations see [ja, je) at once.
     const void* v_prefetch = paged ? nullptr : values.Row(ja);
-    const size_t v_prefetch_bytes = paged ? 0 : static_cast<size_t>(width) * row_bytes;
+    const size_t v_prefetch_bytes = paged ? 0 : static_cast<size_t>(width) * value_row_bytes;
     // Tall tiles of a quantized cache: K (now) and V (before P·V) dequantized once into scratch.
     const bool tiles =
         (job.blocks.dequant_tiles || job.blocks.copy_tiles) && row_count > kFusedRows;
@@ -402,15 +406,16 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
         ops.dequantize(BlockOf(r, keys, j, head.k_scale), n, h, t.k_tile + (j - ja) * h);
       }
       const GqaFlashKv k_rows{t.k_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
-      const Prefetch v_next = paged ? SegmentPrefetch(values, ja, values.Segment(ja, je), row_bytes)
-                                    : Prefetch{v_prefetch, v_prefetch_bytes};
+      const Prefetch v_next =
+          paged ? SegmentPrefetch(values, ja, values.Segment(ja, je), value_row_bytes)
+                : Prefetch{v_prefetch, v_prefetch_bytes};
       ops.scores(t.q + row_begin * h, row_count, k_rows, width, h, r.scale, block_scores, ld,
                  v_next.begin, v_next.bytes);
     } else {
       for (int64_t j = ja, n; j < je; j += n) {
         n = keys.Segment(j, je);
         // Paged: this segment's V rows stream in while its scores are computed.
-        const Prefetch v_next = paged ? SegmentPrefetch(values, j, n, row_bytes)
+        const Prefetch v_next = paged ? SegmentPrefetch(values, j, n, value_row_bytes)
                                       : Prefetch{v_prefetch, v_prefetch_bytes};
         ops.scores(t.q + row_begin * h, row_count, BlockOf(r, keys, j, head.k_scale), n, h, r.scale,
                    block_scores + (j - ja), ld, v_next.begin, v_next.bytes);
@@ -426,15 +431,15 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
     if (tiles) {
       for (int64_t j = ja, n; j < je; j += n) {
         n = values.Segment(j, je);
-        ops.dequantize(BlockOf(r, values, j, head.v_scale), n, h, t.v_tile + (j - ja) * h);
+        ops.dequantize(BlockOf(r, values, j, head.v_scale), n, hv, t.v_tile + (j - ja) * hv);
       }
       if (AccumulateRagged(job, span, t, head, br, true)) continue;
-      const GqaFlashKv v_rows{t.v_tile, float_row, GqaCacheType::kFloat32, nullptr, false};
+      const GqaFlashKv v_rows{t.v_tile, float_value_row, GqaCacheType::kFloat32, nullptr, false};
       const Prefetch k_next = !paged ? Prefetch{k_prefetch, k_prefetch_bytes}
                               : j1 < span.key_end
                                   ? SegmentPrefetch(keys, j1, keys.Segment(j1, next_end), row_bytes)
                                   : Prefetch{nullptr, 0};
-      ops.accumulate(block_scores, row_count, ld, v_rows, width, h, t.acc + row_begin * h,
+      ops.accumulate(block_scores, row_count, ld, v_rows, width, hv, t.acc + row_begin * hv,
                      k_next.begin, k_next.bytes);
     } else {
       if (AccumulateRagged(job, span, t, head, br, false)) continue;
@@ -455,7 +460,7 @@ void RunTile(const FlashJob& job, const Tile& t, int64_t b, int64_t kvh, int64_t
           }
         }
         ops.accumulate(block_scores + (j - ja), row_count, ld, BlockOf(r, values, j, head.v_scale),
-                       n, h, t.acc + row_begin * h, k_next.begin, k_next.bytes);
+                       n, hv, t.acc + row_begin * hv, k_next.begin, k_next.bytes);
       }
     }
   }

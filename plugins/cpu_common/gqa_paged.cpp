@@ -18,6 +18,28 @@ namespace {
 
 enum class PagedKernel { kFlash, kNaive, kVarlenFlash, kVarlenNaive };
 
+// What a value head size other than head_size needs of the value rows (validation checks it;
+// checked again, as every field a kernel relies on): a multiple of 8, of 32 for PER_BLOCK_32
+// blocks, and a per-channel v_scale of one scale per value element. "" when they hold.
+std::string ValueHeadSizeDeclineReason(const attnrt_paged_gqa_problem& p) {
+  const int64_t hv = p.v_head_size;
+  const attnrt_gqa_attributes& a = p.gqa.attributes;
+  if (hv <= 0 || hv % 8 != 0) {
+    return "v_head_size " + std::to_string(hv) + " is not a positive multiple of 8";
+  }
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 &&
+      hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
+    return "v_head_size " + std::to_string(hv) + " is not a multiple of 32 (PER_BLOCK_32)";
+  }
+  if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL &&
+      p.gqa.v_scale_count != p.gqa.kv_num_heads * hv) {
+    return "v_scale with " + std::to_string(p.gqa.v_scale_count) +
+           " elements is not supported with k_quant_type=PER_CHANNEL and v_head_size " +
+           std::to_string(hv) + " (expected " + std::to_string(p.gqa.kv_num_heads * hv) + ")";
+  }
+  return {};
+}
+
 // The paged problem of a paged (or, `varlen`, a paged varlen) problem, or NULL with the reason
 // where the caller's struct is smaller than the one this plugin was built with.
 const attnrt_paged_gqa_problem* PagedProblem(const void* problem, bool varlen, char* reason,
@@ -42,23 +64,28 @@ const attnrt_paged_gqa_problem* PagedProblem(const void* problem, bool varlen, c
 // its acceptance (`contiguous_supports`), on the equivalent contiguous problem. What gqa.flash
 // leaves to the naive path goes to the paged naive kernels. A varlen problem's packed rows are
 // rows of sequences of any length: the prompt problem decides (a decode step is accepted wherever
-// a prompt is). A value head size other than head_size (ABI 1.8) is the row pipeline's alone: the
-// flash block operations read V rows as wide as K rows.
+// a prompt is). A value head size other than head_size (ABI 1.8) is served by both algorithms.
 int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
   try {
     const bool varlen = kernel == PagedKernel::kVarlenFlash || kernel == PagedKernel::kVarlenNaive;
     const attnrt_paged_gqa_problem* paged = PagedProblem(problem, varlen, reason, reason_capacity);
     if (paged == nullptr) return 0;
-    const attnrt_gqa_problem* gqa = &paged->gqa;
-    if ((kernel == PagedKernel::kFlash || kernel == PagedKernel::kVarlenFlash) &&
-        paged->v_head_size != gqa->head_size) {
-      WriteMessage(reason, reason_capacity,
-                   "v_head_size " + std::to_string(paged->v_head_size) +
-                       " differs from head_size " + std::to_string(gqa->head_size) +
-                       ": the flash kernels read value rows as wide as key rows (the naive "
-                       "kernels run such problems)");
-      return 0;
+    // The contiguous supports() knows one head size. With a value head size Hv (ABI 1.8) the
+    // value rows' own rules are checked here, and it is handed the problem with the per-channel
+    // v_scale count its checks expect (Nkv * H for Nkv * Hv).
+    attnrt_gqa_problem equivalent = paged->gqa;
+    const attnrt_gqa_problem* gqa = &equivalent;
+    const int64_t hv = paged->v_head_size;
+    if (hv != gqa->head_size) {
+      const std::string why = ValueHeadSizeDeclineReason(*paged);
+      if (!why.empty()) {
+        WriteMessage(reason, reason_capacity, why);
+        return 0;
+      }
+      if (gqa->attributes.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL) {
+        equivalent.v_scale_count = gqa->kv_num_heads * gqa->head_size;
+      }
     }
     char why[512] = {0};
     if (contiguous_supports(plugin_context, gqa, why, sizeof(why))) return 1;
@@ -131,7 +158,8 @@ size_t PagedGqaFlashWorkspaceSize(void* plugin_context, const void* problem,
                               PagedGqaPoolStrides(p, p.key_cache_strides),
                               PagedGqaPoolStrides(p, p.value_cache_strides),
                               nullptr,
-                              nullptr};
+                              nullptr,
+                              p.v_head_size};
   return GqaFlashPagedWorkspaceSize(plugin_context, p.gqa, layout, ops);
 }
 
@@ -149,7 +177,8 @@ int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, si
                                 PagedGqaPoolStrides(p, p.key_cache_strides),
                                 PagedGqaPoolStrides(p, p.value_cache_strides),
                                 &PagedGqaStage,
-                                &stage};
+                                &stage,
+                                p.v_head_size};
     return GqaFlashRunPaged(plugin_context, a.gqa, paging, ops, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.flash run()");

@@ -73,7 +73,8 @@ GqaFlashPaging Paging(const attnrt_paged_gqa_problem& p, const int32_t* table,
                         PagedGqaPoolStrides(p, p.key_cache_strides),
                         PagedGqaPoolStrides(p, p.value_cache_strides),
                         &PagedGqaStage,
-                        stage};
+                        stage,
+                        p.v_head_size};
 }
 
 }  // namespace
