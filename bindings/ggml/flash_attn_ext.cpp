@@ -103,7 +103,8 @@ int64_t BlockSizeFor(int64_t t) {
 
 // One FLASH_ATTN_EXT node as attnrt's paged GroupQueryAttention takes it: shapes only.
 struct NodeShape {
-  int64_t head_size = 0;       // D
+  int64_t head_size = 0;       // D: of q and K
+  int64_t v_head_size = 0;     // Dv: of V and the output (attnrt's value head size)
   int64_t rows = 0;            // S: query rows per stream
   int64_t num_heads = 0;       // H
   int64_t streams = 0;         // B: ggml's dimension 3, one attnrt call (or more) each
@@ -113,13 +114,15 @@ struct NodeShape {
   attnrt_dtype dtype{};        // T: of query, bias, sinks and output (CacheTypes)
   attnrt_dtype cache_dtype{};  // of the pools
   int32_t kv_bits = 0;         // PER_BLOCK_32's kv_cache_bit_width (Q8_0 8, Q4_0 4); 0 otherwise
-  int64_t row_width = 0;       // a K/V row in pool elements: head_size, or its blocks' bytes
+  int64_t row_width = 0;       // a K row in pool elements: head_size, or its blocks' bytes
+  int64_t v_row_width = 0;     // a V row: v_head_size, or its blocks' bytes
   int64_t block_size = 0;
   int64_t num_blocks = 0;
   int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
   int64_t k_strides[4] = {};
   int64_t v_strides[4] = {};
-  int64_t pool_shape[4] = {};
+  int64_t pool_shape[4] = {};    // of key_cache
+  int64_t v_pool_shape[4] = {};  // of value_cache: pool_shape but for its rows
   float scale = 0;
   float softcap = 0;
   int64_t bias_heads = 0;  // 0: no mask; 1: shared by the heads; H: one per head
@@ -130,8 +133,8 @@ struct NodeShape {
 // Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
 // pools are read in place through typed pointers: every stream's view must start on an element
 // boundary, as attnrt requires (ggml lets a view start at any byte).
-bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t* out,
-                 std::string* reason) {
+bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t row_width,
+                 int64_t* out, std::string* reason) {
   // The pool's element (block-quantized rows are uint8 pools: strides in bytes, any start).
   const size_t es = s.cache_dtype.bits / 8;
   if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
@@ -147,11 +150,11 @@ bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int6
   }
   const int64_t token = static_cast<int64_t>(t->nb[1] / es);
   const int64_t head = static_cast<int64_t>(t->nb[2] / es);
-  if (!DistinctElements(token, s.total, head, s.kv_num_heads, s.row_width)) {
+  if (!DistinctElements(token, s.total, head, s.kv_num_heads, row_width)) {
     *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
               std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
               " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
-              std::to_string(s.row_width) + " in one place";
+              std::to_string(row_width) + " in one place";
     return false;
   }
   out[0] = s.block_size * token;
@@ -199,6 +202,7 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
     return false;
   }
   s->head_size = q->ne[0];
+  s->v_head_size = v->ne[0];
   s->rows = q->ne[1];
   s->num_heads = q->ne[2];
   s->streams = q->ne[3];
@@ -206,10 +210,17 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->kv_num_heads = k->ne[2];
   s->row_width =
       s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(k->type, s->head_size)) : s->head_size;
-  if (k->ne[0] != s->head_size || v->ne[0] != s->head_size) {
-    *reason = "K head size " + std::to_string(k->ne[0]) + " and V head size " +
-              std::to_string(v->ne[0]) + " differ from q's " + std::to_string(s->head_size) +
-              " (one head_size for Q, K and V is served)";
+  s->v_row_width = s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(v->type, s->v_head_size))
+                                   : s->v_head_size;
+  // V may be narrower or wider than q and K (MLA-style models): attnrt's value head size.
+  if (k->ne[0] != s->head_size) {
+    *reason = "K head size " + std::to_string(k->ne[0]) + " differs from q's " +
+              std::to_string(s->head_size);
+    return false;
+  }
+  if (node->ne[0] != s->v_head_size) {
+    *reason = "the output rows have " + std::to_string(node->ne[0]) + " elements, V rows " +
+              std::to_string(s->v_head_size);
     return false;
   }
   if (v->ne[1] != s->total || v->ne[2] != s->kv_num_heads || k->ne[3] != s->streams ||
@@ -273,8 +284,10 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
   s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
   s->pool_shape[3] = s->row_width;
-  return PoolStrides(k, "K", *s, s->k_strides, reason) &&
-         PoolStrides(v, "V", *s, s->v_strides, reason);
+  std::copy(s->pool_shape, s->pool_shape + 4, s->v_pool_shape);
+  s->v_pool_shape[3] = s->v_row_width;
+  return PoolStrides(k, "K", *s, s->row_width, s->k_strides, reason) &&
+         PoolStrides(v, "V", *s, s->v_row_width, s->v_strides, reason);
 }
 
 using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool, int32_t>;
@@ -309,6 +322,8 @@ bool MaskIsCausal(const ggml_tensor* mask, int64_t stream, int64_t r0, int64_t r
 struct CallTensors {
   int64_t query_shape[3];
   int64_t kv_new_shape[3];
+  int64_t v_new_shape[3];
+  int64_t output_shape[3];
   int64_t one[1] = {1};
   int64_t bias_shape[4];
   int64_t sink_shape[1];
@@ -335,6 +350,12 @@ struct CallTensors {
     kv_new_shape[0] = 1;
     kv_new_shape[1] = 0;
     kv_new_shape[2] = s.kv_num_heads * s.head_size;
+    v_new_shape[0] = 1;
+    v_new_shape[1] = 0;
+    v_new_shape[2] = s.kv_num_heads * s.v_head_size;
+    output_shape[0] = 1;
+    output_shape[1] = rows;
+    output_shape[2] = s.num_heads * s.v_head_size;
     bias_shape[0] = 1;
     bias_shape[1] = s.bias_heads;
     bias_shape[2] = rows;
@@ -344,15 +365,15 @@ struct CallTensors {
     table_shape[1] = s.num_blocks;
     make(&query, 3, query_shape, s.dtype);
     make(&key, 3, kv_new_shape, s.dtype);
-    make(&value, 3, kv_new_shape, s.dtype);
+    make(&value, 3, v_new_shape, s.dtype);
     make(&key_cache, 4, s.pool_shape, s.cache_dtype, s.k_strides);
-    make(&value_cache, 4, s.pool_shape, s.cache_dtype, s.v_strides);
+    make(&value_cache, 4, s.v_pool_shape, s.cache_dtype, s.v_strides);
     make(&seqlens_k, 1, one, i32);
     make(&total, 1, one, i32);
     make(&bias, 4, bias_shape, s.dtype);
     make(&sink, 1, sink_shape, s.dtype);
     make(&block_table, 2, table_shape, i32);
-    make(&output, 3, query_shape, s.dtype);
+    make(&output, 3, output_shape, s.dtype);
     inputs[ATTNRT_PAGED_GQA_INPUT_QUERY] = &query;
     inputs[ATTNRT_PAGED_GQA_INPUT_KEY] = &key;
     inputs[ATTNRT_PAGED_GQA_INPUT_VALUE] = &value;
@@ -514,7 +535,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   const ggml_tensor* mask = node->src[3];
   const ggml_tensor* sinks = node->src[4];
   const size_t es = s.dtype.bits / 8;
-  const int64_t width = s.num_heads * s.head_size;
+  const int64_t width = s.num_heads * s.head_size;        // of a query row
+  const int64_t out_width = s.num_heads * s.v_head_size;  // of an output row
   // A mask not read in place is converted into a bias of bias_heads x rows x T elements per call
   // (an ALiBi prompt of 512 rows over 32k keys and 32 heads: 1 GiB at once); rows are taken in
   // calls that keep it within kMaxBiasBytes.
@@ -537,24 +559,24 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   NodeShape vs = s;
   const size_t cache_es = s.cache_dtype.bits / 8;
   if (Overlap(k, v)) {
-    const int64_t slab = s.total * s.kv_num_heads * s.row_width;
+    const int64_t slab = s.total * s.kv_num_heads * s.v_row_width;
     v_copy.resize(static_cast<size_t>(slab * s.streams) * cache_es);
     for (int64_t b = 0; b < s.streams; ++b) {
       for (int64_t t = 0; t < s.total; ++t) {
         for (int64_t h = 0; h < s.kv_num_heads; ++h) {
           std::memcpy(
               v_copy.data() +
-                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.row_width) *
+                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.v_row_width) *
                       cache_es,
               static_cast<const char*>(v->data) + b * v->nb[3] + t * v->nb[1] + h * v->nb[2],
-              static_cast<size_t>(s.row_width) * cache_es);
+              static_cast<size_t>(s.v_row_width) * cache_es);
         }
       }
     }
-    const int64_t token = s.kv_num_heads * s.row_width;
+    const int64_t token = s.kv_num_heads * s.v_row_width;
     vs.v_strides[0] = s.block_size * token;
-    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.row_width;
-    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.row_width : token;
+    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.v_row_width;
+    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.v_row_width : token;
   }
 
   std::vector<char>& query = scratch.query;
@@ -562,7 +584,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   // f32 output written in place where it lies on an element boundary, else through a buffer.
   const bool out_in_place = s.dtype.bits == 32 && Misalignment(node) == 0;
   std::vector<char>& output = scratch.output;
-  output.resize(out_in_place ? 0 : query.size());
+  output.resize(out_in_place ? 0 : static_cast<size_t>(s.rows_per_call * out_width) * es);
   std::vector<char>& bias = scratch.bias;
   const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
@@ -597,9 +619,9 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       t.value_cache.data =
           v_copy.empty()
               ? static_cast<void*>(static_cast<char*>(v->data) + b * v->nb[3])
-              : static_cast<void*>(v_copy.data() +
-                                   static_cast<size_t>(b * s.total * s.kv_num_heads * s.row_width) *
-                                       cache_es);
+              : static_cast<void*>(
+                    v_copy.data() +
+                    static_cast<size_t>(b * s.total * s.kv_num_heads * s.v_row_width) * cache_es);
       t.seqlens_k.data = &seqlens_k;
       t.total.data = &total;
       t.block_table.data = table.data();
@@ -653,7 +675,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       }
       if (status != ATTNRT_OK) return "attnrt: " + AttnrtError(status);
       if (!out_in_place)
-        ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * width, s.dtype);
+        ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * out_width, s.dtype);
       // Rows attnrt's answer cannot stand for (ggml_rows.h): computed again as ggml does.
       ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst), std::memory_order_relaxed);
     }

@@ -82,6 +82,32 @@ int64_t CacheRowWidth(const attnrt_gqa_attributes& a, int64_t head_size) {
   return Quantized(a) && a.kv_cache_bit_width == 4 ? head_size / 2 : head_size;
 }
 
+}  // namespace detail
+
+Status HeadSizeOfCacheRow(const attnrt_gqa_attributes& a, int64_t width, const char* name,
+                          int64_t* head_size) {
+  using detail::BlockQuantized;
+  using detail::Quantized;
+  if (width <= 0) {
+    return InvalidArgument(StrCat(name, ": dimension 3 (head size) must be positive, got ", width));
+  }
+  if (BlockQuantized(a)) {
+    const int64_t block_bytes = a.kv_cache_bit_width == 4 ? ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES
+                                                          : ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES;
+    if (width % block_bytes != 0) {
+      return InvalidArgument(StrCat(name, ": dimension 3 must be whole ",
+                                    a.kv_cache_bit_width == 4 ? "Q4_0" : "Q8_0", " blocks of ",
+                                    block_bytes, " bytes (32 elements each), got ", width));
+    }
+    *head_size = width / block_bytes * ATTNRT_GQA_QUANT_BLOCK_ELEMENTS;
+    return Status::Ok();
+  }
+  *head_size = Quantized(a) && a.kv_cache_bit_width == 4 ? width * 2 : width;
+  return Status::Ok();
+}
+
+namespace detail {
+
 // Attribute values (item 1, the attribute parts of items 2, 4 and 5, and the qk_output
 // range of item 17, which needs no tensors and is rejected here rather than at run).
 Status CheckAttributeValues(const attnrt_gqa_attributes& a) {

@@ -36,7 +36,7 @@ namespace {
 
 Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* const* inputs,
                           size_t num_inputs, const attnrt_tensor* const* outputs,
-                          size_t num_outputs, attnrt_gqa_problem* out) {
+                          size_t num_outputs, int64_t value_head_size, attnrt_gqa_problem* out) {
   if (out == nullptr) return InvalidArgument("GroupQueryAttention: problem must not be NULL");
   Tensors t;
   ATTNRT_RETURN_IF_ERROR(GatherTensors(inputs, num_inputs, outputs, num_outputs, &t));
@@ -131,6 +131,24 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
         StrCat("head_size must be a multiple of 32 for a PER_BLOCK_32 KV cache (",
                a.kv_cache_bit_width == 4 ? "Q4_0" : "Q8_0", " blocks of 32 elements), got ", H));
   }
+  // The paged ops' value head size (ABI 1.8); GroupQueryAttention's is H.
+  const int64_t Hv = value_head_size > 0 ? value_head_size : H;
+  const char* hv_name = Hv != H ? "v_head_size" : "head_size";
+  if (Hv != H) {
+    if (packed) {
+      return InvalidArgument(StrCat(
+          "packed QKV (key and value absent) needs value_cache's head size to equal head_size ", H,
+          ", got v_head_size ", Hv));
+    }
+    if (Hv % 8 != 0) {
+      return InvalidArgument(
+          StrCat("v_head_size (value_cache dimension 3) must be a multiple of 8, got ", Hv));
+    }
+    if (BlockQuantized(a) && Hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
+      return InvalidArgument(
+          StrCat("v_head_size must be a multiple of 32 for a PER_BLOCK_32 KV cache, got ", Hv));
+    }
+  }
   if (packed && value != nullptr) {
     return InvalidArgument(
         "Input 'key' and 'value' shall be both present, or both absent in the case of packed qkv, "
@@ -158,13 +176,14 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
     ATTNRT_RETURN_IF_ERROR(CheckInputDim(*value, ATTNRT_GQA_INPUT_VALUE, 0, B, "batch_size"));
     ATTNRT_RETURN_IF_ERROR(CheckInputDim(*value, ATTNRT_GQA_INPUT_VALUE, 1, L,
                                          "key dimension 1 (kv_sequence_length)"));
-    ATTNRT_RETURN_IF_ERROR(
-        CheckInputDim(*value, ATTNRT_GQA_INPUT_VALUE, 2, Nkv * H, "kv_num_heads * head_size"));
+    ATTNRT_RETURN_IF_ERROR(CheckInputDim(*value, ATTNRT_GQA_INPUT_VALUE, 2, Nkv * Hv,
+                                         StrCat("kv_num_heads * ", hv_name).c_str()));
   }
 
   // Item 7: past key/value. Hc is the last dimension of a cache row: H elements, H/2 bytes for
   // int4 packed in uint8 (H is a multiple of 8), or the bytes of H/32 Q8_0/Q4_0 blocks.
   const int64_t Hc = CacheRowWidth(a, H);
+  const int64_t Hcv = CacheRowWidth(a, Hv);
   if ((past_key == nullptr) != (past_value == nullptr)) {
     return InvalidArgument(
         StrCat("Input 'past_key' and 'past_value' shall be both present or both absent, got "
@@ -186,11 +205,12 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
     ATTNRT_RETURN_IF_ERROR(
         CheckInputDim(*past_value, ATTNRT_GQA_INPUT_PAST_VALUE, 1, Nkv, "kv_num_heads"));
     for (int i : {ATTNRT_GQA_INPUT_PAST_KEY, ATTNRT_GQA_INPUT_PAST_VALUE}) {
-      if (t.in[i]->shape[3] != Hc) {
+      const int64_t width = i == ATTNRT_GQA_INPUT_PAST_KEY ? Hc : Hcv;
+      if (t.in[i]->shape[3] != width) {
         return InvalidArgument(
             StrCat("Input '", kInputNames[i],
                    "' dimension 3 should match the packed KV head dimension, got ",
-                   t.in[i]->shape[3], " expected ", Hc));
+                   t.in[i]->shape[3], " expected ", width));
       }
     }
     if (L != S && L != 0) {
@@ -232,8 +252,8 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   ATTNRT_RETURN_IF_ERROR(CheckRank(output, "output", 3));
   ATTNRT_RETURN_IF_ERROR(CheckOutputDim(output, ATTNRT_GQA_OUTPUT_OUTPUT, 0, B, "batch_size"));
   ATTNRT_RETURN_IF_ERROR(CheckOutputDim(output, ATTNRT_GQA_OUTPUT_OUTPUT, 1, S, "sequence_length"));
-  ATTNRT_RETURN_IF_ERROR(
-      CheckOutputDim(output, ATTNRT_GQA_OUTPUT_OUTPUT, 2, N * H, "num_heads * head_size"));
+  ATTNRT_RETURN_IF_ERROR(CheckOutputDim(output, ATTNRT_GQA_OUTPUT_OUTPUT, 2, N * Hv,
+                                        StrCat("num_heads * ", hv_name).c_str()));
   if ((present_key == nullptr) != (present_value == nullptr)) {
     return InvalidArgument(
         StrCat("Output 'present_key' and 'present_value' shall be both present or both absent, got "
@@ -253,11 +273,12 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
                                       "' dimension 2 should be at least past_sequence_length, got ",
                                       x.shape[2], " expected >= ", P));
       }
-      if (x.shape[3] != Hc) {
+      const int64_t width = i == ATTNRT_GQA_OUTPUT_PRESENT_KEY ? Hc : Hcv;
+      if (x.shape[3] != width) {
         return InvalidArgument(
             StrCat("Output '", kOutputNames[i],
                    "' dimension 3 should match the packed KV head dimension, got ", x.shape[3],
-                   " expected ", Hc));
+                   " expected ", width));
       }
     }
     present_len = present_key->shape[2];
@@ -388,16 +409,18 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   int64_t k_scale_count = 0;
   int64_t v_scale_count = 0;
   if (ScaleInputsUsed(a)) {
-    const int64_t expected = a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? Nkv * H : 1;
+    const bool per_channel = a.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL;
+    const int64_t expected = per_channel ? Nkv * H : 1;
+    const int64_t v_expected = per_channel ? Nkv * Hv : 1;
     k_scale_count = NumElements(*k_scale);
     v_scale_count = NumElements(*v_scale);
     if (k_scale_count != expected) {
       return InvalidArgument(
           StrCat("k_scale shape mismatch: expected ", expected, " elements, got ", k_scale_count));
     }
-    if (v_scale_count != expected) {
-      return InvalidArgument(
-          StrCat("v_scale shape mismatch: expected ", expected, " elements, got ", v_scale_count));
+    if (v_scale_count != v_expected) {
+      return InvalidArgument(StrCat("v_scale shape mismatch: expected ", v_expected,
+                                    " elements, got ", v_scale_count));
     }
   }
   // Without quantization k_scale/v_scale are ignored, as by the reference (counts stay 0).
@@ -482,7 +505,16 @@ Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tens
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out) {
   return GuardValidation("GroupQueryAttention", "ValidateShapes", [&] {
-    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, out);
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, 0, out);
+  });
+}
+
+Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tensor* const* inputs,
+                      size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
+                      int64_t value_head_size, attnrt_gqa_problem* out) {
+  return GuardValidation("GroupQueryAttention", "ValidateShapes", [&] {
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, value_head_size,
+                              out);
   });
 }
 

@@ -3,7 +3,7 @@
 #include "core/ops/paged_gqa_family.h"
 
 #include "attnrt/ops/paged_gqa.h"
-#include "core/ops/paged_gqa_abi14_layout.h"
+#include "core/ops/paged_gqa_older_layouts.h"
 #include "core/ops/paged_gqa_validation.h"
 #include "core/plugin_call.h"
 
@@ -20,6 +20,7 @@ class PagedGqaProblem final : public Problem {
   AbiNeed abi_need() const override {
     AbiNeed need = KvQuantNeed(problem_.gqa.attributes);
     need = NewerNeed(need, PPrecisionNeed(problem_.p_precision));
+    need = NewerNeed(need, ValueHeadSizeNeed(problem_));
     if (!compact_pools_) need = NewerNeed(need, {2, "a strided key_cache/value_cache"});
     return need;
   }
@@ -87,7 +88,12 @@ std::string PPrecisionText(int32_t p_precision) {
 
 AbiNeed PPrecisionNeed(int32_t p_precision) {
   if (p_precision == ATTNRT_P_PRECISION_EXACT) return {};
-  return {paged_gqa_abi14::kPPrecisionMinor, "p_precision INPUT"};
+  return {paged_gqa_layouts::kPPrecisionMinor, "p_precision INPUT"};
+}
+
+AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem) {
+  if (problem.v_head_size == problem.gqa.head_size) return {};
+  return {paged_gqa_layouts::kValueHeadSizeMinor, "a value head size other than head_size"};
 }
 
 AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnrt/ops/gqa.h"
+#include "attnrt/ops/paged_gqa.h"
 #include "core/ops/op_family.h"
 
 namespace attnrt::core {
@@ -21,6 +22,10 @@ AbiNeed PPrecisionNeed(int32_t p_precision);
 // PER_BLOCK_32 (ggml's Q8_0/Q4_0 blocks) the ABI minor version that added it, which an older
 // plugin would read as an int4/int8 cache.
 AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes);
+
+// What a value head size other than head_size (ABI 1.8) needs of a kernel's plugin: an older one
+// reads the value rows as head_size wide.
+AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem);
 
 // The need of the newer ABI minor version of the two.
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b);

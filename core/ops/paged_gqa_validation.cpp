@@ -180,10 +180,12 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
     return InvalidArgument(
         StrCat("key_cache: dimension 0 (num_blocks) must be at least 1, got ", key.shape[0]));
   }
-  for (int d = 0; d < 4; ++d) {
+  // The last dimension may differ: the value head size (ABI 1.8).
+  for (int d = 0; d < 3; ++d) {
     if (value.shape[d] != key.shape[d]) {
       return InvalidArgument(StrCat("value_cache: expected the shape of key_cache ",
-                                    ShapeString(key), ", got ", ShapeString(value)));
+                                    ShapeString(key), " in dimensions 0-2 (only dimension 3, the ",
+                                    "value head size, may differ), got ", ShapeString(value)));
     }
   }
   ATTNRT_RETURN_IF_ERROR(CheckDtype(value, "value_cache", key.dtype, "the dtype of key_cache"));
@@ -227,11 +229,19 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   // The batch of the stand-ins is the query's; a malformed query is reported by the GQA checks.
   const int64_t batch =
       query != nullptr && query->ndim >= 1 && query->shape != nullptr ? query->shape[0] : 0;
+  // The value head size Hv: value_cache's rows when they differ from key_cache's (else H).
+  const int64_t key_width = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->shape[3];
+  const int64_t value_width = inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]->shape[3];
+  int64_t value_head_size = 0;
+  if (value_width != key_width) {
+    ATTNRT_RETURN_IF_ERROR(
+        gqa::HeadSizeOfCacheRow(a.gqa, value_width, "value_cache", &value_head_size));
+  }
   GqaCall call;
   MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity, &call);
   attnrt_gqa_problem gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(a.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out,
-                                                    call.num_outputs, &gqa)));
+                                                    call.num_outputs, value_head_size, &gqa)));
   if (table.shape[0] != gqa.batch_size) {
     return InvalidArgument(StrCat("block_table: dimension 0 must be batch_size ", gqa.batch_size,
                                   ", got ", table.shape[0]));
@@ -244,6 +254,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.max_blocks_per_seq = table.shape[1];
   p.kv_layout = a.kv_layout;
   p.p_precision = a.p_precision;
+  p.v_head_size = value_head_size > 0 ? value_head_size : gqa.head_size;
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], p.key_cache_strides);
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], p.value_cache_strides);
   *out = p;

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "attnrt/ops/paged_gqa_varlen.h"
-#include "core/ops/paged_gqa_abi14_layout.h"
 #include "core/ops/paged_gqa_family.h"
+#include "core/ops/paged_gqa_older_layouts.h"
 #include "core/ops/paged_gqa_varlen_validation.h"
 #include "core/plugin_call.h"
 
@@ -13,22 +13,27 @@ namespace {
 
 class PagedGqaVarlenProblem final : public Problem {
  public:
-  // The ABI 1.4 copy is made here, once per plan, and lives as long as the plan.
+  // The older layouts' copies are made here, once per plan, and live as long as the plan.
   explicit PagedGqaVarlenProblem(const attnrt_paged_gqa_varlen_problem& problem)
-      : problem_(problem), abi14_(paged_gqa_abi14::ToAbi14(problem)) {}
+      : problem_(problem),
+        abi14_(paged_gqa_layouts::ToAbi14(problem)),
+        abi17_(paged_gqa_layouts::ToAbi17(problem)) {}
 
   const void* abi() const override { return &problem_; }
-  // attnrt_paged_gqa_problem grew a field in ABI 1.5 (p_precision), which moved the varlen
-  // problem's own fields: kernels of older plugins get the layout they were built for.
+  // attnrt_paged_gqa_problem grew a field in ABI 1.5 (p_precision) and in ABI 1.8 (v_head_size),
+  // each moving the varlen problem's own fields: kernels of older plugins get the layout they were
+  // built for.
   const void* abi_for(uint32_t plugin_abi_minor) const override {
-    return plugin_abi_minor < paged_gqa_abi14::kPPrecisionMinor ? static_cast<const void*>(&abi14_)
-                                                                : &problem_;
+    if (plugin_abi_minor < paged_gqa_layouts::kPPrecisionMinor) return &abi14_;
+    if (plugin_abi_minor < paged_gqa_layouts::kValueHeadSizeMinor) return &abi17_;
+    return &problem_;
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
-  // That layout has no p_precision: it describes EXACT problems only.
+  // The 1.4 layout has no p_precision (EXACT problems only), neither has v_head_size.
   AbiNeed abi_need() const override {
-    return NewerNeed(KvQuantNeed(problem_.paged.gqa.attributes),
-                     PPrecisionNeed(problem_.paged.p_precision));
+    return NewerNeed(NewerNeed(KvQuantNeed(problem_.paged.gqa.attributes),
+                               PPrecisionNeed(problem_.paged.p_precision)),
+                     ValueHeadSizeNeed(problem_.paged));
   }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
@@ -42,15 +47,18 @@ class PagedGqaVarlenProblem final : public Problem {
     args.paged.gqa.workspace = workspace;
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;
-    if (kernel.plugin->abi_minor < paged_gqa_abi14::kPPrecisionMinor) {
-      paged_gqa_abi14::PointArgsAt(abi14_, &args);
+    if (kernel.plugin->abi_minor < paged_gqa_layouts::kPPrecisionMinor) {
+      paged_gqa_layouts::PointArgsAt(abi14_, &args);
+    } else if (kernel.plugin->abi_minor < paged_gqa_layouts::kValueHeadSizeMinor) {
+      paged_gqa_layouts::PointArgsAt(abi17_, &args);
     }
     return RunKernel(kernel, &args);
   }
 
  private:
   attnrt_paged_gqa_varlen_problem problem_;
-  paged_gqa_abi14::PagedGqaVarlenProblem abi14_;
+  paged_gqa_layouts::PagedGqaVarlenProblem14 abi14_;
+  paged_gqa_layouts::PagedGqaVarlenProblem17 abi17_;
 };
 
 class PagedGqaVarlenFamily final : public OpFamily {

@@ -6,6 +6,7 @@
 #include <array>
 #include <string>
 
+#include "core/ops/gqa_validation.h"
 #include "core/ops/paged_gqa_validation.h"
 #include "core/ops/tensor_checks.h"
 
@@ -35,7 +36,8 @@ Status CheckCounts(size_t num_inputs, size_t num_outputs) {
 
 // A packed token tensor: rank 2 [num_tokens, heads*H] or rank 3 [num_tokens, heads, H], compact.
 Status CheckPacked(const attnrt_tensor& t, const char* name, int64_t num_tokens, int64_t heads,
-                   int64_t head_size, const char* heads_name) {
+                   int64_t head_size, const char* heads_name,
+                   const char* head_size_name = "head_size") {
   ATTNRT_RETURN_IF_ERROR(CheckWellFormed(t, name));
   ATTNRT_RETURN_IF_ERROR(CheckCompact(t, name));
   const bool rank2 = t.ndim == 2 && t.shape[1] == heads * head_size;
@@ -43,7 +45,7 @@ Status CheckPacked(const attnrt_tensor& t, const char* name, int64_t num_tokens,
   if ((!rank2 && !rank3) || (num_tokens >= 0 && t.shape[0] != num_tokens)) {
     return InvalidArgument(StrCat(name, ": expected [num_tokens", num_tokens >= 0 ? " " : "",
                                   num_tokens >= 0 ? std::to_string(num_tokens) : std::string(),
-                                  ", ", heads_name, " * head_size = ", heads * head_size,
+                                  ", ", heads_name, " * ", head_size_name, " = ", heads * head_size,
                                   "] or [num_tokens, ", heads, ", ", head_size, "], got ",
                                   ShapeString(t)));
   }
@@ -71,7 +73,7 @@ Status CheckHostVector(const attnrt_tensor* t, const char* name, attnrt_dtype dt
 
 // The padded stand-in of a varlen call: the paged op over B sequences of num_tokens rows each.
 struct StandIns {
-  std::array<int64_t, 3> q_shape, kv_shape;
+  std::array<int64_t, 3> q_shape, out_shape, kv_shape, v_shape;
   std::array<int64_t, 1> b_shape, one_shape;
   attnrt_tensor query{}, key{}, value{}, seqlens_k{}, total{}, output{};
   const attnrt_tensor* in[ATTNRT_PAGED_GQA_NUM_INPUTS] = {};
@@ -89,23 +91,25 @@ attnrt_tensor ShapeOnly(const attnrt_tensor& like, attnrt_dtype dtype, const int
 }
 
 void MakeStandIns(const attnrt_tensor* const* in, int64_t batch, int64_t num_tokens, int64_t heads,
-                  int64_t kv_heads, int64_t head_size, StandIns* s) {
+                  int64_t kv_heads, int64_t head_size, int64_t v_head_size, StandIns* s) {
   const attnrt_tensor& q = *In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY);
   s->q_shape = {batch, num_tokens, heads * head_size};
+  s->out_shape = {batch, num_tokens, heads * v_head_size};
   s->kv_shape = {batch, num_tokens, kv_heads * head_size};
+  s->v_shape = {batch, num_tokens, kv_heads * v_head_size};
   s->b_shape = {batch};
   s->one_shape = {1};
   const attnrt_tensor& lens = *In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS);
   s->query = ShapeOnly(q, q.dtype, s->q_shape.data(), 3);
-  s->output = s->query;
+  s->output = ShapeOnly(q, q.dtype, s->out_shape.data(), 3);
   s->seqlens_k = ShapeOnly(lens, lens.dtype, s->b_shape.data(), 1);
   s->total = ShapeOnly(lens, lens.dtype, s->one_shape.data(), 1);
   s->in[ATTNRT_PAGED_GQA_INPUT_QUERY] = &s->query;
   // Without key/value the cache holds every row: GroupQueryAttention's shared KV (L = 0).
   const attnrt_tensor* key = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
-  if (key == nullptr) s->kv_shape[1] = 0;
+  if (key == nullptr) s->kv_shape[1] = s->v_shape[1] = 0;
   s->key = ShapeOnly(q, key != nullptr ? key->dtype : q.dtype, s->kv_shape.data(), 3);
-  s->value = s->key;
+  s->value = ShapeOnly(q, key != nullptr ? key->dtype : q.dtype, s->v_shape.data(), 3);
   s->in[ATTNRT_PAGED_GQA_INPUT_KEY] = &s->key;
   s->in[ATTNRT_PAGED_GQA_INPUT_VALUE] = &s->value;
   s->in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE] = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE);
@@ -148,6 +152,16 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   }
   ATTNRT_RETURN_IF_ERROR(CheckPacked(*query, "query", -1, heads, head_size, "num_heads"));
   const int64_t num_tokens = query->shape[0];
+  // The value head size (ABI 1.8): value_cache's rows where they differ from key_cache's. A
+  // malformed value_cache is reported by the paged checks.
+  int64_t v_head_size = head_size;
+  const attnrt_tensor* value_cache = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE);
+  if (value_cache != nullptr && value_cache->ndim == 4 && value_cache->shape != nullptr &&
+      value_cache->shape[3] != key_cache->shape[3]) {
+    ATTNRT_RETURN_IF_ERROR(
+        gqa::HeadSizeOfCacheRow(a.gqa, value_cache->shape[3], "value_cache", &v_head_size));
+  }
+  const char* v_text = v_head_size != head_size ? "v_head_size" : "head_size";
   const attnrt_tensor* key = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
   const attnrt_tensor* value = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE);
   if ((key == nullptr) != (value == nullptr)) {
@@ -159,13 +173,14 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
     ATTNRT_RETURN_IF_ERROR(
         CheckPacked(*key, "key", num_tokens, kv_heads, head_size, "kv_num_heads"));
     ATTNRT_RETURN_IF_ERROR(
-        CheckPacked(*value, "value", num_tokens, kv_heads, head_size, "kv_num_heads"));
+        CheckPacked(*value, "value", num_tokens, kv_heads, v_head_size, "kv_num_heads", v_text));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*key, "key", query->dtype, "the dtype of query"));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*value, "value", query->dtype, "the dtype of query"));
   }
   const attnrt_tensor* output = outputs[ATTNRT_PAGED_GQA_VARLEN_OUTPUT_OUTPUT];
   if (output == nullptr) return InvalidArgument("Output 'output' is required but absent");
-  ATTNRT_RETURN_IF_ERROR(CheckPacked(*output, "output", num_tokens, heads, head_size, "num_heads"));
+  ATTNRT_RETURN_IF_ERROR(
+      CheckPacked(*output, "output", num_tokens, heads, v_head_size, "num_heads", v_text));
   ATTNRT_RETURN_IF_ERROR(CheckDtype(*output, "output", query->dtype, "the dtype of query"));
 
   const attnrt_tensor* lens = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS);
@@ -185,7 +200,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   }
 
   StandIns s;
-  MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, &s);
+  MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, v_head_size, &s);
   attnrt_paged_gqa_varlen_problem p{};
   p.struct_size = sizeof(p);
   ATTNRT_RETURN_IF_ERROR(

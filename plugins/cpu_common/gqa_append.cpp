@@ -27,6 +27,7 @@ struct CacheSide {
   const void* fresh;
   bool rotate;
   const float* scale;  // quantized: k_scale or v_scale; else NULL
+  bool value_row;      // the value side (rows of Hv elements; Hv = H in GroupQueryAttention)
 };
 
 // Elements [first, first + n) of RoPE(x) into y[0, n); x is a T row of H elements. Each output is
@@ -82,7 +83,8 @@ void AppendSide(const GqaRun& r, const CacheSide& side, int64_t b, int64_t kvh) 
   for (int64_t l = 0; l < r.kv_seq && past + l < side.rows; ++l) {
     const void* src = ElementAddress(side.fresh, r.element_bytes,
                                      (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h);
-    GqaWriteCacheRow(r, src, side.rotate, b, l, scale, ElementAddress(dst, row_bytes, past + l));
+    GqaWriteCacheRow(r, src, side.rotate, b, l, scale, ElementAddress(dst, row_bytes, past + l),
+                     side.value_row);
   }
   // A shared present keeps its other rows: only the new rows belong to this step.
   if (!side.holds_past && written_end < side.rows) {
@@ -96,11 +98,22 @@ void AppendSide(const GqaRun& r, const CacheSide& side, int64_t b, int64_t kvh) 
 // parallel_for body over (b, kv head) units.
 void gqa_driver::AppendKvUnits(void* user, size_t begin, size_t end) {
   const GqaRun& r = *static_cast<const GqaRun*>(user);
-  const CacheSide key{r.key_cache, r.key_cache_rows, r.key_cache_holds_past, r.past_key, r.new_key,
-                      r.rotary,    r.k_scale};
-  const CacheSide value{r.value_cache, r.value_cache_rows, r.value_cache_holds_past,
-                        r.past_value,  r.new_value,        false,
-                        r.v_scale};
+  const CacheSide key{r.key_cache,
+                      r.key_cache_rows,
+                      r.key_cache_holds_past,
+                      r.past_key,
+                      r.new_key,
+                      r.rotary,
+                      r.k_scale,
+                      false};
+  const CacheSide value{r.value_cache,
+                        r.value_cache_rows,
+                        r.value_cache_holds_past,
+                        r.past_value,
+                        r.new_value,
+                        false,
+                        r.v_scale,
+                        true};
   for (size_t u = begin; u < end; ++u) {
     const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
     const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
@@ -120,10 +133,10 @@ void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) no
 }
 
 void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, int64_t l,
-                      const float* scale, void* row) noexcept {
-  const int64_t h = r.head_size;
+                      const float* scale, void* row, bool value_row) noexcept {
+  const int64_t h = value_row ? r.v_head_size : r.head_size;
   if (!rotate && scale == nullptr && !IsBlockCache(r.cache_type)) {  // the cache type is T
-    std::memcpy(row, src, r.cache_row_bytes);
+    std::memcpy(row, src, value_row ? r.value_cache_row_bytes : r.cache_row_bytes);
     return;
   }
   // The rotated K row is rounded to T (ONNX Runtime rotates into a T buffer), then stored or

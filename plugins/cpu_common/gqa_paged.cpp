@@ -16,12 +16,12 @@
 namespace attnrt::cpu {
 namespace {
 
-enum class PagedKernel { kFlash, kNaive, kVarlen };
+enum class PagedKernel { kFlash, kNaive, kVarlenFlash, kVarlenNaive };
 
-// The contiguous problem of a paged (or, `varlen`, a paged varlen) problem, or NULL with the
-// reason where the caller's struct is smaller than the one this plugin was built with.
-const attnrt_gqa_problem* ContiguousProblem(const void* problem, bool varlen, char* reason,
-                                            size_t reason_capacity) {
+// The paged problem of a paged (or, `varlen`, a paged varlen) problem, or NULL with the reason
+// where the caller's struct is smaller than the one this plugin was built with.
+const attnrt_paged_gqa_problem* PagedProblem(const void* problem, bool varlen, char* reason,
+                                             size_t reason_capacity) {
   if (varlen) {
     const auto& v = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
     if (v.struct_size < sizeof(attnrt_paged_gqa_varlen_problem)) {
@@ -35,20 +35,31 @@ const attnrt_gqa_problem* ContiguousProblem(const void* problem, bool varlen, ch
     problem = &v.paged;
   }
   if (!PagedGqaProblemFits(problem, reason, reason_capacity)) return nullptr;
-  return &static_cast<const attnrt_paged_gqa_problem*>(problem)->gqa;
+  return static_cast<const attnrt_paged_gqa_problem*>(problem);
 }
 
 // The paged kernels compute what the contiguous kernel of the same algorithm and ISA computes:
 // its acceptance (`contiguous_supports`), on the equivalent contiguous problem. What gqa.flash
 // leaves to the naive path goes to the paged naive kernels. A varlen problem's packed rows are
 // rows of sequences of any length: the prompt problem decides (a decode step is accepted wherever
-// a prompt is).
+// a prompt is). A value head size other than head_size (ABI 1.8) is the row pipeline's alone: the
+// flash block operations read V rows as wide as K rows.
 int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
   try {
-    const attnrt_gqa_problem* gqa =
-        ContiguousProblem(problem, kernel == PagedKernel::kVarlen, reason, reason_capacity);
-    if (gqa == nullptr) return 0;
+    const bool varlen = kernel == PagedKernel::kVarlenFlash || kernel == PagedKernel::kVarlenNaive;
+    const attnrt_paged_gqa_problem* paged = PagedProblem(problem, varlen, reason, reason_capacity);
+    if (paged == nullptr) return 0;
+    const attnrt_gqa_problem* gqa = &paged->gqa;
+    if ((kernel == PagedKernel::kFlash || kernel == PagedKernel::kVarlenFlash) &&
+        paged->v_head_size != gqa->head_size) {
+      WriteMessage(reason, reason_capacity,
+                   "v_head_size " + std::to_string(paged->v_head_size) +
+                       " differs from head_size " + std::to_string(gqa->head_size) +
+                       ": the flash kernels read value rows as wide as key rows (the naive "
+                       "kernels run such problems)");
+      return 0;
+    }
     char why[512] = {0};
     if (contiguous_supports(plugin_context, gqa, why, sizeof(why))) return 1;
     why[sizeof(why) - 1] = '\0';
@@ -67,7 +78,8 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
             std::string("the paged naive kernels run the gqa.naive pipeline, which declines: ") +
             why;
         break;
-      case PagedKernel::kVarlen:
+      case PagedKernel::kVarlenFlash:
+      case PagedKernel::kVarlenNaive:
         message = std::string("declines the packed rows: ") + why;
         break;
     }
@@ -95,9 +107,17 @@ int32_t PagedGqaNaiveSupports(void* plugin_context, const void* problem, char* r
                   contiguous_supports);
 }
 
-int32_t PagedGqaVarlenSupports(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
-  return Supports(PagedKernel::kVarlen, plugin_context, problem, reason, reason_capacity,
+int32_t PagedGqaVarlenFlashSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlenFlash, plugin_context, problem, reason, reason_capacity,
+                  contiguous_supports);
+}
+
+int32_t PagedGqaVarlenNaiveSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlenNaive, plugin_context, problem, reason, reason_capacity,
                   contiguous_supports);
 }
 
@@ -142,7 +162,8 @@ int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, si
 size_t PagedGqaNaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_problem)) return 0;
-  return GqaNaiveWorkspaceSize(plugin_context, &p.gqa);
+  const auto& context = *static_cast<const PluginContext*>(plugin_context);
+  return GqaWorkspaceSize(context.host, p.gqa, p.v_head_size);
 }
 
 // The workspace is checked before PagedGqaStage writes the first row, so a failing run leaves the
@@ -155,7 +176,8 @@ int32_t PagedGqaNaiveRun(void* plugin_context, const void* args, char* error, si
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
     const PagedStageInput stage{&a, nullptr, nullptr, 0};
-    return RunGqaStaged(context.host, a.gqa, &PagedGqaStage, &stage, rows, error, error_capacity);
+    return RunGqaStaged(context.host, a.gqa, a.problem->v_head_size, &PagedGqaStage, &stage, rows,
+                        error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa.naive run()");
     return ATTNRT_ERROR_INTERNAL;

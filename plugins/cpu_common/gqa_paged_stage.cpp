@@ -32,6 +32,7 @@ void AppendUnits(void* user, size_t begin, size_t end) {
   const AppendJob& job = *static_cast<const AppendJob*>(user);
   const GqaRun& r = *job.run;
   const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   for (size_t u = begin; u < end; ++u) {
     const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
     const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
@@ -42,16 +43,18 @@ void AppendUnits(void* user, size_t begin, size_t end) {
     const float* k_scale =
         r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
     const float* v_scale =
-        r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * h : r.v_scale;
+        r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * hv : r.v_scale;
     for (int64_t l = 0; l < new_rows && past + l < total; ++l) {
       const int64_t row = r.query_start_loc != nullptr ? GqaQueryRow(r, b, l) : b * r.kv_seq + l;
       if (r.slot_mapping != nullptr && r.slot_mapping[row] == -1) continue;
-      const int64_t offset = row * r.new_kv_token_stride + kvh * h;
-      GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, offset), r.rotary, b, l,
-                       k_scale, PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l));
-      GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, offset), false, b, l,
+      const int64_t key_offset = row * r.new_kv_token_stride + kvh * h;
+      const int64_t value_offset = row * r.new_value_token_stride + kvh * hv;
+      GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, key_offset), r.rotary, b, l,
+                       k_scale, PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l),
+                       false);
+      GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, value_offset), false, b, l,
                        v_scale,
-                       PoolRow(r.value_cache, r.value_strides, *job.args, b, kvh, past + l));
+                       PoolRow(r.value_cache, r.value_strides, *job.args, b, kvh, past + l), true);
     }
   }
 }
@@ -111,6 +114,10 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.block_table = a.block_table;
   r.max_blocks_per_seq = p.max_blocks_per_seq;
   r.block_size = p.block_size;
+  // The value head size (ABI 1.8): the value rows' own width; the output rows follow it.
+  r.v_head_size = p.v_head_size;
+  r.value_cache_row_bytes = GqaCacheRowBytes(r.cache_type, r.v_head_size);
+  if (!p.gqa.packed_qkv) r.new_value_token_stride = p.gqa.kv_num_heads * r.v_head_size;
   r.key_strides = PagedGqaPoolStrides(p, p.key_cache_strides);
   r.value_strides = PagedGqaPoolStrides(p, p.value_cache_strides);
   r.round_probabilities =

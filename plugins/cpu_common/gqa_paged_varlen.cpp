@@ -93,7 +93,8 @@ size_t PagedGqaVarlenFlashWorkspaceSize(void* plugin_context, const void* proble
 size_t PagedGqaVarlenNaiveWorkspaceSize(void* plugin_context, const void* problem) noexcept {
   const auto& p = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
   if (p.struct_size < sizeof(attnrt_paged_gqa_varlen_problem)) return 0;
-  return GqaNaiveWorkspaceSize(plugin_context, &p.paged.gqa);
+  const auto& context = *static_cast<const PluginContext*>(plugin_context);
+  return GqaWorkspaceSize(context.host, p.paged.gqa, p.paged.v_head_size);
 }
 
 int32_t PagedGqaVarlenFlashRun(void* plugin_context, const void* args, char* error,
@@ -119,8 +120,8 @@ int32_t PagedGqaVarlenNaiveRun(void* plugin_context, const void* args, char* err
     const int32_t fits = ArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
     const PagedCall call(a);
-    return RunGqaStaged(context.host, call.paged.gqa, &PagedGqaStage, &call.stage, rows, error,
-                        error_capacity);
+    return RunGqaStaged(context.host, call.paged.gqa, call.paged.problem->v_head_size,
+                        &PagedGqaStage, &call.stage, rows, error, error_capacity);
   } catch (...) {
     WriteCurrentException(error, error_capacity, "paged_gqa_varlen.naive run()");
     return ATTNRT_ERROR_INTERNAL;

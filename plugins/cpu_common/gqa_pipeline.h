@@ -61,13 +61,16 @@ class CacheRows {
   // in L1/L2 until the row is read.
   static constexpr int64_t kPrefetchRows = 16;
 
-  CacheRows(const GqaRun& r, const void* cache, int64_t rows, const GqaPoolStrides& pool,
-            const float* scale, int64_t b, int64_t kvh, int64_t begin, int64_t end) {
+  // values: the value cache, whose rows have v_head_size elements.
+  CacheRows(const GqaRun& r, bool values, const void* cache, int64_t rows,
+            const GqaPoolStrides& pool, const float* scale, int64_t b, int64_t kvh, int64_t begin,
+            int64_t end) {
+    const int64_t width = values ? r.v_head_size : r.head_size;
     row_.data = nullptr;
     row_.type = r.cache_type;
-    row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * r.head_size : scale;
+    row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * width : scale;
     row_.per_channel = r.scale_per_channel;
-    const size_t row_bytes = r.cache_row_bytes;
+    const size_t row_bytes = values ? r.value_cache_row_bytes : r.cache_row_bytes;
     if constexpr (kPaged) {
       (void)rows;
       blocks_ = r.block_table + b * r.max_blocks_per_seq;
@@ -143,13 +146,15 @@ class CacheRows {
 };
 
 // One (b, n, s) row: scores over the window, softcap, bias, softmax (optionally with a sink), P·V.
-// scores holds max T_b floats, q_row and acc H floats each. kPaged: K/V through the block table.
+// scores holds max T_b floats, q_row H floats and acc Hv floats (the value head size, which the
+// output row has too). kPaged: K/V through the block table.
 template <class Ops, bool kPaged>
 void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float* acc) {
   const int64_t s = unit % r.seq;
   const int64_t n = (unit / r.seq) % r.heads;
   const int64_t b = unit / (r.seq * r.heads);
   const int64_t h = r.head_size;
+  const int64_t hv = r.v_head_size;
   const int64_t kvh = n / r.group;
   const int64_t total = r.seqlens_k[b] + 1;
   const int64_t q_len = GqaQueryLength(r, b);
@@ -177,8 +182,8 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     Ops::Widen(q_in, r.type, q_row, h);
   }
 
-  CacheRows<kPaged> keys(r, r.key_cache, r.key_cache_rows, r.key_strides, r.k_scale, b, kvh, begin,
-                         end);
+  CacheRows<kPaged> keys(r, false, r.key_cache, r.key_cache_rows, r.key_strides, r.k_scale, b, kvh,
+                         begin, end);
   for (int64_t j = begin; j < end; ++j) scores[j] = r.scale * Ops::Dot(q, keys.Next(), h);
   if (r.softcap > 0.0f) {
     for (int64_t j = begin; j < end; ++j) scores[j] = r.softcap * tanhf(scores[j] / r.softcap);
@@ -235,19 +240,19 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
 
   // float32 output accumulates in place; the narrow types accumulate in float32 and round once.
   // An empty window (W = 0) leaves an all-zero output row.
-  void* out = ElementAddress(r.output, r.element_bytes, (GqaQueryRow(r, b, s) * r.heads + n) * h);
+  void* out = ElementAddress(r.output, r.element_bytes, (GqaQueryRow(r, b, s) * r.heads + n) * hv);
   float* o = r.type == GqaFloatType::kFloat32 ? static_cast<float*>(out) : acc;
   if (sum != sum) {
-    for (int64_t d = 0; d < h; ++d) o[d] = NAN;
+    for (int64_t d = 0; d < hv; ++d) o[d] = NAN;
   } else {
-    memset(o, 0, static_cast<size_t>(h) * sizeof(float));
+    memset(o, 0, static_cast<size_t>(hv) * sizeof(float));
     if (!zero_row) {
-      CacheRows<kPaged> values(r, r.value_cache, r.value_cache_rows, r.value_strides, r.v_scale, b,
-                               kvh, begin, end);
-      for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), o, h);
+      CacheRows<kPaged> values(r, true, r.value_cache, r.value_cache_rows, r.value_strides,
+                               r.v_scale, b, kvh, begin, end);
+      for (int64_t j = 0; j < count; ++j) Ops::Axpy(x[j], values.Next(), o, hv);
     }
   }
-  if (o == acc) Ops::Narrow(acc, r.type, out, h);
+  if (o == acc) Ops::Narrow(acc, r.type, out, hv);
 }
 
 // GqaAttendRowsFn body for one ISA; kPaged: over the block pools of a paged run (GqaRun).

@@ -23,9 +23,10 @@ size_t gqa_driver::AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign 
 
 namespace {
 
-size_t SlotBytes(int64_t score_rows, int64_t head_size) {
+size_t SlotBytes(int64_t score_rows, int64_t head_size, int64_t v_head_size) {
   return AlignUp(static_cast<size_t>(score_rows) * sizeof(float)) +
-         2 * AlignUp(static_cast<size_t>(head_size) * sizeof(float));
+         AlignUp(static_cast<size_t>(head_size) * sizeof(float)) +
+         AlignUp(static_cast<size_t>(v_head_size) * sizeof(float));
 }
 
 // Only the float cache types stage (a quantized cache always has present outputs), and none of
@@ -128,13 +129,18 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
 }
 
 size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& p) noexcept {
+  return GqaWorkspaceSize(host, p, p.head_size);
+}
+
+size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& p,
+                        int64_t v_head_size) noexcept {
   // T_b <= present length; without a present, T_b <= P + L with a past and T_b <= S in a first
   // prompt. Without past and present after the first prompt, T_b may reach T (a run-time value),
   // but only the L new rows exist (GqaExistingRows).
   const int64_t rows = std::max({p.present_sequence_length,
                                  p.past_sequence_length + p.kv_sequence_length, p.sequence_length});
   size_t bytes = kAlign + GqaWindowWorkspaceBytes(p) +
-                 static_cast<size_t>(NumThreads(host)) * SlotBytes(rows, p.head_size);
+                 static_cast<size_t>(NumThreads(host)) * SlotBytes(rows, p.head_size, v_head_size);
   if (!p.has_present) bytes += 2 * StagingBytes(p, rows);
   return bytes;
 }
@@ -166,17 +172,21 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   GqaElementTypes(p, &r.type, &r.cache_type);
   r.element_bytes = r.type == GqaFloatType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
   r.cache_row_bytes = GqaCacheRowBytes(r.cache_type, h);
+  r.v_head_size = h;
+  r.value_cache_row_bytes = r.cache_row_bytes;
   r.query = args.query;
   if (p.packed_qkv) {
     r.q_token_stride = (p.num_heads + 2 * p.kv_num_heads) * h;
     r.new_key = ElementAddress(r.query, r.element_bytes, p.num_heads * h);
     r.new_value = ElementAddress(r.new_key, r.element_bytes, p.kv_num_heads * h);
     r.new_kv_token_stride = r.q_token_stride;
+    r.new_value_token_stride = r.q_token_stride;
   } else {
     r.q_token_stride = p.num_heads * h;
     r.new_key = args.key;
     r.new_value = args.value;
     r.new_kv_token_stride = p.kv_num_heads * h;
+    r.new_value_token_stride = p.kv_num_heads * h;
   }
   r.past_key = args.past_key;
   r.past_value = args.past_value;
@@ -249,7 +259,7 @@ size_t LayOutSlots(GqaRun& r, int64_t max_total) {
   r.scratch_output_offset =
       r.scratch_query_offset +
       static_cast<int64_t>(AlignUp(static_cast<size_t>(h) * sizeof(float)) / sizeof(float));
-  return SlotBytes(max_total, h);
+  return SlotBytes(max_total, h, r.v_head_size);
 }
 
 int64_t LongestKeyRow(const int32_t* seqlens, int64_t batch) {
@@ -341,14 +351,15 @@ int32_t RunGqa(const attnrt_host_services& host, const attnrt_gqa_args& args,
 }
 
 int32_t RunGqaStaged(const attnrt_host_services& host, const attnrt_gqa_args& args,
-                     GqaStageFn stage, const void* user, GqaAttendRowsFn attend, char* error,
-                     size_t error_capacity) noexcept {
+                     int64_t v_head_size, GqaStageFn stage, const void* user,
+                     GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept {
   // Workspace: [slot 0 scratch][slot 1 scratch]..., 64-byte aligned; no staging (the caches are
   // the kernel's own).
   size_t available = 0;
   std::byte* area = AlignedWorkspace(args, &available);
   GqaRun layout{};
   layout.head_size = args.problem->head_size;
+  layout.v_head_size = v_head_size;
   const int64_t max_total = LongestKeyRow(args.seqlens_k, args.problem->batch_size);
   const size_t slot_bytes = LayOutSlots(layout, max_total);
   const size_t slots_fit = available / slot_bytes;

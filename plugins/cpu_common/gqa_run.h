@@ -94,19 +94,26 @@ struct GqaRun {
   size_t element_bytes;    // of T
   const void* query;       // T (B, S, q_token_stride): head n at element column n*H
   int64_t q_token_stride;  // N*H, or (N+2*Nkv)*H for packed QKV
-  // T: row (b, l) at element (b*L + l)*new_kv_token_stride, head kvh at +kvh*H.
+  // T: row (b, l) at element (b*L + l)*new_kv_token_stride, head kvh at +kvh*H (new_value:
+  // new_value_token_stride and +kvh*Hv).
   const void* new_key;
   const void* new_value;
-  int64_t new_kv_token_stride;  // Nkv*H, or (N+2*Nkv)*H for packed QKV
-  const void* past_key;         // T_CACHE (B, Nkv, P, cache_row_bytes) or NULL
+  int64_t new_kv_token_stride;     // Nkv*H, or (N+2*Nkv)*H for packed QKV
+  int64_t new_value_token_stride;  // Nkv*Hv, or new_kv_token_stride for packed QKV (Hv = H)
+  const void* past_key;            // T_CACHE (B, Nkv, P, cache_row_bytes) or NULL
   const void* past_value;
   int64_t past_length;  // P
 
   GqaCacheType cache_type;  // T_CACHE
   size_t cache_row_bytes;   // bytes of one cache row of H elements (H/2 for int4)
-  const float* k_scale;     // quantized caches: float32, 1 or Nkv*H values; else NULL
+  // The paged ops' value head size Hv (attnrt/ops/paged_gqa.h, ABI 1.8): value rows, output rows
+  // and a per-channel v_scale have Hv elements (head_size everywhere else). Hv = H unless the
+  // paged staging says otherwise; only the row pipeline (AttendRows) reads a different one.
+  int64_t v_head_size;
+  size_t value_cache_row_bytes;  // bytes of one value cache row of Hv elements
+  const float* k_scale;          // quantized caches: float32, 1 or Nkv*H values; else NULL
   const float* v_scale;
-  bool scale_per_channel;  // Nkv*H scales: kv head h uses [h*H, (h+1)*H)
+  bool scale_per_channel;  // Nkv*H scales: kv head h uses [h*H, (h+1)*H) (v_scale: Nkv*Hv)
 
   // K/V rows attention reads: the present outputs, or workspace staging when a present is absent.
   // Layout (B, Nkv, rows, cache_row_bytes).
@@ -137,7 +144,7 @@ struct GqaRun {
   const void* head_sink;  // T (N) or NULL (then the sink logit is 0)
   int32_t qk_output;      // attnrt_gqa_qk_output
   void* output_qk;        // T (B, N, S, T) or NULL
-  void* output;           // T (B, S, N*H)
+  void* output;           // T (B, S, N*Hv)
 
   // sliding_window_cache=1: key_cache/value_cache are the present outputs (compacted in place) or,
   // when window_staging, a staging cache of key_cache_rows rows; seqlens_k is cache-relative, the
@@ -152,7 +159,7 @@ struct GqaRun {
   bool present_shares_past;
 
   // Per-slot scratch: a score row of max T_b floats at offset 0, the float32 query row (H floats)
-  // at scratch_query_offset floats, the float32 output accumulator (H floats) at
+  // at scratch_query_offset floats, the float32 output accumulator (Hv floats) at
   // scratch_output_offset floats.
   int64_t scratch_query_offset;
   int64_t scratch_output_offset;
@@ -210,6 +217,11 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept;
 size_t GqaWorkspaceSize(const attnrt_host_services& host,
                         const attnrt_gqa_problem& problem) noexcept;
 
+// GqaWorkspaceSize of a paged problem whose value rows have v_head_size elements (its output
+// accumulator is that wide).
+size_t GqaWorkspaceSize(const attnrt_host_services& host, const attnrt_gqa_problem& problem,
+                        int64_t v_head_size) noexcept;
+
 // Workspace bytes (a multiple of 64) the sliding_window_cache=1 plan and staging caches of
 // `problem` take at the 64-byte aligned start of the workspace; 0 when the attribute is 0.
 size_t GqaWindowWorkspaceBytes(const attnrt_gqa_problem& problem) noexcept;
@@ -240,9 +252,10 @@ using GqaStageFn = GqaRun (*)(const attnrt_host_services& host, const void* user
 // suffices), then calls `stage`, then `attend` on the host's pool. Returns ATTNRT_OK, or
 // ATTNRT_ERROR_INVALID_ARGUMENT with a message when args.workspace is too small; `stage` is not
 // called then, so a failing run writes nothing.
+// v_head_size: the value head size the staged run will have (the output accumulator's width).
 int32_t RunGqaStaged(const attnrt_host_services& host, const attnrt_gqa_args& args,
-                     GqaStageFn stage, const void* user, GqaAttendRowsFn attend, char* error,
-                     size_t error_capacity) noexcept;
+                     int64_t v_head_size, GqaStageFn stage, const void* user,
+                     GqaAttendRowsFn attend, char* error, size_t error_capacity) noexcept;
 
 // RunGqa's prologue alone, for kernels that need the present outputs (gqa.flash): resolves `args`
 // into a GqaRun whose key_cache/value_cache are present_key/present_value (both must be given) and
@@ -257,11 +270,12 @@ GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args
 // layout are left zero (the paged kernels fill them).
 GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept;
 
-// Writes new K/V row l of batch b (`src`, a T row of H elements) into the cache row `row`: RoPE at
-// token l's position when `rotate` (then rounded to T), quantized with `scale` (this kv head's
-// scales) when not NULL, else stored as T. What the prologue stores for every new row.
+// Writes new K/V row l of batch b (`src`, a T row of H elements, Hv for a value row) into the
+// cache row `row`: RoPE at token l's position when `rotate` (then rounded to T; key rows only),
+// quantized with `scale` (this kv head's scales) when not NULL, else stored as T. What the
+// prologue stores for every new row.
 void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t b, int64_t l,
-                      const float* scale, void* row) noexcept;
+                      const float* scale, void* row, bool value_row) noexcept;
 
 // Rotary position of token s of batch b (ONNX Runtime's rotary rule).
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;

@@ -1,0 +1,80 @@
+// The paged problem structs as plugins built for older ABI minors read them. Two fields were
+// appended to attnrt_paged_gqa_problem, which attnrt_paged_gqa_varlen_problem embeds by value, so
+// each moved the varlen problem's own fields (num_tokens, has_slot_mapping) 8 bytes:
+//   ABI 1.5: p_precision   (kernels of plugins built for ABI 1.2-1.4 read the 1.4 layout)
+//   ABI 1.8: v_head_size   (kernels of plugins built for ABI 1.5-1.7 read the 1.7 layout)
+// A varlen kernel of such a plugin is handed a copy of the validated problem in the layout it was
+// built for (attnrt/ops/paged_gqa_varlen.h; docs/plugins.md, "The plugin ABI"), and only problems
+// that layout can describe (EXACT p_precision for 1.4; v_head_size == head_size for both). The
+// padded paged op needs no copy: its problem only grew at the end, and an older kernel reads the
+// prefix it knows.
+//
+// The args structs did not change (they hold the problems by pointer and attnrt_gqa_args by
+// value), so only their problem pointers are redirected to the copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attnrt/ops/paged_gqa.h"
+#include "attnrt/ops/paged_gqa_varlen.h"
+
+namespace attnrt::core::paged_gqa_layouts {
+
+// The ABI minor versions that appended p_precision and v_head_size: kernels of plugins built for
+// an older one read the layouts below.
+inline constexpr uint32_t kPPrecisionMinor = 5;
+inline constexpr uint32_t kValueHeadSizeMinor = 8;
+
+// attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
+struct PagedGqaProblem14 {
+  size_t struct_size;
+  attnrt_gqa_problem gqa;
+  int64_t num_blocks;
+  int64_t block_size;
+  int64_t max_blocks_per_seq;
+  int32_t kv_layout;
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
+};
+
+// attnrt_paged_gqa_varlen_problem of ABI 1.2-1.4.
+struct PagedGqaVarlenProblem14 {
+  size_t struct_size;
+  PagedGqaProblem14 paged;
+  int64_t num_tokens;
+  bool has_slot_mapping;
+};
+
+// attnrt_paged_gqa_problem of ABI 1.5-1.7: the ABI 1.8 struct without v_head_size.
+struct PagedGqaProblem17 {
+  size_t struct_size;
+  attnrt_gqa_problem gqa;
+  int64_t num_blocks;
+  int64_t block_size;
+  int64_t max_blocks_per_seq;
+  int32_t kv_layout;
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
+  int32_t p_precision;
+};
+
+// attnrt_paged_gqa_varlen_problem of ABI 1.5-1.7.
+struct PagedGqaVarlenProblem17 {
+  size_t struct_size;
+  PagedGqaProblem17 paged;
+  int64_t num_tokens;
+  bool has_slot_mapping;
+};
+
+// A validated varlen problem in an older layout: every field that layout has, struct_size of both
+// structs that version's sizeof.
+PagedGqaVarlenProblem14 ToAbi14(const attnrt_paged_gqa_varlen_problem& problem);
+PagedGqaVarlenProblem17 ToAbi17(const attnrt_paged_gqa_varlen_problem& problem);
+
+// Points the args' problem pointers (args->problem, args->paged.problem,
+// args->paged.gqa.problem) into `problem`, which must outlive the call they are passed to.
+void PointArgsAt(const PagedGqaVarlenProblem14& problem, attnrt_paged_gqa_varlen_args* args);
+void PointArgsAt(const PagedGqaVarlenProblem17& problem, attnrt_paged_gqa_varlen_args* args);
+
+}  // namespace attnrt::core::paged_gqa_layouts
