@@ -142,6 +142,8 @@ std::vector<Case> Cases() {
         for (size_t phi = 0; phi < 3; ++phi) {
           for (size_t li = 0; li < 2; ++li) {
             const size_t index = counter++;
+            // Variants in turn, shifted by one per group of six so each meets both layouts.
+            const size_t variant = index + index / 6;
             // Reduced: one query type per (pair, cache), two of the six phase x layout combos.
             if (kReduced && (ti != (pi + ci) % 3 || (phi * 2 + li) % 3 != (pi + ci + ti) % 3)) {
               continue;
@@ -149,7 +151,7 @@ std::vector<Case> Cases() {
             v.push_back(
                 MakeCase(pairs[pi], t, caches[ci],
                          li == 0 ? ATTNRT_PAGED_KV_LAYOUT_BSNH : ATTNRT_PAGED_KV_LAYOUT_BNSH,
-                         static_cast<Phase>(phi), index));
+                         static_cast<Phase>(phi), variant));
           }
         }
       }
