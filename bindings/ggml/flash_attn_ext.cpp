@@ -403,20 +403,12 @@ const std::string& TestFault() {
 // Buffers of a call, kept per thread across calls: a prompt's bias is megabytes, and fresh pages
 // for every layer cost more than filling them.
 struct Scratch {
-  std::vector<char> v_copy, query, output, bias;
+  std::vector<char> query, output, bias;
 };
 
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
   return scratch;
-}
-
-bool Overlap(const ggml_tensor* a, const ggml_tensor* b) {
-  const char* a0 = static_cast<const char*>(a->data);
-  const char* b0 = static_cast<const char*>(b->data);
-  const char* a1 = a0 + ggml_nbytes(a);
-  const char* b1 = b0 + ggml_nbytes(b);
-  return a0 < b1 && b0 < a1;
 }
 
 }  // namespace
@@ -551,33 +543,9 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
     s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
   }
 
-  // V sharing bytes with K (ggml lets V be a view of K): attnrt reads two pools that must not
-  // overlap, so V's rows are copied into a compact [T, Hkv, D] slab per stream.
+  // V may be a view of K (MLA: V rows are the leading elements of K rows): attnrt reads both
+  // pools in place, and a call that writes no rows may read them from shared elements.
   Scratch& scratch = ThreadScratch();
-  std::vector<char>& v_copy = scratch.v_copy;
-  v_copy.clear();
-  NodeShape vs = s;
-  const size_t cache_es = s.cache_dtype.bits / 8;
-  if (Overlap(k, v)) {
-    const int64_t slab = s.total * s.kv_num_heads * s.v_row_width;
-    v_copy.resize(static_cast<size_t>(slab * s.streams) * cache_es);
-    for (int64_t b = 0; b < s.streams; ++b) {
-      for (int64_t t = 0; t < s.total; ++t) {
-        for (int64_t h = 0; h < s.kv_num_heads; ++h) {
-          std::memcpy(
-              v_copy.data() +
-                  static_cast<size_t>(((b * s.total + t) * s.kv_num_heads + h) * s.v_row_width) *
-                      cache_es,
-              static_cast<const char*>(v->data) + b * v->nb[3] + t * v->nb[1] + h * v->nb[2],
-              static_cast<size_t>(s.v_row_width) * cache_es);
-        }
-      }
-    }
-    const int64_t token = s.kv_num_heads * s.v_row_width;
-    vs.v_strides[0] = s.block_size * token;
-    vs.v_strides[1] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? token : s.v_row_width;
-    vs.v_strides[2] = s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s.v_row_width : token;
-  }
 
   std::vector<char>& query = scratch.query;
   query.resize(static_cast<size_t>(s.rows_per_call * width) * es);
@@ -600,7 +568,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   for (int64_t b = 0; b < s.streams; ++b) {
     for (int64_t r0 = 0; r0 < s.rows; r0 += s.rows_per_call) {
       const int64_t rows = std::min(s.rows_per_call, s.rows - r0);
-      CallTensors t(vs, rows);
+      CallTensors t(s, rows);
       // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in T.
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t h = 0; h < s.num_heads; ++h) {
@@ -616,12 +584,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       t.key.data = no_rows;
       t.value.data = no_rows;
       t.key_cache.data = static_cast<char*>(k->data) + b * k->nb[3];
-      t.value_cache.data =
-          v_copy.empty()
-              ? static_cast<void*>(static_cast<char*>(v->data) + b * v->nb[3])
-              : static_cast<void*>(
-                    v_copy.data() +
-                    static_cast<size_t>(b * s.total * s.kv_num_heads * s.v_row_width) * cache_es);
+      t.value_cache.data = static_cast<char*>(v->data) + b * v->nb[3];
       t.seqlens_k.data = &seqlens_k;
       t.total.data = &total;
       t.block_table.data = table.data();

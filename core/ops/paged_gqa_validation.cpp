@@ -356,7 +356,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
       CheckBlockTable(table, slots, block_size, p.num_blocks, rows, "seqlens_k"));
   ATTNRT_RETURN_IF_ERROR(CheckPoolAliasing(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE],
                                            *inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE],
-                                           OtherTensors(inputs, outputs, num_outputs)));
+                                           OtherTensors(inputs, outputs, num_outputs), L > 0));
 
   gqa.present_shares_past = true;
   attnrt_paged_gqa_args args{};
@@ -451,7 +451,7 @@ bool PoolsCompact(const attnrt_tensor* const* inputs) {
 // output or of another input. Checked element by element (memory_overlap.h), so two views of one
 // allocation that interleave without sharing an element pass.
 Status CheckPoolAliasing(const attnrt_tensor& key_cache, const attnrt_tensor& value_cache,
-                         const std::vector<LabelledTensor>& others) {
+                         const std::vector<LabelledTensor>& others, bool writes) {
   StridedBytes pools[2];
   const attnrt_tensor* tensors[2] = {&key_cache, &value_cache};
   const char* names[2] = {"key_cache", "value_cache"};
@@ -466,8 +466,10 @@ Status CheckPoolAliasing(const attnrt_tensor& key_cache, const attnrt_tensor& va
     }
     ATTNRT_RETURN_IF_ERROR(OverlapError(self, StrCat(names[k], "'s elements"), names[k]));
   }
-  ATTNRT_RETURN_IF_ERROR(
-      OverlapError(ViewsOverlap(pools[0], pools[1]), "value_cache", "key_cache"));
+  if (writes) {
+    ATTNRT_RETURN_IF_ERROR(
+        OverlapError(ViewsOverlap(pools[0], pools[1]), "value_cache", "key_cache"));
+  }
   for (int k = 0; k < 2; ++k) {
     for (const LabelledTensor& other : others) {
       if (other.tensor->device.device_type != tensors[k]->device.device_type) continue;

@@ -48,9 +48,11 @@ struct LabelledTensor {
 
 // The pools are written by a run: no element of key_cache is an element of value_cache, of itself
 // twice (a zero or folding stride) or of one of `others` (on the same device type). Element by
-// element (core/ops/memory_overlap.h): views of one allocation that interleave pass.
+// element (core/ops/memory_overlap.h): views of one allocation that interleave pass. A run that
+// writes no rows (`writes` false) may read the two pools from shared elements (MLA's V rows as the
+// leading elements of its K rows); the other rules stand.
 Status CheckPoolAliasing(const attnrt_tensor& key_cache, const attnrt_tensor& value_cache,
-                         const std::vector<LabelledTensor>& others);
+                         const std::vector<LabelledTensor>& others, bool writes);
 
 // The rows of one sequence a run reads and writes: tokens [0, length) are read, tokens
 // [first_write, length) written by this step (first_write == length: none).

@@ -310,7 +310,8 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   others.push_back({&output, "Output 'output'"});
   ATTNRT_RETURN_IF_ERROR(
       paged_gqa::CheckPoolAliasing(*In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE),
-                                   *In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE), others));
+                                   *In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE), others,
+                                   In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY) != nullptr));
 
   attnrt_paged_gqa_varlen_args args{};
   args.struct_size = sizeof(args);

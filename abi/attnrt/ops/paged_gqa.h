@@ -15,7 +15,10 @@
  * the head_size dimension must be contiguous (stride 1) and every other stride at least 0, and the
  * two pools may be views of one allocation provided no element of one is an element of the other,
  * nor of an output or another input. That is checked element by element, not by address range, so
- * the K and V halves of one cache tensor are accepted without a copy, for example
+ * the K and V halves of one cache tensor are accepted without a copy (a call that writes no rows,
+ * key and value of kv_sequence_length 0 or absent in the varlen op, may even read both pools from
+ * shared elements, ABI 1.8: MLA's V rows as the leading v_head_size elements of its K rows, as
+ * ggml lays them out), for example
  *   vLLM's CPU cache kv [num_blocks, Nkv, block_size, 2 * H]:
  *       key_cache = kv[..., :H], value_cache = kv[..., H:]             (kv_layout BNSH)
  *   vLLM's / FlashAttention's kv [2, num_blocks, block_size, Nkv, H]:
