@@ -61,6 +61,13 @@ float OpParam(const ggml_tensor* node, int index) {
   return v;
 }
 
+int32_t OpParamInt(const ggml_tensor* node, int index) {
+  int32_t v;
+  std::memcpy(&v, reinterpret_cast<const char*>(node->op_params) + index * sizeof(int32_t),
+              sizeof v);
+  return v;
+}
+
 float AlibiSlope(float max_bias, int64_t num_heads, int64_t h) {
   if (max_bias <= 0.0f) return 1.0f;
   const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(num_heads)));

@@ -20,6 +20,10 @@ void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype);
 // logit_softcap).
 float OpParam(const ggml_tensor* node, int index);
 
+// The int32 op parameter at `index` (FLASH_ATTN_EXT: 4 is n_kv_max,
+// ggml_flash_attn_ext_set_n_kv_max).
+int32_t OpParamInt(const ggml_tensor* node, int index);
+
 // ALiBi's slope of head h, computed as ggml's CPU backend does (the same float operations); 1
 // without ALiBi (max_bias 0).
 float AlibiSlope(float max_bias, int64_t num_heads, int64_t h);

@@ -238,6 +238,15 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
     *reason = "q, K or V rows are not contiguous";
     return false;
   }
+  // A sparse mask (ggml_flash_attn_ext_set_n_kv_max: at most n_kv_max finite entries per row, as
+  // DeepSeek's sparse attention makes) is gathered by the CPU backend, which then reads n_kv_max
+  // keys per row where attnrt would read all T: measured 2.3-6x slower on attnrt, so it stays
+  // there.
+  if (const int32_t n_kv_max = OpParamInt(node, 4); n_kv_max > 0 && n_kv_max < s->total) {
+    *reason = "a sparse mask (n_kv_max " + std::to_string(n_kv_max) + " of " +
+              std::to_string(s->total) + " keys per row): the CPU backend reads only those keys";
+    return false;
+  }
   s->scale = OpParam(node, 0);
   const float max_bias = OpParam(node, 1);
   const float logit_softcap = OpParam(node, 2);
