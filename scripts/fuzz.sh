@@ -60,9 +60,13 @@ if [ ! -f "$asan_runtime" ]; then
   exit 1
 fi
 link_flags="-shared-libsan -Wl,-rpath,$(dirname "$asan_runtime")"
+# Line tables only, as OSS-Fuzz builds: reports keep file:line, and the instrumented kernel files
+# compile in less than half the time of full debug information.
 cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
   -DATTNRT_SANITIZE=address,undefined,fuzzer-no-link \
   -DATTNRT_BUILD_FUZZERS=ON -DATTNRT_BUILD_TESTS=OFF -DATTNRT_BUILD_BENCH=OFF \
   -DATTNRT_BUILD_BINDINGS=OFF \
