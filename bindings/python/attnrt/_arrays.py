@@ -88,6 +88,22 @@ def requires_grad_message(label: str) -> str:
             f".detach()")
 
 
+def value_rows_shape(shape, key_cache: Any, value_cache: Any) -> tuple[int, ...]:
+    """`shape` (a query's, [..., N * H] or [..., N, H]) with its last dimension scaled from the key
+    head size to the value head size (value_cache's last dimension over key_cache's, the paged ops'
+    v_head_size): the shape of their output. Unchanged where the caches agree or do not say."""
+    shape = tuple(int(d) for d in shape)
+    try:
+        key_width = shape_of(key_cache, "k_cache")[-1]
+        value_width = shape_of(value_cache, "v_cache")[-1]
+    except (InvalidArgumentError, IndexError, TypeError):
+        return shape
+    if not shape or key_width <= 0 or value_width == key_width or \
+            shape[-1] * value_width % key_width:
+        return shape
+    return shape[:-1] + (shape[-1] * value_width // key_width,)
+
+
 def shape_of(value: Any, name: str) -> tuple[int, ...]:
     """The shape of an array of any framework (numpy, torch, buffer-protocol objects, DLPack)."""
     if value is None:

@@ -78,13 +78,15 @@ class PagedGqaOp(Op):
         super().__init__(runtime, native)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
-        """output (B,S,N*H) of query's dtype; output_qk (B,N,S,T) with qk_output != 0."""
+        """output (B,S,N*Hv) of query's dtype (Hv the value head size, value_cache's); output_qk
+        (B,N,S,T) with qk_output != 0."""
         inputs = self._by_name(inputs)
         a = self.attributes
         b, s, _ = qshape = _arrays.shape_of(inputs.get("query"), "query")
         h = head_size(a, qshape, packed=inputs.get("key") is None)
         shapes: dict[str, tuple[tuple[int, ...], Any]] = {
-            "output": ((b, s, a["num_heads"] * h), None)}
+            "output": (_arrays.value_rows_shape((b, s, a["num_heads"] * h), inputs.get("key_cache"),
+                                                inputs.get("value_cache")), None)}
         if a["qk_output"]:
             t = _arrays.first_int(inputs.get("total_sequence_length"), "total_sequence_length")
             shapes["output_qk"] = ((b, a["num_heads"], s, t), None)

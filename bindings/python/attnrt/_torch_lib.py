@@ -24,6 +24,7 @@ from typing import Any
 
 from . import _errors
 from ._arrays import attribute as _attribute
+from ._arrays import value_rows_shape as _value_rows_shape
 
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnrt_torch.so")
 
@@ -180,7 +181,7 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
     softcap = _attribute(softcap, float, "softcap")
     rid = runtime_id(runtime)
     if out is None:
-        out = q.new_empty(q.shape)
+        out = q.new_empty(_value_rows_shape(q.shape, k_cache, v_cache))
     try:
         _varlen_on(rid, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
                    slot_mapping, sinks, softmax_scale, window_left, softcap, kv_layout,

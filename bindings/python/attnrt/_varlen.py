@@ -59,9 +59,11 @@ class PagedGqaVarlenOp(Op):
         super().__init__(runtime, native, True)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
-        """output: the query's shape and dtype."""
+        """output: the query's shape (its head size the value head size) and dtype."""
         inputs = self._by_name(inputs)
-        return {"output": (tuple(_arrays.shape_of(inputs.get("query"), "query")), None)}
+        query = _arrays.shape_of(inputs.get("query"), "query")
+        return {"output": (_arrays.value_rows_shape(query, inputs.get("key_cache"),
+                                                    inputs.get("value_cache")), None)}
 
     def __call__(self, output=None, **inputs):
         """Runs on inputs given by name; returns output, allocated in the query's framework unless

@@ -134,7 +134,8 @@ def paged_gqa(query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[
         rotary_interleaved=rotary_interleaved, smooth_softmax=smooth_softmax,
         k_quant_type=k_quant_type, v_quant_type=v_quant_type,
         kv_cache_bit_width=kv_cache_bit_width)
-    output = query.new_empty(_gqa_output_shape(query, key, num_heads, kv_num_heads))
+    output = query.new_empty(_arrays.value_rows_shape(
+        _gqa_output_shape(query, key, num_heads, kv_num_heads), key_cache, value_cache))
     inputs = [query, key, value, key_cache, value_cache, seqlens_k,
               total_sequence_length, cos_cache, sin_cache, None,
               attention_bias, head_sink, k_scale, v_scale, None, None, block_table]
@@ -150,7 +151,8 @@ def _(query, key, value, key_cache, value_cache, seqlens_k, total_sequence_lengt
       k_quant_type=0, v_quant_type=0, kv_cache_bit_width=0):
     _same_device(query, key, value, key_cache, value_cache, seqlens_k, block_table, cos_cache,
                  sin_cache, attention_bias, head_sink, k_scale, v_scale)
-    return query.new_empty(_gqa_output_shape(query, key, num_heads, kv_num_heads))
+    return query.new_empty(_arrays.value_rows_shape(
+        _gqa_output_shape(query, key, num_heads, kv_num_heads), key_cache, value_cache))
 
 
 # ---- paged attention over packed variable-length batches -----------------------------------------
