@@ -15,7 +15,8 @@ namespace {
 
 constexpr int32_t kThreads = 3;
 
-// One runtime per pin ("" unpinned), made once per process with every ATTNRT_* variable unset.
+}  // namespace
+
 attnrt_runtime* RuntimeFor(const std::string& kernel) {
   static std::map<std::string, RuntimePtr> runtimes;
   auto it = runtimes.find(kernel);
@@ -40,6 +41,8 @@ const std::vector<std::string>& KernelsOf(int32_t op_kind) {
   }
   return it->second;
 }
+
+namespace {
 
 std::map<std::pair<std::string, std::string>, int>& Declines() {
   static std::map<std::pair<std::string, std::string>, int> declines;

@@ -378,7 +378,9 @@ inline double Alpha(float scale, int64_t H) {
 //   - a score s_j = alpha · Σ_i q_i k_ji (H products) is off by at most
 //     delta_j = (H + 4) u alpha Σ_i |q_i k_ji| + 4 u (|s_j| + softcap): the dot product in any
 //     summation order (γ_H), the dequantization product of a quantized key element and the scale
-//     multiply (one rounding each), tanh of the softcap (a few ulp of softcap);
+//     multiply (one rounding each), tanh of the softcap (a few ulp of softcap); with an
+//     attention_bias row (bias[j], added after the softcap), 4 u (|bias_j| + |s_j + bias_j|) more
+//     for the float32 addition, and a key of bias -inf has probability exactly 0;
 //   - softmax(s + delta) with |delta_j| <= delta for every key: each probability moves by at most
 //     p_j (e^(2 delta) - 1), and since the weights sum to the same value, the output element d by
 //     at most (e^(2 delta) - 1) Σ_j p_j |v_jd - o_d| (the sink, when present, a key of value 0);
@@ -392,14 +394,16 @@ struct RowRef {
   std::vector<double> score, prob;     // columns 0..T-1
   double score_bound = 0.0;            // max delta_j
   double prob_relative_bound = 0.0;    // relative bound of each probability
-  double nonuniformity = 0.0;          // 0.5 Σ_j |p_j / Σ p - 1/keys|: 0 for uniform attention
+  // 0.5 Σ_j |p_j / Σ p - 1/keys| over the keys no bias masks: 0 for uniform attention.
+  double nonuniformity = 0.0;
   int64_t keys = 0;
 };
 
 // k(j), v(j): the H and Hv values of key j.
+// bias: the row's attention_bias values by column (nullptr: none).
 template <typename KeyRow, typename ValueRow>
 RowRef AttendRow(const float* q, int64_t H, int64_t Hv, int64_t lo, int64_t hi, int64_t columns,
-                 const Softmax& sm, KeyRow k, ValueRow v) {
+                 const Softmax& sm, KeyRow k, ValueRow v, const double* bias = nullptr) {
   RowRef r;
   r.out.assign(static_cast<size_t>(Hv), 0.0);
   r.out_bound.assign(static_cast<size_t>(Hv), 0.0);
@@ -417,11 +421,22 @@ RowRef AttendRow(const float* q, int64_t H, int64_t Hv, int64_t lo, int64_t hi, 
     }
     double s = sm.alpha * dot;
     if (sm.softcap > 0.0) s = sm.softcap * std::tanh(s / sm.softcap);
+    double bound = static_cast<double>(H + 4) * kU32 * sm.alpha * abs_dot +
+                   4.0 * kU32 * (std::fabs(s) + sm.softcap);
+    if (bias != nullptr) {
+      const double b = bias[j];
+      if (b == -INFINITY) {  // a masked key: weight exactly 0
+        r.score[static_cast<size_t>(j)] = -INFINITY;
+        continue;
+      }
+      s += b;
+      bound += 4.0 * kU32 * (std::fabs(b) + std::fabs(s));
+    }
     r.score[static_cast<size_t>(j)] = s;
-    r.score_bound = std::max(r.score_bound, static_cast<double>(H + 4) * kU32 * sm.alpha * abs_dot +
-                                                4.0 * kU32 * (std::fabs(s) + sm.softcap));
+    r.score_bound = std::max(r.score_bound, bound);
     m = std::max(m, s);
   }
+  if (m == -INFINITY) return r;  // every key masked: a zero row (non-finite rule 4)
   double l = sm.has_sink ? std::exp(sm.sink - m) : 0.0;
   for (int64_t j = lo; j < hi; ++j) l += std::exp(r.score[static_cast<size_t>(j)] - m);
   for (int64_t j = lo; j < hi; ++j) {
@@ -431,10 +446,15 @@ RowRef AttendRow(const float* q, int64_t H, int64_t Hv, int64_t lo, int64_t hi, 
     for (int64_t d = 0; d < Hv; ++d) r.out[static_cast<size_t>(d)] += p * vj[d];
   }
   double key_weight = 0.0;
-  for (int64_t j = lo; j < hi; ++j) key_weight += r.prob[static_cast<size_t>(j)];
+  int64_t unmasked = 0;
   for (int64_t j = lo; j < hi; ++j) {
+    key_weight += r.prob[static_cast<size_t>(j)];
+    unmasked += r.score[static_cast<size_t>(j)] == -INFINITY ? 0 : 1;
+  }
+  for (int64_t j = lo; j < hi; ++j) {
+    if (r.score[static_cast<size_t>(j)] == -INFINITY) continue;  // the mask's, not the scores'
     r.nonuniformity += 0.5 * std::fabs(r.prob[static_cast<size_t>(j)] / key_weight -
-                                       1.0 / static_cast<double>(r.keys));
+                                       1.0 / static_cast<double>(unmasked));
   }
   const double spread = std::expm1(2.0 * r.score_bound);
   const double arithmetic = static_cast<double>(2 * r.keys + 16) * kU32;
@@ -543,6 +563,13 @@ struct Call {
 // kernels take Hv != H: attnrt/ops/paged_gqa.h); at least one pinned kernel must run. Returns the
 // number of kernels run (pinned, without auto).
 int RunOnEveryKernel(int32_t op_kind, const void* attributes, Call& call);
+
+// The runtime pinned to `kernel` ("": unpinned, the runtime's own choice), made once per process
+// with every ATTNRT_* variable unset (null, with a test failure, when it cannot be made).
+attnrt_runtime* RuntimeFor(const std::string& kernel);
+
+// The kernels the CPU plugin registers for op_kind, sorted.
+const std::vector<std::string>& KernelsOf(int32_t op_kind);
 
 // "[declined]" summary lines: kernel, reason, how many cases; printed at the end of the run.
 void RecordDecline(const std::string& kernel, const std::string& reason);
