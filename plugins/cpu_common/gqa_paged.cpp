@@ -16,7 +16,7 @@
 namespace attnrt::cpu {
 namespace {
 
-enum class PagedKernel { kFlash, kNaive, kVarlenFlash, kVarlenNaive };
+enum class PagedKernel { kFlash, kNaive, kVarlen };
 
 // What a value head size other than head_size needs of the value rows (validation checks it;
 // checked again, as every field a kernel relies on): a multiple of 8, of 32 for PER_BLOCK_32
@@ -68,8 +68,8 @@ const attnrt_paged_gqa_problem* PagedProblem(const void* problem, bool varlen, c
 int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, char* reason,
                  size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
   try {
-    const bool varlen = kernel == PagedKernel::kVarlenFlash || kernel == PagedKernel::kVarlenNaive;
-    const attnrt_paged_gqa_problem* paged = PagedProblem(problem, varlen, reason, reason_capacity);
+    const attnrt_paged_gqa_problem* paged =
+        PagedProblem(problem, kernel == PagedKernel::kVarlen, reason, reason_capacity);
     if (paged == nullptr) return 0;
     // The contiguous supports() knows one head size. With a value head size Hv (ABI 1.8) the
     // value rows' own rules are checked here, and it is handed the problem with the per-channel
@@ -105,8 +105,7 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
             std::string("the paged naive kernels run the gqa.naive pipeline, which declines: ") +
             why;
         break;
-      case PagedKernel::kVarlenFlash:
-      case PagedKernel::kVarlenNaive:
+      case PagedKernel::kVarlen:
         message = std::string("declines the packed rows: ") + why;
         break;
     }
@@ -134,17 +133,9 @@ int32_t PagedGqaNaiveSupports(void* plugin_context, const void* problem, char* r
                   contiguous_supports);
 }
 
-int32_t PagedGqaVarlenFlashSupports(void* plugin_context, const void* problem, char* reason,
-                                    size_t reason_capacity,
-                                    GqaSupportsFn contiguous_supports) noexcept {
-  return Supports(PagedKernel::kVarlenFlash, plugin_context, problem, reason, reason_capacity,
-                  contiguous_supports);
-}
-
-int32_t PagedGqaVarlenNaiveSupports(void* plugin_context, const void* problem, char* reason,
-                                    size_t reason_capacity,
-                                    GqaSupportsFn contiguous_supports) noexcept {
-  return Supports(PagedKernel::kVarlenNaive, plugin_context, problem, reason, reason_capacity,
+int32_t PagedGqaVarlenSupports(void* plugin_context, const void* problem, char* reason,
+                               size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlen, plugin_context, problem, reason, reason_capacity,
                   contiguous_supports);
 }
 

@@ -9,7 +9,6 @@
 
 #include "attnrt/ops/paged_gqa_varlen.h"
 #include "gqa_flash.h"
-#include "gqa_naive.h"
 #include "gqa_paged.h"
 #include "gqa_paged_stage.h"
 #include "gqa_run.h"
