@@ -133,7 +133,7 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   }
   // The paged ops' value head size (ABI 1.8); GroupQueryAttention's is H.
   const int64_t Hv = value_head_size > 0 ? value_head_size : H;
-  const char* hv_name = Hv != H ? "v_head_size" : "head_size";
+  const char* hv_name = Hv != H ? "v_head_size (value_cache's last dimension)" : "head_size";
   if (Hv != H) {
     if (packed) {
       return InvalidArgument(StrCat(

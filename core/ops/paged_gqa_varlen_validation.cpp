@@ -161,7 +161,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
     ATTNRT_RETURN_IF_ERROR(
         gqa::HeadSizeOfCacheRow(a.gqa, value_cache->shape[3], "value_cache", &v_head_size));
   }
-  const char* v_text = v_head_size != head_size ? "v_head_size" : "head_size";
+  const char* v_text =
+      v_head_size != head_size ? "v_head_size (value_cache's last dimension)" : "head_size";
   const attnrt_tensor* key = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
   const attnrt_tensor* value = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE);
   if ((key == nullptr) != (value == nullptr)) {

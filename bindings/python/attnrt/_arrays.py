@@ -94,10 +94,12 @@ def value_rows_shape(shape, key_cache: Any, value_cache: Any) -> tuple[int, ...]
     v_head_size): the shape of their output. Unchanged where the caches agree or do not say."""
     shape = tuple(int(d) for d in shape)
     try:
-        key_width = shape_of(key_cache, "k_cache")[-1]
-        value_width = shape_of(value_cache, "v_cache")[-1]
-    except (InvalidArgumentError, IndexError, TypeError):
+        key_pool, value_pool = shape_of(key_cache, "k_cache"), shape_of(value_cache, "v_cache")
+    except (InvalidArgumentError, TypeError):
         return shape
+    if len(key_pool) != 4 or len(value_pool) != 4:  # not block pools: the op says what is wrong
+        return shape
+    key_width, value_width = key_pool[-1], value_pool[-1]
     if not shape or key_width <= 0 or value_width == key_width or \
             shape[-1] * value_width % key_width:
         return shape
