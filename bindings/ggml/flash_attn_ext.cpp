@@ -208,10 +208,12 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->streams = q->ne[3];
   s->total = k->ne[1];
   s->kv_num_heads = k->ne[2];
-  s->row_width =
-      s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(k->type, s->head_size)) : s->head_size;
-  s->v_row_width = s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(v->type, s->v_head_size))
-                                   : s->v_head_size;
+  // A row in pool elements: its head size, or the bytes of its blocks.
+  const auto row_width = [&](const ggml_tensor* t, int64_t head_size) {
+    return s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(t->type, head_size)) : head_size;
+  };
+  s->row_width = row_width(k, s->head_size);
+  s->v_row_width = row_width(v, s->v_head_size);
   // V may be narrower or wider than q and K (MLA-style models): attnrt's value head size.
   if (k->ne[0] != s->head_size) {
     *reason = "K head size " + std::to_string(k->ne[0]) + " differs from q's " +

@@ -18,9 +18,7 @@ class PagedGqaProblem final : public Problem {
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.gqa.device_type; }
   AbiNeed abi_need() const override {
-    AbiNeed need = KvQuantNeed(problem_.gqa.attributes);
-    need = NewerNeed(need, PPrecisionNeed(problem_.p_precision));
-    need = NewerNeed(need, ValueHeadSizeNeed(problem_));
+    AbiNeed need = PagedProblemNeed(problem_);
     if (!compact_pools_) need = NewerNeed(need, {2, "a strided key_cache/value_cache"});
     return need;
   }
@@ -103,6 +101,12 @@ AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {
 }
 
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b) { return b.minor > a.minor ? b : a; }
+
+AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem) {
+  return NewerNeed(
+      NewerNeed(KvQuantNeed(problem.gqa.attributes), PPrecisionNeed(problem.p_precision)),
+      ValueHeadSizeNeed(problem));
+}
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {
   attnrt_paged_gqa_attributes validated{};

@@ -30,6 +30,10 @@ AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem);
 // The need of the newer ABI minor version of the two.
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b);
 
+// What a paged problem (of either paged op) needs of a kernel's plugin: the newest of its KV cache
+// quantization's, p_precision's and value head size's needs.
+AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem);
+
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out);
 

@@ -229,14 +229,10 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   // The batch of the stand-ins is the query's; a malformed query is reported by the GQA checks.
   const int64_t batch =
       query != nullptr && query->ndim >= 1 && query->shape != nullptr ? query->shape[0] : 0;
-  // The value head size Hv: value_cache's rows when they differ from key_cache's (else H).
-  const int64_t key_width = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->shape[3];
-  const int64_t value_width = inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]->shape[3];
   int64_t value_head_size = 0;
-  if (value_width != key_width) {
-    ATTNRT_RETURN_IF_ERROR(
-        gqa::HeadSizeOfCacheRow(a.gqa, value_width, "value_cache", &value_head_size));
-  }
+  ATTNRT_RETURN_IF_ERROR(ValueHeadSize(a.gqa, *inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE],
+                                       *inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE],
+                                       &value_head_size));
   GqaCall call;
   MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity, &call);
   attnrt_gqa_problem gqa{};
@@ -438,6 +434,13 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
   return GuardValidation("PagedGroupQueryAttention", "ValidateRun", [&] {
     return ValidateRunImpl(problem, inputs, num_inputs, outputs, num_outputs, out);
   });
+}
+
+Status ValueHeadSize(const attnrt_gqa_attributes& a, const attnrt_tensor& key_cache,
+                     const attnrt_tensor& value_cache, int64_t* value_head_size) {
+  *value_head_size = 0;
+  if (value_cache.shape[3] == key_cache.shape[3]) return Status::Ok();
+  return gqa::HeadSizeOfCacheRow(a, value_cache.shape[3], "value_cache", value_head_size);
 }
 
 bool PoolsCompact(const attnrt_tensor* const* inputs) {

@@ -36,6 +36,12 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
                    size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                    attnrt_paged_gqa_args* out);
 
+// The value head size Hv (ABI 1.8) of 4-dimensional pools: 0 when value_cache's rows are as wide
+// as key_cache's (Hv is the head size), else the head size value_cache's row width holds
+// (gqa::HeadSizeOfCacheRow; INVALID_ARGUMENT naming value_cache when it holds none).
+Status ValueHeadSize(const attnrt_gqa_attributes& attributes, const attnrt_tensor& key_cache,
+                     const attnrt_tensor& value_cache, int64_t* value_head_size);
+
 // Whether key_cache and value_cache of a call that passed ValidateShapes are compact row-major (a
 // strided pool is an ABI 1.2 feature: only newer plugins' kernels are offered it).
 bool PoolsCompact(const attnrt_tensor* const* inputs);

@@ -30,11 +30,7 @@ class PagedGqaVarlenProblem final : public Problem {
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // The 1.4 layout has no p_precision (EXACT problems only), neither has v_head_size.
-  AbiNeed abi_need() const override {
-    return NewerNeed(NewerNeed(KvQuantNeed(problem_.paged.gqa.attributes),
-                               PPrecisionNeed(problem_.paged.p_precision)),
-                     ValueHeadSizeNeed(problem_.paged));
-  }
+  AbiNeed abi_need() const override { return PagedProblemNeed(problem_.paged); }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {

@@ -6,7 +6,6 @@
 #include <array>
 #include <string>
 
-#include "core/ops/gqa_validation.h"
 #include "core/ops/paged_gqa_validation.h"
 #include "core/ops/tensor_checks.h"
 
@@ -154,13 +153,12 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   const int64_t num_tokens = query->shape[0];
   // The value head size (ABI 1.8): value_cache's rows where they differ from key_cache's. A
   // malformed value_cache is reported by the paged checks.
-  int64_t v_head_size = head_size;
+  int64_t v_head_size = 0;
   const attnrt_tensor* value_cache = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE);
-  if (value_cache != nullptr && value_cache->ndim == 4 && value_cache->shape != nullptr &&
-      value_cache->shape[3] != key_cache->shape[3]) {
-    ATTNRT_RETURN_IF_ERROR(
-        gqa::HeadSizeOfCacheRow(a.gqa, value_cache->shape[3], "value_cache", &v_head_size));
+  if (value_cache != nullptr && value_cache->ndim == 4 && value_cache->shape != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(paged_gqa::ValueHeadSize(a.gqa, *key_cache, *value_cache, &v_head_size));
   }
+  if (v_head_size == 0) v_head_size = head_size;
   const char* v_text =
       v_head_size != head_size ? "v_head_size (value_cache's last dimension)" : "head_size";
   const attnrt_tensor* key = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);

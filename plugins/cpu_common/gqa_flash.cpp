@@ -161,6 +161,11 @@ FlashBlocks ChoosePagedBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int
   return f;
 }
 
+// The value head size of a run: the paged problem's (GqaFlashPaging), else head_size.
+int64_t ValueHeadSize(const attnrt_gqa_problem& p, const GqaFlashPaging* paging) {
+  return paging != nullptr ? paging->v_head_size : p.head_size;
+}
+
 // The Q tile and K tile hold rows of head_size floats, the accumulator and V tile rows of
 // v_head_size.
 SlotLayout LayoutSlot(const FlashBlocks& f, int64_t head_size, int64_t v_head_size) {
@@ -288,7 +293,7 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
   for (int64_t b = 0; b < p.batch_size; ++b) {
     max_total = std::max<int64_t>(max_total, seqlens[b] + 1);
   }
-  const int64_t v_head_size = paging != nullptr ? paging->v_head_size : p.head_size;
+  const int64_t v_head_size = ValueHeadSize(p, paging);
   const FlashBlocks blocks = paging != nullptr
                                  ? ChoosePagedBlocks(L2Bytes(context), p, max_total, *paging, ops)
                                  : ChooseBlocks(L2Bytes(context), p, max_total, v_head_size);
@@ -407,7 +412,7 @@ size_t WorkspaceBytes(const PluginContext& context, const attnrt_gqa_problem& p,
   const int64_t chunks =
       sequences >= threads ? 1
                            : std::min(MaxChunks(p, threads), (threads + sequences - 1) / sequences);
-  const int64_t v_head_size = paged ? paging->v_head_size : p.head_size;
+  const int64_t v_head_size = ValueHeadSize(p, paging);
   const FlashBlocks blocks = paged ? ChoosePagedBlocks(L2Bytes(context), p, max_keys, *paging, ops)
                                    : ChooseBlocks(L2Bytes(context), p, max_keys, v_head_size);
   const SlotLayout slot = LayoutSlot(blocks, p.head_size, v_head_size);

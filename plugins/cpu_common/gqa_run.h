@@ -108,7 +108,7 @@ struct GqaRun {
   size_t cache_row_bytes;   // bytes of one cache row of H elements (H/2 for int4)
   // The paged ops' value head size Hv (attnrt/ops/paged_gqa.h, ABI 1.8): value rows, output rows
   // and a per-channel v_scale have Hv elements (head_size everywhere else). Hv = H unless the
-  // paged staging says otherwise; only the row pipeline (AttendRows) reads a different one.
+  // paged staging says otherwise (the row pipeline and the flash driver read it).
   int64_t v_head_size;
   size_t value_cache_row_bytes;  // bytes of one value cache row of Hv elements
   const float* k_scale;          // quantized caches: float32, 1 or Nkv*H values; else NULL
