@@ -309,10 +309,9 @@ TEST_P(SparseMlaSlotVariants, Fp16QueriesAndNoLse) {
 }
 
 // Few rows and many threads: the kernels split each row's tiles (W + K = 640 keys, five tiles)
-// and merge; the result is within CANN's tolerance of the reference at 1, 2 and 4 threads, on 98%
-// of the elements as in sparse_mla_split_test: with 8 heads and one row, an fp32 score an ulp from
-// the float64 one that rounds a P the other way moves a whole head's near-cancelling elements
-// (1.6% of them at ATTNRT_TEST_SEED=10793922833261011975), more than the 0.5% budget.
+// and merge; the result is within CANN's tolerance of the reference at 1, 2 and 4 threads, on all
+// but a fifth of one head's elements as in sparse_mla_split_test: with 8 heads and one row, a P
+// rounded the other way moves a whole head's near-cancelling elements (OneRowCloseFraction).
 TEST_P(SparseMlaSlotVariants, SplitAcrossThreads) {
   for (int32_t threads : {1, 2, 4}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
@@ -325,7 +324,7 @@ TEST_P(SparseMlaSlotVariants, SplitAcrossThreads) {
     s.ori_topk = 128;
     s.topk = 512;
     s.num_threads = threads;
-    Check(s, GetParam(), 0.98);
+    Check(s, GetParam(), OneRowCloseFraction(s.num_heads));
   }
 }
 
