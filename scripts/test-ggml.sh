@@ -103,14 +103,16 @@ on_attnrt=(GGML_BACKEND_PATH="$backend" ATTNRT_GGML_DEBUG=1)
 on_cpu=(-u GGML_BACKEND_PATH)
 # llama-perplexity against the CPU backend's saved logits; BATCH 512 puts two 256-token sequences
 # (two cache streams) in every batch.
-# llama-perplexity prints through llama.cpp's asynchronous logger; once under a loaded machine a
-# run exited 0 without its last chunk and summary lines, which a second run printed (same
-# numbers). So a run whose log lacks the summary is run once more, saying so.
+# llama-perplexity prints through llama.cpp's asynchronous logger, which this llama.cpp leaks at
+# exit on purpose (common_log_main in common/log.cpp: "this design may cause logs to be lost if not
+# flushed before the program exits"): under a loaded machine a run sometimes exits 0 without its
+# summary lines, twice in a row once, which a later run printed (same numbers). So a run whose log
+# lacks the summary is run again, up to four times in all, saying so.
 perplexity_against() { # LOG KV FA BATCH BASE [env...]: logits against the saved ones in BASE
   local log="$1" kv="$2" fa="$3" batch="$4" base="$5"
   shift 5
   local attempt
-  for attempt in 1 2; do
+  for attempt in 1 2 3 4; do
     env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$batch" \
       -ub 128 -t 2 -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$base" --kl-divergence \
       >"$log" 2>&1 </dev/null
