@@ -206,7 +206,14 @@ int64_t MaxChunks(const attnrt_gqa_problem& p, int64_t threads) {
 // kGroupRunBytes (all heads of a block are one run). Longer BNSH runs stream well per kv head, as
 // a contiguous cache does. Not for tiles of more than kFusedRows heads with operations whose calls
 // a split at any key changes (GqaFlashOps::tall_split_keys > 1): those read each key block in one
-// call, as over a contiguous cache.
+// call, as over a contiguous cache. Nor for such tiles when a call would take fewer than
+// kMinDirectBlockRows keys (short cache blocks, or segments of long rows): the tall score
+// operations work on chunks of 32 keys, which such calls leave partly empty (a block of one key:
+// 1/32 full), so those tiles gather each key block's rows into scratch (FlashBlocks::copy_tiles)
+// and read it in one call. Measured (decode, 24 heads over 2 kv heads, 2 threads): float32, head
+// size 256 (8-key segments) over BSNH blocks of 1, 16 and 256 keys 4.09 -> 0.89, 0.92 -> 0.73,
+// 0.97 -> 0.71 ms; float16, head size 128, blocks of 1 key 4.12 -> 0.84 ms, while blocks of 128
+// (32-key segments) stay grouped (0.52 ms; gathered 0.73).
 bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
                  const FlashBlocks& blocks, const GqaFlashOps& ops) {
   if (p.sequence_length != 1 || blocks.dequant_tiles) return false;
@@ -216,6 +223,10 @@ bool GroupsHeads(const attnrt_gqa_problem& p, const GqaFlashPaging& paging,
   GqaElementTypes(p, &type, &cache_type);
   const size_t row_bytes = GqaCacheRowBytes(cache_type, p.head_size);
   const size_t value_row_bytes = GqaCacheRowBytes(cache_type, paging.v_head_size);
+  if (blocks.rows > kFusedRows &&
+      std::min(paging.block_size, GroupSegmentKeys(row_bytes)) < kMinDirectBlockRows) {
+    return false;
+  }
   // Rows of a kv head not consecutive in a block (BSNH, or a strided view): read grouped.
   if (paging.key.token != row_bytes || paging.value.token != value_row_bytes) return true;
   return paging.block_size * static_cast<int64_t>(row_bytes) < kGroupRunBytes;

@@ -77,8 +77,7 @@ class ReadOrder {
         span_(span),
         ld_(ld),
         keys_(keys),
-        segment_keys_(std::clamp(static_cast<int64_t>(kGroupSegmentBytes / r.cache_row_bytes),
-                                 kMinGroupKeys, kMaxGroupKeys)) {
+        segment_keys_(GroupSegmentKeys(r.cache_row_bytes)) {
     EnterBlock(span.key_begin);
   }
 

@@ -43,6 +43,11 @@ constexpr size_t kGroupSegmentBytes = 8 << 10;
 constexpr int64_t kMinGroupKeys = 8;
 constexpr int64_t kMaxGroupKeys = 64;
 constexpr int64_t kReadAhead = 1;
+// Keys per segment of a grouped task over cache rows of `row_bytes` (K rows).
+inline int64_t GroupSegmentKeys(size_t row_bytes) {
+  return std::clamp(static_cast<int64_t>(kGroupSegmentBytes / row_bytes), kMinGroupKeys,
+                    kMaxGroupKeys);
+}
 // BNSH blocks whose runs of one kv head's rows are shorter than this are read for all kv heads at
 // once (measured with the paged benchmark, float32 H=128: blocks of 16 and 64 rows, 8 and 32 KiB
 // per head, read 10-20 points faster grouped; blocks of 256, 128 KiB, 2-3 points faster per head).
