@@ -5,8 +5,7 @@ Prints how many cases attnrt computed and passed and how many it declined, group
 types, head sizes), and fails (exit 1) when a case failed, when no case was computed, or when
 attnrt declined a case it serves: K and V of one type among f32, f16, bf16 (K and V head sizes
 multiples of 8) and q8_0, q4_0 (multiples of 32), equal or not (ALiBi, softcap, sinks, GQA ratios,
-strides and lengths included), apart from sparse masks (n_kv_max), which the CPU backend
-gathers.
+strides and lengths included, sparse masks (n_kv_max) too).
 Usage: ggml_suite_summary.py LOG
 """
 
@@ -43,8 +42,6 @@ def main():
                     declined["K and V of different types"] += 1
                 elif kt not in SERVED_TYPES:
                     declined[f"{kt} K/V (ggml block quantization)"] += 1
-                elif int(p.get("n_kv_max", "0")) > 0:
-                    declined["sparse mask (n_kv_max): the CPU backend gathers its keys"] += 1
                 elif hsk % SERVED_TYPES[kt] or hsv % SERVED_TYPES[kt]:
                     declined[f"K or V head size not a multiple of {SERVED_TYPES[kt]}"] += 1
                 else:

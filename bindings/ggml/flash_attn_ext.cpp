@@ -28,14 +28,12 @@
 #include "attnrt/ops/paged_gqa.h"
 #include "convert.h"
 #include "ggml_rows.h"
+#include "node_shape.h"
+#include "sparse_mask.h"
 #include "views.h"
 
 namespace attnrt_ggml {
 namespace {
-
-constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
-// The most bytes of converted attention_bias one call makes (see Compute).
-constexpr int64_t kMaxBiasBytes = int64_t{16} << 20;
 
 // Runs every member of the team on OpenMP threads: the same team ggml's CPU backend uses, so its
 // threads are the ones doing attnrt's work instead of spinning beside it.
@@ -56,249 +54,6 @@ bool OwnPool() {
 
 std::string AttnrtError(attnrt_status status) {
   return std::string(attnrt_status_name(status)) + ": " + attnrt_last_error_message();
-}
-
-// attnrt's types for a K/V type: a float cache is read as its own type and q, the bias, the sinks
-// and the output take it too (as ggml's CPU backend rounds q to it); ggml's Q8_0/Q4_0 blocks are
-// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query.
-struct CacheTypes {
-  attnrt_dtype dtype;        // T
-  attnrt_dtype cache_dtype;  // T_CACHE
-  int32_t kv_bits;           // 0: not quantized; 8: Q8_0; 4: Q4_0
-};
-
-bool CacheTypesOf(ggml_type type, CacheTypes* out) {
-  constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-  constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-  switch (type) {
-    case GGML_TYPE_F32:
-      *out = {kF32, kF32, 0};
-      return true;
-    case GGML_TYPE_F16:
-      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-      out->kv_bits = 0;
-      return true;
-    case GGML_TYPE_BF16:
-      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-      out->kv_bits = 0;
-      return true;
-    case GGML_TYPE_Q8_0:
-      *out = {kF32, kU8, 8};
-      return true;
-    case GGML_TYPE_Q4_0:
-      *out = {kF32, kU8, 4};
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The largest block size in [1, 1024] that divides T, so that the pool is exactly the view's rows.
-int64_t BlockSizeFor(int64_t t) {
-  for (int64_t bs = std::min(t, kMaxBlockSize); bs > 1; --bs) {
-    if (t % bs == 0) return bs;
-  }
-  return 1;
-}
-
-// One FLASH_ATTN_EXT node as attnrt's paged GroupQueryAttention takes it: shapes only.
-struct NodeShape {
-  int64_t head_size = 0;       // D: of q and K
-  int64_t v_head_size = 0;     // Dv: of V and the output (attnrt's value head size)
-  int64_t rows = 0;            // S: query rows per stream
-  int64_t num_heads = 0;       // H
-  int64_t streams = 0;         // B: ggml's dimension 3, one attnrt call (or more) each
-  int64_t total = 0;           // T: keys per stream
-  int64_t kv_num_heads = 0;    // Hkv
-  int64_t rows_per_call = 0;   // min(S, T): attnrt takes at most T query rows per sequence
-  attnrt_dtype dtype{};        // T: of query, bias, sinks and output (CacheTypes)
-  attnrt_dtype cache_dtype{};  // of the pools
-  int32_t kv_bits = 0;         // PER_BLOCK_32's kv_cache_bit_width (Q8_0 8, Q4_0 4); 0 otherwise
-  int64_t row_width = 0;       // a K row in pool elements: head_size, or its blocks' bytes
-  int64_t v_row_width = 0;     // a V row: v_head_size, or its blocks' bytes
-  int64_t block_size = 0;
-  int64_t num_blocks = 0;
-  int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
-  int64_t k_strides[4] = {};
-  int64_t v_strides[4] = {};
-  int64_t pool_shape[4] = {};    // of key_cache
-  int64_t v_pool_shape[4] = {};  // of value_cache: pool_shape but for its rows
-  float scale = 0;
-  float softcap = 0;
-  int64_t bias_heads = 0;  // 0: no mask; 1: shared by the heads; H: one per head
-  float max_bias = 0;      // ALiBi: head h adds slope(h) * mask
-  bool sinks = false;
-};
-
-// Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
-// pools are read in place through typed pointers: every stream's view must start on an element
-// boundary, as attnrt requires (ggml lets a view start at any byte).
-bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t row_width,
-                 int64_t* out, std::string* reason) {
-  // The pool's element (block-quantized rows are uint8 pools: strides in bytes, any start).
-  const size_t es = s.cache_dtype.bits / 8;
-  if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
-    *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
-              std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
-              ggml_type_name(t->type) + " elements";
-    return false;
-  }
-  if (const size_t off = es == 1 ? 0 : Misalignment(t); off != 0) {
-    *reason = std::string(who) + ": starts " + std::to_string(off) + " bytes past a " +
-              ggml_type_name(t->type) + " element boundary";
-    return false;
-  }
-  const int64_t token = static_cast<int64_t>(t->nb[1] / es);
-  const int64_t head = static_cast<int64_t>(t->nb[2] / es);
-  if (!DistinctElements(token, s.total, head, s.kv_num_heads, row_width)) {
-    *reason = std::string(who) + ": token stride " + std::to_string(token) + " and head stride " +
-              std::to_string(head) + " elements put two elements of " + std::to_string(s.total) +
-              " tokens x " + std::to_string(s.kv_num_heads) + " heads x " +
-              std::to_string(row_width) + " in one place";
-    return false;
-  }
-  out[0] = s.block_size * token;
-  if (s.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH) {
-    out[1] = token;
-    out[2] = head;
-  } else {
-    out[1] = head;
-    out[2] = token;
-  }
-  out[3] = 1;
-  return true;
-}
-
-bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
-  const ggml_tensor* q = node->src[0];
-  const ggml_tensor* k = node->src[1];
-  const ggml_tensor* v = node->src[2];
-  const ggml_tensor* mask = node->src[3];
-  const ggml_tensor* sinks = node->src[4];
-  if (q == nullptr || k == nullptr || v == nullptr) {
-    *reason = "q, k or v is missing";
-    return false;
-  }
-  if (q->type != GGML_TYPE_F32) {
-    *reason = std::string("q is ") + ggml_type_name(q->type) + ", not f32";
-    return false;
-  }
-  CacheTypes types{};
-  if (!CacheTypesOf(k->type, &types)) {
-    *reason = std::string("K type ") + ggml_type_name(k->type) +
-              " is not served (f32, f16, bf16, q8_0 and q4_0 are)";
-    return false;
-  }
-  s->dtype = types.dtype;
-  s->cache_dtype = types.cache_dtype;
-  s->kv_bits = types.kv_bits;
-  if (v->type != k->type) {
-    *reason = std::string("K is ") + ggml_type_name(k->type) + " and V is " +
-              ggml_type_name(v->type) + " (one cache type for both is served)";
-    return false;
-  }
-  if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
-    *reason = "the output is not a contiguous f32 tensor";
-    return false;
-  }
-  s->head_size = q->ne[0];
-  s->v_head_size = v->ne[0];
-  s->rows = q->ne[1];
-  s->num_heads = q->ne[2];
-  s->streams = q->ne[3];
-  s->total = k->ne[1];
-  s->kv_num_heads = k->ne[2];
-  // A row in pool elements: its head size, or the bytes of its blocks.
-  const auto row_width = [&](const ggml_tensor* t, int64_t head_size) {
-    return s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(t->type, head_size)) : head_size;
-  };
-  s->row_width = row_width(k, s->head_size);
-  s->v_row_width = row_width(v, s->v_head_size);
-  // V may be narrower or wider than q and K (MLA-style models): attnrt's value head size.
-  if (k->ne[0] != s->head_size) {
-    *reason = "K head size " + std::to_string(k->ne[0]) + " differs from q's " +
-              std::to_string(s->head_size);
-    return false;
-  }
-  if (node->ne[0] != s->v_head_size) {
-    *reason = "the output rows have " + std::to_string(node->ne[0]) + " elements, V rows " +
-              std::to_string(s->v_head_size);
-    return false;
-  }
-  if (v->ne[1] != s->total || v->ne[2] != s->kv_num_heads || k->ne[3] != s->streams ||
-      v->ne[3] != s->streams) {
-    *reason = "K and V shapes differ";
-    return false;
-  }
-  if (s->kv_num_heads <= 0 || s->num_heads % s->kv_num_heads != 0 || s->rows <= 0 ||
-      s->total <= 0) {
-    *reason = "the head counts or lengths are not those of grouped-query attention";
-    return false;
-  }
-  if (q->nb[0] != sizeof(float) || k->nb[0] != ggml_type_size(k->type) ||
-      v->nb[0] != ggml_type_size(v->type)) {
-    *reason = "q, K or V rows are not contiguous";
-    return false;
-  }
-  // A sparse mask (ggml_flash_attn_ext_set_n_kv_max: at most n_kv_max finite entries per row, as
-  // DeepSeek's sparse attention makes) is gathered by the CPU backend, which then reads n_kv_max
-  // keys per row where attnrt would read all T: measured 2.3-6x slower on attnrt, so it stays
-  // there.
-  if (const int32_t n_kv_max = OpParamInt(node, 4); n_kv_max > 0 && n_kv_max < s->total) {
-    *reason = "a sparse mask (n_kv_max " + std::to_string(n_kv_max) + " of " +
-              std::to_string(s->total) + " keys per row): the CPU backend reads only those keys";
-    return false;
-  }
-  s->scale = OpParam(node, 0);
-  const float max_bias = OpParam(node, 1);
-  const float logit_softcap = OpParam(node, 2);
-  if (!std::isfinite(max_bias) || max_bias < 0.0f || (max_bias > 0.0f && mask == nullptr)) {
-    *reason =
-        "max_bias " + std::to_string(max_bias) + " is not ALiBi's (finite, >= 0, with a mask)";
-    return false;
-  }
-  s->max_bias = max_bias;
-  if (!std::isfinite(s->scale) || s->scale == 0.0f || !std::isfinite(logit_softcap)) {
-    *reason = "scale " + std::to_string(s->scale) + " or logit_softcap " +
-              std::to_string(logit_softcap) + " is not a finite nonzero scale";
-    return false;
-  }
-  // ggml: c * tanh(scale * q.k / c), odd in c, so the softcap is |c|; attnrt applies softcap *
-  // tanh(x / softcap) to x = scale * q.k.
-  s->softcap = std::fabs(logit_softcap);
-  if (mask != nullptr) {
-    if (mask->type != GGML_TYPE_F16 || !ggml_is_contiguous(mask) || mask->ne[0] < s->total ||
-        mask->ne[1] < s->rows || mask->ne[2] <= 0 || s->num_heads % mask->ne[2] != 0 ||
-        mask->ne[3] <= 0 || s->streams % mask->ne[3] != 0) {
-      *reason = "the mask is not a contiguous f16 [>= n_kv, >= n_q, H / r, B / r] tensor";
-      return false;
-    }
-    // With ALiBi each head scales the mask by its own slope: one bias per head.
-    s->bias_heads = mask->ne[2] == 1 && s->max_bias == 0.0f ? 1 : s->num_heads;
-  }
-  if (sinks != nullptr) {
-    if (sinks->type != GGML_TYPE_F32 || sinks->ne[0] != s->num_heads ||
-        !ggml_is_contiguous(sinks)) {
-      *reason = "the sinks are not a contiguous f32 [H] tensor";
-      return false;
-    }
-    s->sinks = true;
-  }
-  s->rows_per_call = std::min(s->rows, s->total);
-  s->block_size = BlockSizeFor(s->total);
-  s->num_blocks = s->total / s->block_size;
-  // Read as they lie: a kv head's rows contiguous (BNSH, ggml's own layout) or a token's heads
-  // contiguous (BSNH, llama.cpp's KV cache).
-  s->kv_layout = (s->kv_num_heads > 1 && k->nb[1] < k->nb[2]) ? ATTNRT_PAGED_KV_LAYOUT_BNSH
-                                                              : ATTNRT_PAGED_KV_LAYOUT_BSNH;
-  s->pool_shape[0] = s->num_blocks;
-  s->pool_shape[1] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->block_size : s->kv_num_heads;
-  s->pool_shape[2] = s->kv_layout == ATTNRT_PAGED_KV_LAYOUT_BSNH ? s->kv_num_heads : s->block_size;
-  s->pool_shape[3] = s->row_width;
-  std::copy(s->pool_shape, s->pool_shape + 4, s->v_pool_shape);
-  s->v_pool_shape[3] = s->v_row_width;
-  return PoolStrides(k, "K", *s, s->row_width, s->k_strides, reason) &&
-         PoolStrides(v, "V", *s, s->v_row_width, s->v_strides, reason);
 }
 
 using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool, int32_t>;
@@ -328,14 +83,16 @@ bool MaskIsCausal(const ggml_tensor* mask, int64_t stream, int64_t r0, int64_t r
   return true;
 }
 
-// The attnrt tensors of one call: `rows` query rows of one stream. Data pointers are set by the
-// caller (planning reads none).
+// The attnrt tensors of one call: `batch` sequences of `q_rows` query rows over `keys` keys of one
+// stream (one sequence of every key, or a sparse mask's one-row sequences of their visible keys).
+// Data pointers are set by the caller (planning reads none).
 struct CallTensors {
   int64_t query_shape[3];
   int64_t kv_new_shape[3];
   int64_t v_new_shape[3];
   int64_t output_shape[3];
   int64_t one[1] = {1};
+  int64_t batch_shape[1];
   int64_t bias_shape[4];
   int64_t sink_shape[1];
   int64_t table_shape[2];
@@ -344,7 +101,7 @@ struct CallTensors {
   const attnrt_tensor* inputs[ATTNRT_PAGED_GQA_NUM_INPUTS] = {};
   const attnrt_tensor* outputs[1] = {};
 
-  CallTensors(const NodeShape& s, int64_t rows) {
+  CallTensors(const NodeShape& s, int64_t batch, int64_t q_rows, int64_t keys) {
     const attnrt_device host = {ATTNRT_DEVICE_CPU, 0};
     const attnrt_dtype i32 = {ATTNRT_DTYPE_CODE_INT, 32, 1};
     auto make = [&](attnrt_tensor* t, int32_t ndim, const int64_t* shape, attnrt_dtype dtype,
@@ -355,31 +112,32 @@ struct CallTensors {
       t->dtype = dtype;
       t->strides = strides;
     };
-    query_shape[0] = 1;
-    query_shape[1] = rows;
+    query_shape[0] = batch;
+    query_shape[1] = q_rows;
     query_shape[2] = s.num_heads * s.head_size;
-    kv_new_shape[0] = 1;
+    kv_new_shape[0] = batch;
     kv_new_shape[1] = 0;
     kv_new_shape[2] = s.kv_num_heads * s.head_size;
-    v_new_shape[0] = 1;
+    v_new_shape[0] = batch;
     v_new_shape[1] = 0;
     v_new_shape[2] = s.kv_num_heads * s.v_head_size;
-    output_shape[0] = 1;
-    output_shape[1] = rows;
+    output_shape[0] = batch;
+    output_shape[1] = q_rows;
     output_shape[2] = s.num_heads * s.v_head_size;
-    bias_shape[0] = 1;
+    batch_shape[0] = batch;
+    bias_shape[0] = batch;
     bias_shape[1] = s.bias_heads;
-    bias_shape[2] = rows;
-    bias_shape[3] = s.total;
+    bias_shape[2] = q_rows;
+    bias_shape[3] = keys;
     sink_shape[0] = s.num_heads;
-    table_shape[0] = 1;
-    table_shape[1] = s.num_blocks;
+    table_shape[0] = batch;
+    table_shape[1] = keys / s.block_size;
     make(&query, 3, query_shape, s.dtype);
     make(&key, 3, kv_new_shape, s.dtype);
     make(&value, 3, v_new_shape, s.dtype);
     make(&key_cache, 4, s.pool_shape, s.cache_dtype, s.k_strides);
     make(&value_cache, 4, s.v_pool_shape, s.cache_dtype, s.v_strides);
-    make(&seqlens_k, 1, one, i32);
+    make(&seqlens_k, 1, batch_shape, i32);
     make(&total, 1, one, i32);
     make(&bias, 4, bias_shape, s.dtype);
     make(&sink, 1, sink_shape, s.dtype);
@@ -415,6 +173,7 @@ const std::string& TestFault() {
 // for every layer cost more than filling them.
 struct Scratch {
   std::vector<char> query, output, bias;
+  SparseRows sparse;
 };
 
 Scratch& ThreadScratch() {
@@ -501,7 +260,8 @@ bool FlashAttnServer::Supports(const ggml_tensor* node, std::string* reason) {
   if (op == nullptr) return false;
   // Planning reads shapes, types and strides only; any aligned address stands for the data.
   alignas(64) static char placeholder[64];
-  CallTensors t(s, s.rows_per_call);
+  CallTensors t(s, s.sparse ? s.rows_per_call : 1, s.sparse ? 1 : s.rows_per_call,
+                s.sparse ? s.n_kv_max : s.total);
   for (const attnrt_tensor* in : t.inputs) {
     if (in != nullptr) const_cast<attnrt_tensor*>(in)->data = placeholder;
   }
@@ -529,7 +289,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
     if (rt == nullptr) return error;
     op = rt->OpFor(s, /*causal=*/false, &error);
     if (op == nullptr) return error;
-    if (node->src[3] != nullptr) causal_op = rt->OpFor(s, /*causal=*/true, &error);
+    if (node->src[3] != nullptr && !s.sparse) causal_op = rt->OpFor(s, /*causal=*/true, &error);
   }
   nodes_computed_.fetch_add(1, std::memory_order_relaxed);
   const ggml_tensor* q = node->src[0];
@@ -549,7 +309,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   const bool mask_is_bias = mask != nullptr && s.dtype.code == ATTNRT_DTYPE_CODE_FLOAT &&
                             s.dtype.bits == 16 && s.max_bias == 0.0f && mask->ne[0] == s.total &&
                             Misalignment(mask) == 0;
-  if (mask != nullptr && !(mask_is_bias && s.bias_heads == 1)) {
+  if (mask != nullptr && !s.sparse && !(mask_is_bias && s.bias_heads == 1)) {
     const int64_t row_bytes = s.bias_heads * s.total * static_cast<int64_t>(es);
     s.rows_per_call = std::min(s.rows_per_call, std::max<int64_t>(1, kMaxBiasBytes / row_bytes));
   }
@@ -568,18 +328,26 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   const int team = std::max(1, n_threads);
   std::vector<char> sink(static_cast<size_t>(s.num_heads) * es);
   if (s.sinks) FromFloat(static_cast<const float*>(sinks->data), sink.data(), s.num_heads, s.dtype);
-  std::vector<int32_t> table(static_cast<size_t>(s.num_blocks));
-  for (int64_t j = 0; j < s.num_blocks; ++j)
-    table[static_cast<size_t>(j)] = static_cast<int32_t>(j);
-  int32_t seqlens_k =
-      static_cast<int32_t>(s.total - (TestFault() == "last-key" && s.total > 1 ? 2 : 1));
+  const bool drop_last_key = TestFault() == "last-key";
+  // Every key of the stream in order (a sparse mask's rows have tables of their own).
+  std::vector<int32_t> table(static_cast<size_t>(s.sparse ? 0 : s.num_blocks));
+  for (size_t j = 0; j < table.size(); ++j) table[j] = static_cast<int32_t>(j);
+  int32_t seqlens_k = static_cast<int32_t>(s.total - (drop_last_key && s.total > 1 ? 2 : 1));
   int32_t total = static_cast<int32_t>(s.total);
+  SparseRows& sparse = scratch.sparse;
   static char no_rows[64];
 
   for (int64_t b = 0; b < s.streams; ++b) {
     for (int64_t r0 = 0; r0 < s.rows; r0 += s.rows_per_call) {
       const int64_t rows = std::min(s.rows_per_call, s.rows - r0);
-      CallTensors t(s, rows);
+      if (s.sparse) {
+        GatherSparseRows(mask, b, r0, rows, s.total, s.bias_heads, s.num_heads, s.max_bias, s.dtype,
+                         /*shift=*/!s.sinks, team, &sparse);
+        total = static_cast<int32_t>(sparse.keys);
+        for (int32_t& n : sparse.seqlens_k) n -= drop_last_key && n > 0 ? 1 : 0;
+      }
+      // Sparse: one sequence per query row, of its visible keys; else one of every key.
+      CallTensors t(s, s.sparse ? rows : 1, s.sparse ? 1 : rows, s.sparse ? sparse.keys : s.total);
       // q rows [r0, r0 + rows) of stream b to (1, rows, H * D) in T.
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t h = 0; h < s.num_heads; ++h) {
@@ -596,11 +364,13 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       t.value.data = no_rows;
       t.key_cache.data = static_cast<char*>(k->data) + b * k->nb[3];
       t.value_cache.data = static_cast<char*>(v->data) + b * v->nb[3];
-      t.seqlens_k.data = &seqlens_k;
+      t.seqlens_k.data = s.sparse ? sparse.seqlens_k.data() : &seqlens_k;
       t.total.data = &total;
-      t.block_table.data = table.data();
+      t.block_table.data = s.sparse ? sparse.table.data() : table.data();
       t.sink.data = sink.data();
-      if (mask != nullptr) {
+      if (s.sparse) {
+        t.bias.data = sparse.bias.data();
+      } else if (mask != nullptr) {
         const char* base = static_cast<const char*>(mask->data) + (b % mask->ne[3]) * mask->nb[3];
         const bool in_place =
             mask_is_bias &&

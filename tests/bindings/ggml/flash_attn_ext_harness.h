@@ -107,6 +107,8 @@ struct Spec {
   std::vector<float> sink_values;  // empty: uniform in [-4, 4]
   float scale = 0;                 // 0: 1 / sqrt(D)
   float max_bias = 0, softcap = 0;
+  // ggml_flash_attn_ext_set_n_kv_max: a sparse mask's bound on the visible keys of a row (0: none).
+  int32_t n_kv_max = 0;
   // Edits K (is_v false) or V element (d, j, g, b) after they are filled; returns the new value.
   std::function<float(bool, int64_t, int64_t, int64_t, int64_t, float)> edit_kv;
 };
@@ -266,6 +268,7 @@ inline void Build(const Spec& s, uint64_t seed, Node* n) {
     n->sinks = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, s.heads);
     ggml_flash_attn_ext_add_sinks(n->out, n->sinks);
   }
+  if (s.n_kv_max > 0) ggml_flash_attn_ext_set_n_kv_max(n->out, s.n_kv_max);
   ggml_prec_set_acc(n->out, GGML_PREC_F32);
   n->graph = ggml_new_graph(ctx);
   ggml_build_forward_expand(n->graph, n->out);

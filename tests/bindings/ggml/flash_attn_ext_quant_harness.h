@@ -48,6 +48,8 @@ struct QSpec {
   std::vector<float> sink_values;  // empty: uniform in [-4, 4]
   float scale = 0;                 // 0: 1 / sqrt(D)
   float max_bias = 0, softcap = 0;
+  // ggml_flash_attn_ext_set_n_kv_max: a sparse mask's bound on the visible keys of a row (0: none).
+  int32_t n_kv_max = 0;
   // Edits the quantized bytes of a K (is_v false) or V row (cell j, kv head g, stream b).
   std::function<void(bool, int64_t, int64_t, int64_t, uint8_t*, size_t)> edit_row;
 };
@@ -82,8 +84,8 @@ inline float MaskValue(const QSpec& s, int64_t j, int64_t i, int64_t h, int64_t 
 }
 
 // A view [D, T, Hkv, B] of a block-quantized cache of `type`, byte strides as the spec says.
-ggml_tensor* CacheView(ggml_context* ctx, const QSpec& s, ggml_type type, ggml_tensor** base,
-                       size_t extra_offset) {
+inline ggml_tensor* CacheView(ggml_context* ctx, const QSpec& s, ggml_type type, ggml_tensor** base,
+                              size_t extra_offset) {
   const size_t row = ggml_row_size(type, s.head_size);
   const size_t row_span = s.v_source == VSource::kOtherHalfOfK ? 2 * row : row;
   const int64_t cells = s.window + s.total + 1;
@@ -139,6 +141,7 @@ inline void Build(const QSpec& s, uint64_t seed, QNode* n, bool allocate = true)
     n->sinks = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, s.heads);
     ggml_flash_attn_ext_add_sinks(n->out, n->sinks);
   }
+  if (s.n_kv_max > 0) ggml_flash_attn_ext_set_n_kv_max(n->out, s.n_kv_max);
   ggml_prec_set_acc(n->out, GGML_PREC_F32);
   n->graph = ggml_new_graph(ctx);
   ggml_build_forward_expand(n->graph, n->out);
@@ -326,8 +329,8 @@ inline Reference Compute(const QNode& n, bool q8_query) {
   return r;
 }
 
-size_t Mismatches(const std::string& who, const std::vector<float>& got,
-                  const std::vector<double>& want, double atol) {
+inline size_t Mismatches(const std::string& who, const std::vector<float>& got,
+                         const std::vector<double>& want, double atol) {
   size_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const bool ok =
