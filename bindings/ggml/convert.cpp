@@ -32,12 +32,13 @@ void ToFloat(const void* src, float* dst, int64_t n, const attnrt_dtype& dtype) 
 // or an ALiBi slope) and `shift` allows, the row's largest finite value is subtracted first: the
 // softmax is the same (every logit of the row moves by it), and the values that carry the weight
 // are small, so rounding moves them by little (a mask near -1000 loses 4 per logit in bfloat16,
-// not 0). A sink is one more logit of the row, so with sinks the row stays as it is.
-void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
+// not 0). A sink is one more logit of the row, so with sinks the row stays as it is, and a row
+// whose rounding moved an entry too far is reported (the return value) for ggml's algorithm.
+bool MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
              bool shift, float* scratch) {
   if (dtype.code == ATTNRT_DTYPE_CODE_FLOAT && dtype.bits == 16 && slope == 1.0f) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(ggml_fp16_t));
-    return;
+    return true;
   }
   ggml_fp16_to_fp32_row(src, scratch, n);
   if (slope != 1.0f) {
@@ -53,6 +54,23 @@ void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& d
     }
   }
   FromFloat(scratch, dst, n, dtype);
+  // Shifted, the entries that carry weight are near 0, where rounding moves them by little.
+  if (shift || dtype.bits == 32) return true;
+  const bool bf16 = dtype.code == ATTNRT_DTYPE_CODE_BFLOAT;
+  const float slack = bf16 ? 0x1p-8f : 0x1p-11f;
+  const auto* bits = static_cast<const uint16_t*>(dst);
+  for (int64_t j = 0; j < n; ++j) {
+    if (!std::isfinite(scratch[j])) continue;
+    float rounded;
+    if (bf16) {
+      const uint32_t word = static_cast<uint32_t>(bits[j]) << 16;
+      std::memcpy(&rounded, &word, sizeof rounded);
+    } else {
+      rounded = ggml_fp16_to_fp32(bits[j]);
+    }
+    if (!(std::fabs(rounded - scratch[j]) <= slack)) return false;
+  }
+  return true;
 }
 
 float OpParam(const ggml_tensor* node, int index) {

@@ -29,8 +29,10 @@ int32_t OpParamInt(const ggml_tensor* node, int index);
 float AlibiSlope(float max_bias, int64_t num_heads, int64_t h);
 
 // A float16 mask row of n entries, times `slope`, to the cache's type at dst; scratch holds n
-// floats. See convert.cpp for `shift`.
-void MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
+// floats. See convert.cpp for `shift`. Returns false when rounding to the cache's type moved a
+// finite entry by more than rounding q to it moves a logit of magnitude 1 (2^-8 bfloat16, 2^-11
+// float16): large entries that no shift brought near 0, whose row ggml's algorithm then computes.
+bool MaskRow(const ggml_fp16_t* src, void* dst, int64_t n, const attnrt_dtype& dtype, float slope,
              bool shift, float* scratch);
 
 }  // namespace attnrt_ggml

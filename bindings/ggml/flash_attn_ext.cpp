@@ -174,6 +174,7 @@ const std::string& TestFault() {
 struct Scratch {
   std::vector<char> query, output, bias;
   SparseRows sparse;
+  std::vector<uint8_t> inexact, inexact_heads;
 };
 
 Scratch& ThreadScratch() {
@@ -368,6 +369,10 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       t.total.data = &total;
       t.block_table.data = s.sparse ? sparse.table.data() : table.data();
       t.sink.data = sink.data();
+      // Rows whose converted mask rounding moved too far (MaskRow): computed as ggml does.
+      std::vector<uint8_t>& inexact = scratch.inexact;
+      inexact.assign(static_cast<size_t>(rows), 0);
+      std::vector<uint8_t>& inexact_heads = scratch.inexact_heads;
       if (s.sparse) {
         t.bias.data = sparse.bias.data();
       } else if (mask != nullptr) {
@@ -381,6 +386,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
           bias.resize(static_cast<size_t>(s.bias_heads * rows * s.total) * es);
           // Rows converted on the team (a prompt's bias is rows x T elements per head).
           const int64_t bias_rows = s.bias_heads * rows;
+          inexact_heads.assign(static_cast<size_t>(bias_rows), 0);
 #pragma omp parallel num_threads(team)
           {
             std::vector<float> row(static_cast<size_t>(s.total));
@@ -388,11 +394,18 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
             for (int64_t hi = 0; hi < bias_rows; ++hi) {
               const int64_t h = hi / rows;
               const int64_t i = hi % rows;
-              MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
-                                                           (h % mask->ne[2]) * mask->nb[2]),
-                      bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
-                      AlibiSlope(s.max_bias, s.num_heads, h), /*shift=*/!s.sinks, row.data());
+              if (!MaskRow(reinterpret_cast<const ggml_fp16_t*>(base + (r0 + i) * mask->nb[1] +
+                                                                (h % mask->ne[2]) * mask->nb[2]),
+                           bias.data() + static_cast<size_t>(hi * s.total) * es, s.total, s.dtype,
+                           AlibiSlope(s.max_bias, s.num_heads, h), /*shift=*/!s.sinks,
+                           row.data())) {
+                inexact_heads[static_cast<size_t>(hi)] = 1;
+              }
             }
+          }
+          for (int64_t hi = 0; hi < bias_rows; ++hi) {
+            if (inexact_heads[static_cast<size_t>(hi)] != 0)
+              inexact[static_cast<size_t>(hi % rows)] = 1;
           }
           t.bias.data = bias.data();
         }
@@ -421,7 +434,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
       if (!out_in_place)
         ToFloat(output.data(), reinterpret_cast<float*>(dst), rows * out_width, s.dtype);
       // Rows attnrt's answer cannot stand for (ggml_rows.h): computed again as ggml does.
-      ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst), std::memory_order_relaxed);
+      const uint8_t* redo = s.sparse ? sparse.inexact.data() : inexact.data();
+      ggml_rows_.fetch_add(RedoRowsAsGgml(node, b, r0, rows, dst, redo), std::memory_order_relaxed);
     }
   }
   if (TestFault() == "output") static_cast<float*>(node->data)[0] += 1.0f;

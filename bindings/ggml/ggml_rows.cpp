@@ -126,7 +126,8 @@ static void ComputeRowAsGgml(const ggml_tensor* node, int64_t b, int64_t i, int6
   for (int64_t d = 0; d < d_v; ++d) out[d] = acc[d] * inv;
 }
 
-uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t rows, char* dst) {
+uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t rows, char* dst,
+                        const uint8_t* redo) {
   const ggml_tensor* sinks = node->src[4];
   const int64_t head_size = node->ne[0], num_heads = node->ne[1];
   std::vector<float> row(static_cast<size_t>(head_size)), scratch;
@@ -146,7 +147,7 @@ uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t 
         finite = std::isfinite(row[static_cast<size_t>(d)]);
         zero = zero && row[static_cast<size_t>(d)] == 0.0f;
       }
-      if (finite && !(zero && minus_inf_sink)) continue;
+      if (finite && !(zero && minus_inf_sink) && redo[i] == 0) continue;
       ComputeRowAsGgml(node, b, r0 + i, h, row.data(), &scratch);
       std::memcpy(at, row.data(), row.size() * sizeof(float));
       ++redone;

@@ -21,9 +21,11 @@ namespace attnrt_ggml {
 
 // Rows [r0, r0 + rows) of stream b of `node` (a FLASH_ATTN_EXT node with f32, f16, bf16, Q8_0 or
 // Q4_0 K and V) as attnrt left them at dst (f32 [D, H, rows]): each row with a non-finite element,
-// or all zeros under a -inf sink (a row that sees no key is NaN in ggml), is computed again as ggml
-// computes it. Returns how many rows were.
-uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t rows, char* dst);
+// or all zeros under a -inf sink (a row that sees no key is NaN in ggml), and every row i with
+// redo[i] != 0 (a mask that lost too much in its conversion), is computed again as ggml computes
+// it. Returns how many rows (of one head) were.
+uint64_t RedoRowsAsGgml(const ggml_tensor* node, int64_t b, int64_t r0, int64_t rows, char* dst,
+                        const uint8_t* redo);
 
 }  // namespace attnrt_ggml
 

@@ -215,6 +215,11 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
     }
     s->sinks = true;
   }
+  // ggml skips a key where slope * mask is -inf: under an ALiBi slope that underflows to 0 (a
+  // max_bias in the hundreds) it reads every key (0 * -inf is NaN), as the dense path does.
+  for (int64_t h = 0; s->sparse && s->max_bias > 0.0f && h < s->num_heads; ++h) {
+    s->sparse = AlibiSlope(s->max_bias, s->num_heads, h) > 0.0f;
+  }
   s->rows_per_call = std::min(s->rows, s->total);
   if (s->sparse) {
     // One-row sequences: as many per call as keep the gathered bias within kMaxBiasBytes.

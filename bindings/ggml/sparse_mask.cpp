@@ -47,6 +47,7 @@ void GatherSparseRows(const ggml_tensor* mask, int64_t b, int64_t r0, int64_t ro
   out->table.assign(static_cast<size_t>(rows * keys), 0);
   out->seqlens_k.resize(static_cast<size_t>(rows));
   out->bias.resize(static_cast<size_t>(rows * bias_heads * keys) * es);
+  out->inexact.assign(static_cast<size_t>(rows), 0);
 #pragma omp parallel num_threads(team)
   {
     std::vector<ggml_fp16_t> values(static_cast<size_t>(keys));
@@ -68,9 +69,10 @@ void GatherSparseRows(const ggml_tensor* mask, int64_t b, int64_t r0, int64_t ro
                 ggml_fp32_to_fp16(-std::numeric_limits<float>::infinity()));
       out->seqlens_k[static_cast<size_t>(i)] = static_cast<int32_t>(std::max<int64_t>(n, 1) - 1);
       for (int64_t h = 0; h < bias_heads; ++h) {
-        MaskRow(values.data(),
-                out->bias.data() + static_cast<size_t>((i * bias_heads + h) * keys) * es, keys,
-                dtype, AlibiSlope(max_bias, num_heads, h), shift, scratch.data());
+        const bool exact = MaskRow(
+            values.data(), out->bias.data() + static_cast<size_t>((i * bias_heads + h) * keys) * es,
+            keys, dtype, AlibiSlope(max_bias, num_heads, h), shift, scratch.data());
+        if (!exact) out->inexact[static_cast<size_t>(i)] = 1;
       }
     }
   }

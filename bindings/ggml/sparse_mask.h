@@ -23,6 +23,7 @@ struct SparseRows {
   std::vector<int32_t> table;      // rows x keys key indices (block ids of one-token blocks)
   std::vector<int32_t> seqlens_k;  // rows: visible keys - 1
   std::vector<char> bias;          // rows x bias_heads x 1 x keys elements of the cache's type
+  std::vector<uint8_t> inexact;    // rows: 1 where MaskRow's rounding moved an entry too far
 };
 
 // Gathers the visible keys of mask rows [r0, r0 + rows) of stream b (a mask shared by the heads,

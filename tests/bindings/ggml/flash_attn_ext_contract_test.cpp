@@ -433,18 +433,26 @@ TEST(GgmlFlashAttnExtContract, NaNAndInfInTheMask) {
 
 TEST(GgmlFlashAttnExtContract, LargeMaskValuesKeepTheirPrecision) {
   // A float16 mask holds values bfloat16 cannot (1000.5), which ggml adds in float32; scaled by an
-  // ALiBi slope, float16 loses them too. Rounded as they are, the logits move by up to 4.
+  // ALiBi slope, float16 loses them too. Rounded as they are, the logits move by up to 4. Without
+  // sinks the row is shifted to its largest entry first; with sinks (one more logit of the row)
+  // it cannot be, and its rows are computed by ggml's algorithm.
   for (ggml_type type : {GGML_TYPE_F16, GGML_TYPE_BF16}) {
     for (float max_bias : {0.0f, 3.0f}) {
-      Spec s;
-      s.kv_type = type;
-      s.max_bias = max_bias;
-      s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
-        return -1000.0f - 0.5f * static_cast<float>((j * 7 + i * 3) % 6);
-      };
-      Check(s, Seed() + 27,
-            std::string("mask near -1000 ") + ggml_type_name(type) + " max_bias " +
-                std::to_string(max_bias));
+      for (bool sinks : {false, true}) {
+        Spec s;
+        s.kv_type = type;
+        s.max_bias = max_bias;
+        s.sinks = sinks;
+        // Weights like the keys', values both types hold exactly (a sink is of the cache's type:
+        // docs/llama-cpp.md, "Precision").
+        s.sink_values = {-1000.0f, -1004.0f, -1000.0f, -996.0f};
+        s.mask_fn = [](int64_t j, int64_t i, int64_t, int64_t) {
+          return -1000.0f - 0.5f * static_cast<float>((j * 7 + i * 3) % 6);
+        };
+        Check(s, Seed() + 27,
+              std::string("mask near -1000 ") + ggml_type_name(type) + " max_bias " +
+                  std::to_string(max_bias) + (sinks ? " sinks" : ""));
+      }
     }
   }
 }
