@@ -20,7 +20,7 @@
 #             own sparse attention (the plugin's fixes for vLLM 0.32 on CPU), twice, and once on
 #             queries moved by one bfloat16 ulp (the spread, tests/vllm/attnrt_dsv4_ulp.py); then
 #             with attnrt's (ATTNRT_VLLM=1) within twice that spread (at most $DSV4_TOLERANCE),
-#             and its negative control (one key dropped per row,
+#             greedy tokens equal to vLLM's or to its one-ulp run's, and its negative control (one key dropped per row,
 #             tests/vllm/attnrt_dsv4_controls.py) must FAIL that comparison.
 # With ATTNRT_VLLM_TP2=1 also tensor_parallel_size=2 (worker processes, one CPU each:
 # VLLM_CPU_OMP_THREADS_BIND="0|1"): vLLM's attention and attnrt's, both at TP=2, compared as in
@@ -176,9 +176,13 @@ echo "test-vllm: DeepSeek-V4: one-ulp spread of vLLM's prompt logprobs $spread; 
 # outputs differ by at most one ulp of their largest element,
 # tests/bindings/python/test_vllm_deepseek_v4.py); the negative control
 # (tests/vllm/attnrt_dsv4_controls.py: each query row's newest window key dropped) must fail the
-# same comparison (measured 0.38).
+# same comparison (measured 0.38). Greedy tokens must equal vLLM's, or those of vLLM's own one-ulp
+# run: this random checkpoint's next-token distributions are nearly flat, so two candidates can tie
+# within that spread (measured: p0's token 5, where the one-ulp run and attnrt both take 1512 and
+# vLLM 3685, each at logprob -7.78).
 step dsv4-attnrt env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 "${drun[@]}" --in-process \
-  --out "$work/dsv4-attnrt.json" --compare "$work/dsv4-vllm.json" --tolerance "$DSV4_TOLERANCE" ||
+  --out "$work/dsv4-attnrt.json" --compare "$work/dsv4-vllm.json" --tolerance "$DSV4_TOLERANCE" \
+  --greedy-alternative "$work/dsv4-vllm-ulp.json" ||
   fail "DeepSeek-V4: attnrt's sparse attention differs from vLLM's (see $work/dsv4-attnrt.log)"
 grep -q "attnrt serves DeepSeek-V4 sparse attention" "$work/dsv4-attnrt.log" ||
   fail "DeepSeek-V4: ATTNRT_VLLM=1 but the log does not say that attnrt serves its sparse attention"
@@ -193,7 +197,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")' "${drun[@]:1}")
 if step dsv4-negative env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 \
   PYTHONPATH="$root/tests/vllm${PYTHONPATH:+:$PYTHONPATH}" "${control[@]}" --in-process \
   --out "$work/dsv4-negative.json" --compare "$work/dsv4-vllm.json" \
-  --tolerance "$DSV4_TOLERANCE"; then
+  --tolerance "$DSV4_TOLERANCE" --greedy-alternative "$work/dsv4-vllm-ulp.json"; then
   fail "DeepSeek-V4 negative control: attnrt with one key dropped per row passed the comparison"
 fi
 grep -q '^compare with' "$work/dsv4-negative.log" ||
