@@ -32,7 +32,7 @@ build_dir="$root/build-fuzz"
 # ---- packages (Debian 12): the compiler, its libFuzzer/sanitizer runtimes, attnrt's build deps ----
 packages=(
   clang libclang-rt-14-dev
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libboost-dev libboost-program-options-dev
   libcpuinfo-dev
 )
@@ -61,8 +61,10 @@ if [ ! -f "$asan_runtime" ]; then
 fi
 link_flags="-shared-libsan -Wl,-rpath,$(dirname "$asan_runtime")"
 # Line tables only, as OSS-Fuzz builds: reports keep file:line, and the instrumented kernel files
-# compile in less than half the time of full debug information.
-cmake -S "$root" -B "$build_dir" -G Ninja \
+# compile in less than half the time of full debug information. Through ccache
+# (scripts/ccache-launcher.sh).
+source "$root/scripts/ccache-launcher.sh"
+cmake -S "$root" -B "$build_dir" -G Ninja "${ccache_args[@]}" \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \

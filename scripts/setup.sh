@@ -17,7 +17,7 @@ shift || true
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libboost-dev libboost-program-options-dev
   libcpuinfo-dev
   libxtensor-dev nlohmann-json3-dev
@@ -44,6 +44,9 @@ if ((${#missing[@]})); then
 fi
 
 cmake_args=(-S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+# C and C++ objects through ccache (scripts/ccache-launcher.sh).
+source "$root/scripts/ccache-launcher.sh"
+cmake_args+=("${ccache_args[@]}")
 if [ "$runtime_only" = 1 ]; then
   cmake_args+=(-DATTNRT_BUILD_TESTS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_BINDINGS=OFF
     -DATTNRT_BUILD_CUDA=OFF)

@@ -19,7 +19,7 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install o
 # libcpuinfo-dev:arm64 is left out on purpose: it cannot be co-installed with the host's
 # libcpuinfo-dev (see cmake/toolchains/aarch64-linux-gnu.cmake).
 packages=(
-  g++-aarch64-linux-gnu qemu-user
+  g++-aarch64-linux-gnu qemu-user ccache
   libboost-dev:arm64 libboost-program-options-dev:arm64
   libgtest-dev:arm64 libgmock-dev:arm64 libcpuinfo0:arm64
 )
@@ -36,7 +36,9 @@ if ((${#missing[@]})); then
 fi
 
 # The GoogleTest suite and the tools; the bindings (host Python/JDK) and benchmarks stay native.
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# Through ccache (scripts/ccache-launcher.sh).
+source "$root/scripts/ccache-launcher.sh"
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ccache_args[@]}" \
   --toolchain "$root/cmake/toolchains/aarch64-linux-gnu.cmake" \
   -DATTNRT_BUILD_BINDINGS=OFF -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_CUDA=OFF -DATTNRT_TEST_REDUCED_MATRIX=ON
 cmake --build "$build_dir" -j "$(nproc)"
