@@ -54,6 +54,14 @@ inline std::function<float(bool, int64_t, int64_t, int64_t, int64_t, float)> NaN
   };
 }
 
+// The sparse node most tests build: SparseMask(every) over s's rows, n_kv_max its bound, and NaN
+// K/V in the keys no row sees. Set s->rows and s->total first.
+inline void SparseWithNaNHidden(Spec* s, int64_t every) {
+  s->mask_fn = SparseMask(every);
+  s->n_kv_max = Bound(s->total, every);
+  s->edit_kv = NaNWhereHidden(s->rows, every);
+}
+
 using MaskFn = std::function<float(int64_t, int64_t, int64_t, int64_t)>;
 
 // NaN in every K and V element of a key that `mask` hides from every row of its stream (head 0's

@@ -33,9 +33,7 @@ TEST(GgmlFlashAttnExtSparse, DecodeAndPromptRowsOfEveryFloatType) {
         s.total = 300;
         s.streams = 2;
         s.mask_streams = 2;
-        s.mask_fn = SparseMask(9);
-        s.n_kv_max = Bound(s.total, 9);
-        s.edit_kv = NaNWhereHidden(rows, 9);
+        SparseWithNaNHidden(&s, 9);
         const uint64_t redone = Shared().GgmlRows();
         const fa_harness::Outcome o =
             Check(s, Seed() + static_cast<uint64_t>(index++),
@@ -173,9 +171,7 @@ TEST(GgmlFlashAttnExtSparse, FiniteMaskPaddingPastNkvAndNqIsIgnored) {
       s.cell_pad = 64;
       s.mask_cols = s.total + 38;
       s.mask_rows = s.rows + 11;
-      s.mask_fn = SparseMask(8);
-      s.n_kv_max = Bound(s.total, 8);
-      s.edit_kv = NaNWhereHidden(s.rows, 8);
+      SparseWithNaNHidden(&s, 8);
       const int64_t total = s.total, rows = s.rows;
       const uint64_t redone = Shared().GgmlRows();
       const fa_harness::Outcome o = CheckEdited(
@@ -212,9 +208,7 @@ TEST(GgmlFlashAttnExtSparse, MaskAtOddByteOffsets) {
       s.mask_offset = offset;
       s.mask_cols = offset == 3 ? s.total + 5 : 0;
       s.mask_rows = offset == 3 ? s.rows + 2 : 0;
-      s.mask_fn = SparseMask(6);
-      s.n_kv_max = Bound(s.total, 6);
-      s.edit_kv = NaNWhereHidden(s.rows, 6);
+      SparseWithNaNHidden(&s, 6);
       EXPECT_TRUE(
           Check(s, Seed() + 1200 + static_cast<uint64_t>(index++),
                 std::string(ggml_type_name(type)) + " mask at byte " + std::to_string(offset))
@@ -409,9 +403,7 @@ TEST(GgmlFlashAttnExtSparse, VAViewOfK) {
         s.heads = 8;
         s.kv_heads = 1;
         s.total = 160;
-        s.mask_fn = SparseMask(7);
-        s.n_kv_max = Bound(s.total, 7);
-        s.edit_kv = NaNWhereHidden(rows, 7);
+        SparseWithNaNHidden(&s, 7);
         const uint64_t redone = Shared().GgmlRows();
         EXPECT_TRUE(
             Check(s, Seed() + 1800 + static_cast<uint64_t>(index++),
@@ -448,9 +440,7 @@ TEST(GgmlFlashAttnExtSparse, LayoutsAndPadding) {
       s.total = 140;
       s.streams = 2;
       s.mask_streams = 2;
-      s.mask_fn = SparseMask(9);
-      s.n_kv_max = Bound(s.total, 9);
-      s.edit_kv = NaNWhereHidden(s.rows, 9);
+      SparseWithNaNHidden(&s, 9);
       const uint64_t redone = Shared().GgmlRows();
       EXPECT_TRUE(
           Check(s, Seed() + 1900 + static_cast<uint64_t>(index++),
@@ -480,9 +470,7 @@ TEST(GgmlFlashAttnExtSparse, GqaRatiosAndHeadSizes) {
         s.kv_heads = sh.kv_heads;
         s.rows = rows;
         s.total = 97;
-        s.mask_fn = SparseMask(4);
-        s.n_kv_max = Bound(s.total, 4);
-        s.edit_kv = NaNWhereHidden(rows, 4);
+        SparseWithNaNHidden(&s, 4);
         s.max_bias = index % 3 == 0 ? 8.0f : 0.0f;
         const uint64_t redone = Shared().GgmlRows();
         EXPECT_TRUE(Check(s, Seed() + 2000 + static_cast<uint64_t>(index++),

@@ -45,11 +45,10 @@ TEST(GgmlFlashAttnExtSparse, LargeMaskMagnitudes) {
 
 // The same with sinks (a sink of [-4, 4] next to logits near 1024 or 30000 gets no weight, so
 // ggml's answer is that of the node without sinks).
-// FAILS for bfloat16 (float16 passes): the backend takes a row's largest entry out of a converted
-// mask row only for nodes without sinks (docs/llama-cpp.md, "Precision"), so each entry is rounded
-// to bfloat16 whole (1025 -> 1024, 1027 -> 1028, 30016 -> 29952 or 30080), which moves the gaps
-// between a row's logits by up to 64 and the output far off (e.g. -0.101 for -0.2745). The dense
-// path (n_kv_max 0) gives the same wrong answer on this node: not new with the sparse path.
+// With sinks a converted mask row keeps its values (docs/llama-cpp.md, "Precision"), so bfloat16
+// rounds each entry whole (1025 -> 1024, 30016 -> 29952 or 30080), moving the gaps between a row's
+// logits by up to 64 (the output read -0.101 for -0.2745 before such rows were computed by ggml's
+// algorithm; the dense path alike).
 TEST(GgmlFlashAttnExtSparse, LargeMaskMagnitudesWithSinks) {
   int index = 0;
   for (ggml_type type : {GGML_TYPE_BF16, GGML_TYPE_F16}) {
@@ -83,23 +82,18 @@ TEST(GgmlFlashAttnExtSparse, AlibiOverHeadsNotAPowerOfTwo) {
     s.max_bias = 8.0f;
     s.sinks = type != GGML_TYPE_F32;
     s.softcap = type == GGML_TYPE_F16 ? -15.0f : 0.0f;  // odd in c: the same as +15
-    s.mask_fn = SparseMask(5);
-    s.n_kv_max = Bound(s.total, 5);
-    s.edit_kv = NaNWhereHidden(s.rows, 5);
+    SparseWithNaNHidden(&s, 5);
     EXPECT_TRUE(Check(s, Seed() + 2300 + static_cast<uint64_t>(index++),
                       std::string(ggml_type_name(type)) + " ALiBi, 12 heads")
                     .claimed);
   }
 }
 
-// An ALiBi slope that underflows to 0 (max_bias 300 over 4 heads: heads 2 and 3 have slope 0 in
+// An ALiBi slope that underflows to 0 (max_bias 300 over 4 heads: heads 1-3 have slope 0 in
 // float32). ggml skips a key only where slope * mask is -inf; 0 * -inf is NaN, so every hidden key
-// of those heads is read and their rows are NaN, while heads 0 and 1 are ordinary. A gather that
-// tests the mask entry instead of slope * entry serves those heads finite.
-// FAILS: the sparse path gathers by the mask entry, so rows 0-1 of heads 1-3 (slope 0) come out
-// finite (e.g. 0.0422) where ggml's CPU backend and the reference give NaN. The dense path
-// (n_kv_max 0) matches ggml on this node. Pathological (max_bias 300), but a departure from
-// ggml's definition in the new code.
+// of those heads is read and their rows are NaN, while head 0 is ordinary. A gather that tests the
+// mask entry instead of slope * entry served those heads finite (e.g. 0.0422 where ggml gives NaN);
+// such a node now takes the dense path.
 TEST(GgmlFlashAttnExtSparse, AlibiSlopeUnderflowingToZero) {
   Spec s;
   s.kv_type = GGML_TYPE_F32;
