@@ -56,11 +56,12 @@ std::string AttnrtError(attnrt_status status) {
   return std::string(attnrt_status_name(status)) + ": " + attnrt_last_error_message();
 }
 
-using OpKey = std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool, int32_t>;
+using OpKey =
+    std::tuple<int64_t, int64_t, int64_t, int32_t, float, float, bool, int32_t, bool, int32_t>;
 
 OpKey KeyOf(const NodeShape& s, bool causal) {
-  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout,
-          s.scale,     s.softcap,      causal,       s.kv_bits};
+  return {s.num_heads, s.kv_num_heads, s.block_size, s.kv_layout, s.scale,
+          s.softcap,   causal,         s.kv_bits,    s.two_types, s.v_bits};
 }
 
 // Whether rows [r0, r0 + rows) of the mask hide every key after the causal diagonal attnrt aligns
@@ -136,7 +137,7 @@ struct CallTensors {
     make(&key, 3, kv_new_shape, s.dtype);
     make(&value, 3, v_new_shape, s.dtype);
     make(&key_cache, 4, s.pool_shape, s.cache_dtype, s.k_strides);
-    make(&value_cache, 4, s.v_pool_shape, s.cache_dtype, s.v_strides);
+    make(&value_cache, 4, s.v_pool_shape, s.v_cache_dtype, s.v_strides);
     make(&seqlens_k, 1, batch_shape, i32);
     make(&total, 1, one, i32);
     make(&bias, 4, bias_shape, s.dtype);
@@ -206,6 +207,11 @@ struct FlashAttnServer::Runtime {
       a.gqa.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
       a.gqa.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
       a.gqa.kv_cache_bit_width = s.kv_bits;
+    }
+    if (s.two_types) {  // V's own type (ABI 1.9)
+      a.gqa.v_quant_type = s.v_bits != 0 ? ATTNRT_GQA_QUANT_PER_BLOCK_32 : ATTNRT_GQA_QUANT_NONE;
+      a.v_cache_own_type = 1;
+      a.v_cache_bit_width = s.v_bits;
     }
     a.block_size = static_cast<int32_t>(s.block_size);
     a.kv_layout = s.kv_layout;

@@ -13,8 +13,9 @@ namespace {
 constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
 
 // attnrt's types for a K/V type: a float cache is read as its own type and q, the bias, the sinks
-// and the output take it too (as ggml's CPU backend rounds q to it); ggml's Q8_0/Q4_0 blocks are
-// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query.
+// and the output take K's (as ggml's CPU backend rounds q to it); ggml's Q8_0/Q4_0 blocks are
+// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query. V of
+// another type than K is read as its own type too (its dtype and bit width).
 struct CacheTypes {
   attnrt_dtype dtype;        // T
   attnrt_dtype cache_dtype;  // T_CACHE
@@ -58,10 +59,10 @@ int64_t BlockSizeFor(int64_t t) {
 // Element strides of a pool over a view [D, T, Hkv] with byte strides nb1 (token), nb2 (head). The
 // pools are read in place through typed pointers: every stream's view must start on an element
 // boundary, as attnrt requires (ggml lets a view start at any byte).
-bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, int64_t row_width,
-                 int64_t* out, std::string* reason) {
+bool PoolStrides(const ggml_tensor* t, const char* who, const NodeShape& s, attnrt_dtype dtype,
+                 int64_t row_width, int64_t* out, std::string* reason) {
   // The pool's element (block-quantized rows are uint8 pools: strides in bytes, any start).
-  const size_t es = s.cache_dtype.bits / 8;
+  const size_t es = dtype.bits / 8;
   if (t->nb[1] % es != 0 || t->nb[2] % es != 0 || t->nb[3] % es != 0) {
     *reason = std::string(who) + ": strides " + std::to_string(t->nb[1]) + ", " +
               std::to_string(t->nb[2]) + ", " + std::to_string(t->nb[3]) + " bytes are not whole " +
@@ -119,11 +120,15 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->dtype = types.dtype;
   s->cache_dtype = types.cache_dtype;
   s->kv_bits = types.kv_bits;
-  if (v->type != k->type) {
-    *reason = std::string("K is ") + ggml_type_name(k->type) + " and V is " +
-              ggml_type_name(v->type) + " (one cache type for both is served)";
+  CacheTypes v_types{};
+  if (!CacheTypesOf(v->type, &v_types)) {
+    *reason = std::string("V type ") + ggml_type_name(v->type) +
+              " is not served (f32, f16, bf16, q8_0 and q4_0 are)";
     return false;
   }
+  s->two_types = v->type != k->type;
+  s->v_cache_dtype = v_types.cache_dtype;
+  s->v_bits = v_types.kv_bits;
   if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
     *reason = "the output is not a contiguous f32 tensor";
     return false;
@@ -137,7 +142,8 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->kv_num_heads = k->ne[2];
   // A row in pool elements: its head size, or the bytes of its blocks.
   const auto row_width = [&](const ggml_tensor* t, int64_t head_size) {
-    return s->kv_bits != 0 ? static_cast<int64_t>(ggml_row_size(t->type, head_size)) : head_size;
+    return ggml_is_quantized(t->type) ? static_cast<int64_t>(ggml_row_size(t->type, head_size))
+                                      : head_size;
   };
   s->row_width = row_width(k, s->head_size);
   s->v_row_width = row_width(v, s->v_head_size);
@@ -238,8 +244,8 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->pool_shape[3] = s->row_width;
   std::copy(s->pool_shape, s->pool_shape + 4, s->v_pool_shape);
   s->v_pool_shape[3] = s->v_row_width;
-  return PoolStrides(k, "K", *s, s->row_width, s->k_strides, reason) &&
-         PoolStrides(v, "V", *s, s->v_row_width, s->v_strides, reason);
+  return PoolStrides(k, "K", *s, s->cache_dtype, s->row_width, s->k_strides, reason) &&
+         PoolStrides(v, "V", *s, s->v_cache_dtype, s->v_row_width, s->v_strides, reason);
 }
 
 }  // namespace attnrt_ggml

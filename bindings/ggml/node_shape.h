@@ -27,10 +27,16 @@ struct NodeShape {
   int64_t kv_num_heads = 0;    // Hkv
   int64_t rows_per_call = 0;   // min(S, T): attnrt takes at most T query rows per sequence
   attnrt_dtype dtype{};        // T: of query, bias, sinks and output (CacheTypes)
-  attnrt_dtype cache_dtype{};  // of the pools
+  attnrt_dtype cache_dtype{};  // of key_cache
   int32_t kv_bits = 0;         // PER_BLOCK_32's kv_cache_bit_width (Q8_0 8, Q4_0 4); 0 otherwise
-  int64_t row_width = 0;       // a K row in pool elements: head_size, or its blocks' bytes
-  int64_t v_row_width = 0;     // a V row: v_head_size, or its blocks' bytes
+  // V's own type when it is not K's (llama.cpp's -ctk/-ctv): attnrt's independent K/V cache types
+  // (v_cache_bit_width, attnrt/ops/paged_gqa.h). Else v_cache_dtype = cache_dtype, v_bits =
+  // kv_bits.
+  bool two_types = false;
+  attnrt_dtype v_cache_dtype{};  // of value_cache
+  int32_t v_bits = 0;            // value_cache's bit width (Q8_0 8, Q4_0 4); 0 otherwise
+  int64_t row_width = 0;         // a K row in pool elements: head_size, or its blocks' bytes
+  int64_t v_row_width = 0;       // a V row: v_head_size, or its blocks' bytes
   int64_t block_size = 0;
   int64_t num_blocks = 0;
   int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;

@@ -84,6 +84,10 @@ int64_t CacheRowWidth(const attnrt_gqa_attributes& a, int64_t head_size) {
 
 }  // namespace detail
 
+int64_t CacheRowWidth(const attnrt_gqa_attributes& attributes, int64_t head_size) {
+  return detail::CacheRowWidth(attributes, head_size);
+}
+
 Status HeadSizeOfCacheRow(const attnrt_gqa_attributes& a, int64_t width, const char* name,
                           int64_t* head_size) {
   using detail::BlockQuantized;

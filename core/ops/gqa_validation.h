@@ -24,18 +24,30 @@ Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tens
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out);
 
-// ValidateShapes with the paged ops' value head size Hv (attnrt/ops/paged_gqa.h, ABI 1.8): value,
-// past_value/present_value (dimension 3), output and a per-channel v_scale are checked against
-// value_head_size instead of head_size; 0 means head_size (GroupQueryAttention's one head size).
+// The paged ops' value rows (attnrt/ops/paged_gqa.h): their head size Hv (ABI 1.8; 0 means
+// head_size, GroupQueryAttention's one head size), and whether value_cache has a type of its own
+// (ABI 1.9): then the caller checked the rules of that type, and past_value/present_value stand for
+// value rows of the key cache's type (attributes with v_quant_type = k_quant_type).
+struct ValueRows {
+  int64_t head_size = 0;
+  bool own_type = false;
+};
+
+// ValidateShapes with the paged ops' value rows: value, past_value/present_value (dimension 3),
+// output and a per-channel v_scale are checked against value.head_size instead of head_size.
 Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tensor* const* inputs,
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
-                      int64_t value_head_size, attnrt_gqa_problem* out);
+                      ValueRows value, attnrt_gqa_problem* out);
 
 // The head size whose cache row has last dimension `width` under the attributes' cache type
 // (CacheRowWidth's inverse: width elements, 2 * width int4 values, width / 34 (Q8_0) or / 18 (Q4_0)
 // blocks of 32), or INVALID_ARGUMENT naming `name` when `width` holds no whole number of them.
 Status HeadSizeOfCacheRow(const attnrt_gqa_attributes& attributes, int64_t width, const char* name,
                           int64_t* head_size);
+
+// The last dimension of a cache row of head_size elements under the attributes' key cache type:
+// head_size elements, head_size / 2 bytes for int4, head_size / 32 Q8_0/Q4_0 blocks' bytes.
+int64_t CacheRowWidth(const attnrt_gqa_attributes& attributes, int64_t head_size);
 
 // Run-time checks on values (ONNX Runtime's checks that read data): total_sequence_length,
 // phase, every seqlens_k[b], rotary positions, present length == max(T, P), past/present aliasing

@@ -36,7 +36,8 @@ namespace {
 
 Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* const* inputs,
                           size_t num_inputs, const attnrt_tensor* const* outputs,
-                          size_t num_outputs, int64_t value_head_size, attnrt_gqa_problem* out) {
+                          size_t num_outputs, ValueRows value_rows, attnrt_gqa_problem* out) {
+  const int64_t value_head_size = value_rows.head_size;
   if (out == nullptr) return InvalidArgument("GroupQueryAttention: problem must not be NULL");
   Tensors t;
   ATTNRT_RETURN_IF_ERROR(GatherTensors(inputs, num_inputs, outputs, num_outputs, &t));
@@ -144,7 +145,9 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
       return InvalidArgument(
           StrCat("v_head_size (value_cache dimension 3) must be a multiple of 8, got ", Hv));
     }
-    if (BlockQuantized(a) && Hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
+    // A value cache of its own type (paged ops, ABI 1.9) follows its own rules (checked by the
+    // caller).
+    if (!value_rows.own_type && BlockQuantized(a) && Hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
       return InvalidArgument(
           StrCat("v_head_size must be a multiple of 32 for a PER_BLOCK_32 KV cache, got ", Hv));
     }
@@ -505,16 +508,16 @@ Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tens
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out) {
   return GuardValidation("GroupQueryAttention", "ValidateShapes", [&] {
-    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, 0, out);
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, ValueRows{},
+                              out);
   });
 }
 
 Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tensor* const* inputs,
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
-                      int64_t value_head_size, attnrt_gqa_problem* out) {
+                      ValueRows value, attnrt_gqa_problem* out) {
   return GuardValidation("GroupQueryAttention", "ValidateShapes", [&] {
-    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, value_head_size,
-                              out);
+    return ValidateShapesImpl(attributes, inputs, num_inputs, outputs, num_outputs, value, out);
   });
 }
 

@@ -94,6 +94,11 @@ AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem) {
   return {paged_gqa_layouts::kValueHeadSizeMinor, "a value head size other than head_size"};
 }
 
+AbiNeed ValueCacheTypeNeed(const attnrt_paged_gqa_problem& problem) {
+  if (paged_gqa::SharesOneCacheType(problem)) return {};
+  return {paged_gqa_layouts::kValueCacheTypeMinor, "a value_cache type other than key_cache's"};
+}
+
 AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {
   if (attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_BLOCK_32) return {};
   return {7, attributes.kv_cache_bit_width == 4 ? "a PER_BLOCK_32 (Q4_0) KV cache"
@@ -104,8 +109,9 @@ AbiNeed NewerNeed(AbiNeed a, AbiNeed b) { return b.minor > a.minor ? b : a; }
 
 AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem) {
   return NewerNeed(
-      NewerNeed(KvQuantNeed(problem.gqa.attributes), PPrecisionNeed(problem.p_precision)),
-      ValueHeadSizeNeed(problem));
+      NewerNeed(NewerNeed(KvQuantNeed(problem.gqa.attributes), PPrecisionNeed(problem.p_precision)),
+                ValueHeadSizeNeed(problem)),
+      ValueCacheTypeNeed(problem));
 }
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {

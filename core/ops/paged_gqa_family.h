@@ -27,11 +27,15 @@ AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes);
 // reads the value rows as head_size wide.
 AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem);
 
+// What pools of two cache types (ABI 1.9) need of a kernel's plugin: an older one reads value_cache
+// as key_cache's type.
+AbiNeed ValueCacheTypeNeed(const attnrt_paged_gqa_problem& problem);
+
 // The need of the newer ABI minor version of the two.
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b);
 
 // What a paged problem (of either paged op) needs of a kernel's plugin: the newest of its KV cache
-// quantization's, p_precision's and value head size's needs.
+// quantization's, p_precision's, value head size's and value cache type's needs.
 AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem);
 
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.

@@ -10,7 +10,9 @@ namespace {
 static_assert(std::is_standard_layout_v<PagedGqaProblem14> &&
               std::is_standard_layout_v<PagedGqaVarlenProblem14> &&
               std::is_standard_layout_v<PagedGqaProblem17> &&
-              std::is_standard_layout_v<PagedGqaVarlenProblem17>);
+              std::is_standard_layout_v<PagedGqaVarlenProblem17> &&
+              std::is_standard_layout_v<PagedGqaProblem18> &&
+              std::is_standard_layout_v<PagedGqaVarlenProblem18>);
 static_assert(sizeof(attnrt_gqa_problem) == 240);
 static_assert(offsetof(PagedGqaProblem14, gqa) == 8);
 static_assert(offsetof(PagedGqaProblem14, num_blocks) == 248);
@@ -29,6 +31,11 @@ static_assert(sizeof(PagedGqaProblem17) == 352);
 static_assert(offsetof(PagedGqaVarlenProblem17, num_tokens) == 360);
 static_assert(offsetof(PagedGqaVarlenProblem17, has_slot_mapping) == 368);
 static_assert(sizeof(PagedGqaVarlenProblem17) == 376);
+static_assert(offsetof(PagedGqaProblem18, v_head_size) == 352);
+static_assert(sizeof(PagedGqaProblem18) == 360);
+static_assert(offsetof(PagedGqaVarlenProblem18, num_tokens) == 368);
+static_assert(offsetof(PagedGqaVarlenProblem18, has_slot_mapping) == 376);
+static_assert(sizeof(PagedGqaVarlenProblem18) == 384);
 
 // Each version kept every field before the appended one where it was; only what follows the paged
 // member of the varlen problem moved.
@@ -41,8 +48,11 @@ static_assert(offsetof(attnrt_paged_gqa_problem, p_precision) == sizeof(PagedGqa
 static_assert(offsetof(attnrt_paged_gqa_problem, p_precision) ==
               offsetof(PagedGqaProblem17, p_precision));
 static_assert(offsetof(attnrt_paged_gqa_problem, v_head_size) == sizeof(PagedGqaProblem17));
+static_assert(offsetof(attnrt_paged_gqa_problem, v_head_size) ==
+              offsetof(PagedGqaProblem18, v_head_size));
+static_assert(offsetof(attnrt_paged_gqa_problem, value_cache_dtype) == sizeof(PagedGqaProblem18));
 static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_tokens) ==
-              offsetof(PagedGqaVarlenProblem17, num_tokens) + 8);
+              offsetof(PagedGqaVarlenProblem18, num_tokens) + 8);
 
 // The args structs are the same in every version: only their problem pointers are redirected.
 static_assert(sizeof(attnrt_gqa_args) == 192);
@@ -95,11 +105,23 @@ PagedGqaVarlenProblem17 ToAbi17(const attnrt_paged_gqa_varlen_problem& problem) 
   return out;
 }
 
+PagedGqaVarlenProblem18 ToAbi18(const attnrt_paged_gqa_varlen_problem& problem) {
+  PagedGqaVarlenProblem18 out;
+  CopyCommon(problem, &out);
+  out.paged.p_precision = problem.paged.p_precision;
+  out.paged.v_head_size = problem.paged.v_head_size;
+  return out;
+}
+
 void PointArgsAt(const PagedGqaVarlenProblem14& problem, attnrt_paged_gqa_varlen_args* args) {
   Point(problem, args);
 }
 
 void PointArgsAt(const PagedGqaVarlenProblem17& problem, attnrt_paged_gqa_varlen_args* args) {
+  Point(problem, args);
+}
+
+void PointArgsAt(const PagedGqaVarlenProblem18& problem, attnrt_paged_gqa_varlen_args* args) {
   Point(problem, args);
 }
 

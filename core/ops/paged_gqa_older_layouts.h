@@ -1,11 +1,14 @@
-// The paged problem structs as plugins built for older ABI minors read them. Two fields were
-// appended to attnrt_paged_gqa_problem, which attnrt_paged_gqa_varlen_problem embeds by value, so
-// each moved the varlen problem's own fields (num_tokens, has_slot_mapping) 8 bytes:
+// The paged problem structs as plugins built for older ABI minors read them. Fields were appended
+// to attnrt_paged_gqa_problem, which attnrt_paged_gqa_varlen_problem embeds by value, so each
+// addition moved the varlen problem's own fields (num_tokens, has_slot_mapping):
 //   ABI 1.5: p_precision   (kernels of plugins built for ABI 1.2-1.4 read the 1.4 layout)
 //   ABI 1.8: v_head_size   (kernels of plugins built for ABI 1.5-1.7 read the 1.7 layout)
+//   ABI 1.9: value_cache_dtype, v_cache_bit_width
+//                          (kernels of plugins built for ABI 1.8 read the 1.8 layout)
 // A varlen kernel of such a plugin is handed a copy of the validated problem in the layout it was
 // built for (attnrt/ops/paged_gqa_varlen.h; docs/plugins.md, "The plugin ABI"), and only problems
-// that layout can describe (EXACT p_precision for 1.4; v_head_size == head_size for both). The
+// that layout can describe (EXACT p_precision for 1.4; v_head_size == head_size for 1.4 and 1.7;
+// pools of one cache type for all three). The
 // padded paged op needs no copy: its problem only grew at the end, and an older kernel reads the
 // prefix it knows.
 //
@@ -25,6 +28,7 @@ namespace attnrt::core::paged_gqa_layouts {
 // an older one read the layouts below.
 inline constexpr uint32_t kPPrecisionMinor = 5;
 inline constexpr uint32_t kValueHeadSizeMinor = 8;
+inline constexpr uint32_t kValueCacheTypeMinor = 9;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {
@@ -67,14 +71,39 @@ struct PagedGqaVarlenProblem17 {
   bool has_slot_mapping;
 };
 
+// attnrt_paged_gqa_problem of ABI 1.8: the ABI 1.9 struct without value_cache_dtype and
+// v_cache_bit_width.
+struct PagedGqaProblem18 {
+  size_t struct_size;
+  attnrt_gqa_problem gqa;
+  int64_t num_blocks;
+  int64_t block_size;
+  int64_t max_blocks_per_seq;
+  int32_t kv_layout;
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
+  int32_t p_precision;
+  int64_t v_head_size;
+};
+
+// attnrt_paged_gqa_varlen_problem of ABI 1.8.
+struct PagedGqaVarlenProblem18 {
+  size_t struct_size;
+  PagedGqaProblem18 paged;
+  int64_t num_tokens;
+  bool has_slot_mapping;
+};
+
 // A validated varlen problem in an older layout: every field that layout has, struct_size of both
 // structs that version's sizeof.
 PagedGqaVarlenProblem14 ToAbi14(const attnrt_paged_gqa_varlen_problem& problem);
 PagedGqaVarlenProblem17 ToAbi17(const attnrt_paged_gqa_varlen_problem& problem);
+PagedGqaVarlenProblem18 ToAbi18(const attnrt_paged_gqa_varlen_problem& problem);
 
 // Points the args' problem pointers (args->problem, args->paged.problem,
 // args->paged.gqa.problem) into `problem`, which must outlive the call they are passed to.
 void PointArgsAt(const PagedGqaVarlenProblem14& problem, attnrt_paged_gqa_varlen_args* args);
 void PointArgsAt(const PagedGqaVarlenProblem17& problem, attnrt_paged_gqa_varlen_args* args);
+void PointArgsAt(const PagedGqaVarlenProblem18& problem, attnrt_paged_gqa_varlen_args* args);
 
 }  // namespace attnrt::core::paged_gqa_layouts

@@ -42,6 +42,40 @@ int64_t ResolvedLength(const char* name, int64_t t_b) {
   return std::string_view(name) == "seqlens_k" ? t_b - 1 : t_b;
 }
 
+// value_cache's type as GroupQueryAttention's attributes state one cache type: v_quant_type and
+// v_cache_bit_width in the key cache's fields (independent K/V types, ABI 1.9).
+attnrt_gqa_attributes ValueTypeAttributes(const attnrt_paged_gqa_attributes& a) {
+  attnrt_gqa_attributes v = a.gqa;
+  v.k_quant_type = a.gqa.v_quant_type;
+  v.kv_cache_bit_width = a.v_cache_bit_width;
+  return v;
+}
+
+// value_cache's dtype: key_cache's, or under independent types uint8 blocks for PER_BLOCK_32, else
+// a float type.
+Status CheckValueCacheDtype(const attnrt_tensor& value, const attnrt_tensor& key,
+                            const attnrt_paged_gqa_attributes& a) {
+  if (!IndependentCacheTypes(a)) {
+    return CheckDtype(value, "value_cache", key.dtype,
+                      "the dtype of key_cache (v_cache_own_type 0: one cache type)");
+  }
+  if (a.gqa.v_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+    return CheckDtype(value, "value_cache", kUInt8,
+                      a.v_cache_bit_width == 4 ? "bytes of Q4_0 blocks (v_quant_type PER_BLOCK_32, "
+                                                 "v_cache_bit_width 4)"
+                                               : "bytes of Q8_0 blocks (v_quant_type PER_BLOCK_32, "
+                                                 "v_cache_bit_width 8)");
+  }
+  if (DtypeEquals(value.dtype, kFloat32) || DtypeEquals(value.dtype, kFloat16) ||
+      DtypeEquals(value.dtype, kBFloat16)) {
+    return Status::Ok();
+  }
+  return InvalidArgument(
+      StrCat("value_cache: expected dtype float32, float16 or bfloat16 for an ",
+             "unquantized value cache (v_quant_type NONE, v_cache_bit_width 0), ", "got ",
+             DtypeString(value.dtype)));
+}
+
 // GQA messages about the stand-in past/present buffers are about the pools.
 Status Rename(Status status) {
   if (status.ok()) return status;
@@ -103,11 +137,17 @@ struct GqaCall {
   size_t num_outputs = 0;
 };
 
+// value_width_as_key > 0 (independent K/V types): the GQA checks, which know one cache type, see
+// the value rows as rows of key_cache's type of that width; value_cache's own type is checked here.
 void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
                  size_t num_outputs, int64_t rows_b, int64_t kv_heads, int64_t capacity,
-                 GqaCall* c) {
+                 int64_t value_width_as_key, GqaCall* c) {
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, kv_heads, capacity, &c->key);
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, kv_heads, capacity, &c->value);
+  if (value_width_as_key > 0) {
+    c->value.tensor.dtype = c->key.tensor.dtype;
+    c->value.shape[3] = value_width_as_key;
+  }
   for (int i = 0; i < ATTNRT_GQA_NUM_INPUTS; ++i) c->in[i] = inputs[i];
   c->in[ATTNRT_GQA_INPUT_PAST_KEY] = &c->key.tensor;
   c->in[ATTNRT_GQA_INPUT_PAST_VALUE] = &c->value.tensor;
@@ -188,7 +228,7 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
                                     "value head size, may differ), got ", ShapeString(value)));
     }
   }
-  ATTNRT_RETURN_IF_ERROR(CheckDtype(value, "value_cache", key.dtype, "the dtype of key_cache"));
+  ATTNRT_RETURN_IF_ERROR(CheckValueCacheDtype(value, key, a));
   ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(key, "key_cache"));
   ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(value, "value_cache"));
   if (!SameDevice(value.device, key.device)) {
@@ -230,14 +270,31 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   const int64_t batch =
       query != nullptr && query->ndim >= 1 && query->shape != nullptr ? query->shape[0] : 0;
   int64_t value_head_size = 0;
-  ATTNRT_RETURN_IF_ERROR(ValueHeadSize(a.gqa, *inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE],
+  ATTNRT_RETURN_IF_ERROR(ValueHeadSize(a, *inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE],
                                        *inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE],
                                        &value_head_size));
+  const bool independent = IndependentCacheTypes(a);
+  if (independent) {
+    for (int i : {ATTNRT_PAGED_GQA_INPUT_K_SCALE, ATTNRT_PAGED_GQA_INPUT_V_SCALE}) {
+      if (inputs[i] != nullptr) {
+        return InvalidArgument(StrCat(kInputNames[i], ": expected absent with independent key ",
+                                      "and value cache types (v_cache_own_type 1: NONE or ",
+                                      "PER_BLOCK_32 caches), got present"));
+      }
+    }
+  }
   GqaCall call;
-  MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity, &call);
+  MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity,
+              independent ? gqa::CacheRowWidth(a.gqa, value_head_size) : 0, &call);
   attnrt_gqa_problem gqa{};
-  ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(a.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out,
-                                                    call.num_outputs, value_head_size, &gqa)));
+  // GroupQueryAttention's checks know one cache type: with independent types they see the key
+  // cache's (v_quant_type as k_quant_type), value_cache's own was checked above.
+  attnrt_gqa_attributes one_type = a.gqa;
+  if (independent) one_type.v_quant_type = one_type.k_quant_type;
+  ATTNRT_RETURN_IF_ERROR(Rename(
+      gqa::ValidateShapes(one_type, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs,
+                          gqa::ValueRows{value_head_size, independent}, &gqa)));
+  gqa.attributes.v_quant_type = a.gqa.v_quant_type;
   if (table.shape[0] != gqa.batch_size) {
     return InvalidArgument(StrCat("block_table: dimension 0 must be batch_size ", gqa.batch_size,
                                   ", got ", table.shape[0]));
@@ -251,6 +308,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.kv_layout = a.kv_layout;
   p.p_precision = a.p_precision;
   p.v_head_size = value_head_size > 0 ? value_head_size : gqa.head_size;
+  p.value_cache_dtype = inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]->dtype;
+  p.v_cache_bit_width = independent ? a.v_cache_bit_width : gqa.attributes.kv_cache_bit_width;
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], p.key_cache_strides);
   PoolStrides(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], p.value_cache_strides);
   *out = p;
@@ -333,7 +392,9 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   }
 
   GqaCall call;
-  MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity, &call);
+  MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity,
+              SharesOneCacheType(p) ? 0 : gqa::CacheRowWidth(p.gqa.attributes, p.v_head_size),
+              &call);
   attnrt_gqa_args gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(
       gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
@@ -367,6 +428,32 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   return Status::Ok();
 }
 
+// The attribute rules of independent K/V cache types ("Value cache type" in
+// attnrt/ops/paged_gqa.h); the key cache's were checked as GroupQueryAttention's.
+Status CheckIndependentTypes(const attnrt_paged_gqa_attributes& a) {
+  const int32_t bits = a.v_cache_bit_width;
+  if (bits != 0 && bits != 4 && bits != 8) {
+    return InvalidArgument(
+        StrCat("v_cache_bit_width must be 0, 4 or 8 with v_cache_own_type 1, got ", bits));
+  }
+  for (const auto& [name, type] : {std::pair{"k_quant_type", a.gqa.k_quant_type},
+                                   std::pair{"v_quant_type", a.gqa.v_quant_type}}) {
+    if (type != ATTNRT_GQA_QUANT_NONE && type != ATTNRT_GQA_QUANT_PER_BLOCK_32) {
+      return InvalidArgument(StrCat(name, " must be NONE (0) or PER_BLOCK_32 (3) with independent ",
+                                    "key and value cache types (v_cache_own_type 1), got ", type));
+    }
+  }
+  if (a.gqa.v_quant_type == ATTNRT_GQA_QUANT_NONE && bits != 0) {
+    return InvalidArgument(StrCat("v_cache_bit_width must be 0 for an unquantized value cache ",
+                                  "(v_quant_type NONE), got ", bits));
+  }
+  if (a.gqa.v_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 && bits != 4 && bits != 8) {
+    return InvalidArgument(StrCat("v_cache_bit_width must be 8 (Q8_0) or 4 (Q4_0) for ",
+                                  "v_quant_type PER_BLOCK_32, got ", bits));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
@@ -383,11 +470,35 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
       return AbiMismatch(StrCat("attnrt_paged_gqa_attributes struct_size must be at least ",
                                 kMinSize, ", got ", struct_size));
     }
-    attnrt_paged_gqa_attributes a;
-    std::memcpy(&a, attributes, struct_size < kPrecisionEnd ? kMinSize : sizeof a);
+    // An older caller's struct ends at its struct_size: nothing past it is read.
+    attnrt_paged_gqa_attributes a{};
+    std::memcpy(&a, attributes, std::min(struct_size, sizeof a));
     if (struct_size < kPrecisionEnd) a.p_precision = ATTNRT_P_PRECISION_EXACT;
+    // ABI 1.5-1.8 callers end at p_precision (their struct of 96 bytes pads it; the two fields of
+    // ABI 1.9 make 104): value_cache has key_cache's type for them.
+    constexpr size_t kValueBitsEnd =
+        offsetof(attnrt_paged_gqa_attributes, v_cache_bit_width) + sizeof(int32_t);
+    static_assert(kValueBitsEnd > 96, "ABI 1.8's attnrt_paged_gqa_attributes was 96 bytes");
+    if (struct_size < kValueBitsEnd) {
+      a.v_cache_own_type = 0;
+      a.v_cache_bit_width = 0;
+    }
+    if (a.v_cache_own_type != 0 && a.v_cache_own_type != 1) {
+      return InvalidArgument(
+          StrCat("v_cache_own_type must be 0 (value_cache has key_cache's type) ",
+                 "or 1 (its own, v_quant_type and v_cache_bit_width), got ", a.v_cache_own_type));
+    }
+    if (a.v_cache_own_type == 0) a.v_cache_bit_width = 0;  // ignored
     a.struct_size = sizeof(attnrt_paged_gqa_attributes);
+    // GroupQueryAttention's checks know one cache type: with independent types they see the key
+    // cache's (v_quant_type as k_quant_type); value_cache's type is checked below.
+    const int32_t v_quant_type = a.gqa.v_quant_type;
+    if (IndependentCacheTypes(a)) a.gqa.v_quant_type = a.gqa.k_quant_type;
     ATTNRT_RETURN_IF_ERROR(gqa::ValidateAttributes(&a.gqa, &a.gqa));
+    if (IndependentCacheTypes(a)) {
+      a.gqa.v_quant_type = v_quant_type;
+      ATTNRT_RETURN_IF_ERROR(CheckIndependentTypes(a));
+    }
     if (a.gqa.sliding_window_cache != 0) {
       return InvalidArgument(
           StrCat("gqa.sliding_window_cache must be 0 with a paged KV cache (a pool releases blocks "
@@ -436,11 +547,25 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
   });
 }
 
-Status ValueHeadSize(const attnrt_gqa_attributes& a, const attnrt_tensor& key_cache,
+Status ValueHeadSize(const attnrt_paged_gqa_attributes& a, const attnrt_tensor& key_cache,
                      const attnrt_tensor& value_cache, int64_t* value_head_size) {
   *value_head_size = 0;
+  // The dtype first: a row width is read in its elements.
+  ATTNRT_RETURN_IF_ERROR(CheckValueCacheDtype(value_cache, key_cache, a));
+  if (IndependentCacheTypes(a)) {
+    return gqa::HeadSizeOfCacheRow(ValueTypeAttributes(a), value_cache.shape[3], "value_cache",
+                                   value_head_size);
+  }
   if (value_cache.shape[3] == key_cache.shape[3]) return Status::Ok();
-  return gqa::HeadSizeOfCacheRow(a, value_cache.shape[3], "value_cache", value_head_size);
+  return gqa::HeadSizeOfCacheRow(a.gqa, value_cache.shape[3], "value_cache", value_head_size);
+}
+
+bool IndependentCacheTypes(const attnrt_paged_gqa_attributes& a) { return a.v_cache_own_type == 1; }
+
+bool SharesOneCacheType(const attnrt_paged_gqa_problem& p) {
+  const attnrt_gqa_attributes& a = p.gqa.attributes;
+  return DtypeEquals(p.value_cache_dtype, p.gqa.cache_dtype) &&
+         p.v_cache_bit_width == a.kv_cache_bit_width && a.v_quant_type == a.k_quant_type;
 }
 
 bool PoolsCompact(const attnrt_tensor* const* inputs) {

@@ -38,9 +38,18 @@ Status ValidateRun(const attnrt_paged_gqa_problem& problem, const attnrt_tensor*
 
 // The value head size Hv (ABI 1.8) of 4-dimensional pools: 0 when value_cache's rows are as wide
 // as key_cache's (Hv is the head size), else the head size value_cache's row width holds
-// (gqa::HeadSizeOfCacheRow; INVALID_ARGUMENT naming value_cache when it holds none).
-Status ValueHeadSize(const attnrt_gqa_attributes& attributes, const attnrt_tensor& key_cache,
+// (gqa::HeadSizeOfCacheRow; INVALID_ARGUMENT naming value_cache when it holds none). With
+// independent K/V cache types (ABI 1.9) always the head size of value_cache's rows under its own
+// type.
+Status ValueHeadSize(const attnrt_paged_gqa_attributes& attributes, const attnrt_tensor& key_cache,
                      const attnrt_tensor& value_cache, int64_t* value_head_size);
+
+// Whether the attributes give value_cache a type of its own (v_cache_own_type 1, ABI 1.9).
+bool IndependentCacheTypes(const attnrt_paged_gqa_attributes& attributes);
+
+// Whether a validated problem's pools share one type (what a kernel of a plugin built before ABI
+// 1.9 can be offered).
+bool SharesOneCacheType(const attnrt_paged_gqa_problem& problem);
 
 // Whether key_cache and value_cache of a call that passed ValidateShapes are compact row-major (a
 // strided pool is an ABI 1.2 feature: only newer plugins' kernels are offered it).

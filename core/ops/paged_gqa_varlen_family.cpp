@@ -17,19 +17,22 @@ class PagedGqaVarlenProblem final : public Problem {
   explicit PagedGqaVarlenProblem(const attnrt_paged_gqa_varlen_problem& problem)
       : problem_(problem),
         abi14_(paged_gqa_layouts::ToAbi14(problem)),
-        abi17_(paged_gqa_layouts::ToAbi17(problem)) {}
+        abi17_(paged_gqa_layouts::ToAbi17(problem)),
+        abi18_(paged_gqa_layouts::ToAbi18(problem)) {}
 
   const void* abi() const override { return &problem_; }
-  // attnrt_paged_gqa_problem grew a field in ABI 1.5 (p_precision) and in ABI 1.8 (v_head_size),
-  // each moving the varlen problem's own fields: kernels of older plugins get the layout they were
-  // built for.
+  // attnrt_paged_gqa_problem grew fields in ABI 1.5 (p_precision), 1.8 (v_head_size) and 1.9
+  // (value_cache_dtype, v_cache_bit_width), each moving the varlen problem's own fields: kernels of
+  // older plugins get the layout they were built for.
   const void* abi_for(uint32_t plugin_abi_minor) const override {
     if (plugin_abi_minor < paged_gqa_layouts::kPPrecisionMinor) return &abi14_;
     if (plugin_abi_minor < paged_gqa_layouts::kValueHeadSizeMinor) return &abi17_;
+    if (plugin_abi_minor < paged_gqa_layouts::kValueCacheTypeMinor) return &abi18_;
     return &problem_;
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
-  // The 1.4 layout has no p_precision (EXACT problems only), neither has v_head_size.
+  // The 1.4 layout has no p_precision (EXACT problems only), neither 1.4 nor 1.7 v_head_size, none
+  // value_cache's own type.
   AbiNeed abi_need() const override { return PagedProblemNeed(problem_.paged); }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
@@ -47,6 +50,8 @@ class PagedGqaVarlenProblem final : public Problem {
       paged_gqa_layouts::PointArgsAt(abi14_, &args);
     } else if (kernel.plugin->abi_minor < paged_gqa_layouts::kValueHeadSizeMinor) {
       paged_gqa_layouts::PointArgsAt(abi17_, &args);
+    } else if (kernel.plugin->abi_minor < paged_gqa_layouts::kValueCacheTypeMinor) {
+      paged_gqa_layouts::PointArgsAt(abi18_, &args);
     }
     return RunKernel(kernel, &args);
   }
@@ -55,6 +60,7 @@ class PagedGqaVarlenProblem final : public Problem {
   attnrt_paged_gqa_varlen_problem problem_;
   paged_gqa_layouts::PagedGqaVarlenProblem14 abi14_;
   paged_gqa_layouts::PagedGqaVarlenProblem17 abi17_;
+  paged_gqa_layouts::PagedGqaVarlenProblem18 abi18_;
 };
 
 class PagedGqaVarlenFamily final : public OpFamily {

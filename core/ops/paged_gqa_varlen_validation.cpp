@@ -156,7 +156,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   int64_t v_head_size = 0;
   const attnrt_tensor* value_cache = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE);
   if (value_cache != nullptr && value_cache->ndim == 4 && value_cache->shape != nullptr) {
-    ATTNRT_RETURN_IF_ERROR(paged_gqa::ValueHeadSize(a.gqa, *key_cache, *value_cache, &v_head_size));
+    ATTNRT_RETURN_IF_ERROR(paged_gqa::ValueHeadSize(a, *key_cache, *value_cache, &v_head_size));
   }
   if (v_head_size == 0) v_head_size = head_size;
   const char* v_text =

@@ -135,7 +135,8 @@ void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) no
 void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, int64_t l,
                       const float* scale, void* row, bool value_row) noexcept {
   const int64_t h = value_row ? r.v_head_size : r.head_size;
-  if (!rotate && scale == nullptr && !IsBlockCache(r.cache_type)) {  // the cache type is T
+  const GqaCacheType type = value_row ? r.value_cache_type : r.cache_type;
+  if (!rotate && scale == nullptr && IsCacheTypeOf(type, r.type)) {  // the cache type is T
     std::memcpy(row, src, value_row ? r.value_cache_row_bytes : r.cache_row_bytes);
     return;
   }
@@ -150,7 +151,7 @@ void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, 
     } else {
       WidenRow(ElementAddress(src, r.element_bytes, first), r.type, chunk, n);
     }
-    StoreCacheElements(chunk, n, r.cache_type, scale, r.scale_per_channel, row, first);
+    StoreCacheElements(chunk, n, type, scale, r.scale_per_channel, row, first);
   }
 }
 

@@ -16,7 +16,34 @@
 namespace attnrt::cpu {
 namespace {
 
-enum class PagedKernel { kFlash, kNaive, kVarlen };
+enum class PagedKernel { kFlash, kNaive, kVarlenFlash, kVarlenNaive };
+
+bool IsVarlen(PagedKernel kernel) {
+  return kernel == PagedKernel::kVarlenFlash || kernel == PagedKernel::kVarlenNaive;
+}
+
+bool IsFlash(PagedKernel kernel) {
+  return kernel == PagedKernel::kFlash || kernel == PagedKernel::kVarlenFlash;
+}
+
+// Two cache types (ABI 1.9): the value cache's must be one this plugin reads, and only the row
+// pipeline reads each pool as its own type (the flash block operations take one row type per
+// call). "" when the kernel takes the problem's types.
+std::string ValueCacheTypeDeclineReason(PagedKernel kernel, const attnrt_paged_gqa_problem& p) {
+  if (!GqaPagedTypesDiffer(p)) return {};
+  GqaCacheType value_type = GqaCacheType::kFloat32;
+  if (!GqaPagedValueCacheType(p, &value_type)) {
+    return "value_cache of dtype code " + std::to_string(p.value_cache_dtype.code) + " bits " +
+           std::to_string(p.value_cache_dtype.bits) + " with v_quant_type " +
+           std::to_string(p.gqa.attributes.v_quant_type) + " and v_cache_bit_width " +
+           std::to_string(p.v_cache_bit_width) + " is not a value cache type this plugin reads";
+  }
+  if (IsFlash(kernel)) {
+    return "key_cache and value_cache of two types are run by the naive kernels (the row "
+           "pipeline reads each pool as its own type; the flash block operations read one)";
+  }
+  return {};
+}
 
 // What a value head size other than head_size needs of the value rows (validation checks it;
 // checked again, as every field a kernel relies on): a multiple of 8, of 32 for PER_BLOCK_32
@@ -27,7 +54,7 @@ std::string ValueHeadSizeDeclineReason(const attnrt_paged_gqa_problem& p) {
   if (hv <= 0 || hv % 8 != 0) {
     return "v_head_size " + std::to_string(hv) + " is not a positive multiple of 8";
   }
-  if (a.k_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 &&
+  if (a.v_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 &&
       hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
     return "v_head_size " + std::to_string(hv) + " is not a multiple of 32 (PER_BLOCK_32)";
   }
@@ -69,13 +96,22 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
                  size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
   try {
     const attnrt_paged_gqa_problem* paged =
-        PagedProblem(problem, kernel == PagedKernel::kVarlen, reason, reason_capacity);
+        PagedProblem(problem, IsVarlen(kernel), reason, reason_capacity);
     if (paged == nullptr) return 0;
+    const std::string type_reason = ValueCacheTypeDeclineReason(kernel, *paged);
+    if (!type_reason.empty()) {
+      WriteMessage(reason, reason_capacity, type_reason);
+      return 0;
+    }
     // The contiguous supports() knows one head size. With a value head size Hv (ABI 1.8) the
     // value rows' own rules are checked here, and it is handed the problem with the per-channel
     // v_scale count its checks expect (Nkv * H for Nkv * Hv).
     attnrt_gqa_problem equivalent = paged->gqa;
     const attnrt_gqa_problem* gqa = &equivalent;
+    // It knows one cache type too: the key cache's, the value cache's having been checked above.
+    if (GqaPagedTypesDiffer(*paged)) {
+      equivalent.attributes.v_quant_type = equivalent.attributes.k_quant_type;
+    }
     const int64_t hv = paged->v_head_size;
     if (hv != gqa->head_size) {
       const std::string why = ValueHeadSizeDeclineReason(*paged);
@@ -105,7 +141,8 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
             std::string("the paged naive kernels run the gqa.naive pipeline, which declines: ") +
             why;
         break;
-      case PagedKernel::kVarlen:
+      case PagedKernel::kVarlenFlash:
+      case PagedKernel::kVarlenNaive:
         message = std::string("declines the packed rows: ") + why;
         break;
     }
@@ -133,9 +170,17 @@ int32_t PagedGqaNaiveSupports(void* plugin_context, const void* problem, char* r
                   contiguous_supports);
 }
 
-int32_t PagedGqaVarlenSupports(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept {
-  return Supports(PagedKernel::kVarlen, plugin_context, problem, reason, reason_capacity,
+int32_t PagedGqaVarlenFlashSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlenFlash, plugin_context, problem, reason, reason_capacity,
+                  contiguous_supports);
+}
+
+int32_t PagedGqaVarlenNaiveSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept {
+  return Supports(PagedKernel::kVarlenNaive, plugin_context, problem, reason, reason_capacity,
                   contiguous_supports);
 }
 
@@ -146,8 +191,8 @@ size_t PagedGqaFlashWorkspaceSize(void* plugin_context, const void* problem,
   const GqaFlashPaging layout{nullptr,
                               0,
                               p.block_size,
-                              PagedGqaPoolStrides(p, p.key_cache_strides),
-                              PagedGqaPoolStrides(p, p.value_cache_strides),
+                              PagedGqaPoolStrides(p, p.key_cache_strides, false),
+                              PagedGqaPoolStrides(p, p.value_cache_strides, true),
                               nullptr,
                               nullptr,
                               p.v_head_size};
@@ -165,8 +210,8 @@ int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, si
     const GqaFlashPaging paging{a.block_table,
                                 p.max_blocks_per_seq,
                                 p.block_size,
-                                PagedGqaPoolStrides(p, p.key_cache_strides),
-                                PagedGqaPoolStrides(p, p.value_cache_strides),
+                                PagedGqaPoolStrides(p, p.key_cache_strides, false),
+                                PagedGqaPoolStrides(p, p.value_cache_strides, true),
                                 &PagedGqaStage,
                                 &stage,
                                 p.v_head_size};

@@ -50,10 +50,15 @@ size_t PagedGqaNaiveWorkspaceSize(void* plugin_context, const void* problem) noe
 int32_t PagedGqaNaiveRun(void* plugin_context, const void* args, char* error, size_t error_capacity,
                          GqaAttendRowsFn rows) noexcept;
 
-// paged_gqa_varlen: supports() of both algorithms (the prompt problem decides: a decode step is
-// accepted wherever a prompt is), then flash's and naive's workspace and run.
-int32_t PagedGqaVarlenSupports(void* plugin_context, const void* problem, char* reason,
-                               size_t reason_capacity, GqaSupportsFn contiguous_supports) noexcept;
+// paged_gqa_varlen: supports() of each algorithm (the prompt problem decides: a decode step is
+// accepted wherever a prompt is; pools of two types, ABI 1.9, only by the naive kernels), then
+// flash's and naive's workspace and run.
+int32_t PagedGqaVarlenFlashSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept;
+int32_t PagedGqaVarlenNaiveSupports(void* plugin_context, const void* problem, char* reason,
+                                    size_t reason_capacity,
+                                    GqaSupportsFn contiguous_supports) noexcept;
 size_t PagedGqaVarlenFlashWorkspaceSize(void* plugin_context, const void* problem,
                                         const GqaFlashOps& ops) noexcept;
 int32_t PagedGqaVarlenFlashRun(void* plugin_context, const void* args, char* error,

@@ -42,7 +42,7 @@ constexpr attnrt_kernel_desc PagedGqaKernelDesc(const char* name, int32_t priori
   constexpr bool kVarlen = kOp == ATTNRT_OP_PAGED_GQA_VARLEN;
   static_assert(kVarlen || kOp == ATTNRT_OP_PAGED_GQA);
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(kImpl)>, GqaFlashOps>) {
-    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenSupports : &PagedGqaFlashSupports;
+    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenFlashSupports : &PagedGqaFlashSupports;
     constexpr auto kWorkspaceEntry =
         kVarlen ? &PagedGqaVarlenFlashWorkspaceSize : &PagedGqaFlashWorkspaceSize;
     constexpr auto kRunEntry = kVarlen ? &PagedGqaVarlenFlashRun : &PagedGqaFlashRun;
@@ -50,7 +50,7 @@ constexpr attnrt_kernel_desc PagedGqaKernelDesc(const char* name, int32_t priori
                          &PagedWorkspaceSizeWith<kWorkspaceEntry, kImpl>,
                          &PagedRunWith<kRunEntry, kImpl>);
   } else {
-    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenSupports : &PagedGqaNaiveSupports;
+    constexpr auto kSupportsEntry = kVarlen ? &PagedGqaVarlenNaiveSupports : &PagedGqaNaiveSupports;
     constexpr auto kRunEntry = kVarlen ? &PagedGqaVarlenNaiveRun : &PagedGqaNaiveRun;
     return CpuKernelDesc(kOp, name, priority, &PagedSupportsWith<kSupportsEntry, kSupports>,
                          kVarlen ? &PagedGqaVarlenNaiveWorkspaceSize : &PagedGqaNaiveWorkspaceSize,

@@ -80,10 +80,52 @@ int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& a, char* error, size_t erro
   return ATTNRT_ERROR_ABI_MISMATCH;
 }
 
-GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides) {
+bool GqaPagedTypesDiffer(const attnrt_paged_gqa_problem& p) noexcept {
+  const attnrt_gqa_attributes& a = p.gqa.attributes;
+  const attnrt_dtype k = p.gqa.cache_dtype;
+  const attnrt_dtype v = p.value_cache_dtype;
+  return v.code != k.code || v.bits != k.bits || v.lanes != k.lanes ||
+         p.v_cache_bit_width != a.kv_cache_bit_width || a.v_quant_type != a.k_quant_type;
+}
+
+bool GqaPagedValueCacheType(const attnrt_paged_gqa_problem& p,
+                            GqaCacheType* value_cache_type) noexcept {
+  GqaFloatType type = GqaFloatType::kFloat32;
+  if (!GqaPagedTypesDiffer(p)) return GqaElementTypes(p.gqa, &type, value_cache_type);
+  const attnrt_dtype v = p.value_cache_dtype;
+  if (v.lanes != 1) return false;
+  switch (p.gqa.attributes.v_quant_type) {
+    case ATTNRT_GQA_QUANT_NONE:
+      if (v.code == ATTNRT_DTYPE_CODE_FLOAT && v.bits == 32) {
+        *value_cache_type = GqaCacheType::kFloat32;
+      } else if (v.code == ATTNRT_DTYPE_CODE_FLOAT && v.bits == 16) {
+        *value_cache_type = GqaCacheType::kFloat16;
+      } else if (v.code == ATTNRT_DTYPE_CODE_BFLOAT && v.bits == 16) {
+        *value_cache_type = GqaCacheType::kBFloat16;
+      } else {
+        return false;
+      }
+      return true;
+    case ATTNRT_GQA_QUANT_PER_BLOCK_32:
+      if (v.code != ATTNRT_DTYPE_CODE_UINT || v.bits != 8) return false;
+      if (p.v_cache_bit_width != 8 && p.v_cache_bit_width != 4) return false;
+      *value_cache_type =
+          p.v_cache_bit_width == 8 ? GqaCacheType::kBlockQ8_0 : GqaCacheType::kBlockQ4_0;
+      return true;
+    default:
+      return false;
+  }
+}
+
+GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides,
+                                   bool value_pool) {
   GqaFloatType type = GqaFloatType::kFloat32;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
-  GqaElementTypes(p.gqa, &type, &cache_type);
+  if (value_pool) {
+    GqaPagedValueCacheType(p, &cache_type);
+  } else {
+    GqaElementTypes(p.gqa, &type, &cache_type);
+  }
   // Bytes per element of the pool tensor: a 4-bit or block pool is uint8 (two values per byte,
   // blocks of 32 values and their scale).
   const size_t element_bytes =
@@ -114,12 +156,14 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.block_table = a.block_table;
   r.max_blocks_per_seq = p.max_blocks_per_seq;
   r.block_size = p.block_size;
-  // The value head size (ABI 1.8): the value rows' own width; the output rows follow it.
+  // The value head size (ABI 1.8): the value rows' own width; the output rows follow it. The value
+  // cache's own type (ABI 1.9): supports() declined a problem without one.
   r.v_head_size = p.v_head_size;
-  r.value_cache_row_bytes = GqaCacheRowBytes(r.cache_type, r.v_head_size);
+  GqaPagedValueCacheType(p, &r.value_cache_type);
+  r.value_cache_row_bytes = GqaCacheRowBytes(r.value_cache_type, r.v_head_size);
   if (!p.gqa.packed_qkv) r.new_value_token_stride = p.gqa.kv_num_heads * r.v_head_size;
-  r.key_strides = PagedGqaPoolStrides(p, p.key_cache_strides);
-  r.value_strides = PagedGqaPoolStrides(p, p.value_cache_strides);
+  r.key_strides = PagedGqaPoolStrides(p, p.key_cache_strides, false);
+  r.value_strides = PagedGqaPoolStrides(p, p.value_cache_strides, true);
   r.round_probabilities =
       p.p_precision == ATTNRT_P_PRECISION_INPUT && r.type != GqaFloatType::kFloat32;
   if (r.kv_seq > 0) {

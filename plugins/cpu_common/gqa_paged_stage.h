@@ -22,9 +22,19 @@ bool PagedGqaProblemFits(const void* problem, char* reason, size_t reason_capaci
 // with; else ATTNRT_ERROR_ABI_MISMATCH with the message.
 int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& args, char* error, size_t error_capacity);
 
-// Byte strides of a pool of `p` whose element strides (kv_layout's dimension order) are `strides`
-// (p.key_cache_strides or p.value_cache_strides).
-GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides);
+// The value cache type of a paged problem (attnrt/ops/paged_gqa.h, "Value cache type"): the key
+// cache's (GqaElementTypes) when the pools share one type. False when this driver has none for it.
+bool GqaPagedValueCacheType(const attnrt_paged_gqa_problem& problem,
+                            GqaCacheType* value_cache_type) noexcept;
+
+// Whether a paged problem's pools hold two cache types (ABI 1.9).
+bool GqaPagedTypesDiffer(const attnrt_paged_gqa_problem& problem) noexcept;
+
+// Byte strides of a pool of `p` whose element strides (kv_layout's dimension order) are `strides`:
+// p.key_cache_strides, or p.value_cache_strides with `value_pool` (whose element type may be its
+// own, ABI 1.9).
+GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides,
+                                   bool value_pool);
 
 // What the staging step reads: the paged call and, for a packed variable-length batch
 // (attnrt/ops/paged_gqa_varlen.h), its row layout.

@@ -67,7 +67,7 @@ class CacheRows {
             int64_t end) {
     const int64_t width = values ? r.v_head_size : r.head_size;
     row_.data = nullptr;
-    row_.type = r.cache_type;
+    row_.type = values ? r.value_cache_type : r.cache_type;
     row_.scale = scale != nullptr && r.scale_per_channel ? scale + kvh * width : scale;
     row_.per_channel = r.scale_per_channel;
     const size_t row_bytes = values ? r.value_cache_row_bytes : r.cache_row_bytes;

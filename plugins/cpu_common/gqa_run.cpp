@@ -173,6 +173,7 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   r.element_bytes = r.type == GqaFloatType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
   r.cache_row_bytes = GqaCacheRowBytes(r.cache_type, h);
   r.v_head_size = h;
+  r.value_cache_type = r.cache_type;
   r.value_cache_row_bytes = r.cache_row_bytes;
   r.query = args.query;
   if (p.packed_qkv) {

@@ -19,7 +19,8 @@ namespace attnrt::cpu {
 // output_qk.
 enum class GqaFloatType : uint8_t { kFloat32, kFloat16, kBFloat16 };
 
-// T_CACHE: the element type of past/present K and V. The float types equal T; int4 is stored as
+// T_CACHE: the element type of past/present K and V. The float types equal T (a paged value cache
+// of a type of its own may be any of them, ABI 1.9); int4 is stored as
 // uint8, two elements per byte (element 2i in the low nibble, +8 biased). kBlockQ8_0/kBlockQ4_0:
 // ggml's Q8_0/Q4_0 blocks of 32 elements with an inline float16 scale
 // (ATTNRT_GQA_QUANT_PER_BLOCK_32, attnrt/ops/gqa.h; gqa_quant.h).
@@ -37,6 +38,13 @@ enum class GqaCacheType : uint8_t {
 // Whether the cache type is ggml's Q8_0/Q4_0 blocks (their scales inline; GqaRun's k_scale NULL).
 constexpr bool IsBlockCache(GqaCacheType type) {
   return type == GqaCacheType::kBlockQ8_0 || type == GqaCacheType::kBlockQ4_0;
+}
+
+// Whether the cache type is the float type T itself (rows copied, not converted, when appended).
+constexpr bool IsCacheTypeOf(GqaCacheType cache, GqaFloatType t) {
+  return (cache == GqaCacheType::kFloat32 && t == GqaFloatType::kFloat32) ||
+         (cache == GqaCacheType::kFloat16 && t == GqaFloatType::kFloat16) ||
+         (cache == GqaCacheType::kBFloat16 && t == GqaFloatType::kBFloat16);
 }
 
 // One K or V cache row as attention reads it: `data` at element 0 of the row; for quantized types
@@ -104,8 +112,11 @@ struct GqaRun {
   const void* past_value;
   int64_t past_length;  // P
 
-  GqaCacheType cache_type;  // T_CACHE
-  size_t cache_row_bytes;   // bytes of one cache row of H elements (H/2 for int4)
+  GqaCacheType cache_type;  // T_CACHE (of the key cache, and of the value cache unless below)
+  // The value cache's type: cache_type, unless the paged staging gives value_cache a type of its
+  // own (independent K/V cache types, attnrt/ops/paged_gqa.h, ABI 1.9; the row pipeline reads it).
+  GqaCacheType value_cache_type;
+  size_t cache_row_bytes;  // bytes of one cache row of H elements (H/2 for int4)
   // The paged ops' value head size Hv (attnrt/ops/paged_gqa.h, ABI 1.8): value rows, output rows
   // and a per-channel v_scale have Hv elements (head_size everywhere else). Hv = H unless the
   // paged staging says otherwise (the row pipeline and the flash driver read it).

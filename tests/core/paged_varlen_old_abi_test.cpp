@@ -1,15 +1,20 @@
-// A paged varlen kernel of a plugin built against the ABI 1.4 or the ABI 1.7 headers
+// A paged varlen kernel of a plugin built against the ABI 1.4, 1.7 or 1.8 headers
 // (tests/core/plugins/old_abi_paged_plugin.c, compiled against copies of them) keeps working under
-// ABI 1.5, which appended p_precision to attnrt_paged_gqa_problem, and ABI 1.8, which appended
-// v_head_size, each moving the varlen problem's own fields: the runtime hands it the problem in the
-// layout it was built for (docs/plugins.md, "The plugin ABI"). The fixture reads the fields through
-// its own structs and writes them into the output; the values expected here are the tensors' own.
+// ABI 1.5, which appended p_precision to attnrt_paged_gqa_problem, ABI 1.8, which appended
+// v_head_size, and ABI 1.9, which appended value_cache_dtype and v_cache_bit_width, each moving the
+// varlen problem's own fields: the runtime hands it the problem in the layout it was built for
+// (docs/plugins.md, "The plugin ABI"). The fixture reads the fields through its own structs and
+// writes them into the output; the values expected here are the tensors' own.
 // A problem its layout cannot describe is refused for it, with the reason: INPUT (ABI 1.4), a
 // PER_BLOCK_32 (ggml Q8_0/Q4_0) cache of ABI 1.7 (ABI 1.4: its uint8 pools would read as an int4
-// or int8 cache) and a value head size other than head_size (both: it would read value rows as
-// head_size wide).
+// or int8 cache), a value head size other than head_size (ABI 1.4 and 1.7: it would read value rows
+// as head_size wide) and a value_cache type other than key_cache's (all three: it would read value
+// rows as key_cache's type). Everything else is offered as before: pools of one type, whether
+// v_cache_own_type is left at its default or names key_cache's type.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -25,16 +30,27 @@ namespace {
 
 using namespace attnrt_test;
 
-// One fixture plugin: its folder, name and ABI minor version.
+// One fixture plugin: its folder, name and ABI minor version, and its version's layout of the
+// varlen problem on LP64 (x86-64, AArch64): sizeof of the varlen and the paged problem and the
+// offsets of num_tokens and has_slot_mapping (ABI 1.9: 392, 368, 376, 384).
 struct OldAbi {
   const char* folder;
   const char* plugin;
   int minor;
+  size_t varlen_problem_size;
+  size_t paged_problem_size;
+  size_t num_tokens_offset;
+  size_t has_slot_mapping_offset;
 };
 void PrintTo(const OldAbi& abi, std::ostream* os) { *os << abi.plugin; }
 
-const OldAbi kAbi14{ATTNRT_TEST_PLUGINS_ABI14, "abi14paged", 4};
-const OldAbi kAbi17{ATTNRT_TEST_PLUGINS_ABI17, "abi17paged", 7};
+const OldAbi kAbi14{ATTNRT_TEST_PLUGINS_ABI14, "abi14paged", 4, 368, 344, 352, 360};
+const OldAbi kAbi17{ATTNRT_TEST_PLUGINS_ABI17, "abi17paged", 7, 376, 352, 360, 368};
+const OldAbi kAbi18{ATTNRT_TEST_PLUGINS_ABI18, "abi18paged", 8, 384, 360, 368, 376};
+
+// The current layout moved the varlen problem's fields past every older one's.
+static_assert(sizeof(attnrt_paged_gqa_problem) > 360);
+static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_tokens) > 368);
 
 std::string VarlenKernel(const OldAbi& abi) {
   return std::string(abi.plugin) + ".paged_gqa_varlen.fixture.scalar";
@@ -51,13 +67,23 @@ constexpr int64_t kBlockSizeValue = 4, kNumBlocksValue = 9, kSlots = 3;
 // Two sequences of 3 and 1 new rows (6 rows: the last 2 are an engine's padding), contexts 5 and 9.
 constexpr int64_t kTokens = 6;
 
-RuntimePtr OldAbiRuntime(const OldAbi& abi) {
+// A runtime with the fixture plugin only; `kernel` pins kernels (options.kernel) when given.
+RuntimePtr OldAbiRuntime(const OldAbi& abi, const char* kernel = nullptr) {
   const char* paths[] = {abi.folder};
   attnrt_runtime_options options = DefaultOptions();
   options.plugin_paths = paths;
   options.num_plugin_paths = 1;
   options.search_default_paths = 0;
+  options.kernel = kernel;
   return CreateRuntime(options);
+}
+
+// The fields the fixture reports about its own layout, and the version's fields it read.
+void ExpectLayout(const OldAbi& abi, const float* out) {
+  EXPECT_EQ(out[kOutVarlenProblemSize], static_cast<float>(abi.varlen_problem_size));
+  EXPECT_EQ(out[kOutPagedProblemSize], static_cast<float>(abi.paged_problem_size));
+  EXPECT_EQ(out[kOutNumTokensOffset], static_cast<float>(abi.num_tokens_offset));
+  EXPECT_EQ(out[kOutHasSlotMappingOffset], static_cast<float>(abi.has_slot_mapping_offset));
 }
 
 struct Call {
@@ -126,8 +152,9 @@ class PagedVarlenOldAbi : public ::testing::TestWithParam<OldAbi> {};
 
 TEST_P(PagedVarlenOldAbi, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
   CleanAttnrtEnv env;
-  const std::string kernel = VarlenKernel(GetParam());
-  RuntimePtr runtime = OldAbiRuntime(GetParam());
+  const OldAbi& abi = GetParam();
+  const std::string kernel = VarlenKernel(abi);
+  RuntimePtr runtime = OldAbiRuntime(abi);
   ASSERT_TRUE(runtime);
   OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
   ASSERT_TRUE(op);
@@ -174,6 +201,14 @@ TEST_P(PagedVarlenOldAbi, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
       EXPECT_EQ(out[kOutLastQueryStart], 4);
       EXPECT_EQ(out[kOutWorkspaceSize], static_cast<float>(workspace));
       EXPECT_EQ(out[kOutSameProblemAsPlan], 1.0f);
+      ExpectLayout(abi, out);
+      EXPECT_EQ(out[kOutPPrecision], abi.minor >= 5 ? ATTNRT_P_PRECISION_EXACT : -1);
+      EXPECT_EQ(out[kOutValueHeadSize], abi.minor >= 8 ? kHeadSize : -1);
+      EXPECT_EQ(out[kOutKQuantType], ATTNRT_GQA_QUANT_NONE);
+      EXPECT_EQ(out[kOutVQuantType], ATTNRT_GQA_QUANT_NONE);
+      EXPECT_EQ(out[kOutKvCacheBitWidth], 0);
+      EXPECT_EQ(out[kOutCacheDtypeCode], ATTNRT_DTYPE_CODE_FLOAT);
+      EXPECT_EQ(out[kOutCacheDtypeBits], 32);
       EXPECT_EQ(out[kOutCount], -7.0f) << "the fixture writes " << kOutCount << " elements only";
     }
   }
@@ -262,9 +297,12 @@ TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
   }
 }
 
+// The plugins built before ABI 1.8.
+class PagedVarlenBeforeAbi18 : public ::testing::TestWithParam<OldAbi> {};
+
 // ABI 1.8's value head size is not offered to either: they would read value rows, and write
 // output rows, head_size wide. Nothing is written.
-TEST_P(PagedVarlenOldAbi, ValueHeadSizeIsRefusedWithTheReason) {
+TEST_P(PagedVarlenBeforeAbi18, ValueHeadSizeIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
   RuntimePtr runtime = OldAbiRuntime(GetParam());
   ASSERT_TRUE(runtime);
@@ -290,9 +328,300 @@ TEST_P(PagedVarlenOldAbi, ValueHeadSizeIsRefusedWithTheReason) {
   for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenOldAbi, ::testing::Values(kAbi14, kAbi17),
-                         [](const ::testing::TestParamInfo<OldAbi>& param_info) {
-                           return std::string(param_info.param.plugin);
-                         });
+// ---- Cache types (ABI 1.9): value_cache may have a type of its own ------------------------------
+
+constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+
+// One pool's type: its quant type and bit width (the attributes') and its dtype.
+struct PoolType {
+  const char* name;
+  int32_t quant;
+  int32_t bits;
+  attnrt_dtype dtype;
+};
+const PoolType kPoolF32{"float32", ATTNRT_GQA_QUANT_NONE, 0, kF32};
+const PoolType kPoolF16{"float16", ATTNRT_GQA_QUANT_NONE, 0, kF16};
+const PoolType kPoolBf16{"bfloat16", ATTNRT_GQA_QUANT_NONE, 0, kBf16};
+const PoolType kPoolQ8{"Q8_0", ATTNRT_GQA_QUANT_PER_BLOCK_32, 8, kU8};
+const PoolType kPoolQ4{"Q4_0", ATTNRT_GQA_QUANT_PER_BLOCK_32, 4, kU8};
+
+// A pool's last dimension for rows of `head` elements: the elements, or the bytes of head / 32
+// blocks.
+int64_t RowLength(const PoolType& type, int64_t head) {
+  if (type.quant == ATTNRT_GQA_QUANT_NONE) return head;
+  return head / 32 *
+         (type.bits == 8 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES);
+}
+
+// The pools' types and head sizes of a call. value_type_given: v_cache_own_type 1,
+// v_cache_bit_width (and v_quant_type) name value's type; else v_cache_own_type keeps its default 0
+// and value must be key's type (as before ABI 1.9).
+struct CacheCase {
+  PoolType key;
+  PoolType value;
+  bool value_type_given;
+  int64_t head_size;
+  int64_t v_head_size;
+};
+
+std::string Name(const CacheCase& c) {
+  return std::string("key_cache ") + c.key.name + ", value_cache " + c.value.name +
+         (c.value_type_given
+              ? " (v_cache_own_type 1, v_cache_bit_width " + std::to_string(c.value.bits) + ")"
+              : " (v_cache_own_type 0)") +
+         ", H " + std::to_string(c.head_size) + ", Hv " + std::to_string(c.v_head_size);
+}
+
+// The query type T: key_cache's when it is not quantized, else float32.
+attnrt_dtype QueryType(const CacheCase& c) {
+  return c.key.quant == ATTNRT_GQA_QUANT_NONE ? c.key.dtype : kF32;
+}
+
+OpPtr CacheOp(attnrt_runtime* runtime, const CacheCase& c,
+              int32_t p_precision = ATTNRT_P_PRECISION_EXACT) {
+  attnrt_paged_gqa_attributes a;
+  attnrt_paged_gqa_attributes_init(&a);
+  EXPECT_EQ(a.v_cache_own_type, 0);
+  a.gqa.num_heads = kHeads;
+  a.gqa.kv_num_heads = kKvHeads;
+  a.gqa.k_quant_type = c.key.quant;
+  a.gqa.kv_cache_bit_width = c.key.bits;
+  if (c.value_type_given) {
+    a.gqa.v_quant_type = c.value.quant;
+    a.v_cache_own_type = 1;
+    a.v_cache_bit_width = c.value.bits;
+  } else {
+    a.gqa.v_quant_type = c.key.quant;
+  }
+  a.block_size = kBlockSizeValue;
+  a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  a.p_precision = p_precision;
+  attnrt_op* op = nullptr;
+  const attnrt_status s = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA_VARLEN, &a, &op);
+  EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
+  return OpPtr(op);
+}
+
+// Call's sequences (with slot_mapping) over BNSH pools of the case's types; every input zero (a
+// zero of every type, scales included), the output -7.0f (float32) or bytes 0xA5.
+struct CacheCall {
+  Tensor key_cache, value_cache, query, key, value, output, initial_output;
+  Tensor query_start_loc = I32({0, 3, 4}, {3});
+  Tensor seq_lens = I32({5, 9}, {2});
+  Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
+  Tensor slot_mapping = I64({2, 3, 4, 4 * 4 + 0, -1, -1}, {kTokens});
+  std::vector<const attnrt_tensor*> in;
+  const attnrt_tensor* out = nullptr;
+
+  explicit CacheCall(const CacheCase& c)
+      : key_cache(c.key.dtype,
+                  {kNumBlocksValue, kKvHeads, kBlockSizeValue, RowLength(c.key, c.head_size)}),
+        value_cache(c.value.dtype, {kNumBlocksValue, kKvHeads, kBlockSizeValue,
+                                    RowLength(c.value, c.v_head_size)}),
+        query(QueryType(c), {kTokens, kHeads * c.head_size}),
+        key(QueryType(c), {kTokens, kKvHeads * c.head_size}),
+        value(QueryType(c), {kTokens, kKvHeads * c.v_head_size}),
+        output(QueryType(c), {kTokens, kHeads * c.v_head_size}) {
+    for (Tensor* t : {&key_cache, &value_cache, &query, &key, &value}) {
+      std::memset(t->data(), 0, t->bytes());
+    }
+    if (QueryType(c).bits == 32) {
+      output.Fill(-7.0f);
+    } else {
+      std::memset(output.data(), 0xA5, output.bytes());
+    }
+    initial_output = output.Clone();
+    in.assign(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING] = slot_mapping.get();
+    out = output.get();
+  }
+  bool OutputUntouched() const {
+    return std::memcmp(output.f32(), initial_output.f32(), output.bytes()) == 0;
+  }
+};
+
+// The fixture's kernel is offered the case, plans and runs it, and reads every field right.
+void ExpectOffered(const OldAbi& abi, const CacheCase& c,
+                   int32_t p_precision = ATTNRT_P_PRECISION_EXACT) {
+  SCOPED_TRACE(Name(c) + (p_precision == ATTNRT_P_PRECISION_INPUT ? ", p_precision INPUT" : ""));
+  ASSERT_EQ(QueryType(c).bits, 32) << "the fixture runs float32 only";
+  const std::string kernel = VarlenKernel(abi);
+  RuntimePtr runtime = OldAbiRuntime(abi);
+  ASSERT_TRUE(runtime);
+  OpPtr op = CacheOp(runtime.get(), c, p_precision);
+  ASSERT_TRUE(op);
+  CacheCall call(c);
+  const std::vector<Candidate> candidates =
+      Explain(op.get(), call.in.data(), call.in.size(), &call.out, 1);
+  ASSERT_EQ(candidates.size(), 1u);
+  EXPECT_EQ(candidates[0].kernel, kernel);
+  EXPECT_EQ(candidates[0].status, ATTNRT_CANDIDATE_SELECTED) << candidates[0].reason;
+
+  attnrt_plan* raw = nullptr;
+  attnrt_status s = attnrt_op_plan(op.get(), call.in.data(), call.in.size(), &call.out, 1, &raw);
+  ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+  PlanPtr plan(raw);
+  EXPECT_EQ(PlanKernel(plan.get()), kernel);
+  attnrt_plan_info info{};
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(attnrt_plan_get_info(plan.get(), &info), ATTNRT_OK);
+  const size_t workspace = kTokens * 64 + 1;
+  EXPECT_EQ(info.workspace_size, workspace);
+
+  s = attnrt_plan_run(plan.get(), call.in.data(), call.in.size(), &call.out, 1, nullptr, 0,
+                      nullptr);
+  ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+  const float* out = call.output.f32();
+  EXPECT_EQ(out[kOutNumTokens], kTokens);
+  EXPECT_EQ(out[kOutHasSlotMapping], 1.0f);
+  EXPECT_EQ(out[kOutMaxBlocksPerSeq], kSlots);
+  EXPECT_EQ(out[kOutBlockSize], kBlockSizeValue);
+  EXPECT_EQ(out[kOutNumBlocks], kNumBlocksValue);
+  EXPECT_EQ(out[kOutKvLayout], ATTNRT_PAGED_KV_LAYOUT_BNSH);
+  EXPECT_EQ(out[kOutBatchSize], 2);
+  EXPECT_EQ(out[kOutNumHeads], kHeads);
+  EXPECT_EQ(out[kOutKvNumHeads], kKvHeads);
+  EXPECT_EQ(out[kOutHeadSize], c.head_size);
+  EXPECT_EQ(out[kOutValueHeadSize], abi.minor >= 8 ? c.v_head_size : -1);
+  EXPECT_EQ(out[kOutKeyCacheStride0], kKvHeads * kBlockSizeValue * RowLength(c.key, c.head_size));
+  EXPECT_EQ(out[kOutValueCacheStride0],
+            kKvHeads * kBlockSizeValue * RowLength(c.value, c.v_head_size));
+  EXPECT_EQ(out[kOutMaxQueryLen], 3);
+  EXPECT_EQ(out[kOutLastQueryStart], 4);
+  EXPECT_EQ(out[kOutWorkspaceSize], static_cast<float>(workspace));
+  EXPECT_EQ(out[kOutSameProblemAsPlan], 1.0f);
+  ExpectLayout(abi, out);
+  EXPECT_EQ(out[kOutPPrecision], abi.minor >= 5 ? p_precision : -1);
+  // One type for both pools: v_quant_type is k_quant_type's, whether given or not.
+  EXPECT_EQ(out[kOutKQuantType], c.key.quant);
+  EXPECT_EQ(out[kOutVQuantType], c.key.quant);
+  EXPECT_EQ(out[kOutKvCacheBitWidth], c.key.bits);
+  EXPECT_EQ(out[kOutCacheDtypeCode], c.key.dtype.code);
+  EXPECT_EQ(out[kOutCacheDtypeBits], c.key.dtype.bits);
+  EXPECT_EQ(out[kOutCount], -7.0f) << "the fixture writes " << kOutCount << " elements only";
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The fixture's kernel, pinned, is not offered the case: explain gives the runtime's reason (a
+// value_cache type other than key_cache's needs ABI 1.9), planning fails UNSUPPORTED saying so,
+// and nothing is written.
+void ExpectRefusedForTheValueCacheType(const OldAbi& abi, const CacheCase& c) {
+  SCOPED_TRACE(Name(c));
+  const std::string kernel = VarlenKernel(abi);
+  RuntimePtr runtime = OldAbiRuntime(abi, kernel.c_str());
+  ASSERT_TRUE(runtime);
+  OpPtr op = CacheOp(runtime.get(), c);
+  ASSERT_TRUE(op);
+  CacheCall call(c);
+  const std::vector<Candidate> candidates =
+      Explain(op.get(), call.in.data(), call.in.size(), &call.out, 1);
+  ASSERT_EQ(candidates.size(), 1u);
+  EXPECT_EQ(candidates[0].kernel, kernel);
+  EXPECT_EQ(candidates[0].status, ATTNRT_CANDIDATE_DECLINED);
+  const std::string& reason = candidates[0].reason;
+  const std::string built_for = std::string("plugin '") + abi.plugin + "' was built for ABI 1." +
+                                std::to_string(abi.minor) + ", and ";
+  EXPECT_TRUE(StartsWith(reason, built_for)) << reason;
+  EXPECT_TRUE(EndsWith(reason, " needs ABI 1.9")) << reason;
+  EXPECT_NE(reason.find("value_cache"), std::string::npos) << reason;
+
+  attnrt_plan* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), &call.out, 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find(kernel + ": " + built_for), std::string::npos) << message;
+  EXPECT_NE(message.find("value_cache"), std::string::npos) << message;
+  EXPECT_NE(message.find(" needs ABI 1.9"), std::string::npos) << message;
+  EXPECT_TRUE(call.OutputUntouched());
+}
+
+class PagedVarlenCacheTypes : public ::testing::TestWithParam<OldAbi> {};
+
+// Pools of one type are offered as before ABI 1.9, v_cache_own_type left at its default or naming
+// key_cache's type: float32, and PER_BLOCK_32 from ABI 1.7.
+TEST_P(PagedVarlenCacheTypes, OneTypeForBothPoolsIsOffered) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  std::vector<PoolType> types = {kPoolF32};
+  if (abi.minor >= 7) types.insert(types.end(), {kPoolQ8, kPoolQ4});
+  for (const PoolType& type : types) {
+    for (bool given : {false, true}) ExpectOffered(abi, {type, type, given, 32, 32});
+  }
+}
+
+// A value_cache type other than key_cache's is offered to none of them: they would read value
+// rows as key_cache's type. Among them llama.cpp's -ctk f16 -ctv q4_0, and pairs the fixture would
+// accept (float32 queries).
+TEST_P(PagedVarlenCacheTypes, IndependentValueCacheTypeIsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  const CacheCase cases[] = {
+      {kPoolF16, kPoolQ4, true, 32, 32},   {kPoolF32, kPoolQ4, true, 32, 32},
+      {kPoolF32, kPoolQ8, true, 32, 32},   {kPoolF32, kPoolF16, true, 32, 32},
+      {kPoolF32, kPoolBf16, true, 32, 32}, {kPoolQ8, kPoolF32, true, 32, 32},
+      {kPoolQ8, kPoolF16, true, 32, 32},   {kPoolQ8, kPoolQ4, true, 32, 32},
+      {kPoolQ4, kPoolQ8, true, 32, 32},    {kPoolQ8, kPoolF16, true, 32, 64},
+  };
+  for (const CacheCase& c : cases) ExpectRefusedForTheValueCacheType(abi, c);
+}
+
+// ABI 1.8's value head size is offered to the plugin built for it, with v_cache_own_type at its
+// default (narrower and wider V rows, float32 and PER_BLOCK_32 pools) or naming key_cache's type.
+TEST(PagedVarlenAbi18, ValueHeadSizeIsOffered) {
+  CleanAttnrtEnv env;
+  const CacheCase cases[] = {
+      {kPoolF32, kPoolF32, false, 8, 16}, {kPoolF32, kPoolF32, false, 16, 8},
+      {kPoolQ8, kPoolQ8, false, 32, 64},  {kPoolQ4, kPoolQ4, false, 64, 32},
+      {kPoolF32, kPoolF32, true, 16, 8},  {kPoolQ8, kPoolQ8, true, 32, 64},
+  };
+  for (const CacheCase& c : cases) ExpectOffered(kAbi18, c);
+}
+
+// The plugins built since ABI 1.5.
+class PagedVarlenSinceAbi15 : public ::testing::TestWithParam<OldAbi> {};
+
+// p_precision INPUT is offered to them and read at its offset, whatever moved after it.
+TEST_P(PagedVarlenSinceAbi15, InputPPrecisionIsOffered) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  ExpectOffered(abi, {kPoolF32, kPoolF32, false, 32, 32}, ATTNRT_P_PRECISION_INPUT);
+  ExpectOffered(abi, {kPoolQ8, kPoolQ8, false, 32, 32}, ATTNRT_P_PRECISION_INPUT);
+  if (abi.minor >= 8) {
+    ExpectOffered(abi, {kPoolF32, kPoolF32, false, 16, 8}, ATTNRT_P_PRECISION_INPUT);
+  }
+}
+
+std::string PluginName(const ::testing::TestParamInfo<OldAbi>& param_info) {
+  return param_info.param.plugin;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenOldAbi, ::testing::Values(kAbi14, kAbi17, kAbi18),
+                         PluginName);
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenBeforeAbi18, ::testing::Values(kAbi14, kAbi17),
+                         PluginName);
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenSinceAbi15, ::testing::Values(kAbi17, kAbi18),
+                         PluginName);
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedVarlenCacheTypes, ::testing::Values(kAbi14, kAbi17, kAbi18),
+                         PluginName);
 
 }  // namespace

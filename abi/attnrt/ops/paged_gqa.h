@@ -71,6 +71,22 @@
  * accumulation), u_T the unit roundoff of T (2^-8 bfloat16, 2^-11 float16; a float16 p below
  * 2^-14 adds at most 2^-25 |v_j| / l each).
  *
+ * Value cache type (v_cache_own_type, v_cache_bit_width, ABI 1.9): value_cache may hold another
+ * type than key_cache, as llama.cpp's separate K and V cache types (-ctk/-ctv) make. With
+ * v_cache_own_type = 0 (the default) both pools have key_cache's type, as GroupQueryAttention has
+ * it (kv_cache_bit_width and k_quant_type describe both; v_quant_type is ignored unless it differs
+ * from a quantized k_quant_type; v_cache_bit_width is ignored). v_cache_own_type = 1 makes the two
+ * types independent:
+ *   key_cache    k_quant_type NONE: dtype T, kv_cache_bit_width 0;
+ *                PER_BLOCK_32: uint8 blocks, kv_cache_bit_width 8 (Q8_0) or 4 (Q4_0);
+ *   value_cache  v_quant_type NONE: dtype float32, float16 or bfloat16 (any of them, whatever T
+ *                is: new value rows are rounded to it to nearest even), v_cache_bit_width 0;
+ *                PER_BLOCK_32: uint8 blocks, v_cache_bit_width 8 (Q8_0) or 4 (Q4_0).
+ * PER_TENSOR and PER_CHANNEL caches (k_scale/v_scale) keep one type for both pools: independent
+ * types take only NONE and PER_BLOCK_32, with k_scale and v_scale absent. The value rows' head
+ * size rules follow value_cache's own type (a multiple of 32 for PER_BLOCK_32). Kernels that serve
+ * two types say so in supports(); cpu_x86/cpu_arm: the naive (row pipeline) kernels.
+ *
  * Value head size (ABI 1.8): V rows may be narrower or wider than Q/K rows, as in FlashAttention
  * (which takes it from v's shape) and ggml's flash_attn_ext (MLA-style models: key 192 / value 128,
  * key 96 / value 64). The value head size Hv is value_cache's last dimension: Hv elements, the
@@ -160,16 +176,25 @@ typedef struct attnrt_paged_gqa_attributes {
   /* ABI 1.5: attnrt_p_precision; default EXACT. A caller whose struct_size ends before this field
    * (built against ABI 1.2-1.4) gets EXACT. */
   int32_t p_precision;
+  /* ABI 1.9 (see "Value cache type" above): 1 = value_cache has a type of its own, given by
+   * gqa.v_quant_type and v_cache_bit_width; 0 (default) = key_cache's type. A caller whose
+   * struct_size ends before v_cache_bit_width (built against ABI 1.2-1.8) gets 0. */
+  int32_t v_cache_own_type;
+  /* ABI 1.9, with v_cache_own_type = 1: 0 (v_quant_type NONE), 8 (Q8_0) or 4 (Q4_0); else
+   * ignored. Default 0. */
+  int32_t v_cache_bit_width;
 } attnrt_paged_gqa_attributes;
 
 /** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0,
- *  kv_layout = BSNH and p_precision = EXACT. */
+ *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0 and v_cache_bit_width = 0. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
   a->struct_size = sizeof(attnrt_paged_gqa_attributes);
   attnrt_gqa_attributes_init(&a->gqa);
   a->block_size = 0;
   a->kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
   a->p_precision = ATTNRT_P_PRECISION_EXACT;
+  a->v_cache_own_type = 0;
+  a->v_cache_bit_width = 0;
 }
 
 /**
@@ -201,6 +226,14 @@ typedef struct attnrt_paged_gqa_problem {
    * A kernel of an older plugin does not see this field: the runtime offers it only problems with
    * Hv == head_size (paged varlen ones in the ABI 1.5-1.7 layout, which this field changed). */
   int64_t v_head_size;
+  /* ABI 1.9: value_cache's type (see "Value cache type" above): its dtype and the bit width of
+   * gqa.attributes.v_quant_type (0 for NONE). Both pools share one type unless
+   * value_cache_dtype != gqa.cache_dtype or gqa.attributes.v_quant_type != k_quant_type or
+   * v_cache_bit_width != kv_cache_bit_width; when they share it, v_quant_type equals k_quant_type.
+   * A kernel of an older plugin does not see these fields: the runtime offers it only problems
+   * whose pools share one type (paged varlen ones in the ABI 1.8 layout, which they changed). */
+  attnrt_dtype value_cache_dtype;
+  int32_t v_cache_bit_width;
 } attnrt_paged_gqa_problem;
 
 /**

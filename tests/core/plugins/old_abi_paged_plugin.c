@@ -1,9 +1,11 @@
 /*
  * A plugin built against older ABI headers, as a third party's plugin built then is: compiled once
  * against copies of the ABI 1.4 headers (tests/core/plugins/abi_1_4, before ABI 1.5 appended
- * p_precision to attnrt_paged_gqa_problem) as plugin 'abi14paged', and once against copies of the
+ * p_precision to attnrt_paged_gqa_problem) as plugin 'abi14paged', once against copies of the
  * ABI 1.7 headers (tests/core/plugins/abi_1_7, before ABI 1.8 appended v_head_size) as
- * 'abi17paged'. Its kernels read the problem and args through that version's structs:
+ * 'abi17paged', and once against copies of the ABI 1.8 headers (tests/core/plugins/abi_1_8, before
+ * ABI 1.9 appended value_cache_dtype and v_cache_bit_width) as 'abi18paged'. Its kernels read the
+ * problem and args through that version's structs:
  *
  *   <name>.paged_gqa.fixture.scalar         paged op: declines every problem ("test fixture
  *                                           kernel never runs")
@@ -27,10 +29,17 @@
 #elif ATTNRT_ABI_VERSION_MAJOR == 1 && ATTNRT_ABI_VERSION_MINOR == 7
 #define FIXTURE_NAME "abi17paged"
 #define FIXTURE_ABI "ABI 1.7"
+#elif ATTNRT_ABI_VERSION_MAJOR == 1 && ATTNRT_ABI_VERSION_MINOR == 8
+#define FIXTURE_NAME "abi18paged"
+#define FIXTURE_ABI "ABI 1.8"
 #else
 #error \
-    "old_abi_paged_plugin.c must be built against the headers of tests/core/plugins/abi_1_4 or abi_1_7"
+    "old_abi_paged_plugin.c must be built against the headers of tests/core/plugins/abi_1_4, abi_1_7 or abi_1_8"
 #endif
+
+/* The fields the fixture's version has: p_precision since ABI 1.5, v_head_size since ABI 1.8. */
+#define FIXTURE_HAS_P_PRECISION (ATTNRT_ABI_VERSION_MINOR >= 5)
+#define FIXTURE_HAS_V_HEAD_SIZE (ATTNRT_ABI_VERSION_MINOR >= 8)
 
 /* The problem workspace_size() saw last: run() reports whether it gets the same one (the copy the
  * runtime keeps with the plan). */
@@ -108,7 +117,12 @@ static int32_t VarlenRun(void* context, const void* args, char* error, size_t ca
              a->struct_size, sizeof(*a));
     return ATTNRT_ERROR_INTERNAL;
   }
-  if (p->num_tokens * p->paged.gqa.num_heads * p->paged.gqa.head_size < kOutCount) {
+#if FIXTURE_HAS_V_HEAD_SIZE
+  const int64_t output_head_size = p->paged.v_head_size;
+#else
+  const int64_t output_head_size = p->paged.gqa.head_size;
+#endif
+  if (p->num_tokens * p->paged.gqa.num_heads * output_head_size < kOutCount) {
     snprintf(error, capacity, "the output holds fewer than %d elements", (int)kOutCount);
     return ATTNRT_ERROR_INTERNAL;
   }
@@ -128,6 +142,26 @@ static int32_t VarlenRun(void* context, const void* args, char* error, size_t ca
   out[kOutLastQueryStart] = (float)a->query_start_loc[batch];
   out[kOutWorkspaceSize] = (float)a->paged.gqa.workspace_size;
   out[kOutSameProblemAsPlan] = (const void*)p == g_planned_problem ? 1.0f : 0.0f;
+  out[kOutVarlenProblemSize] = (float)sizeof(*p);
+  out[kOutPagedProblemSize] = (float)sizeof(p->paged);
+  out[kOutNumTokensOffset] = (float)offsetof(attnrt_paged_gqa_varlen_problem, num_tokens);
+  out[kOutHasSlotMappingOffset] =
+      (float)offsetof(attnrt_paged_gqa_varlen_problem, has_slot_mapping);
+#if FIXTURE_HAS_P_PRECISION
+  out[kOutPPrecision] = (float)p->paged.p_precision;
+#else
+  out[kOutPPrecision] = -1.0f;
+#endif
+#if FIXTURE_HAS_V_HEAD_SIZE
+  out[kOutValueHeadSize] = (float)p->paged.v_head_size;
+#else
+  out[kOutValueHeadSize] = -1.0f;
+#endif
+  out[kOutKQuantType] = (float)p->paged.gqa.attributes.k_quant_type;
+  out[kOutVQuantType] = (float)p->paged.gqa.attributes.v_quant_type;
+  out[kOutKvCacheBitWidth] = (float)p->paged.gqa.attributes.kv_cache_bit_width;
+  out[kOutCacheDtypeCode] = (float)p->paged.gqa.cache_dtype.code;
+  out[kOutCacheDtypeBits] = (float)p->paged.gqa.cache_dtype.bits;
   return ATTNRT_OK;
 }
 

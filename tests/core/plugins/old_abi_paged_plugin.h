@@ -24,6 +24,23 @@ enum OldAbiPagedOut {
   kOutLastQueryStart,
   kOutWorkspaceSize,
   kOutSameProblemAsPlan,
+  /* What the fixture's own headers say: sizeof of its varlen and paged problem structs and the
+   * offsets of the varlen problem's own fields (which moved in ABI 1.5 and 1.8). */
+  kOutVarlenProblemSize,
+  kOutPagedProblemSize,
+  kOutNumTokensOffset,
+  kOutHasSlotMappingOffset,
+  /* paged.p_precision (ABI 1.5) and paged.v_head_size (ABI 1.8); -1 where the fixture's version
+   * has no such field. */
+  kOutPPrecision,
+  kOutValueHeadSize,
+  /* The cache type of paged.gqa: the attributes' k_quant_type, v_quant_type and
+   * kv_cache_bit_width, and cache_dtype's code and bits. */
+  kOutKQuantType,
+  kOutVQuantType,
+  kOutKvCacheBitWidth,
+  kOutCacheDtypeCode,
+  kOutCacheDtypeBits,
   kOutCount
 };
 
