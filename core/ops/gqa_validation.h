@@ -24,13 +24,15 @@ Status ValidateShapes(const attnrt_gqa_attributes& attributes, const attnrt_tens
                       size_t num_inputs, const attnrt_tensor* const* outputs, size_t num_outputs,
                       attnrt_gqa_problem* out);
 
-// The paged ops' value rows (attnrt/ops/paged_gqa.h): their head size Hv (ABI 1.8; 0 means
-// head_size, GroupQueryAttention's one head size), and whether value_cache has a type of its own
-// (ABI 1.9): then the caller checked the rules of that type, and past_value/present_value stand for
-// value rows of the key cache's type (attributes with v_quant_type = k_quant_type).
+// The paged ops' rows (attnrt/ops/paged_gqa.h): the value head size Hv (ABI 1.8; 0 means
+// head_size, GroupQueryAttention's one head size); whether value_cache has a type of its own (ABI
+// 1.9): then the caller checked the rules of that type, and past_value/present_value stand for
+// value rows of the key cache's type (attributes with v_quant_type = k_quant_type); and whether an
+// unquantized cache's head sizes may be any positive number (ABI 1.9; else multiples of 8).
 struct ValueRows {
   int64_t head_size = 0;
   bool own_type = false;
+  bool any_head_size = false;
 };
 
 // ValidateShapes with the paged ops' value rows: value, past_value/present_value (dimension 3),

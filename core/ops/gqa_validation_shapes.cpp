@@ -122,7 +122,12 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
   const bool packed = key == nullptr;
   const int64_t heads_in_query = packed ? N + 2 * Nkv : N;
   const int64_t H = D / heads_in_query;
-  if (H % 8 != 0) {
+  // The paged ops take any head size of an unquantized cache (ABI 1.9); GroupQueryAttention's
+  // rule, as the reference's, is a multiple of 8.
+  const bool any_key_head_size = value_rows.any_head_size && !Quantized(a);
+  const bool any_value_head_size =
+      value_rows.any_head_size && (!Quantized(a) || value_rows.own_type);
+  if (H % 8 != 0 && !any_key_head_size) {
     return InvalidArgument(
         StrCat("head_size must be a multiple of 8, got ", H, " (query dimension 2 = ", D, ", ",
                packed ? "num_heads + 2 * kv_num_heads" : "num_heads", " = ", heads_in_query, ")"));
@@ -141,7 +146,7 @@ Status ValidateShapesImpl(const attnrt_gqa_attributes& a, const attnrt_tensor* c
           "packed QKV (key and value absent) needs value_cache's head size to equal head_size ", H,
           ", got v_head_size ", Hv));
     }
-    if (Hv % 8 != 0) {
+    if (Hv % 8 != 0 && !any_value_head_size) {
       return InvalidArgument(
           StrCat("v_head_size (value_cache dimension 3) must be a multiple of 8, got ", Hv));
     }

@@ -99,6 +99,11 @@ AbiNeed ValueCacheTypeNeed(const attnrt_paged_gqa_problem& problem) {
   return {paged_gqa_layouts::kValueCacheTypeMinor, "a value_cache type other than key_cache's"};
 }
 
+AbiNeed HeadSizeNeed(const attnrt_paged_gqa_problem& problem) {
+  if (problem.gqa.head_size % 8 == 0 && problem.v_head_size % 8 == 0) return {};
+  return {paged_gqa_layouts::kValueCacheTypeMinor, "a head size that is not a multiple of 8"};
+}
+
 AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {
   if (attributes.k_quant_type != ATTNRT_GQA_QUANT_PER_BLOCK_32) return {};
   return {7, attributes.kv_cache_bit_width == 4 ? "a PER_BLOCK_32 (Q4_0) KV cache"
@@ -111,7 +116,7 @@ AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem) {
   return NewerNeed(
       NewerNeed(NewerNeed(KvQuantNeed(problem.gqa.attributes), PPrecisionNeed(problem.p_precision)),
                 ValueHeadSizeNeed(problem)),
-      ValueCacheTypeNeed(problem));
+      NewerNeed(ValueCacheTypeNeed(problem), HeadSizeNeed(problem)));
 }
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {

@@ -31,11 +31,15 @@ AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem);
 // as key_cache's type.
 AbiNeed ValueCacheTypeNeed(const attnrt_paged_gqa_problem& problem);
 
+// What a head size (key or value) that is not a multiple of 8 (ABI 1.9) needs of a kernel's plugin:
+// an older one was promised multiples of 8.
+AbiNeed HeadSizeNeed(const attnrt_paged_gqa_problem& problem);
+
 // The need of the newer ABI minor version of the two.
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b);
 
 // What a paged problem (of either paged op) needs of a kernel's plugin: the newest of its KV cache
-// quantization's, p_precision's, value head size's and value cache type's needs.
+// quantization's, p_precision's, value head size's, value cache type's and head sizes' needs.
 AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem);
 
 // Validates the attnrt_paged_gqa_attributes at `attributes` and creates the family.

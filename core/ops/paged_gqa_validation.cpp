@@ -291,9 +291,9 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   // cache's (v_quant_type as k_quant_type), value_cache's own was checked above.
   attnrt_gqa_attributes one_type = a.gqa;
   if (independent) one_type.v_quant_type = one_type.k_quant_type;
-  ATTNRT_RETURN_IF_ERROR(Rename(
-      gqa::ValidateShapes(one_type, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs,
-                          gqa::ValueRows{value_head_size, independent}, &gqa)));
+  ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(
+      one_type, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs,
+      gqa::ValueRows{value_head_size, independent, /*any_head_size=*/true}, &gqa)));
   gqa.attributes.v_quant_type = a.gqa.v_quant_type;
   if (table.shape[0] != gqa.batch_size) {
     return InvalidArgument(StrCat("block_table: dimension 0 must be batch_size ", gqa.batch_size,

@@ -45,15 +45,22 @@ std::string ValueCacheTypeDeclineReason(PagedKernel kernel, const attnrt_paged_g
   return {};
 }
 
+// Head sizes that are not multiples of 8 (ABI 1.9, unquantized caches): the row pipeline reads rows
+// of any length; the flash tiles are laid out in whole vectors of 8 or 16 floats.
+std::string HeadSizeDeclineReason(PagedKernel kernel, const attnrt_paged_gqa_problem& p) {
+  if (!IsFlash(kernel) || (p.gqa.head_size % 8 == 0 && p.v_head_size % 8 == 0)) return {};
+  return "head_size " + std::to_string(p.gqa.head_size) + " and v_head_size " +
+         std::to_string(p.v_head_size) +
+         ": head sizes that are not multiples of 8 are run by the naive kernels";
+}
+
 // What a value head size other than head_size needs of the value rows (validation checks it;
 // checked again, as every field a kernel relies on): a multiple of 8, of 32 for PER_BLOCK_32
 // blocks, and a per-channel v_scale of one scale per value element. "" when they hold.
 std::string ValueHeadSizeDeclineReason(const attnrt_paged_gqa_problem& p) {
   const int64_t hv = p.v_head_size;
   const attnrt_gqa_attributes& a = p.gqa.attributes;
-  if (hv <= 0 || hv % 8 != 0) {
-    return "v_head_size " + std::to_string(hv) + " is not a positive multiple of 8";
-  }
+  if (hv <= 0) return "v_head_size " + std::to_string(hv) + " is not positive";
   if (a.v_quant_type == ATTNRT_GQA_QUANT_PER_BLOCK_32 &&
       hv % ATTNRT_GQA_QUANT_BLOCK_ELEMENTS != 0) {
     return "v_head_size " + std::to_string(hv) + " is not a multiple of 32 (PER_BLOCK_32)";
@@ -98,10 +105,12 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
     const attnrt_paged_gqa_problem* paged =
         PagedProblem(problem, IsVarlen(kernel), reason, reason_capacity);
     if (paged == nullptr) return 0;
-    const std::string type_reason = ValueCacheTypeDeclineReason(kernel, *paged);
-    if (!type_reason.empty()) {
-      WriteMessage(reason, reason_capacity, type_reason);
-      return 0;
+    for (const std::string& why :
+         {ValueCacheTypeDeclineReason(kernel, *paged), HeadSizeDeclineReason(kernel, *paged)}) {
+      if (!why.empty()) {
+        WriteMessage(reason, reason_capacity, why);
+        return 0;
+      }
     }
     // The contiguous supports() knows one head size. With a value head size Hv (ABI 1.8) the
     // value rows' own rules are checked here, and it is handed the problem with the per-channel
