@@ -3,9 +3,9 @@
 
 Prints how many cases attnrt computed and passed and how many it declined, grouped by why (the K/V
 types, head sizes), and fails (exit 1) when a case failed, when no case was computed, or when
-attnrt declined a case it serves: K and V of one type among f32, f16, bf16 (K and V head sizes
-multiples of 8) and q8_0, q4_0 (multiples of 32), equal or not (ALiBi, softcap, sinks, GQA ratios,
-strides and lengths included, sparse masks (n_kv_max) too).
+attnrt declined a case it serves: K and V each of f32, f16, bf16 (any head size) or q8_0, q4_0
+(head sizes multiples of 32), the same type or two, head sizes equal or not (ALiBi, softcap, sinks,
+GQA ratios, strides and lengths included, sparse masks (n_kv_max) too).
 Usage: ggml_suite_summary.py LOG
 """
 
@@ -14,7 +14,7 @@ import re
 import sys
 
 CASE = re.compile(r"^\s*FLASH_ATTN_EXT\((?P<params>.*)\): (?P<result>.*)$")
-SERVED_TYPES = {"f32": 8, "f16": 8, "bf16": 8, "q8_0": 32, "q4_0": 32}  # head size multiple
+SERVED_TYPES = {"f32": 1, "f16": 1, "bf16": 1, "q8_0": 32, "q4_0": 32}  # head size multiple
 
 
 def params_of(text):
@@ -38,12 +38,11 @@ def main():
                 passed += 1
             elif result.startswith("not supported"):
                 kt, vt, hsk, hsv = p["type_K"], p["type_V"], int(p["hsk"]), int(p["hsv"])
-                if kt != vt:
-                    declined["K and V of different types"] += 1
-                elif kt not in SERVED_TYPES:
-                    declined[f"{kt} K/V (ggml block quantization)"] += 1
-                elif hsk % SERVED_TYPES[kt] or hsv % SERVED_TYPES[kt]:
-                    declined[f"K or V head size not a multiple of {SERVED_TYPES[kt]}"] += 1
+                unserved = sorted({t for t in (kt, vt) if t not in SERVED_TYPES})
+                if unserved:
+                    declined[f"{'/'.join(unserved)} K or V (ggml block quantization)"] += 1
+                elif hsk % SERVED_TYPES[kt] or hsv % SERVED_TYPES[vt]:
+                    declined["K or V head size not a multiple of its blocks' 32"] += 1
                 else:
                     should_serve.append(m.group("params"))
             else:

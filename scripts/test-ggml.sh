@@ -73,7 +73,9 @@ echo "test-ggml: negative control: test-backend-ops fails a wrong output element
 #    c. The negative control: every row missing its last key (ATTNRT_GGML_TEST_FAULT=last-key) must
 #       exceed 100 times attnrt's divergence.
 #    d. a. again with two sequences in every batch (-b 512: two cache streams per node).
-#    e. Q8_0 and Q4_0 caches (attnrt's PER_BLOCK_32, dequantized in its kernels): ggml's CPU backend
+#    e. Q8_0 and Q4_0 caches (attnrt's PER_BLOCK_32, dequantized in its kernels), and a float16 K
+#       cache with a Q4_0 V cache (-ctk f16 -ctv q4_0: attnrt's independent K/V cache types, run by
+#       its row-pipeline kernels; same bounds, no negative control): ggml's CPU backend
 #       quantizes the query to Q8_0 for them and attnrt keeps it float32, so the two differ by that
 #       rounding. Stated tolerance: attnrt's divergence from the CPU backend's logits with the same
 #       cache type is at most the divergence the cache's quantization itself causes (the CPU
@@ -108,13 +110,15 @@ on_cpu=(-u GGML_BACKEND_PATH)
 # flushed before the program exits"): under a loaded machine a run sometimes exits 0 without its
 # summary lines, twice in a row once, which a later run printed (same numbers). So a run whose log
 # lacks the summary is run again, up to four times in all, saying so.
+# KV names the cache type of K and V, or K:V two types.
 perplexity_against() { # LOG KV FA BATCH BASE [env...]: logits against the saved ones in BASE
   local log="$1" kv="$2" fa="$3" batch="$4" base="$5"
   shift 5
   local attempt
   for attempt in 1 2 3 4; do
     env "$@" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$batch" \
-      -ub 128 -t 2 -fa "$fa" -ctk "$kv" -ctv "$kv" --kl-divergence-base "$base" --kl-divergence \
+      -ub 128 -t 2 -fa "$fa" -ctk "${kv%%:*}" -ctv "${kv##*:}" --kl-divergence-base "$base" \
+      --kl-divergence \
       >"$log" 2>&1 </dev/null
     grep -q '^Mean *KLD:' "$log" && return 0
     echo "test-ggml: $log has no KL divergence summary (attempt $attempt); its last lines:" >&2
@@ -128,7 +132,7 @@ perplexity() { # LOG KV FA BATCH [env...]: against the CPU backend's logits with
 }
 save_base() { # KV BATCH: the CPU backend's logits
   env "${on_cpu[@]}" "$bin/llama-perplexity" -m "$model" -f "$work/text.txt" -c 256 -b "$2" \
-    -ub 128 -t 2 -fa on -ctk "$1" -ctv "$1" --kl-divergence-base "$work/base-$1-$2.kld" \
+    -ub 128 -t 2 -fa on -ctk "${1%%:*}" -ctv "${1##*:}" --kl-divergence-base "$work/base-$1-$2.kld" \
     >"$work/ppl-cpu-$1-$2.log" 2>&1 </dev/null
 }
 mean_kld() { sed -n 's/^Mean *KLD: *\([0-9.e+-]*\).*/\1/p' "$1"; }
@@ -221,13 +225,13 @@ if [ "${computed:-0}" -eq 0 ] || ! within_spread "$attnrt" "$spread"; then
   exit 1
 fi
 
-# e. Q8_0 and Q4_0 caches.
+# e. Q8_0 and Q4_0 caches, and float16 K with Q4_0 V.
 versus_f16() { # LOG KV [env...]: logits with a KV cache against the CPU backend's float16 ones
   local log="$1" kv="$2"
   shift 2
   perplexity_against "$log" "$kv" on 256 "$work/base-f16-256.kld" "$@"
 }
-for kv in q8_0 q4_0; do
+for kv in q8_0 q4_0 f16:q4_0; do
   save_base "$kv" 256
   perplexity "$work/ppl-attnrt-$kv.log" "$kv" on 256 "${on_attnrt[@]}"
   versus_f16 "$work/ppl-cpu-$kv-vs-f16.log" "$kv" "${on_cpu[@]}"

@@ -8,10 +8,10 @@ llama-bench run repeats its tests -r times itself; the median is over every repe
 round.
 
 Usage: ggml_llama_bench.py --bin LLAMA_BIN_DIR --backend build/lib/libattnrt_ggml.so --model M.gguf
-         [--depths 0,4096,16384] [--kv f16,q8_0] [--prompt 512] [--gen 64] [--threads 2]
+         [--depths 0,4096,16384] [--kv f16,q8_0,f16:q4_0] [--prompt 512] [--gen 64] [--threads 2]
          [--rounds 2] [--reps 2]
 The model: scripts/make-llama-gguf.py (e.g. --layers 4 --hidden 1024 --heads 8 --kv-heads 2
---head-size 128 --dtype f16).
+--head-size 128 --dtype f16). A --kv entry K:V gives K and V caches of two types (-ctk K -ctv V).
 """
 
 import argparse
@@ -30,7 +30,7 @@ def run(args, depth, kv, with_attnrt):
         env["ATTNRT_GGML_DEBUG"] = "1"
     cmd = [os.path.join(args.bin, "llama-bench"), "-m", args.model, "-fa", "1", "-t",
            str(args.threads), "-p", str(args.prompt), "-n", str(args.gen), "-d", str(depth),
-           "-ctk", kv, "-ctv", kv, "-r", str(args.reps), "-o", "json"]
+           "-ctk", kv.split(":")[0], "-ctv", kv.split(":")[-1], "-r", str(args.reps), "-o", "json"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         sys.exit(f"llama-bench failed ({' '.join(cmd)}):\n{p.stderr[-3000:]}")

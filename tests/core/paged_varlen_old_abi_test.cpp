@@ -521,9 +521,9 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 // The fixture's kernel, pinned, is not offered the case: explain gives the runtime's reason (a
-// value_cache type other than key_cache's needs ABI 1.9), planning fails UNSUPPORTED saying so,
-// and nothing is written.
-void ExpectRefusedForTheValueCacheType(const OldAbi& abi, const CacheCase& c) {
+// feature that needs ABI 1.9, named by `feature`: "value_cache" for a value_cache type other than
+// key_cache's), planning fails UNSUPPORTED saying so, and nothing is written.
+void ExpectRefusedNeedingAbi19(const OldAbi& abi, const CacheCase& c, const std::string& feature) {
   SCOPED_TRACE(Name(c));
   const std::string kernel = VarlenKernel(abi);
   RuntimePtr runtime = OldAbiRuntime(abi, kernel.c_str());
@@ -541,7 +541,7 @@ void ExpectRefusedForTheValueCacheType(const OldAbi& abi, const CacheCase& c) {
                                 std::to_string(abi.minor) + ", and ";
   EXPECT_TRUE(StartsWith(reason, built_for)) << reason;
   EXPECT_TRUE(EndsWith(reason, " needs ABI 1.9")) << reason;
-  EXPECT_NE(reason.find("value_cache"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(feature), std::string::npos) << reason;
 
   attnrt_plan* raw = nullptr;
   const attnrt_status s =
@@ -550,7 +550,7 @@ void ExpectRefusedForTheValueCacheType(const OldAbi& abi, const CacheCase& c) {
   EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
   const std::string message = attnrt_last_error_message();
   EXPECT_NE(message.find(kernel + ": " + built_for), std::string::npos) << message;
-  EXPECT_NE(message.find("value_cache"), std::string::npos) << message;
+  EXPECT_NE(message.find(feature), std::string::npos) << message;
   EXPECT_NE(message.find(" needs ABI 1.9"), std::string::npos) << message;
   EXPECT_TRUE(call.OutputUntouched());
 }
@@ -582,7 +582,30 @@ TEST_P(PagedVarlenCacheTypes, IndependentValueCacheTypeIsRefusedWithTheReason) {
       {kPoolQ8, kPoolF16, true, 32, 32},   {kPoolQ8, kPoolQ4, true, 32, 32},
       {kPoolQ4, kPoolQ8, true, 32, 32},    {kPoolQ8, kPoolF16, true, 32, 64},
   };
-  for (const CacheCase& c : cases) ExpectRefusedForTheValueCacheType(abi, c);
+  for (const CacheCase& c : cases) ExpectRefusedNeedingAbi19(abi, c, "value_cache");
+}
+
+// ABI 1.9 lets a float cache have any head size; a kernel built before it may assume multiples of
+// 8 (the rule then), so none of them is offered a head size or value head size that is not one,
+// whether v_cache_own_type is 0 or names key_cache's type. Multiples of 8 are offered as before.
+TEST_P(PagedVarlenCacheTypes, HeadSizeNotAMultipleOf8IsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  for (const CacheCase& c :
+       {CacheCase{kPoolF32, kPoolF32, false, 12, 12}, CacheCase{kPoolF32, kPoolF32, true, 12, 12},
+        CacheCase{kPoolF32, kPoolF32, false, 20, 20}, CacheCase{kPoolF32, kPoolF32, false, 1, 1}}) {
+    ExpectRefusedNeedingAbi19(abi, c, "multiple of 8");
+  }
+  if (abi.minor >= 8) {  // one side only: a value head size of its own is ABI 1.8's
+    for (const CacheCase& c : {CacheCase{kPoolF32, kPoolF32, false, 16, 12},
+                               CacheCase{kPoolF32, kPoolF32, false, 12, 16}}) {
+      ExpectRefusedNeedingAbi19(abi, c, "multiple of 8");
+    }
+  }
+  for (const int64_t head : {16, 24}) {
+    ExpectOffered(abi, {kPoolF32, kPoolF32, false, head, head});
+    ExpectOffered(abi, {kPoolF32, kPoolF32, true, head, head});
+  }
 }
 
 // ABI 1.8's value head size is offered to the plugin built for it, with v_cache_own_type at its

@@ -93,9 +93,16 @@
  * bytes of Hv elements for a quantized cache (Hv/2 for int4, Hv/32 blocks for PER_BLOCK_32); the
  * key head size H (head_size) is the query's and key_cache's. Then value is (B, L, Nkv*Hv), output
  * (B, S, N*Hv), a per-channel v_scale Nkv*Hv values; value_cache has key_cache's shape but for its
- * last dimension. Hv follows H's rules (a multiple of 8; of 32 for PER_BLOCK_32); packed QKV (key
- * and value absent) needs Hv == H. scale = 0 means 1/sqrt(H). Kernels that serve Hv != H say so
+ * last dimension. Hv follows H's rules (below; of 32 for PER_BLOCK_32); packed QKV (key and value
+ * absent) needs Hv == H. scale = 0 means 1/sqrt(H). Kernels that serve Hv != H say so
  * in supports(); cpu_x86/cpu_arm: the naive (row pipeline) kernels.
+ *
+ * Head sizes (ABI 1.9): an unquantized cache (float32, float16, bfloat16 rows) takes any positive
+ * head size, H and Hv alike (llama.cpp's flash_attn_ext takes any; its suite tests 65 and 67), where
+ * GroupQueryAttention takes multiples of 8; int8/int4 caches keep multiples of 8, PER_BLOCK_32
+ * multiples of 32. Kernels that serve other sizes say so in supports(); cpu_x86/cpu_arm: the naive
+ * (row pipeline) kernels. Kernels of plugins built for ABI 1.8 or older are offered multiples of 8
+ * only.
  *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.

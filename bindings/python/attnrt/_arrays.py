@@ -88,10 +88,22 @@ def requires_grad_message(label: str) -> str:
             f".detach()")
 
 
-def value_rows_shape(shape, key_cache: Any, value_cache: Any) -> tuple[int, ...]:
+def head_size_of_row(width: int, cache_type: tuple[int, int]) -> int:
+    """The head size of a cache row `width` wide in a cache of `cache_type` (quant type, bit width):
+    width elements, 2 * width int4 values, or width / 34 (Q8_0) or / 18 (Q4_0) blocks of 32."""
+    quant, bits = cache_type
+    if quant == 3:  # PER_BLOCK_32
+        return width // (34 if bits == 8 else 18) * 32
+    return width * 2 if quant != 0 and bits == 4 else width
+
+
+def value_rows_shape(shape, key_cache: Any, value_cache: Any,
+                     key_type: tuple[int, int] = (0, 0),
+                     value_type: tuple[int, int] = (0, 0)) -> tuple[int, ...]:
     """`shape` (a query's, [..., N * H] or [..., N, H]) with its last dimension scaled from the key
-    head size to the value head size (value_cache's last dimension over key_cache's, the paged ops'
-    v_head_size): the shape of their output. Unchanged where the caches agree or do not say."""
+    head size to the value head size (the paged ops' v_head_size: the head sizes of value_cache's
+    and key_cache's rows under their cache types, (quant type, bit width)): the shape of their
+    output. Unchanged where the caches agree or do not say."""
     shape = tuple(int(d) for d in shape)
     try:
         key_pool, value_pool = shape_of(key_cache, "k_cache"), shape_of(value_cache, "v_cache")
@@ -99,7 +111,8 @@ def value_rows_shape(shape, key_cache: Any, value_cache: Any) -> tuple[int, ...]
         return shape
     if len(key_pool) != 4 or len(value_pool) != 4:  # not block pools: the op says what is wrong
         return shape
-    key_width, value_width = key_pool[-1], value_pool[-1]
+    key_width = head_size_of_row(key_pool[-1], key_type)
+    value_width = head_size_of_row(value_pool[-1], value_type)
     if not shape or key_width <= 0 or value_width == key_width or \
             shape[-1] * value_width % key_width:
         return shape

@@ -16,6 +16,23 @@ KV_LAYOUTS = {"BSNH": _c.ATTNRT_PAGED_KV_LAYOUT_BSNH, "BNSH": _c.ATTNRT_PAGED_KV
 P_PRECISIONS = {"exact": _c.ATTNRT_P_PRECISION_EXACT, "input": _c.ATTNRT_P_PRECISION_INPUT}
 
 
+CacheType = tuple[int, int]  # (quant type, bit width)
+
+
+def set_value_cache_type(native, attributes: dict[str, Any],
+                         v_cache_bit_width) -> tuple[CacheType, CacheType]:
+    """value_cache's own type (ABI 1.9, docs/paged-gqa.md "Value cache type"): None keeps key_cache's
+    (v_cache_own_type 0); 0, 4 or 8 gives value_cache the type of v_quant_type with that bit width
+    (v_cache_own_type 1). Returns the key and value cache types the output shape is read with."""
+    key_type = (attributes["k_quant_type"], attributes["kv_cache_bit_width"])
+    if v_cache_bit_width is None:
+        return key_type, key_type
+    native.v_cache_own_type = 1
+    native.v_cache_bit_width = _arrays.integer(v_cache_bit_width, "v_cache_bit_width", 32)
+    attributes.update(v_cache_bit_width=native.v_cache_bit_width)
+    return key_type, (attributes["v_quant_type"], native.v_cache_bit_width)
+
+
 def p_precision_value(p_precision) -> int:
     """The attnrt_p_precision of "exact" / "input" (any case) or 0 / 1; InvalidArgumentError (a
     ValueError) naming p_precision otherwise."""
@@ -34,10 +51,13 @@ class PagedGqaOp(Op):
 
     Attributes: every GqaOp attribute (sliding_window_cache must be 0), block_size (tokens per
     block, 1..1024, required) and kv_layout ("BSNH" default: pools [num_blocks, block_size, Nkv, H],
-    vLLM's and FlashAttention's paged layout; or "BNSH": [num_blocks, Nkv, block_size, H]) and
+    vLLM's and FlashAttention's paged layout; or "BNSH": [num_blocks, Nkv, block_size, H]),
     p_precision ("exact" default: softmax probabilities stay float32 for P·V; "input": each is
     rounded to the query dtype first, as FlashAttention and vLLM's AMX CPU kernel do;
-    docs/gqa-semantics.md, "Probability precision").
+    docs/gqa-semantics.md, "Probability precision") and v_cache_bit_width (None default: value_cache
+    has key_cache's type; 0, 4 or 8: value_cache's own type, v_quant_type "NONE" (a float32,
+    float16 or bfloat16 pool) or "PER_BLOCK_32" (Q8_0 8, Q4_0 4), as llama.cpp's -ctk/-ctv make;
+    docs/paged-gqa.md, "Value cache type").
 
     Inputs (PAGED_GQA_INPUTS): GroupQueryAttention's, with key_cache / value_cache (the pools, T_CACHE
     as above; uint8 with H/2 for a 4-bit cache) in place of past_key / past_value, and block_table
@@ -59,7 +79,8 @@ class PagedGqaOp(Op):
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
-                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact", **attributes):
+                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact",
+                 v_cache_bit_width: int | None = None, **attributes):
         native = _c.PagedGqaAttributes()
         gqa = native.gqa
         set_gqa_attributes(gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
@@ -75,6 +96,7 @@ class PagedGqaOp(Op):
         native.p_precision = p_precision_value(p_precision)
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
                                p_precision=native.p_precision)
+        self._cache_types = set_value_cache_type(native, self.attributes, v_cache_bit_width)
         super().__init__(runtime, native)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -86,7 +108,8 @@ class PagedGqaOp(Op):
         h = head_size(a, qshape, packed=inputs.get("key") is None)
         shapes: dict[str, tuple[tuple[int, ...], Any]] = {
             "output": (_arrays.value_rows_shape((b, s, a["num_heads"] * h), inputs.get("key_cache"),
-                                                inputs.get("value_cache")), None)}
+                                                inputs.get("value_cache"), *self._cache_types),
+                       None)}
         if a["qk_output"]:
             t = _arrays.first_int(inputs.get("total_sequence_length"), "total_sequence_length")
             shapes["output_qk"] = ((b, a["num_heads"], s, t), None)

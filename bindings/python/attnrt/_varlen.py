@@ -11,7 +11,7 @@ from . import _arrays, _torch_lib
 from ._errors import InvalidArgumentError
 from ._gqa import GQA_ATTRIBUTES, set_gqa_attributes
 from ._op import Op, io_names
-from ._paged_gqa import KV_LAYOUTS, p_precision_value
+from ._paged_gqa import KV_LAYOUTS, p_precision_value, set_value_cache_type
 
 PAGED_GQA_VARLEN_INPUTS, PAGED_GQA_VARLEN_OUTPUTS = io_names(_c.ATTNRT_OP_PAGED_GQA_VARLEN)
 
@@ -22,7 +22,8 @@ class PagedGqaVarlenOp(Op):
     call, as a serving engine makes it per layer.
 
     Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, p_precision, scale,
-    softcap, local_window_size, smooth_softmax, quantization), without rotary or qk_output.
+    softcap, local_window_size, smooth_softmax, quantization, v_cache_bit_width), without rotary or
+    qk_output.
 
     Inputs (PAGED_GQA_VARLEN_INPUTS): query [num_tokens, N*H] (or [num_tokens, N, H]); key, value
     [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
@@ -41,7 +42,8 @@ class PagedGqaVarlenOp(Op):
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
-                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact", **attributes):
+                 kv_layout: str | int = "BSNH", p_precision: str | int = "exact",
+                 v_cache_bit_width: int | None = None, **attributes):
         native = _c.PagedGqaAttributes()
         set_gqa_attributes(native.gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
                                         **attributes}, self.TITLE)
@@ -56,6 +58,7 @@ class PagedGqaVarlenOp(Op):
         native.p_precision = p_precision_value(p_precision)
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
                                p_precision=native.p_precision)
+        self._cache_types = set_value_cache_type(native, self.attributes, v_cache_bit_width)
         super().__init__(runtime, native, True)
 
     def _output_specs(self, inputs) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -63,7 +66,8 @@ class PagedGqaVarlenOp(Op):
         inputs = self._by_name(inputs)
         query = _arrays.shape_of(inputs.get("query"), "query")
         return {"output": (_arrays.value_rows_shape(query, inputs.get("key_cache"),
-                                                    inputs.get("value_cache")), None)}
+                                                    inputs.get("value_cache"), *self._cache_types),
+                           None)}
 
     def __call__(self, output=None, **inputs):
         """Runs on inputs given by name; returns output, allocated in the query's framework unless

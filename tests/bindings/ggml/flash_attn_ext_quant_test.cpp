@@ -260,6 +260,33 @@ TEST(GgmlFlashAttnExtQuant, NonFiniteBlockInAVisibleCell) {
   }
 }
 
+// K and V of two types (llama.cpp's -ctk/-ctv): attnrt's independent K/V cache types, each pool read
+// as its own type; the scheduler gives the node to attnrt.
+TEST(GgmlFlashAttnExtQuant, KAndVOfTwoTypes) {
+  struct Case {
+    ggml_type k, v;
+  };
+  for (const Case c : {Case{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q8_0},
+                       Case{GGML_TYPE_Q8_0, GGML_TYPE_F16}, Case{GGML_TYPE_Q4_0, GGML_TYPE_F32},
+                       Case{GGML_TYPE_Q8_0, GGML_TYPE_BF16}}) {
+    for (int64_t kv_heads : {1, 2}) {
+      QSpec s;
+      s.k_type = c.k;
+      s.v_type = c.v;
+      s.kv_heads = kv_heads;
+      s.rows = 4;
+      s.total = 45;
+      s.mask = MaskKind::kCausal;
+      const std::string what = Name(c.k) + "/" + Name(c.v) + " Hkv " + std::to_string(kv_heads);
+      // ggml's CPU backend accumulates P·V in float16 for an F16 V (ggml_vec_mad_f16), farther
+      // from the float64 reference than its check allows: attnrt is held to it, ggml is not.
+      Check(s, fa_harness::Seed() + static_cast<uint64_t>(c.k * 31 + c.v + kv_heads), what,
+            /*check_cpu=*/c.v != GGML_TYPE_F16);
+      EXPECT_EQ(Scheduled(s), Shared().attnrt) << what;
+    }
+  }
+}
+
 // Nodes attnrt must decline stay on ggml's CPU backend when ggml's scheduler places them.
 TEST(GgmlFlashAttnExtQuant, DeclinedNodesStayOnTheCpuBackend) {
   fa_harness::Backends& be = Shared();
@@ -271,8 +298,8 @@ TEST(GgmlFlashAttnExtQuant, DeclinedNodesStayOnTheCpuBackend) {
     int64_t head_size;
   };
   for (const Case c :
-       {Case{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, 64}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, 64},
-        Case{GGML_TYPE_Q8_0, GGML_TYPE_F16, 64}, Case{GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, 64},
+       {Case{GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, 64}, Case{GGML_TYPE_Q4_1, GGML_TYPE_F16, 64},
+        Case{GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, 64},
         Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 48}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 48},
         Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 80}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 80},
         Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 16}}) {

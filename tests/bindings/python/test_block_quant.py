@@ -107,3 +107,59 @@ def test_block_cache_errors_name_the_input():
                     "k_scale": np.ones(1, np.float32), "v_scale": np.ones(1, np.float32)},
                    {"output": np.zeros((1, 1, N * H), np.float32), "present_key": cache,
                     "present_value": cache})
+
+
+@pytest.mark.parametrize("key_dtype,bits", [(np.float16, 4), (np.float32, 8)])
+def test_paged_decode_with_a_value_cache_of_its_own_type(key_dtype, bits):
+    """-ctk f16 -ctv q4_0 as llama.cpp makes it: a float key cache of the query's dtype and a
+    Q4_0/Q8_0 value cache (v_cache_bit_width, docs/paged-gqa.md "Value cache type"), one block of
+    `capacity` rows per kv head (BNSH)."""
+    rng = np.random.default_rng(20261207 + bits)
+    past, capacity = 29, 40
+    width = H // 32 * BLOCK_BYTES[bits]
+    key_cache = (rng.standard_normal((1, NKV, capacity, H)) * 2).astype(key_dtype)
+    raw_v = rng.standard_normal((1, NKV, capacity, H)).astype(np.float32)
+    value_cache = np.zeros((1, NKV, capacity, width), np.uint8)
+    for h in range(NKV):
+        for t in range(past):
+            value_cache[0, h, t] = quantize_row(raw_v[0, h, t], bits)
+    q = (rng.standard_normal((1, 1, N * H)) * 2).astype(key_dtype)
+    k = rng.standard_normal((1, 1, NKV * H)).astype(key_dtype)
+    v = rng.standard_normal((1, 1, NKV * H)).astype(key_dtype)
+    with attnrt.Runtime() as rt:
+        op = rt.paged_gqa_op(N, NKV, capacity, kv_layout="BNSH", v_quant_type="PER_BLOCK_32",
+                             v_cache_bit_width=bits)
+        assert op.attributes["v_cache_bit_width"] == bits
+        out = op(query=q, key=k, value=v, key_cache=key_cache, value_cache=value_cache,
+                 seqlens_k=[past], total_sequence_length=past + 1,
+                 block_table=np.zeros((1, 1), np.int32))
+    assert out.shape == (1, 1, N * H) and out.dtype == key_dtype
+    for h in range(NKV):
+        np.testing.assert_array_equal(key_cache[0, h, past], k[0, 0, h * H:(h + 1) * H])
+        np.testing.assert_array_equal(
+            value_cache[0, h, past], quantize_row(v[0, 0, h * H:(h + 1) * H].astype(np.float32),
+                                                  bits))
+    rows = past + 1
+    values = np.array([[dequantize_row(value_cache[0, h, t], bits) for t in range(rows)]
+                       for h in range(NKV)])[None]
+    expected = reference(q, key_cache, values, [past], N, NKV)
+    tolerance = 2e-3 if key_dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
+    # A wrong reading would show: the value rows read as the key cache's type do not match.
+    assert np.abs(expected).max() > 0.2
+    wrong = reference(q, key_cache, np.repeat(values[..., :1], H, -1), [past], N, NKV)
+    assert not np.allclose(out, wrong, rtol=tolerance, atol=tolerance)
+
+
+def test_value_cache_type_errors_name_the_attribute():
+    with attnrt.Runtime() as rt:
+        with pytest.raises(attnrt.InvalidArgumentError, match="v_cache_bit_width must be 8"):
+            rt.paged_gqa_op(N, NKV, 16, v_quant_type="PER_BLOCK_32", v_cache_bit_width=0)
+        op = rt.paged_gqa_op(N, NKV, 16, v_quant_type="NONE", v_cache_bit_width=0)
+        q = np.zeros((1, 1, N * H), np.float32)
+        key_cache = np.zeros((1, 16, NKV, H), np.float32)
+        with pytest.raises(attnrt.InvalidArgumentError, match="value_cache: expected dtype float32, "
+                                                              "float16 or bfloat16"):
+            op(query=q, key=None, value=None, key_cache=key_cache,
+               value_cache=np.zeros((1, 16, NKV, H), np.int8), seqlens_k=[3],
+               total_sequence_length=4, block_table=np.zeros((1, 1), np.int32))

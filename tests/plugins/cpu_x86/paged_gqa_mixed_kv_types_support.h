@@ -292,18 +292,33 @@ inline std::vector<float> ValueRow(FloatFormat t, CacheType v, int64_t n, int64_
 
 // ---- float64 attention row
 // ------------------------------------------------------------------------
+// The score pipeline beyond scale · q·k (attnrt/ops/gqa.h; docs/gqa-semantics.md, "Non-finite
+// values", items 2-5): softcap · tanh(s / softcap) when softcap > 0, and the head_sink logit of the
+// row's head joining the softmax as one more logit that brings no value.
+struct Scoring {
+  double softcap = 0.0;
+  bool has_sink = false;
+  double sink = 0.0;
+};
+
 // One query row q (H values) over keys [lo, hi): o_d = sum_j p_j v_jd with p = softmax(s),
-// s_j = alpha * sum_i q_i k_ji, every product and sum in double from the element values a kernel
-// reads (the pools' decoded rows). Its bound on what float32 arithmetic may change in o_d:
+// s_j = alpha * sum_i q_i k_ji (then softcapped), every product and sum in double from the element
+// values a kernel reads (the pools' decoded rows). Any H and Hv >= 1. Its bound on what float32
+// arithmetic may change in o_d:
 //   - a score is off by at most D_j = (H + 4) u alpha sum_i |q_i k_ji| + 4 u (|s_j| + |m|): a dot
 //     product of H terms in any order, the product of a block's code and d, the scale multiply,
-//     and s_j - m (m the row maximum);
+//     and s_j - m (m the row maximum, the sink logit where that is larger); with a softcap,
+//     4 u (softcap + |alpha q.k|) more: the division by softcap (its rounding moves tanh's argument
+//     by u |alpha q.k| / softcap, tanh's slope is at most 1), tanh itself and the multiply (a few
+//     ulp of softcap, which bounds |s_j|); tanh is 1-Lipschitz, so D_j passes through it;
 //   - scores off by at most D = max_j D_j, and exp, its sum and the division off by a few ulp,
 //     change each normalized weight by a factor within e^(+-(2D + 16u)); since the weights still
-//     sum to 1, o_d moves by at most (e^(2D + 16u) - 1) sum_j p_j |v_jd - o_d|;
+//     sum to 1 (the sink counted as a key of value 0), o_d moves by at most
+//     (e^(2D + 16u) - 1) (sum_j p_j |v_jd - o_d| + p_sink |o_d|);
 //   - the n-term sums l and sum_j p_j v_jd, the value dequantization products and the division
 //     cost at most (2n + 16) u sum_j p_j |v_jd|.
-// bound_d is their sum; tv is the total variation distance of p from the uniform weights.
+// bound_d is their sum; tv is the total variation distance of the keys' weights (normalized to sum
+// 1 when a sink takes a share) from the uniform weights.
 struct RowRef {
   std::vector<double> out, bound;
   double tv = 0.0;
@@ -312,14 +327,14 @@ struct RowRef {
 
 template <typename KeyRow, typename ValueRow>
 RowRef AttendRow(const float* q, int64_t H, int64_t Hv, int64_t lo, int64_t hi, double alpha,
-                 KeyRow key, ValueRow value) {
+                 KeyRow key, ValueRow value, const Scoring& scoring = Scoring{}) {
   RowRef r;
   r.out.assign(static_cast<size_t>(Hv), 0.0);
   r.bound.assign(static_cast<size_t>(Hv), 0.0);
-  r.keys = hi - lo;
-  if (r.keys <= 0) return r;
-  std::vector<double> s(static_cast<size_t>(r.keys)), abs_dot(s.size());
-  double m = -INFINITY;
+  r.keys = std::max<int64_t>(0, hi - lo);
+  if (r.keys <= 0) return r;  // no key: a zero row (docs/gqa-semantics.md, non-finite rule 4)
+  std::vector<double> s(static_cast<size_t>(r.keys)), err(s.size());
+  double m = scoring.has_sink ? scoring.sink : -INFINITY;
   for (int64_t j = lo; j < hi; ++j) {
     const float* kj = key(j);
     double dot = 0.0, mag = 0.0;
@@ -327,28 +342,39 @@ RowRef AttendRow(const float* q, int64_t H, int64_t Hv, int64_t lo, int64_t hi, 
       dot += double{q[i]} * double{kj[i]};
       mag += std::fabs(double{q[i]} * double{kj[i]});
     }
-    s[static_cast<size_t>(j - lo)] = alpha * dot;
-    abs_dot[static_cast<size_t>(j - lo)] = alpha * mag;
-    m = std::max(m, alpha * dot);
+    double sj = alpha * dot;
+    double e = static_cast<double>(H + 4) * kU32 * alpha * mag;
+    if (scoring.softcap > 0.0) {
+      e += 4.0 * kU32 * (scoring.softcap + std::fabs(sj));
+      sj = scoring.softcap * std::tanh(sj / scoring.softcap);
+    }
+    s[static_cast<size_t>(j - lo)] = sj;
+    err[static_cast<size_t>(j - lo)] = e;
+    m = std::max(m, sj);
   }
-  double l = 0.0, D = 0.0;
+  double l = scoring.has_sink ? std::exp(scoring.sink - m) : 0.0, D = 0.0;
   for (size_t j = 0; j < s.size(); ++j) {
     l += std::exp(s[j] - m);
-    D = std::max(D, static_cast<double>(H + 4) * kU32 * abs_dot[j] +
-                        4.0 * kU32 * (std::fabs(s[j]) + std::fabs(m)));
+    D = std::max(D, err[j] + 4.0 * kU32 * (std::fabs(s[j]) + std::fabs(m)));
   }
+  if (scoring.has_sink) D = std::max(D, 4.0 * kU32 * (std::fabs(scoring.sink) + std::fabs(m)));
   std::vector<double> p(s.size());
+  double key_weight = 0.0;
   for (size_t j = 0; j < s.size(); ++j) {
     p[j] = std::exp(s[j] - m) / l;
-    r.tv += 0.5 * std::fabs(p[j] - 1.0 / static_cast<double>(r.keys));
+    key_weight += p[j];
     const float* vj = value(lo + static_cast<int64_t>(j));
     for (int64_t d = 0; d < Hv; ++d) r.out[static_cast<size_t>(d)] += p[j] * double{vj[d]};
   }
+  for (size_t j = 0; j < s.size(); ++j) {
+    r.tv += 0.5 * std::fabs(p[j] / key_weight - 1.0 / static_cast<double>(r.keys));
+  }
+  const double p_sink = scoring.has_sink ? std::exp(scoring.sink - m) / l : 0.0;
   const double spread = std::expm1(2.0 * D + 16.0 * kU32);
   const double arithmetic = static_cast<double>(2 * r.keys + 16) * kU32;
   for (int64_t d = 0; d < Hv; ++d) {
     const double o = r.out[static_cast<size_t>(d)];
-    double deviation = 0.0, magnitude = 0.0;
+    double deviation = p_sink * std::fabs(o), magnitude = 0.0;
     for (size_t j = 0; j < p.size(); ++j) {
       const double vjd = value(lo + static_cast<int64_t>(j))[d];
       deviation += p[j] * std::fabs(vjd - o);
@@ -453,9 +479,12 @@ struct Call {
   std::function<void(const std::string& kernel)> check;
 };
 
-// What the loop saw: the kernels that ran the case and the runtime's own choice.
+// What the loop saw: the kernels that ran the case, those that declined it (with the reason),
+// those this CPU cannot run, and the runtime's own choice.
 struct Outcome {
   std::vector<std::string> accepted;
+  std::vector<std::pair<std::string, std::string>> declined;
+  std::vector<std::string> unavailable;
   std::string chosen;
 };
 
@@ -568,11 +597,13 @@ inline Outcome RunOnEveryKernel(Call& call) {
     }
     if (it->status == ATTNRT_CANDIDATE_UNAVAILABLE) {
       Verdicts()[kernel].insert("unavailable on this CPU: " + it->reason);
+      outcome.unavailable.push_back(kernel);
       continue;
     }
     if (it->status == ATTNRT_CANDIDATE_DECLINED) {
       EXPECT_FALSE(it->reason.empty()) << kernel << " declines without a reason";
       Verdicts()[kernel].insert("declines: " + it->reason);
+      outcome.declined.emplace_back(kernel, it->reason);
       if (block_quant::Algorithm(kernel) == "naive" &&
           !block_quant::IsCpuFeatureReason(it->reason)) {
         ADD_FAILURE() << kernel
