@@ -237,8 +237,17 @@ inline Reference Compute(const QNode& n, bool q8_query) {
     for (int64_t g = 0; g < G; ++g)
       for (int64_t j = 0; j < T; ++j) {
         const size_t at = static_cast<size_t>((b * G + g) * T + j);
-        kt->to_float(RowAt(k, j, g, b), &kf[at * D], D);
-        vt->to_float(RowAt(v, j, g, b), &vf[at * D], D);
+        // F32 rows have no to_float (a V of its own type may be F32).
+        if (kt->to_float != nullptr) {
+          kt->to_float(RowAt(k, j, g, b), &kf[at * D], D);
+        } else {
+          std::memcpy(&kf[at * D], RowAt(k, j, g, b), static_cast<size_t>(D) * sizeof(float));
+        }
+        if (vt->to_float != nullptr) {
+          vt->to_float(RowAt(v, j, g, b), &vf[at * D], D);
+        } else {
+          std::memcpy(&vf[at * D], RowAt(v, j, g, b), static_cast<size_t>(D) * sizeof(float));
+        }
         for (int64_t d = 0; d < D; ++d) {
           if (!std::isfinite(kf[at * D + d])) k_bad[at] = 1;
           if (!std::isfinite(vf[at * D + d])) v_bad[at] = 1;

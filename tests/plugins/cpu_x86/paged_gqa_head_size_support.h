@@ -81,6 +81,16 @@ inline std::vector<QuantValueSet> QuantValueSets() {
   };
 }
 
+// Bits of a case's index, well mixed, for rotating its parameters independently of one another
+// (the index runs over head sizes x type sets x layouts; plain moduli would tie each parameter to
+// a type set).
+inline uint64_t Mix(size_t index) {
+  uint64_t x = (static_cast<uint64_t>(index) + 1) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
 // The score pipeline's optional parts a case turns on.
 struct Features {
   float softcap = 0.0f;
