@@ -137,7 +137,9 @@ save_base() { # KV BATCH: the CPU backend's logits
 }
 mean_kld() { sed -n 's/^Mean *KLD: *\([0-9.e+-]*\).*/\1/p' "$1"; }
 same_top() { sed -n 's/^Same top p: *\([0-9.]*\).*/\1/p' "$1"; }
-nodes() { sed -n 's/^attnrt-ggml: \([0-9]*\) FLASH_ATTN_EXT nodes computed by attnrt$/\1/p' "$1"; }
+# The backend's count at exit; llama.cpp's asynchronous logger may print the start of a line
+# before it, so it is looked for anywhere on a line.
+nodes() { sed -n 's/.*attnrt-ggml: \([0-9]*\) FLASH_ATTN_EXT nodes computed by attnrt$/\1/p' "$1" | tail -n1; }
 # llama-completion prints through a logging thread it never joins at exit, so the end of its output
 # can be lost: a run whose log lacks the final timing line is run again.
 generate() { # OUT KV FA [env...]

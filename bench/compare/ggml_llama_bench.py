@@ -36,8 +36,9 @@ def run(args, depth, kv, with_attnrt):
         sys.exit(f"llama-bench failed ({' '.join(cmd)}):\n{p.stderr[-3000:]}")
     computed = None
     for line in p.stderr.splitlines():
-        if line.startswith("attnrt-ggml:") and "nodes computed by attnrt" in line:
-            computed = int(line.split()[1])
+        # llama.cpp's asynchronous logger may print the start of a line before the backend's.
+        if "attnrt-ggml:" in line and "nodes computed by attnrt" in line:
+            computed = int(line.split("attnrt-ggml:")[1].split()[0])
     out = {}
     for r in json.loads(p.stdout):
         test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"

@@ -137,14 +137,15 @@ struct GqaCall {
   size_t num_outputs = 0;
 };
 
-// value_width_as_key > 0 (independent K/V types): the GQA checks, which know one cache type, see
-// the value rows as rows of key_cache's type of that width; value_cache's own type is checked here.
+// value_width_as_key >= 0 (independent K/V types): the GQA checks, which know one cache type, see
+// the value rows as rows of key_cache's type of that width (0 for a float value row narrower than
+// a key block); value_cache's own type is checked here. < 0: value_cache as it is.
 void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
                  size_t num_outputs, int64_t rows_b, int64_t kv_heads, int64_t capacity,
                  int64_t value_width_as_key, GqaCall* c) {
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, kv_heads, capacity, &c->key);
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, kv_heads, capacity, &c->value);
-  if (value_width_as_key > 0) {
+  if (value_width_as_key >= 0) {
     c->value.tensor.dtype = c->key.tensor.dtype;
     c->value.shape[3] = value_width_as_key;
   }
@@ -285,7 +286,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   }
   GqaCall call;
   MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity,
-              independent ? gqa::CacheRowWidth(a.gqa, value_head_size) : 0, &call);
+              independent ? gqa::CacheRowWidth(a.gqa, value_head_size) : -1, &call);
   attnrt_gqa_problem gqa{};
   // GroupQueryAttention's checks know one cache type: with independent types they see the key
   // cache's (v_quant_type as k_quant_type), value_cache's own was checked above.
@@ -393,7 +394,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
 
   GqaCall call;
   MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity,
-              SharesOneCacheType(p) ? 0 : gqa::CacheRowWidth(p.gqa.attributes, p.v_head_size),
+              SharesOneCacheType(p) ? -1 : gqa::CacheRowWidth(p.gqa.attributes, p.v_head_size),
               &call);
   attnrt_gqa_args gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(

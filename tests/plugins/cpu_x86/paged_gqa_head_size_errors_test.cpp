@@ -6,7 +6,8 @@
 //   - the paged ops with a quantized cache keep their rules: int8 PER_TENSOR, int8 PER_CHANNEL and
 //     int4 PER_CHANNEL with head_size 12 rejected (16 runs); PER_BLOCK_32 (Q8_0, Q4_0) with
 //     head_size 48 rejected (64 runs); a Q8_0 value cache of its own type (v_cache_own_type 1)
-//     behind a float16 key cache of head size 65 with Hv 48 rejected (Hv 64 runs);
+//     behind a float16 key cache of head size 65 with Hv 48 rejected (Hv 64 runs); and, the
+//     converse, a float value cache behind a Q8_0/Q4_0 key cache runs with any Hv (1 to 67);
 //   - head_size 0, a query dimension not divisible by num_heads, and a float key_cache whose last
 //     dimension is not the head size the query gives, in both paged ops;
 //   - rotary embedding (the padded op) keeps "head_size a multiple of 16": 65 and 36 rejected, 64
@@ -328,6 +329,20 @@ TEST_F(PagedHeadSizeErrors, BlockValueCacheBehindAnOddFloatKeyCacheKeepsMultiple
     ExpectRuns({op, Cache::kFloat16, Cache::kQ8_0, true, 65, 64});
     ExpectRejected({op, Cache::kFloat16, Cache::kQ8_0, true, 65, 48},
                    {"value_cache|v_head_size", "48|51", "32"});
+  }
+}
+
+// The converse, which must run: a float value cache of its own type behind a PER_BLOCK_32 key
+// cache takes any value head size (its own type's rule), narrower than a block included.
+// This test found such value caches of Hv below 32 (16, 5, 1) rejected at plan ("value_cache:
+// expected dtype uint8 (the dtype of key_cache)") although v_cache_own_type was 1.
+TEST_F(PagedHeadSizeErrors, FloatValueCacheBehindABlockKeyCacheTakesAnyHeadSize) {
+  SCOPED_TRACE(SeedTrace());
+  for (const int32_t op : kOps) {
+    for (const int64_t Hv : {40, 32, 67, 16, 5, 1}) {
+      ExpectRuns({op, Cache::kQ8_0, Cache::kFloat32, true, 64, Hv});
+      ExpectRuns({op, Cache::kQ4_0, Cache::kFloat16, true, 32, Hv});
+    }
   }
 }
 

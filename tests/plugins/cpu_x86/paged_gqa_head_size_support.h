@@ -64,8 +64,8 @@ inline std::vector<TypeSet> FloatTypeSets() {
   };
 }
 
-// A key cache of a float type with a head size that is not a multiple of 8, and a PER_BLOCK_32
-// value cache (whose head size must be a multiple of 32).
+// One pool PER_BLOCK_32 (its head size a multiple of 32), the other of a float type with a head
+// size that is not a multiple of 8: each pool's head size follows its own type's rule.
 struct QuantValueSet {
   TypeSet types;
   HeadSizes hs;
@@ -78,6 +78,8 @@ inline std::vector<QuantValueSet> QuantValueSets() {
       {{"k_f32_v_q4_0", F::kFloat32, C::kF32, C::kQ4_0, true}, {3, 32}},
       {{"k_bf16_v_q8_0", F::kBFloat16, C::kBF16, C::kQ8_0, true}, {129, 96}},
       {{"k_f32_v_q8_0", F::kFloat32, C::kF32, C::kQ8_0, true}, {67, 64}},
+      {{"k_q8_0_v_f16", F::kFloat32, C::kQ8_0, C::kF16, true}, {64, 67}},
+      {{"k_q4_0_v_bf16", F::kBFloat16, C::kQ4_0, C::kBF16, true}, {32, 5}},
   };
 }
 

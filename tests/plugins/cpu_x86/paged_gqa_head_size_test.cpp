@@ -7,13 +7,16 @@
 // Head sizes (H, Hv): (65, 67), (1, 1), (3, 5), (12, 12), (36, 20), (67, 65), (67, 67), (129, 127),
 // (7, 64), (64, 7). Types (T; key_cache; value_cache): f32, f16 and bf16 with one type for both
 // pools (v_cache_own_type 0), and (f32; f32; f16), (f16; f16; bf16), (bf16; bf16; f32) with
-// v_cache_own_type 1; and a PER_BLOCK_32 value cache behind a float key cache of an odd head size:
+// v_cache_own_type 1; and one pool PER_BLOCK_32, the other a float type of an odd head size:
 // (f16; f16 H 65; Q8_0 Hv 64), (f32; f32 H 3; Q4_0 Hv 32), (bf16; bf16 H 129; Q8_0 Hv 96),
-// (f32; f32 H 67; Q8_0 Hv 64). Each with kv_layout BSNH and BNSH; phases rotating over a
-// right-padded first prompt of 2 sequences, a chunked prompt of 5 tokens after 18 cached ones, a
-// decode of 3 sequences, a decode with key/value of kv_sequence_length 0 (the pools hold every row)
-// and a packed-QKV decode (H == Hv); block sizes 1, 5, 16; (N, Nkv) (4, 2), (6, 2), (4, 1), (8, 2);
-// and, rotating, softcap 8, a head_sink and a local window of 6 keys.
+// (f32; f32 H 67; Q8_0 Hv 64), (f32; Q8_0 H 64; f16 Hv 67), (bf16; Q4_0 H 32; bf16 Hv 5: a float
+// value cache narrower than a block behind a block key cache, see
+// paged_gqa_head_size_errors_test.cpp, FloatValueCacheBehindABlockKeyCacheTakesAnyHeadSize). Each
+// with kv_layout BSNH and BNSH; phases rotating over a right-padded first prompt of 2 sequences, a
+// chunked prompt of 5 tokens after 18 cached ones, a decode of 3 sequences, a decode with key/value
+// of kv_sequence_length 0 (the pools hold every row) and a packed-QKV decode (H == Hv); block sizes
+// 1, 5, 16; (N, Nkv) (4, 2), (6, 2), (4, 1), (8, 2); and, rotating, softcap 8, a head_sink and a
+// local window of 6 keys.
 //
 // Method (as the mixed-type test's): query x4 (a peaked softmax: the mean distance of the keys'
 // weights from uniform must be at least 0.3), key, value, head_sink random values of T; past rows
