@@ -100,7 +100,7 @@
  * Head sizes (ABI 1.9): an unquantized cache (float32, float16, bfloat16 rows) takes any positive
  * head size, H and Hv alike (llama.cpp's flash_attn_ext takes any; its suite tests 65 and 67), where
  * GroupQueryAttention takes multiples of 8; int8/int4 caches keep multiples of 8, PER_BLOCK_32
- * multiples of 32. Kernels that serve other sizes say so in supports(); cpu_x86/cpu_arm: the naive
+ * multiples of 32, and do_rotary = 1 its rotary rules (a head size that is a multiple of 16). Kernels that serve other sizes say so in supports(); cpu_x86/cpu_arm: the naive
  * (row pipeline) kernels. Kernels of plugins built for ABI 1.8 or older are offered multiples of 8
  * only.
  *
