@@ -95,7 +95,7 @@
  * (B, S, N*Hv), a per-channel v_scale Nkv*Hv values; value_cache has key_cache's shape but for its
  * last dimension. Hv follows H's rules (below; of 32 for PER_BLOCK_32); packed QKV (key and value
  * absent) needs Hv == H. scale = 0 means 1/sqrt(H). Kernels that serve Hv != H say so
- * in supports(); cpu_x86/cpu_arm: the naive (row pipeline) kernels.
+ * in supports(); cpu_x86/cpu_arm: every paged kernel.
  *
  * Head sizes (ABI 1.9): an unquantized cache (float32, float16, bfloat16 rows) takes any positive
  * head size, H and Hv alike (llama.cpp's flash_attn_ext takes any; its suite tests 65 and 67), where
