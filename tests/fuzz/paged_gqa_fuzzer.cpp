@@ -8,11 +8,14 @@
 //   2. one paged GroupQueryAttention call (the runtime's choice of kernel, or the scalar kernels
 //      pinned): a mostly consistent problem (phase, shapes, attributes: softcap, smooth_softmax,
 //      head_sink, qk_output, window, rotary, bias; float32, float16, bfloat16, int8 or int4
-//      caches; both block layouts) whose block table comes from the pool of phase 1 (forked
-//      sequences included) or is laid out directly, then a few mutations (a -1 or out-of-range
-//      slot, a block named twice, a total_sequence_length or seqlens_k beyond the table, a pool of
-//      the wrong block size, a too small workspace). It runs attnrt_op_create ->
-//      attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run.
+//      caches; both block layouts; ABI 1.9: now and then a value_cache of a type of its own,
+//      float32, float16, bfloat16, Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid or
+//      not, and key and value head sizes that are no multiple of 8, Hv != H among them) whose
+//      block table comes from the pool of phase 1 (forked sequences included) or is laid out
+//      directly, then a few mutations (a -1 or out-of-range slot, a block named twice, a
+//      total_sequence_length or seqlens_k beyond the table, a pool of the wrong block size, a too
+//      small workspace). It runs attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan ->
+//      attnrt_plan_run.
 // Every tensor is a heap buffer of exactly the bytes its shape and dtype describe (int4: two
 // elements per byte), so any access outside them is reported by AddressSanitizer.
 //
@@ -24,8 +27,13 @@
 //     a failing operation leaves the statistics as they were;
 //   - explain selects exactly the kernel that plan picks;
 //   - a failing run leaves the pools and every output byte untouched; a successful one writes
-//     every output element (the poison, all bits set, is gone).
-// PAGED_GQA_FUZZER_STATS=1 prints at exit how many calls each stage refused and which kernels ran.
+//     every output element (the poison, all bits set, is gone);
+//   - a call with two cache types whose attributes do not describe its pools (or whose key_cache
+//     is int8/int4 with scales) does not run.
+// GQA_FUZZER_VERBOSE=1 describes each paged call, the refusal or the kernel that ran.
+// PAGED_GQA_FUZZER_STATS=1 prints at exit how many calls each stage refused and which kernels ran,
+// in all and for the calls with two cache types, a head size that is no multiple of 8, or an
+// invalid pair of cache types.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -53,11 +61,15 @@ constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 
 attnrt_runtime* g_runtime = nullptr;         // the runtime's own choice
 attnrt_runtime* g_scalar_runtime = nullptr;  // pinned to the scalar kernels
+bool g_verbose = false;
 
 // Outcomes of the paged calls, printed at exit with PAGED_GQA_FUZZER_STATS=1 (to see what a corpus
-// reaches): op refused, plan refused, run refused, and successful runs per kernel.
-struct Outcomes {
-  int64_t op_refused = 0, plan_refused = 0, run_refused = 0, from_pool = 0;
+// reaches): op refused, plan refused, run refused, and successful runs per kernel; the same for the
+// ABI 1.9 calls: with two cache types (v_cache_own_type = 1, types that differ), with
+// v_cache_own_type = 1 and one type for both pools, of a head size (key or value) that is no
+// multiple of 8, and of a pair of cache types that the attributes do not describe.
+struct Tally {
+  int64_t op_refused = 0, plan_refused = 0, run_refused = 0;
   std::vector<std::pair<std::string, int64_t>> runs;
   void Ran(const std::string& kernel) {
     for (auto& [name, count] : runs) {
@@ -69,20 +81,39 @@ struct Outcomes {
     runs.emplace_back(kernel, 1);
   }
 };
+struct Outcomes {
+  Tally all, two_types, own_one_type, odd_heads, invalid_types;
+  int64_t from_pool = 0;
+};
 Outcomes g_outcomes;
 
+void PrintTally(const char* what, const Tally& t) {
+  std::fprintf(stderr,
+               "paged_gqa_fuzzer: %s: op refused %lld, plan refused %lld, run refused %lld\n", what,
+               static_cast<long long>(t.op_refused), static_cast<long long>(t.plan_refused),
+               static_cast<long long>(t.run_refused));
+  for (const auto& [name, count] : t.runs) {
+    std::fprintf(stderr, "paged_gqa_fuzzer: %s: ran %s %lld\n", what, name.c_str(),
+                 static_cast<long long>(count));
+  }
+}
+
 void PrintOutcomes() {
+  const Tally& all = g_outcomes.all;
   std::fprintf(stderr,
                "paged_gqa_fuzzer: op refused %lld, plan refused %lld, run refused %lld, tables "
                "from the pool %lld\n",
-               static_cast<long long>(g_outcomes.op_refused),
-               static_cast<long long>(g_outcomes.plan_refused),
-               static_cast<long long>(g_outcomes.run_refused),
+               static_cast<long long>(all.op_refused), static_cast<long long>(all.plan_refused),
+               static_cast<long long>(all.run_refused),
                static_cast<long long>(g_outcomes.from_pool));
-  for (const auto& [name, count] : g_outcomes.runs) {
+  for (const auto& [name, count] : all.runs) {
     std::fprintf(stderr, "paged_gqa_fuzzer: ran %s %lld\n", name.c_str(),
                  static_cast<long long>(count));
   }
+  PrintTally("two cache types", g_outcomes.two_types);
+  PrintTally("v_cache_own_type 1, one type", g_outcomes.own_one_type);
+  PrintTally("head size no multiple of 8", g_outcomes.odd_heads);
+  PrintTally("invalid value cache type", g_outcomes.invalid_types);
 }
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -304,6 +335,55 @@ void FillBytes(Tensor& t, Rng& rng) {
   }
 }
 
+// Q8_0/Q4_0 pools: every byte below 0x3C, so that any two bytes read as a block's float16 scale are
+// a finite value in [0, 1) (a NaN scale could make an output element all ones, the poison).
+void FillBlockBytes(Tensor& t, Rng& rng) {
+  for (size_t i = 0; i < t.buffer.bytes; ++i) {
+    t.buffer.data[i] = static_cast<unsigned char>(rng.Next() % 0x3C);
+  }
+}
+
+// The type of one pool: kCacheT (the query type T), kCacheI8 (int8 codes), kCacheI4 (int4 codes,
+// two per byte), kCacheQ8_0 / kCacheQ4_0 (PER_BLOCK_32 blocks), or a float type of its own (ABI 1.9
+// value caches: float32, float16, bfloat16 whatever T is).
+enum CacheCode {
+  kCacheT,
+  kCacheI8,
+  kCacheI4,
+  kCacheQ8_0,
+  kCacheQ4_0,
+  kCacheF32,
+  kCacheF16,
+  kCacheBF16
+};
+
+struct CacheType {
+  attnrt_dtype dtype;
+  int64_t last;  // the last dimension of the pool for rows of `head` elements
+  int bits;      // bits of one element of that last dimension
+};
+
+CacheType CacheFor(int code, int64_t head, attnrt_dtype t_dtype, int t_bits) {
+  switch (code) {
+    case kCacheI8:
+      return {kI8, head, 8};
+    case kCacheI4:
+      return {kU8, head / 2, 8};
+    case kCacheQ8_0:
+      return {kU8, head / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES, 8};
+    case kCacheQ4_0:
+      return {kU8, head / ATTNRT_GQA_QUANT_BLOCK_ELEMENTS * ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES, 8};
+    case kCacheF32:
+      return {kF32, head, 32};
+    case kCacheF16:
+      return {kF16, head, 16};
+    case kCacheBF16:
+      return {kBF16, head, 16};
+    default:
+      return {t_dtype, head, t_bits};
+  }
+}
+
 struct OpDeleter {
   void operator()(attnrt_op* op) const { attnrt_op_destroy(op); }
 };
@@ -341,7 +421,7 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   const int64_t kv_heads = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
   const int64_t heads = kv_heads * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
   static constexpr int64_t kHeadSizes[] = {8, 16, 32};
-  const int64_t h = kHeadSizes[fdp.ConsumeIntegralInRange<size_t>(0, 2)];
+  int64_t h = kHeadSizes[fdp.ConsumeIntegralInRange<size_t>(0, 2)];
   a.num_heads = static_cast<int32_t>(heads);
   a.kv_num_heads = static_cast<int32_t>(kv_heads);
   if (fdp.ConsumeBool()) a.softcap = fdp.ConsumeIntegralInRange<int>(1, 50);
@@ -356,18 +436,12 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   const int quant = fdp.ConsumeIntegralInRange<int>(0, 2);
   const attnrt_dtype t_dtype = type == 0 ? kF32 : type == 1 ? kF16 : kBF16;
   const int t_bits = type == 0 ? 32 : 16;
-  attnrt_dtype cache_dtype = t_dtype;
-  int cache_bits = t_bits;
   if (quant == 1) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     a.kv_cache_bit_width = 8;
-    cache_dtype = kI8;
-    cache_bits = 8;
   } else if (quant == 2) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = 4;
-    cache_dtype = kU8;
-    cache_bits = 4;
   }
   attributes.kv_layout = fdp.ConsumeBool() ? ATTNRT_PAGED_KV_LAYOUT_BNSH : 0;
 
@@ -423,6 +497,95 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   int64_t total = 1;
   for (int32_t v : seqlens) total = std::max<int64_t>(total, v + 1);
 
+  // ABI 1.9, decoded after every other choice so that the corpus keeps its meaning (an exhausted
+  // input decodes to one cache type and the head sizes above):
+  //   - value_cache of a type of its own (v_cache_own_type = 1), 3 calls in 16: key_cache T,
+  //     Q8_0 or Q4_0 blocks, or the quant choice's type (int8/int4 with scales: refused);
+  //     value_cache float32, float16, bfloat16, T, Q8_0 or Q4_0 blocks (refused where its head size
+  //     is no multiple of 32), or, 1 in 4, a type that does not match its attributes (refused);
+  //   - head sizes that are no multiple of 8, 3 calls in 16: key and value, the value only
+  //     (Hv != H), or both, each of its own (only unquantized caches take them: 3 in 4 of these
+  //     calls have no int8/int4 cache of one type and no rotary).
+  int key_code = quant, value_code = quant;
+  bool two_types = false, invalid_type = false, stray_scale = false;
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) >= 13) {
+    two_types = true;
+    attributes.v_cache_own_type = 1;
+    static constexpr int kKeyCodes[] = {kCacheT, kCacheQ8_0, kCacheQ4_0};
+    const int key_choice = fdp.ConsumeIntegralInRange<int>(0, 3);
+    if (key_choice > 0) key_code = kKeyCodes[key_choice - 1];
+    static constexpr int kValueCodes[] = {kCacheF32,  kCacheF16,  kCacheBF16,
+                                          kCacheQ8_0, kCacheQ4_0, kCacheT};
+    const int value_choice = fdp.ConsumeIntegralInRange<int>(0, 7);
+    invalid_type = value_choice >= 6;
+    value_code = kValueCodes[invalid_type ? rng.Next() % 6 : static_cast<size_t>(value_choice)];
+  }
+  int64_t hv = h;
+  const int odd = fdp.ConsumeIntegralInRange<int>(0, 15);
+  static constexpr int64_t kOddHeadSizes[] = {5, 12, 65, 1, 3, 20, 36, 67};
+  if (odd >= 13) {
+    const auto pick = [&] {
+      return kOddHeadSizes[fdp.ConsumeIntegralInRange<size_t>(0, std::size(kOddHeadSizes) - 1)];
+    };
+    if (odd != 14) h = pick();
+    hv = odd == 13 ? h : pick();
+    // 3 in 4 of them over caches that take them: int8/int4 of one type become T, no rotary (which
+    // takes multiples of 16).
+    if (fdp.ConsumeIntegralInRange<int>(0, 3) != 0) {
+      a.do_rotary = 0;
+      if (!two_types && quant != 0) {
+        key_code = value_code = kCacheT;
+        a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_NONE;
+        a.kv_cache_bit_width = 0;
+      }
+    }
+  }
+  const bool odd_heads = h % 8 != 0 || hv % 8 != 0;
+  if (two_types) {
+    const auto quant_type = [](int code) {
+      return code == kCacheI8                           ? ATTNRT_GQA_QUANT_PER_CHANNEL
+             : code == kCacheI4                         ? ATTNRT_GQA_QUANT_PER_TENSOR
+             : code == kCacheQ8_0 || code == kCacheQ4_0 ? ATTNRT_GQA_QUANT_PER_BLOCK_32
+                                                        : ATTNRT_GQA_QUANT_NONE;
+    };
+    const auto bit_width = [](int code) {
+      return code == kCacheI8 || code == kCacheQ8_0   ? 8
+             : code == kCacheI4 || code == kCacheQ4_0 ? 4
+                                                      : 0;
+    };
+    a.k_quant_type = quant_type(key_code);
+    a.kv_cache_bit_width = bit_width(key_code);
+    a.v_quant_type = quant_type(value_code);
+    attributes.v_cache_bit_width = bit_width(value_code);
+    if (invalid_type) {
+      // Attributes that do not describe value_cache (a quantized type for a float pool and the
+      // reverse, a bit width of another type or none), or an undefined v_cache_own_type.
+      switch (rng.Next() % 6) {
+        case 0:
+          a.v_quant_type = a.v_quant_type == ATTNRT_GQA_QUANT_NONE ? ATTNRT_GQA_QUANT_PER_BLOCK_32
+                                                                   : ATTNRT_GQA_QUANT_NONE;
+          break;
+        case 1:
+          attributes.v_cache_bit_width = attributes.v_cache_bit_width == 0 ? 8 : 0;
+          break;
+        case 2:
+          attributes.v_cache_bit_width = attributes.v_cache_bit_width == 8 ? 4 : 5;
+          break;
+        case 3:
+          a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
+          break;
+        case 4:
+          attributes.v_cache_own_type = 2;
+          break;
+        default:
+          stray_scale = true;  // a v_scale beside two types
+          break;
+      }
+    }
+    // The quant choice's int8/int4 key (with its scales) is no type of an independent pair.
+    invalid_type = invalid_type || key_code == kCacheI8 || key_code == kCacheI4;
+  }
+
   // Mutations.
   if (!table.empty()) {
     const size_t slot = static_cast<size_t>(rng.Next() % table.size());
@@ -441,23 +604,24 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   const bool small_workspace = mutation == 9;
 
   // Tensors.
-  const int64_t cache_last = quant == 2 ? h / 2 : h;
-  const int64_t cache_last_bits = quant == 2 ? 8 : cache_bits;
+  const CacheType key_type = CacheFor(key_code, h, t_dtype, t_bits);
+  const CacheType value_type = CacheFor(value_code, hv, t_dtype, t_bits);
   std::vector<std::unique_ptr<Tensor>> in(ATTNRT_PAGED_GQA_NUM_INPUTS);
   const auto make = [](attnrt_dtype d, std::vector<int64_t> shape, int bits) {
     return std::make_unique<Tensor>(d, std::move(shape), static_cast<size_t>(bits));
   };
   in[ATTNRT_PAGED_GQA_INPUT_QUERY] = make(t_dtype, {batch, seq, heads * h}, t_bits);
   in[ATTNRT_PAGED_GQA_INPUT_KEY] = make(t_dtype, {batch, seq, kv_heads * h}, t_bits);
-  in[ATTNRT_PAGED_GQA_INPUT_VALUE] = make(t_dtype, {batch, seq, kv_heads * h}, t_bits);
-  const std::vector<int64_t> pool_shape =
-      attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
-          ? std::vector<int64_t>{num_blocks, kv_heads, pool_block_size, cache_last}
-          : std::vector<int64_t>{num_blocks, pool_block_size, kv_heads, cache_last};
+  in[ATTNRT_PAGED_GQA_INPUT_VALUE] = make(t_dtype, {batch, seq, kv_heads * hv}, t_bits);
+  const auto pool_shape = [&](int64_t last) {
+    return attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH
+               ? std::vector<int64_t>{num_blocks, kv_heads, pool_block_size, last}
+               : std::vector<int64_t>{num_blocks, pool_block_size, kv_heads, last};
+  };
   in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE] =
-      make(cache_dtype, pool_shape, static_cast<int>(cache_last_bits));
+      make(key_type.dtype, pool_shape(key_type.last), key_type.bits);
   in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE] =
-      make(cache_dtype, pool_shape, static_cast<int>(cache_last_bits));
+      make(value_type.dtype, pool_shape(value_type.last), value_type.bits);
   in[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K] = make(kI32, {batch}, 32);
   std::memcpy(in[ATTNRT_PAGED_GQA_INPUT_SEQLENS_K]->i32(), seqlens.data(), seqlens.size() * 4);
   in[ATTNRT_PAGED_GQA_INPUT_TOTAL_SEQUENCE_LENGTH] = make(kI32, {1}, 32);
@@ -472,11 +636,12 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   if (bias)
     in[ATTNRT_PAGED_GQA_INPUT_ATTENTION_BIAS] = make(t_dtype, {batch, 1, seq, total}, t_bits);
   if (head_sink) in[ATTNRT_PAGED_GQA_INPUT_HEAD_SINK] = make(t_dtype, {heads}, t_bits);
-  if (quant != 0) {
-    const int64_t scales = quant == 1 ? kv_heads * h : 1;
-    in[ATTNRT_PAGED_GQA_INPUT_K_SCALE] = make(kF32, {scales}, 32);
-    in[ATTNRT_PAGED_GQA_INPUT_V_SCALE] = make(kF32, {scales}, 32);
+  // The scales of the quant choice's int8/int4 caches (kept with two types: they are refused).
+  if (quant != 0 && (key_code == quant || value_code == quant)) {
+    in[ATTNRT_PAGED_GQA_INPUT_K_SCALE] = make(kF32, {quant == 1 ? kv_heads * h : 1}, 32);
+    in[ATTNRT_PAGED_GQA_INPUT_V_SCALE] = make(kF32, {quant == 1 ? kv_heads * hv : 1}, 32);
   }
+  if (stray_scale) in[ATTNRT_PAGED_GQA_INPUT_V_SCALE] = make(kF32, {1}, 32);
   for (int i = 0; i < ATTNRT_PAGED_GQA_NUM_INPUTS; ++i) {
     Tensor* t = in[static_cast<size_t>(i)].get();
     if (t == nullptr || t->desc.dtype.code == ATTNRT_DTYPE_CODE_INT) continue;
@@ -486,19 +651,20 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
       FillFloat(*t, t->desc.dtype.bits, t->desc.dtype.code == ATTNRT_DTYPE_CODE_BFLOAT, rng);
     }
   }
-  if (quant == 1) {
-    FillBytes(*in[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rng);
-    FillBytes(*in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rng);
+  for (int k : {ATTNRT_PAGED_GQA_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE}) {
+    const int code = k == ATTNRT_PAGED_GQA_INPUT_KEY_CACHE ? key_code : value_code;
+    if (code == kCacheI8) FillBytes(*in[static_cast<size_t>(k)], rng);
+    if (code == kCacheQ8_0 || code == kCacheQ4_0) FillBlockBytes(*in[static_cast<size_t>(k)], rng);
   }
-  if (quant != 0) {
-    for (int k : {ATTNRT_PAGED_GQA_INPUT_K_SCALE, ATTNRT_PAGED_GQA_INPUT_V_SCALE}) {
+  for (int k : {ATTNRT_PAGED_GQA_INPUT_K_SCALE, ATTNRT_PAGED_GQA_INPUT_V_SCALE}) {
+    if (in[static_cast<size_t>(k)] != nullptr) {
       float* s = reinterpret_cast<float*>(in[static_cast<size_t>(k)]->buffer.data.get());
       const size_t n = in[static_cast<size_t>(k)]->buffer.bytes / 4;
       for (size_t i = 0; i < n; ++i) s[i] = 0.01f + 0.02f * (rng.Unit() + 1.0f);
     }
   }
   std::vector<std::unique_ptr<Tensor>> out;
-  out.push_back(make(t_dtype, {batch, seq, heads * h}, t_bits));
+  out.push_back(make(t_dtype, {batch, seq, heads * hv}, t_bits));
   if (a.qk_output != 0) out.push_back(make(t_dtype, {batch, heads, seq, total}, t_bits));
   for (auto& t : out) std::memset(t->buffer.data.get(), 0xFF, t->buffer.bytes);  // NaN poison
 
@@ -506,11 +672,43 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
   for (auto& t : in) inputs.push_back(t ? &t->desc : nullptr);
   for (auto& t : out) outputs.push_back(&t->desc);
 
-  // The calls.
+  if (g_verbose) {
+    std::fprintf(
+        stderr,
+        "paged_gqa_fuzzer: case: N %lld Nkv %lld H %lld Hv %lld T %s key_cache %s (k_quant_type "
+        "%d width %d) value_cache %s (v_cache_own_type %d, v_quant_type %d width %d)%s block_size "
+        "%lld layout %d batch %lld seq %lld mutation %d %s\n",
+        static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(h),
+        static_cast<long long>(hv), attnrt_dtype_name(t_dtype), attnrt_dtype_name(key_type.dtype),
+        a.k_quant_type, a.kv_cache_bit_width, attnrt_dtype_name(value_type.dtype),
+        attributes.v_cache_own_type, a.v_quant_type, attributes.v_cache_bit_width,
+        invalid_type ? " invalid" : "", static_cast<long long>(block_size), attributes.kv_layout,
+        static_cast<long long>(batch), static_cast<long long>(seq), mutation,
+        runtime == g_scalar_runtime ? "scalar" : "any kernel");
+  }
+  const auto refused = [](const char* stage) {
+    if (g_verbose) std::fprintf(stderr, "  %s: %s\n", stage, attnrt_last_error_message());
+  };
+  // The calls, counted in every tally the call belongs to.
+  std::vector<Tally*> tallies = {&g_outcomes.all};
+  if (two_types) {
+    // T is the key's float type or the value's where either is kCacheT.
+    const auto resolved = [&](int code) {
+      return code != kCacheT ? code : type == 0 ? kCacheF32 : type == 1 ? kCacheF16 : kCacheBF16;
+    };
+    tallies.push_back(resolved(key_code) != resolved(value_code) ? &g_outcomes.two_types
+                                                                 : &g_outcomes.own_one_type);
+  }
+  if (odd_heads) tallies.push_back(&g_outcomes.odd_heads);
+  if (invalid_type) tallies.push_back(&g_outcomes.invalid_types);
+  const auto tally = [&](int64_t Tally::*stage) {
+    for (Tally* t : tallies) ++(t->*stage);
+  };
   attnrt_op* raw_op = nullptr;
   if (Checked("attnrt_op_create",
               attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA, &attributes, &raw_op)) != ATTNRT_OK) {
-    ++g_outcomes.op_refused;
+    refused("attnrt_op_create");
+    tally(&Tally::op_refused);
     return;
   }
   g_outcomes.from_pool += from_pool ? 1 : 0;
@@ -542,7 +740,8 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
     Fail("explain selected '" + selected + "' but plan returned status " + std::to_string(planned));
   }
   if (planned != ATTNRT_OK) {
-    ++g_outcomes.plan_refused;
+    refused("attnrt_op_plan");
+    tally(&Tally::plan_refused);
     return;
   }
   attnrt_plan_info info;
@@ -571,10 +770,19 @@ void RunPaged(FuzzedDataProvider& fdp, const Pool& pool) {
                 Bytes(*in[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE]) == value_before;
     for (size_t i = 0; i < out.size(); ++i) same = same && Bytes(*out[i]) == out_before[i];
     if (!same) Fail(std::string("a failing run wrote memory: ") + attnrt_last_error_message());
-    ++g_outcomes.run_refused;
+    refused("attnrt_plan_run");
+    tally(&Tally::run_refused);
     return;
   }
-  g_outcomes.Ran(info.kernel);
+  for (Tally* t : tallies) t->Ran(info.kernel);
+  if (g_verbose) std::fprintf(stderr, "  ran %s\n", info.kernel);
+  if (invalid_type) {
+    Fail(std::string("a call whose value_cache does not match its attributes (v_cache_own_type ") +
+         std::to_string(attributes.v_cache_own_type) + ", v_quant_type " +
+         std::to_string(a.v_quant_type) + ", v_cache_bit_width " +
+         std::to_string(attributes.v_cache_bit_width) + ", k_quant_type " +
+         std::to_string(a.k_quant_type) + ") ran on " + info.kernel);
+  }
   // Every output element written: none keeps the all-ones poison.
   const size_t element = static_cast<size_t>(t_bits / 8);
   for (auto& t : out) {
@@ -603,6 +811,8 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   }
   const char* stats = std::getenv("PAGED_GQA_FUZZER_STATS");
   if (stats != nullptr && stats[0] == '1') std::atexit(PrintOutcomes);
+  const char* verbose = std::getenv("GQA_FUZZER_VERBOSE");
+  g_verbose = verbose != nullptr && verbose[0] == '1';
   return 0;
 }
 

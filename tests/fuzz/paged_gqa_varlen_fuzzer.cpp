@@ -4,38 +4,45 @@
 // Each input is decoded with FuzzedDataProvider into one mostly consistent call: attributes
 // (num_heads, kv_num_heads, head_size 8 to 128, block_size, kv_layout, scale, softcap,
 // local_window_size, smooth_softmax, head_sink, p_precision; float32, float16 or bfloat16 queries
-// over caches of that dtype, int8, float8_e4m3fn or int4, per tensor or per channel), 0 to 8
-// sequences of 0 to 40 new rows over a context of up to 48 earlier tokens (query_start_loc,
-// seq_lens), padding rows past query_start_loc[B], a block table of shuffled physical blocks with
-// -1 in unused slots, optional key/value (the new rows) and slot_mapping (consistent, with -1 rows,
-// or with one wrong slot), and pools that are two compact tensors or the K and V halves of one
+// over caches of that dtype, int8, float8_e4m3fn or int4, per tensor or per channel, or Q8_0/Q4_0
+// blocks; ABI 1.9: now and then a value_cache of a type of its own, float32, float16, bfloat16,
+// Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid or not, and key and value head sizes
+// that are no multiple of 8, Hv != H among them), 0 to 8 sequences of 0 to 40 new rows over a
+// context of up to 48 earlier tokens (query_start_loc, seq_lens), padding rows past
+// query_start_loc[B], a block table of shuffled physical blocks with -1 in unused slots, optional
+// key/value (the new rows) and slot_mapping (consistent, with -1 rows, or with one wrong slot), and
+// pools that are two compact tensors or, for pools of one type and row, the K and V halves of one
 // tensor in any order of its (block, K/V, kv head, slot) axes (vLLM's CPU cache, kv[2, ...],
 // FlashInfer's pages). Then at most one mutation (a table slot -1, out of range, negative or naming
 // another slot's block; seq_lens below q_len or beyond the table; query_start_loc not starting at
 // 0, decreasing or past num_tokens; slot_mapping without key/value; key without value; value_cache
 // the same view as key_cache; a pool of the wrong block size; a workspace one byte short), and now
 // and then an attribute that is refused (block_size 0 or 1025, kv_layout 2, num_heads not a
-// multiple of kv_num_heads, head_size 12, p_precision 2). Tensor contents come from a hash of the
-// input. The call runs attnrt_op_create -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run
-// on the runtime's choice of kernel and again, from the same pool bytes, on a runtime pinned to the
-// scalar kernels. Every tensor is a heap buffer of exactly the bytes it describes (the two halves
-// of a shared pool: the one tensor's bytes), so any access outside them is reported by
-// AddressSanitizer.
+// multiple of kv_num_heads, head_size 12 but over unquantized caches, p_precision 2). Tensor
+// contents come from a hash of the input. The call runs attnrt_op_create -> attnrt_op_explain ->
+// attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and again, from the same pool
+// bytes, on a runtime pinned to the scalar kernels. Every tensor is a heap buffer of exactly the
+// bytes it describes (the two halves of a shared pool: the one tensor's bytes; aliased pools of
+// two sizes: the larger's), so any access outside them is reported by AddressSanitizer.
 //
 // Invariants checked (a violation aborts with a description, which libFuzzer records as a crash):
 //   - a failing call returns a non-OK status other than ATTNRT_ERROR_INTERNAL and a non-empty
 //     attnrt_last_error_message(); explain selects exactly the kernel plan picks;
 //   - both runtimes give the same run status when both plan (validation precedes the kernel);
 //   - a failing run leaves the pools and every output byte untouched;
+//   - a call with two cache types whose attributes do not describe its pools (or whose key_cache
+//     is int8, float8 or int4 with scales) does not run;
 //   - a successful run writes every element of the output rows before query_start_loc[B] (the
 //     poison, all bits set, is gone), leaves the padding rows after them untouched, changes no pool
-//     byte but the rows of the new tokens (slot_mapping -1 rows excepted), and, over unquantized
-//     caches, those rows hold the key and value rows bit for bit;
+//     byte but the rows of the new tokens (slot_mapping -1 rows excepted; each pool with its own
+//     element size and row), and, over unquantized caches, those rows hold the key and value rows
+//     bit for bit (a value_cache of a float type of its own: rounded to it to nearest even);
 //   - when both runtimes succeed, the pools are bitwise equal and the outputs agree within a bound
 //     of float32 rounding derived from the inputs (Tolerance below), plus one rounding of a 16-bit
 //     output.
 // PAGED_GQA_VARLEN_FUZZER_STATS=1 prints at exit how many calls each stage refused, what ran and
-// how many results were compared; GQA_FUZZER_VERBOSE=1 describes each case.
+// how many results were compared, in all and for the calls with two cache types, a head size that
+// is no multiple of 8, or an invalid pair of cache types; GQA_FUZZER_VERBOSE=1 describes each case.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -70,12 +77,32 @@ attnrt_runtime* g_runtimes[2] = {nullptr, nullptr};  // the runtime's choice; th
 bool g_verbose = false;
 
 // Per runtime: calls refused at each stage, runs per kernel; per case: what both runs compared.
+// The ABI 1.9 cases (v_cache_own_type = 1 with two cache types that differ, or with one type for
+// both pools; a key or value head size that is no multiple of 8; cache types that the attributes
+// do not describe) get these counts of their own too (Tally).
+struct Tally {
+  int64_t op_refused = 0, plan_refused = 0, run_refused = 0, compared = 0;
+  std::map<std::string, int64_t> ran;
+};
 struct Stats {
   int64_t op_refused = 0, plan_refused = 0, run_refused = 0, compared = 0, empty_steps = 0,
           decode_steps = 0, mixed_steps = 0, shared_pools = 0, slot_mappings = 0;
   std::map<std::string, int64_t> ran;
+  Tally two_types, own_one_type, odd_heads, invalid_types;
 };
 Stats g_stats;
+
+void PrintTally(const char* what, const Tally& t) {
+  std::fprintf(stderr,
+               "paged_gqa_varlen_fuzzer: %s: op refused %lld, plan refused %lld, run refused "
+               "%lld; compared %lld\n",
+               what, static_cast<long long>(t.op_refused), static_cast<long long>(t.plan_refused),
+               static_cast<long long>(t.run_refused), static_cast<long long>(t.compared));
+  for (const auto& [name, count] : t.ran) {
+    std::fprintf(stderr, "paged_gqa_varlen_fuzzer: %s: ran %s %lld\n", what, name.c_str(),
+                 static_cast<long long>(count));
+  }
+}
 
 void PrintStats() {
   const Stats& s = g_stats;
@@ -92,6 +119,10 @@ void PrintStats() {
     std::fprintf(stderr, "paged_gqa_varlen_fuzzer: ran %s %lld\n", name.c_str(),
                  static_cast<long long>(count));
   }
+  PrintTally("two cache types", s.two_types);
+  PrintTally("v_cache_own_type 1, one type", s.own_one_type);
+  PrintTally("head size no multiple of 8", s.odd_heads);
+  PrintTally("invalid value cache type", s.invalid_types);
 }
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -160,6 +191,34 @@ float ValueAt(const void* data, int64_t i, attnrt_dtype dtype) {
   return fuzz_agreement::ToFloat(o, i);
 }
 
+// The bytes of x rounded to nearest even in a float32, float16 or bfloat16 element (x finite): what
+// a value row of T becomes in a value_cache of a float type of its own (ABI 1.9).
+void StoreRounded(float x, attnrt_dtype dtype, unsigned char* to) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (dtype.bits == 32) {
+    std::memcpy(to, &u, 4);
+    return;
+  }
+  uint16_t h;
+  if (dtype.code == ATTNRT_DTYPE_CODE_BFLOAT) {
+    h = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  } else {
+    const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+    const uint32_t magnitude = u & 0x7FFFFFFFu;
+    if (magnitude >= 0x477FF000u) {  // 65520 and above round to infinity
+      h = static_cast<uint16_t>(sign | 0x7C00u);
+    } else if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal, in units of 2^-24
+      h = static_cast<uint16_t>(sign |
+                                static_cast<uint16_t>(std::nearbyint(std::fabs(x) * 16777216.0f)));
+    } else {
+      const uint32_t rebased = magnitude - 0x38000000u;
+      h = static_cast<uint16_t>(sign | ((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13));
+    }
+  }
+  std::memcpy(to, &h, 2);
+}
+
 // Random values in [-1, 1): float32, bfloat16 (float32 truncated) or float16 of magnitude in
 // [2^-7, 2^-1).
 void FillFloat(Buffer& b, attnrt_dtype dtype, Rng& rng) {
@@ -196,7 +255,7 @@ void FillCodes(Buffer& b, bool fp8, Rng& rng) {
   }
 }
 
-// The last dimension of a pool row of head_size elements for each Case::quant.
+// The last dimension of a pool row of head_size elements for each Case::quant (or v_quant).
 int64_t CacheRow(int quant, int64_t head_size) {
   if (quant >= 4) return head_size / 32 * (quant == 5 ? 18 : 34);
   return quant == 3 ? head_size / 2 : head_size;
@@ -223,6 +282,13 @@ struct Case {
   int64_t heads = 1, kv_heads = 1, head_size = 8, block_size = 4, cache_row = 8;
   attnrt_dtype t_dtype = kF32, cache_dtype = kF32;
   int quant = 0;  // 0 none, 1 int8, 2 float8_e4m3fn, 3 int4, 4 Q8_0 blocks, 5 Q4_0 blocks
+  // value_cache: its head size Hv, row and type, key_cache's unless two_types (ABI 1.9:
+  // v_cache_own_type = 1; v_quant 0 is then a float type of its own, v_cache_dtype) or Hv != H.
+  int64_t v_head_size = 8, v_cache_row = 8;
+  attnrt_dtype v_cache_dtype = kF32;
+  int v_quant = 0;
+  bool two_types = false, invalid_type = false, stray_scale = false, odd_heads = false;
+  bool byte_offset = false;
   bool has_kv = true, rank3 = false, head_sink = false;
   int64_t batch = 0, num_tokens = 0, slots = 1, num_blocks = 1;
   std::vector<int32_t> starts, lens, table;
@@ -233,10 +299,11 @@ struct Case {
 };
 
 // Lays out the two pools: compact tensors, or the halves of one tensor whose axes (block, K/V,
-// kv head, slot, then the row) come in the order `axes`. Returns the element strides of (block,
-// slot, kv head) and each pool's element offset, for the writes check.
+// kv head, slot, then the row) come in the order `axes` (pools of one type and row only). Returns
+// each pool's element strides of (block, slot, kv head) and element offset, for the writes check.
+// Aliased compact pools (one buffer) get a buffer of the larger pool's bytes.
 struct PoolLayout {
-  int64_t block = 0, slot = 0, head = 0;
+  int64_t block[2] = {0, 0}, slot[2] = {0, 0}, head[2] = {0, 0};
   uint64_t offset[2] = {0, 0};
 };
 
@@ -244,47 +311,137 @@ PoolLayout MakePools(const Case& c, int64_t pool_block_size, bool alias, bool by
                      std::unique_ptr<Tensor>* key, std::unique_ptr<Tensor>* value) {
   const bool bnsh = c.attributes.kv_layout == ATTNRT_PAGED_KV_LAYOUT_BNSH;
   const int64_t extent[4] = {c.num_blocks, 2, c.kv_heads, pool_block_size};
+  const int64_t rows[2] = {c.cache_row, c.v_cache_row};
+  const attnrt_dtype dtypes[2] = {c.cache_dtype, c.v_cache_dtype};
   PoolLayout l;
-  int64_t stride[4];
-  int64_t s = c.cache_row;
-  if (!c.shared_pool) {
-    const int order[3] = {0, bnsh ? 2 : 3, bnsh ? 3 : 2};  // block, then the layout's order
-    for (int i = 2; i >= 0; --i) {
-      stride[order[i]] = s;
-      s *= extent[order[i]];
+  int64_t stride[2][4];
+  size_t bytes[2];
+  for (int k = 0; k < 2; ++k) {
+    int64_t s = rows[k];
+    if (!c.shared_pool) {
+      const int order[3] = {0, bnsh ? 2 : 3, bnsh ? 3 : 2};  // block, then the layout's order
+      for (int i = 2; i >= 0; --i) {
+        stride[k][order[i]] = s;
+        s *= extent[order[i]];
+      }
+      stride[k][1] = 0;
+    } else {
+      for (int i = 3; i >= 0; --i) {
+        stride[k][c.axes[i]] = s;
+        s *= extent[c.axes[i]];
+      }
     }
-    stride[1] = 0;
-  } else {
-    for (int i = 3; i >= 0; --i) {
-      stride[c.axes[i]] = s;
-      s *= extent[c.axes[i]];
-    }
+    bytes[k] = static_cast<size_t>(s) * dtypes[k].bits / 8;
+    l.block[k] = stride[k][0];
+    l.head[k] = stride[k][2];
+    l.slot[k] = stride[k][3];
   }
-  l.block = stride[0];
-  l.head = stride[2];
-  l.slot = stride[3];
-  const std::vector<int64_t> shape =
-      bnsh ? std::vector<int64_t>{c.num_blocks, c.kv_heads, pool_block_size, c.cache_row}
-           : std::vector<int64_t>{c.num_blocks, pool_block_size, c.kv_heads, c.cache_row};
-  const std::vector<int64_t> strides =
-      bnsh ? std::vector<int64_t>{stride[0], stride[2], stride[3], 1}
-           : std::vector<int64_t>{stride[0], stride[3], stride[2], 1};
-  const size_t bytes = static_cast<size_t>(s) * c.cache_dtype.bits / 8;
   for (int k = 0; k < 2; ++k) {
     auto& t = k == 0 ? *key : *value;
     t = std::make_unique<Tensor>();
-    t->shape = shape;
+    t->shape = bnsh ? std::vector<int64_t>{c.num_blocks, c.kv_heads, pool_block_size, rows[k]}
+                    : std::vector<int64_t>{c.num_blocks, pool_block_size, c.kv_heads, rows[k]};
+    const std::vector<int64_t> strides =
+        bnsh ? std::vector<int64_t>{stride[k][0], stride[k][2], stride[k][3], 1}
+             : std::vector<int64_t>{stride[k][0], stride[k][3], stride[k][2], 1};
     if (c.shared_pool) {
-      t->buffer = k == 0 ? std::make_shared<Buffer>(bytes) : (*key)->buffer;
+      t->buffer = k == 0 ? std::make_shared<Buffer>(bytes[0]) : (*key)->buffer;
       t->strides = strides;
-      l.offset[k] = alias ? 0 : static_cast<uint64_t>(k * stride[1]);
+      l.offset[k] = alias ? 0 : static_cast<uint64_t>(k * stride[k][1]);
     } else {
-      t->buffer = k == 1 && alias ? (*key)->buffer : std::make_shared<Buffer>(bytes);
+      t->buffer = k == 1 && alias
+                      ? (*key)->buffer
+                      : std::make_shared<Buffer>(alias ? std::max(bytes[0], bytes[1]) : bytes[k]);
       if (byte_offset) t->strides = strides;  // the compact strides, given explicitly
     }
-    t->Describe(c.cache_dtype, l.offset[k], byte_offset);
+    t->Describe(dtypes[k], l.offset[k], byte_offset);
   }
   return l;
+}
+
+// ABI 1.9, decoded after every other choice so that the corpus keeps its meaning (an exhausted
+// input decodes to one cache type and the head size decoded before):
+//   - value_cache of a type of its own (v_cache_own_type = 1), 4 calls in 16: key_cache T, Q8_0 or
+//     Q4_0 blocks, or the quant choice's type (int8, float8 or int4 with scales: refused);
+//     value_cache float32, float16, bfloat16, T, Q8_0 or Q4_0 blocks (refused where Hv is no
+//     multiple of 32), or, 1 in 4, a type its attributes do not describe (refused);
+//   - head sizes that are no multiple of 8, 3 calls in 16: key and value, the value only
+//     (Hv != H), or both, each its own (only unquantized caches take them: 3 in 4 of these calls
+//     have no quantized cache of one type).
+// Sets the value pool's fields (key_cache's type and head size without these choices); returns
+// whether the head size choice was taken.
+bool DecodeAbi19(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
+  attnrt_gqa_attributes& a = c->attributes.gqa;
+  c->v_head_size = c->head_size;
+  c->v_quant = c->quant;
+  c->v_cache_dtype = c->cache_dtype;
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) >= 12) {
+    c->two_types = true;
+    c->attributes.v_cache_own_type = 1;
+    const int key_choice = fdp.ConsumeIntegralInRange<int>(0, 3);  // quant's, T, Q8_0, Q4_0
+    if (key_choice == 1) {
+      c->quant = 0;
+      c->cache_dtype = c->t_dtype;
+      a.k_quant_type = ATTNRT_GQA_QUANT_NONE;
+      a.kv_cache_bit_width = 0;
+    } else if (key_choice > 1) {
+      c->quant = key_choice == 2 ? 4 : 5;
+      c->cache_dtype = kU8;
+      a.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
+      a.kv_cache_bit_width = key_choice == 2 ? 8 : 4;
+    }
+    // float32, float16, bfloat16, Q8_0, Q4_0, T; 6 and 7: one of them with attributes that do not
+    // describe it.
+    const int value_choice = fdp.ConsumeIntegralInRange<int>(0, 7);
+    c->invalid_type = value_choice >= 6;
+    const int v = c->invalid_type ? static_cast<int>(rng.Next() % 6) : value_choice;
+    c->v_quant = v == 3 ? 4 : v == 4 ? 5 : 0;
+    c->v_cache_dtype = v == 0 ? kF32 : v == 1 ? kF16 : v == 2 ? kBF16 : v == 5 ? c->t_dtype : kU8;
+    a.v_quant_type = c->v_quant != 0 ? ATTNRT_GQA_QUANT_PER_BLOCK_32 : ATTNRT_GQA_QUANT_NONE;
+    c->attributes.v_cache_bit_width = c->v_quant == 4 ? 8 : c->v_quant == 5 ? 4 : 0;
+    if (c->invalid_type) {
+      int32_t& width = c->attributes.v_cache_bit_width;
+      switch (rng.Next() % 6) {
+        case 0:  // a quantized type for a float pool, or the reverse
+          a.v_quant_type = a.v_quant_type == ATTNRT_GQA_QUANT_NONE ? ATTNRT_GQA_QUANT_PER_BLOCK_32
+                                                                   : ATTNRT_GQA_QUANT_NONE;
+          break;
+        case 1:  // the bit width of a block type for a float pool, or none for blocks
+          width = width == 0 ? 8 : 0;
+          break;
+        case 2:  // the other block type, or no type at all
+          width = width == 8 ? 4 : 5;
+          break;
+        case 3:
+          a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
+          break;
+        case 4:
+          c->attributes.v_cache_own_type = 2;
+          break;
+        default:
+          c->stray_scale = true;  // a v_scale beside two types
+          break;
+      }
+    }
+    // The quant choice's int8/float8/int4 key (with its scales) is no type of an independent pair.
+    c->invalid_type = c->invalid_type || (c->quant >= 1 && c->quant <= 3);
+  }
+  const int odd = fdp.ConsumeIntegralInRange<int>(0, 15);
+  if (odd < 13) return false;
+  static constexpr int64_t kOddHeadSizes[] = {5, 12, 65, 1, 3, 20, 36, 67};
+  const auto pick = [&] {
+    return kOddHeadSizes[fdp.ConsumeIntegralInRange<size_t>(0, std::size(kOddHeadSizes) - 1)];
+  };
+  if (odd != 14) c->head_size = pick();
+  c->v_head_size = odd == 13 ? c->head_size : pick();
+  // 3 in 4 of them over caches that take them: quantized caches of one type become T.
+  if (fdp.ConsumeIntegralInRange<int>(0, 3) != 0 && !c->two_types && c->quant != 0) {
+    c->quant = c->v_quant = 0;
+    c->cache_dtype = c->v_cache_dtype = c->t_dtype;
+    a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_NONE;
+    a.kv_cache_bit_width = 0;
+  }
+  return true;
 }
 
 void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
@@ -407,25 +564,47 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   c->attributes.p_precision = precision == 16      ? 2
                               : precision % 2 == 0 ? ATTNRT_P_PRECISION_EXACT
                                                    : ATTNRT_P_PRECISION_INPUT;
-  // Bounded work per input (two runs under the sanitizers): a large step gets head_size 8.
+  // Build's choice of byte offsets, decoded here so that the ABI 1.9 choices come after it.
+  c->byte_offset = fdp.ConsumeBool();
+  const bool odd_choice = DecodeAbi19(fdp, rng, c);
+  // Bounded work per input (two runs under the sanitizers): a large step gets head_size 8 (32 for a
+  // block cache; 5 for a head size of the ABI 1.9 choice that is no multiple of 8), key and value.
   int64_t work = 0;
   for (int64_t b = 0; b < c->batch; ++b) {
     work += int64_t{c->starts[static_cast<size_t>(b + 1)] - c->starts[static_cast<size_t>(b)]} *
             c->lens[static_cast<size_t>(b)];
   }
-  if (work * c->heads * c->head_size > (int64_t{1} << 21)) {
-    c->head_size = c->quant >= 4 ? 32 : 8;  // the smallest head size of a block cache
-    c->cache_row = CacheRow(c->quant, c->head_size);
+  if (work * c->heads * std::max(c->head_size, c->v_head_size) > (int64_t{1} << 21)) {
+    const auto smaller = [&](int64_t size, int quant) -> int64_t {
+      if (odd_choice && size % 8 != 0) return 5;
+      return quant >= 4 ? 32 : 8;  // the smallest head size of a block cache
+    };
+    c->head_size = smaller(c->head_size, c->quant);
+    c->v_head_size = smaller(c->v_head_size, c->v_quant);
+  }
+  c->cache_row = CacheRow(c->quant, c->head_size);
+  c->v_cache_row = CacheRow(c->v_quant, c->v_head_size);
+  c->odd_heads = c->head_size % 8 != 0 || c->v_head_size % 8 != 0;
+  // One tensor's K and V halves hold pools of one type and row only.
+  if (c->v_cache_dtype.code != c->cache_dtype.code ||
+      c->v_cache_dtype.bits != c->cache_dtype.bits || c->v_cache_row != c->cache_row) {
+    c->shared_pool = false;
   }
 }
 
 void Describe(const Case& c) {
   std::string s =
       "case: N " + std::to_string(c.heads) + " Nkv " + std::to_string(c.kv_heads) + " H " +
-      std::to_string(c.head_size) + " block_size " + std::to_string(c.block_size) + " layout " +
-      std::to_string(c.attributes.kv_layout) + " p_precision " +
-      std::to_string(c.attributes.p_precision) + " cache " + attnrt_dtype_name(c.cache_dtype) +
-      " T " + attnrt_dtype_name(c.t_dtype) + " mutation " + std::to_string(c.mutation) +
+      std::to_string(c.head_size) + " Hv " + std::to_string(c.v_head_size) + " block_size " +
+      std::to_string(c.block_size) + " layout " + std::to_string(c.attributes.kv_layout) +
+      " p_precision " + std::to_string(c.attributes.p_precision) + " cache " +
+      attnrt_dtype_name(c.cache_dtype) + " value cache " + attnrt_dtype_name(c.v_cache_dtype) +
+      " own type " + std::to_string(c.attributes.v_cache_own_type) + " (k_quant_type " +
+      std::to_string(c.attributes.gqa.k_quant_type) + " width " +
+      std::to_string(c.attributes.gqa.kv_cache_bit_width) + ", v_quant_type " +
+      std::to_string(c.attributes.gqa.v_quant_type) + " width " +
+      std::to_string(c.attributes.v_cache_bit_width) + (c.invalid_type ? ", invalid" : "") +
+      ") T " + attnrt_dtype_name(c.t_dtype) + " mutation " + std::to_string(c.mutation) +
       " shared " + std::to_string(c.shared_pool) + " kv " + std::to_string(c.has_kv) + " tokens " +
       std::to_string(c.num_tokens) + " blocks " + std::to_string(c.num_blocks) + " slots " +
       std::to_string(c.slots) + "\n  starts/lens:";
@@ -501,22 +680,23 @@ void Mutate(Case& c, Rng& rng, bool* alias, bool* value_only_absent) {
   }
 }
 
-void Build(Call& k, FuzzedDataProvider& fdp, Rng& rng) {
+void Build(Call& k, Rng& rng) {
   Case& c = k.c;
   bool alias = false, value_absent = false;
   Mutate(c, rng, &alias, &value_absent);
   k.pool_block_size = std::max<int64_t>(c.block_size, 1) + (c.mutation == 13 ? 1 : 0);
-  const bool byte_offset = fdp.ConsumeBool();
-  const int64_t n = c.num_tokens, heads = c.heads, kv = c.kv_heads, h = c.head_size;
-  const auto packed = [&](int64_t rows, int64_t nh) {
-    return c.rank3 ? std::vector<int64_t>{rows, nh, h} : std::vector<int64_t>{rows, nh * h};
+  const bool byte_offset = c.byte_offset;
+  const int64_t n = c.num_tokens, heads = c.heads, kv = c.kv_heads, h = c.head_size,
+                hv = c.v_head_size;
+  const auto packed = [&](int64_t rows, int64_t nh, int64_t size) {
+    return c.rank3 ? std::vector<int64_t>{rows, nh, size} : std::vector<int64_t>{rows, nh * size};
   };
   k.in.resize(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS);
-  k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = Compact(c.t_dtype, packed(n, heads));
+  k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = Compact(c.t_dtype, packed(n, heads, h));
   if (c.has_kv) {
-    k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = Compact(c.t_dtype, packed(n, kv));
+    k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = Compact(c.t_dtype, packed(n, kv, h));
     if (!value_absent)
-      k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = Compact(c.t_dtype, packed(n, kv));
+      k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = Compact(c.t_dtype, packed(n, kv, hv));
   }
   k.layout = MakePools(c, k.pool_block_size, alias, byte_offset,
                        &k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE],
@@ -535,10 +715,16 @@ void Build(Call& k, FuzzedDataProvider& fdp, Rng& rng) {
     k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING] = ints(kI64, {n}, c.slot_mapping.data());
   }
   if (c.head_sink) k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK] = Compact(c.t_dtype, {heads});
-  if (c.quant != 0 && c.quant < 4) {
-    const int64_t scales =
-        c.attributes.gqa.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL ? kv * h : 1;
+  // The scales of an int8, float8 or int4 cache (kept beside two types: they are refused), or a
+  // stray v_scale.
+  const bool scaled = c.quant != 0 && c.quant < 4;
+  if (scaled || c.stray_scale) {
+    const bool per_channel = c.attributes.gqa.k_quant_type == ATTNRT_GQA_QUANT_PER_CHANNEL;
     for (int i : {ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE}) {
+      if (!scaled && i == ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE) continue;
+      const int64_t scales = !per_channel                                 ? 1
+                             : i == ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE ? kv * h
+                                                                          : kv * hv;
       k.in[static_cast<size_t>(i)] = Compact(kF32, {scales});
       auto* s = reinterpret_cast<float*>(k.in[static_cast<size_t>(i)]->buffer->data.get());
       for (int64_t j = 0; j < scales; ++j) s[j] = 0.01f + 0.02f * (rng.Unit() + 1.0f);
@@ -549,19 +735,25 @@ void Build(Call& k, FuzzedDataProvider& fdp, Rng& rng) {
     if (k.in[static_cast<size_t>(i)])
       FillFloat(*k.in[static_cast<size_t>(i)]->buffer, c.t_dtype, rng);
   }
+  // One buffer holding pools of two types (aliased): bytes that are finite values of any type.
+  const bool mixed_buffer =
+      k.same_pool_buffer && (c.v_quant != c.quant || c.v_cache_dtype.code != c.cache_dtype.code ||
+                             c.v_cache_dtype.bits != c.cache_dtype.bits);
   for (int i :
        {ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE, ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE}) {
     Buffer& b = *k.in[static_cast<size_t>(i)]->buffer;
-    if (c.quant == 0)
-      FillFloat(b, c.cache_dtype, rng);
-    else if (c.quant >= 4)
+    const bool key_pool = i == ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE;
+    const int quant = key_pool ? c.quant : c.v_quant;
+    if (mixed_buffer || quant >= 4)
       FillBlockBytes(b, rng);
+    else if (quant == 0)
+      FillFloat(b, key_pool ? c.cache_dtype : c.v_cache_dtype, rng);
     else
-      FillCodes(b, c.quant == 2, rng);
+      FillCodes(b, quant == 2, rng);
   }
   k.pools_initial[0] = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE]->buffer->Copy();
   k.pools_initial[1] = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE]->buffer->Copy();
-  k.out = Compact(c.t_dtype, packed(n, heads));
+  k.out = Compact(c.t_dtype, packed(n, heads, hv));
   for (auto& t : k.in) k.inputs.push_back(t ? &t->desc : nullptr);
   k.outputs.push_back(&k.out->desc);
 }
@@ -573,11 +765,13 @@ Buffer& Pool(Call& k, int which) {
 }
 
 // After a successful run: the output rows of the sequences are written, the padding rows are not,
-// and the pools changed only in the rows of the new tokens (to the key/value rows, unquantized).
+// and the pools changed only in the rows of the new tokens (to the key/value rows over an
+// unquantized pool: bit for bit where it has the type T, rounded to nearest even where a value
+// pool has a float type of its own), each pool with its own element size and row.
 void CheckSuccess(Call& k, const std::string& kernel) {
   const Case& c = k.c;
   const size_t element = c.t_dtype.bits / 8;
-  const size_t row_bytes = static_cast<size_t>(c.heads * c.head_size) * element;
+  const size_t row_bytes = static_cast<size_t>(c.heads * c.v_head_size) * element;
   const std::vector<int32_t>& starts = c.starts;
   const size_t used = static_cast<size_t>(starts[c.batch]) * row_bytes;
   const unsigned char* out = k.out->buffer->data.get();
@@ -593,7 +787,8 @@ void CheckSuccess(Call& k, const std::string& kernel) {
            "query_start_loc[B] = " + std::to_string(starts[c.batch]) + " (" + kernel + ")");
     }
   }
-  // The bytes each pool buffer should hold: the initial ones with the new rows written.
+  // The bytes each pool buffer should hold: the initial ones with the new rows written. writes
+  // counts the writes of each byte, 2 for any content (written twice, or a quantized row).
   const int buffers = k.same_pool_buffer ? 1 : 2;
   std::vector<unsigned char> writes[2];
   Bytes expected[2];
@@ -603,8 +798,10 @@ void CheckSuccess(Call& k, const std::string& kernel) {
   }
   const auto* key = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY].get();
   const auto* value = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE].get();
-  const size_t cache_element = c.cache_dtype.bits / 8;
-  const size_t cache_row = static_cast<size_t>(c.cache_row) * cache_element;
+  const attnrt_dtype pool_dtype[2] = {c.cache_dtype, c.v_cache_dtype};
+  const int pool_quant[2] = {c.quant, c.v_quant};
+  const int64_t head_size[2] = {c.head_size, c.v_head_size};
+  const int64_t pool_row[2] = {c.cache_row, c.v_cache_row};
   const int64_t bs = c.block_size;
   for (int64_t b = 0; key != nullptr && value != nullptr && b < c.batch; ++b) {
     const int64_t q = starts[b + 1] - starts[b];
@@ -617,15 +814,30 @@ void CheckSuccess(Call& k, const std::string& kernel) {
       for (int64_t n = 0; n < c.kv_heads; ++n) {
         for (int p = 0; p < 2; ++p) {
           const int buffer = k.same_pool_buffer ? 0 : p;
-          const size_t at = static_cast<size_t>(k.layout.offset[p] + block * k.layout.block +
-                                                pos % bs * k.layout.slot + n * k.layout.head) *
-                            cache_element;
+          const size_t cache_element = pool_dtype[p].bits / 8;
+          const size_t cache_row = static_cast<size_t>(pool_row[p]) * cache_element;
+          const size_t at =
+              static_cast<size_t>(k.layout.offset[p] + block * k.layout.block[p] +
+                                  pos % bs * k.layout.slot[p] + n * k.layout.head[p]) *
+              cache_element;
           const unsigned char* src =
               (p == 0 ? key : value)->buffer->data.get() +
-              static_cast<size_t>((row * c.kv_heads + n) * c.head_size) * element;
+              static_cast<size_t>((row * c.kv_heads + n) * head_size[p]) * element;
+          const bool same_type =
+              pool_dtype[p].code == c.t_dtype.code && pool_dtype[p].bits == c.t_dtype.bits;
           for (size_t j = 0; j < cache_row; ++j) {
+            if (pool_quant[p] != 0) {
+              writes[buffer][at + j] = 2;
+              continue;
+            }
             if (writes[buffer][at + j] < 2) ++writes[buffer][at + j];
-            if (c.quant == 0) expected[buffer][at + j] = src[j];
+            if (same_type) expected[buffer][at + j] = src[j];
+          }
+          if (pool_quant[p] == 0 && !same_type) {
+            for (int64_t j = 0; j < head_size[p]; ++j) {
+              StoreRounded(ValueAt(src, j, c.t_dtype), pool_dtype[p],
+                           expected[buffer].data() + at + static_cast<size_t>(j) * cache_element);
+            }
           }
         }
       }
@@ -635,7 +847,7 @@ void CheckSuccess(Call& k, const std::string& kernel) {
     const unsigned char* now = Pool(k, p).data.get();
     for (size_t j = 0; j < expected[p].size(); ++j) {
       // Rows written twice (a block named twice) or quantized rows: any content.
-      if (writes[p][j] > 1 || (writes[p][j] == 1 && c.quant != 0)) continue;
+      if (writes[p][j] > 1) continue;
       if (now[j] != expected[p][j]) {
         Fail(std::string(writes[p][j] == 0
                              ? "a successful run changed pool byte "
@@ -661,29 +873,30 @@ double Tolerance(const Call& k) {
   const double h = static_cast<double>(c.head_size);
   const double scale =
       c.attributes.gqa.scale != 0.0f ? std::fabs(c.attributes.gqa.scale) : 1.0 / std::sqrt(h);
+  // The largest magnitude a pool's element can have, for each pool's own type (ABI 1.9: the value
+  // pool's may differ from the key pool's).
   double kmax = 0, vmax = 0;
-  if (c.quant == 0) {
-    for (int p = 0; p < 2; ++p) {
+  for (int p = 0; p < 2; ++p) {
+    const int quant = p == 0 ? c.quant : c.v_quant;
+    double& max = p == 0 ? kmax : vmax;
+    const auto* rows =
+        k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY : ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE]
+            .get();
+    if (quant == 0) {
       const auto* pool = k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE
                                      : ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE]
                              .get();
-      const auto* rows =
-          k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY : ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE]
-              .get();
-      (p == 0 ? kmax : vmax) = std::max(MaxAbs(pool), MaxAbs(rows));
-    }
-  } else if (c.quant >= 4) {
-    // Pool blocks: scales below 1, codes within 127 (Q8_0) or 8 (Q4_0); new rows: within the new
-    // K/V rows' magnitude (a block's scale is its largest magnitude / 127 or / 8).
-    const double code = c.quant == 4 ? 127 : 8;
-    kmax = std::max(code, 1.01 * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY].get()));
-    vmax = std::max(code, 1.01 * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE].get()));
-  } else {
-    const double code = c.quant == 1 ? 128 : c.quant == 2 ? 448 : 8;
-    for (int p = 0; p < 2; ++p) {
-      const auto& t = *k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE
-                                   : ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE];
-      (p == 0 ? kmax : vmax) = code * MaxAbs(&t);
+      max = std::max(MaxAbs(pool), MaxAbs(rows));
+    } else if (quant >= 4) {
+      // Pool blocks: scales below 1, codes within 127 (Q8_0) or 8 (Q4_0); new rows: within the
+      // new K/V rows' magnitude (a block's scale is its largest magnitude / 127 or / 8).
+      const double code = quant == 4 ? 127 : 8;
+      max = std::max(code, 1.01 * MaxAbs(rows));
+    } else {
+      const double code = quant == 1 ? 128 : quant == 2 ? 448 : 8;
+      max = code * MaxAbs(k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE
+                                      : ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE]
+                              .get());
     }
   }
   const double d = scale * h * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY].get()) * kmax;
@@ -708,8 +921,22 @@ struct RunResult {
   Bytes output, pools[2];
 };
 
+// The ABI 1.9 tallies a case counts in.
+std::vector<Tally*> Tallies(const Case& c) {
+  std::vector<Tally*> tallies;
+  if (c.two_types) {
+    const bool differ = c.quant != c.v_quant || c.cache_dtype.code != c.v_cache_dtype.code ||
+                        c.cache_dtype.bits != c.v_cache_dtype.bits;
+    tallies.push_back(differ ? &g_stats.two_types : &g_stats.own_one_type);
+  }
+  if (c.odd_heads) tallies.push_back(&g_stats.odd_heads);
+  if (c.invalid_type) tallies.push_back(&g_stats.invalid_types);
+  return tallies;
+}
+
 RunResult RunOn(Call& k, int r) {
   RunResult result;
+  const std::vector<Tally*> tallies = Tallies(k.c);
   attnrt_runtime* runtime = g_runtimes[r];
   Pool(k, 0).Restore(k.pools_initial[0]);
   Pool(k, 1).Restore(k.pools_initial[1]);
@@ -719,6 +946,7 @@ RunResult RunOn(Call& k, int r) {
                                                    &k.c.attributes, &raw_op)) != ATTNRT_OK) {
     if (raw_op != nullptr) Fail("a failing attnrt_op_create returned an op");
     ++g_stats.op_refused;
+    for (Tally* t : tallies) ++t->op_refused;
     return result;
   }
   std::unique_ptr<attnrt_op, Deleters> op(raw_op);
@@ -750,6 +978,7 @@ RunResult RunOn(Call& k, int r) {
   }
   if (planned != ATTNRT_OK) {
     ++g_stats.plan_refused;
+    for (Tally* t : tallies) ++t->plan_refused;
     return result;
   }
   result.planned = true;
@@ -785,10 +1014,20 @@ RunResult RunOn(Call& k, int r) {
       Fail(std::string("a failing run wrote memory: ") + attnrt_last_error_message());
     }
     ++g_stats.run_refused;
+    for (Tally* t : tallies) ++t->run_refused;
     return result;
   }
   ++g_stats.ran[info.kernel];
+  for (Tally* t : tallies) ++t->ran[info.kernel];
   if (g_verbose) std::fprintf(stderr, "  ran %s\n", info.kernel);
+  if (k.c.invalid_type) {
+    const attnrt_paged_gqa_attributes& a = k.c.attributes;
+    Fail(std::string("a call whose value_cache does not match its attributes (v_cache_own_type ") +
+         std::to_string(a.v_cache_own_type) + ", v_quant_type " +
+         std::to_string(a.gqa.v_quant_type) + ", v_cache_bit_width " +
+         std::to_string(a.v_cache_bit_width) + ", k_quant_type " +
+         std::to_string(a.gqa.k_quant_type) + ") ran on " + info.kernel);
+  }
   CheckSuccess(k, info.kernel);
   result.output = k.out->buffer->Copy();
   result.pools[0] = Pool(k, 0).Copy();
@@ -804,7 +1043,7 @@ void RunCase(const uint8_t* data, size_t size) {
   FuzzedDataProvider fdp(data, size);
   Call k;
   Decode(fdp, rng, &k.c);
-  Build(k, fdp, rng);
+  Build(k, rng);
   if (g_verbose) Describe(k.c);
   const RunResult first = RunOn(k, 0);
   const RunResult second = RunOn(k, 1);
@@ -823,7 +1062,8 @@ void RunCase(const uint8_t* data, size_t size) {
     Fail("the pools differ after " + first.kernel + " and " + second.kernel);
   }
   ++g_stats.compared;
-  const int64_t count = static_cast<int64_t>(k.c.starts.back()) * k.c.heads * k.c.head_size;
+  for (Tally* t : Tallies(k.c)) ++t->compared;
+  const int64_t count = static_cast<int64_t>(k.c.starts.back()) * k.c.heads * k.c.v_head_size;
   const std::vector<fuzz_agreement::Output> compared = {
       {"output", k.out->buffer->data.get(), count, k.c.t_dtype.bits,
        k.c.t_dtype.code == ATTNRT_DTYPE_CODE_BFLOAT, nullptr}};
