@@ -14,8 +14,9 @@ constexpr int64_t kMaxBlockSize = ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE;
 
 // attnrt's types for a K/V type: a float cache is read as its own type and q, the bias, the sinks
 // and the output take K's (as ggml's CPU backend rounds q to it); ggml's Q8_0/Q4_0 blocks are
-// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query. V of
-// another type than K is read as its own type too (its dtype and bit width).
+// attnrt's PER_BLOCK_32 cache (uint8 rows of head_size / 32 blocks) under a float32 query. K and V
+// of two types are attnrt's independent cache types, each read as its own type, under a float32
+// query.
 struct CacheTypes {
   attnrt_dtype dtype;        // T
   attnrt_dtype cache_dtype;  // T_CACHE
@@ -129,6 +130,10 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   s->two_types = v->type != k->type;
   s->v_cache_dtype = v_types.cache_dtype;
   s->v_bits = v_types.kv_bits;
+  // With two types q, the bias, the sinks and the output stay float32 (as ggml's CPU backend, which
+  // sums P·V in float32 for a V that is not F16, writes them): a float16 output would drop what an
+  // F32, BF16 or block V holds (values below float16's normal range, its 11 bits).
+  if (s->two_types) s->dtype = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
   if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
     *reason = "the output is not a contiguous f32 tensor";
     return false;

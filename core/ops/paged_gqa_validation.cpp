@@ -51,6 +51,17 @@ attnrt_gqa_attributes ValueTypeAttributes(const attnrt_paged_gqa_attributes& a) 
   return v;
 }
 
+// An unquantized pool of independent K/V types: any of the float types.
+Status CheckFloatCache(const attnrt_tensor& pool, const char* name, const char* quant_name) {
+  if (DtypeEquals(pool.dtype, kFloat32) || DtypeEquals(pool.dtype, kFloat16) ||
+      DtypeEquals(pool.dtype, kBFloat16)) {
+    return Status::Ok();
+  }
+  return InvalidArgument(StrCat(name, ": expected dtype float32, float16 or bfloat16 for an ",
+                                "unquantized cache (", quant_name, " NONE) of independent key and ",
+                                "value cache types, got ", DtypeString(pool.dtype)));
+}
+
 // value_cache's dtype: key_cache's, or under independent types uint8 blocks for PER_BLOCK_32, else
 // a float type.
 Status CheckValueCacheDtype(const attnrt_tensor& value, const attnrt_tensor& key,
@@ -66,14 +77,7 @@ Status CheckValueCacheDtype(const attnrt_tensor& value, const attnrt_tensor& key
                                                : "bytes of Q8_0 blocks (v_quant_type PER_BLOCK_32, "
                                                  "v_cache_bit_width 8)");
   }
-  if (DtypeEquals(value.dtype, kFloat32) || DtypeEquals(value.dtype, kFloat16) ||
-      DtypeEquals(value.dtype, kBFloat16)) {
-    return Status::Ok();
-  }
-  return InvalidArgument(
-      StrCat("value_cache: expected dtype float32, float16 or bfloat16 for an ",
-             "unquantized value cache (v_quant_type NONE, v_cache_bit_width 0), ", "got ",
-             DtypeString(value.dtype)));
+  return CheckFloatCache(value, "value_cache", "v_quant_type");
 }
 
 // GQA messages about the stand-in past/present buffers are about the pools.
@@ -138,13 +142,18 @@ struct GqaCall {
 };
 
 // value_width_as_key >= 0 (independent K/V types): the GQA checks, which know one cache type, see
-// the value rows as rows of key_cache's type of that width (0 for a float value row narrower than
-// a key block); value_cache's own type is checked here. < 0: value_cache as it is.
+// an unquantized key cache as of the query's dtype (`float_key`: its own float type is checked
+// here) and the value rows as rows of that key type of that width (0 for a float value row
+// narrower than a key block); value_cache's own type is checked here. < 0: the pools as they are.
 void MakeGqaCall(const attnrt_tensor* const* inputs, const attnrt_tensor* const* outputs,
                  size_t num_outputs, int64_t rows_b, int64_t kv_heads, int64_t capacity,
-                 int64_t value_width_as_key, GqaCall* c) {
+                 int64_t value_width_as_key, bool float_key, GqaCall* c) {
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE], rows_b, kv_heads, capacity, &c->key);
   MakeStandIn(*inputs[ATTNRT_PAGED_GQA_INPUT_VALUE_CACHE], rows_b, kv_heads, capacity, &c->value);
+  const attnrt_tensor* query = inputs[ATTNRT_PAGED_GQA_INPUT_QUERY];
+  if (value_width_as_key >= 0 && float_key && query != nullptr) {
+    c->key.tensor.dtype = query->dtype;
+  }
   if (value_width_as_key >= 0) {
     c->value.tensor.dtype = c->key.tensor.dtype;
     c->value.shape[3] = value_width_as_key;
@@ -230,6 +239,9 @@ Status CheckPools(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* con
     }
   }
   ATTNRT_RETURN_IF_ERROR(CheckValueCacheDtype(value, key, a));
+  if (IndependentCacheTypes(a) && a.gqa.k_quant_type == ATTNRT_GQA_QUANT_NONE) {
+    ATTNRT_RETURN_IF_ERROR(CheckFloatCache(key, "key_cache", "k_quant_type"));
+  }
   ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(key, "key_cache"));
   ATTNRT_RETURN_IF_ERROR(CheckPoolStrides(value, "value_cache"));
   if (!SameDevice(value.device, key.device)) {
@@ -285,8 +297,9 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
     }
   }
   GqaCall call;
+  const bool float_key = a.gqa.k_quant_type == ATTNRT_GQA_QUANT_NONE;
   MakeGqaCall(inputs, outputs, num_outputs, batch, a.gqa.kv_num_heads, capacity,
-              independent ? gqa::CacheRowWidth(a.gqa, value_head_size) : -1, &call);
+              independent ? gqa::CacheRowWidth(a.gqa, value_head_size) : -1, float_key, &call);
   attnrt_gqa_problem gqa{};
   // GroupQueryAttention's checks know one cache type: with independent types they see the key
   // cache's (v_quant_type as k_quant_type), value_cache's own was checked above.
@@ -296,6 +309,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
       one_type, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs,
       gqa::ValueRows{value_head_size, independent, /*any_head_size=*/true}, &gqa)));
   gqa.attributes.v_quant_type = a.gqa.v_quant_type;
+  // The key pool's own dtype (a float key cache of independent types need not be T).
+  gqa.cache_dtype = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->dtype;
   if (table.shape[0] != gqa.batch_size) {
     return InvalidArgument(StrCat("block_table: dimension 0 must be batch_size ", gqa.batch_size,
                                   ", got ", table.shape[0]));
@@ -395,7 +410,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_problem& p, const attnrt_tensor* c
   GqaCall call;
   MakeGqaCall(inputs, outputs, num_outputs, 0, p.gqa.kv_num_heads, capacity,
               SharesOneCacheType(p) ? -1 : gqa::CacheRowWidth(p.gqa.attributes, p.v_head_size),
-              &call);
+              p.gqa.attributes.k_quant_type == ATTNRT_GQA_QUANT_NONE, &call);
   attnrt_gqa_args gqa{};
   ATTNRT_RETURN_IF_ERROR(Rename(
       gqa::ValidateRun(p.gqa, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs, &gqa)));
@@ -565,7 +580,9 @@ bool IndependentCacheTypes(const attnrt_paged_gqa_attributes& a) { return a.v_ca
 
 bool SharesOneCacheType(const attnrt_paged_gqa_problem& p) {
   const attnrt_gqa_attributes& a = p.gqa.attributes;
-  return DtypeEquals(p.value_cache_dtype, p.gqa.cache_dtype) &&
+  const bool key_as_gqa =
+      a.k_quant_type != ATTNRT_GQA_QUANT_NONE || DtypeEquals(p.gqa.cache_dtype, p.gqa.query_dtype);
+  return key_as_gqa && DtypeEquals(p.value_cache_dtype, p.gqa.cache_dtype) &&
          p.v_cache_bit_width == a.kv_cache_bit_width && a.v_quant_type == a.k_quant_type;
 }
 

@@ -31,6 +31,13 @@ bool IsFlash(PagedKernel kernel) {
 // call). "" when the kernel takes the problem's types.
 std::string ValueCacheTypeDeclineReason(PagedKernel kernel, const attnrt_paged_gqa_problem& p) {
   if (!GqaPagedTypesDiffer(p)) return {};
+  GqaCacheType key_type = GqaCacheType::kFloat32;
+  if (!GqaPagedKeyCacheType(p, &key_type)) {
+    return "key_cache of dtype code " + std::to_string(p.gqa.cache_dtype.code) + " bits " +
+           std::to_string(p.gqa.cache_dtype.bits) + " with k_quant_type " +
+           std::to_string(p.gqa.attributes.k_quant_type) +
+           " is not a key cache type of independent types this plugin reads";
+  }
   GqaCacheType value_type = GqaCacheType::kFloat32;
   if (!GqaPagedValueCacheType(p, &value_type)) {
     return "value_cache of dtype code " + std::to_string(p.value_cache_dtype.code) + " bits " +
@@ -39,8 +46,9 @@ std::string ValueCacheTypeDeclineReason(PagedKernel kernel, const attnrt_paged_g
            std::to_string(p.v_cache_bit_width) + " is not a value cache type this plugin reads";
   }
   if (IsFlash(kernel)) {
-    return "key_cache and value_cache of two types are run by the naive kernels (the row "
-           "pipeline reads each pool as its own type; the flash block operations read one)";
+    return "key_cache and value_cache of independent types are run by the naive kernels (the row "
+           "pipeline reads each pool as its own type; the flash block operations read T's or one "
+           "quantized type)";
   }
   return {};
 }
@@ -117,9 +125,13 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
     // v_scale count its checks expect (Nkv * H for Nkv * Hv).
     attnrt_gqa_problem equivalent = paged->gqa;
     const attnrt_gqa_problem* gqa = &equivalent;
-    // It knows one cache type too: the key cache's, the value cache's having been checked above.
+    // It knows one cache type too: the key cache's (a float one as T), each pool's own having
+    // been checked above.
     if (GqaPagedTypesDiffer(*paged)) {
       equivalent.attributes.v_quant_type = equivalent.attributes.k_quant_type;
+      if (equivalent.attributes.k_quant_type == ATTNRT_GQA_QUANT_NONE) {
+        equivalent.cache_dtype = equivalent.query_dtype;
+      }
     }
     const int64_t hv = paged->v_head_size;
     if (hv != gqa->head_size) {

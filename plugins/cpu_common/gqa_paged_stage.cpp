@@ -80,51 +80,70 @@ int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& a, char* error, size_t erro
   return ATTNRT_ERROR_ABI_MISMATCH;
 }
 
-bool GqaPagedTypesDiffer(const attnrt_paged_gqa_problem& p) noexcept {
-  const attnrt_gqa_attributes& a = p.gqa.attributes;
-  const attnrt_dtype k = p.gqa.cache_dtype;
-  const attnrt_dtype v = p.value_cache_dtype;
-  return v.code != k.code || v.bits != k.bits || v.lanes != k.lanes ||
-         p.v_cache_bit_width != a.kv_cache_bit_width || a.v_quant_type != a.k_quant_type;
+namespace {
+
+bool SameDtype(attnrt_dtype a, attnrt_dtype b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
-bool GqaPagedValueCacheType(const attnrt_paged_gqa_problem& p,
-                            GqaCacheType* value_cache_type) noexcept {
-  GqaFloatType type = GqaFloatType::kFloat32;
-  if (!GqaPagedTypesDiffer(p)) return GqaElementTypes(p.gqa, &type, value_cache_type);
-  const attnrt_dtype v = p.value_cache_dtype;
-  if (v.lanes != 1) return false;
-  switch (p.gqa.attributes.v_quant_type) {
+// A pool of independent types (ABI 1.9): a float type (quant NONE) or Q8_0/Q4_0 blocks.
+bool OwnCacheType(attnrt_dtype d, int32_t quant_type, int32_t bit_width, GqaCacheType* type) {
+  if (d.lanes != 1) return false;
+  switch (quant_type) {
     case ATTNRT_GQA_QUANT_NONE:
-      if (v.code == ATTNRT_DTYPE_CODE_FLOAT && v.bits == 32) {
-        *value_cache_type = GqaCacheType::kFloat32;
-      } else if (v.code == ATTNRT_DTYPE_CODE_FLOAT && v.bits == 16) {
-        *value_cache_type = GqaCacheType::kFloat16;
-      } else if (v.code == ATTNRT_DTYPE_CODE_BFLOAT && v.bits == 16) {
-        *value_cache_type = GqaCacheType::kBFloat16;
+      if (d.code == ATTNRT_DTYPE_CODE_FLOAT && d.bits == 32) {
+        *type = GqaCacheType::kFloat32;
+      } else if (d.code == ATTNRT_DTYPE_CODE_FLOAT && d.bits == 16) {
+        *type = GqaCacheType::kFloat16;
+      } else if (d.code == ATTNRT_DTYPE_CODE_BFLOAT && d.bits == 16) {
+        *type = GqaCacheType::kBFloat16;
       } else {
         return false;
       }
       return true;
     case ATTNRT_GQA_QUANT_PER_BLOCK_32:
-      if (v.code != ATTNRT_DTYPE_CODE_UINT || v.bits != 8) return false;
-      if (p.v_cache_bit_width != 8 && p.v_cache_bit_width != 4) return false;
-      *value_cache_type =
-          p.v_cache_bit_width == 8 ? GqaCacheType::kBlockQ8_0 : GqaCacheType::kBlockQ4_0;
+      if (d.code != ATTNRT_DTYPE_CODE_UINT || d.bits != 8) return false;
+      if (bit_width != 8 && bit_width != 4) return false;
+      *type = bit_width == 8 ? GqaCacheType::kBlockQ8_0 : GqaCacheType::kBlockQ4_0;
       return true;
     default:
       return false;
   }
 }
 
+}  // namespace
+
+bool GqaPagedTypesDiffer(const attnrt_paged_gqa_problem& p) noexcept {
+  const attnrt_gqa_attributes& a = p.gqa.attributes;
+  const bool float_key_not_t =
+      a.k_quant_type == ATTNRT_GQA_QUANT_NONE && !SameDtype(p.gqa.cache_dtype, p.gqa.query_dtype);
+  return float_key_not_t || !SameDtype(p.value_cache_dtype, p.gqa.cache_dtype) ||
+         p.v_cache_bit_width != a.kv_cache_bit_width || a.v_quant_type != a.k_quant_type;
+}
+
+bool GqaPagedKeyCacheType(const attnrt_paged_gqa_problem& p,
+                          GqaCacheType* key_cache_type) noexcept {
+  GqaFloatType type = GqaFloatType::kFloat32;
+  if (!GqaPagedTypesDiffer(p)) return GqaElementTypes(p.gqa, &type, key_cache_type);
+  const attnrt_gqa_attributes& a = p.gqa.attributes;
+  return OwnCacheType(p.gqa.cache_dtype, a.k_quant_type, a.kv_cache_bit_width, key_cache_type);
+}
+
+bool GqaPagedValueCacheType(const attnrt_paged_gqa_problem& p,
+                            GqaCacheType* value_cache_type) noexcept {
+  GqaFloatType type = GqaFloatType::kFloat32;
+  if (!GqaPagedTypesDiffer(p)) return GqaElementTypes(p.gqa, &type, value_cache_type);
+  return OwnCacheType(p.value_cache_dtype, p.gqa.attributes.v_quant_type, p.v_cache_bit_width,
+                      value_cache_type);
+}
+
 GqaPoolStrides PagedGqaPoolStrides(const attnrt_paged_gqa_problem& p, const int64_t* strides,
                                    bool value_pool) {
-  GqaFloatType type = GqaFloatType::kFloat32;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   if (value_pool) {
     GqaPagedValueCacheType(p, &cache_type);
   } else {
-    GqaElementTypes(p.gqa, &type, &cache_type);
+    GqaPagedKeyCacheType(p, &cache_type);
   }
   // Bytes per element of the pool tensor: a 4-bit or block pool is uint8 (two values per byte,
   // blocks of 32 values and their scale).
@@ -159,6 +178,8 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   // The value head size (ABI 1.8): the value rows' own width; the output rows follow it. The value
   // cache's own type (ABI 1.9): supports() declined a problem without one.
   r.v_head_size = p.v_head_size;
+  GqaPagedKeyCacheType(p, &r.cache_type);  // a float key cache of its own type need not be T
+  r.cache_row_bytes = GqaCacheRowBytes(r.cache_type, r.head_size);
   GqaPagedValueCacheType(p, &r.value_cache_type);
   r.value_cache_row_bytes = GqaCacheRowBytes(r.value_cache_type, r.v_head_size);
   if (!p.gqa.packed_qkv) r.new_value_token_stride = p.gqa.kv_num_heads * r.v_head_size;

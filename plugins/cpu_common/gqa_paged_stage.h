@@ -27,7 +27,13 @@ int32_t PagedGqaArgsFit(const attnrt_paged_gqa_args& args, char* error, size_t e
 bool GqaPagedValueCacheType(const attnrt_paged_gqa_problem& problem,
                             GqaCacheType* value_cache_type) noexcept;
 
-// Whether a paged problem's pools hold two cache types (ABI 1.9).
+// The key cache type of a paged problem: GqaElementTypes' unless the pools hold independent types
+// (ABI 1.9), where an unquantized key cache may be any float type. False when this driver has none.
+bool GqaPagedKeyCacheType(const attnrt_paged_gqa_problem& problem,
+                          GqaCacheType* key_cache_type) noexcept;
+
+// Whether a paged problem's pools hold other than GroupQueryAttention's one cache type (ABI 1.9):
+// two types, or an unquantized key cache of another type than T.
 bool GqaPagedTypesDiffer(const attnrt_paged_gqa_problem& problem) noexcept;
 
 // Byte strides of a pool of `p` whose element strides (kv_layout's dimension order) are `strides`:

@@ -168,7 +168,8 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   r.rotary_seqlens_k = args.seqlens_k;
   r.rotary_first_prompt = r.first_prompt;
 
-  // supports() declined every problem without element types.
+  // supports() declined every problem without element types; a paged key cache of independent
+  // types (not T's) is resolved by the paged staging.
   GqaElementTypes(p, &r.type, &r.cache_type);
   r.element_bytes = r.type == GqaFloatType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
   r.cache_row_bytes = GqaCacheRowBytes(r.cache_type, h);

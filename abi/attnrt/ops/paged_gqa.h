@@ -76,8 +76,9 @@
  * v_cache_own_type = 0 (the default) both pools have key_cache's type, as GroupQueryAttention has
  * it (kv_cache_bit_width and k_quant_type describe both; v_quant_type is ignored unless it differs
  * from a quantized k_quant_type; v_cache_bit_width is ignored). v_cache_own_type = 1 makes the two
- * types independent:
- *   key_cache    k_quant_type NONE: dtype T, kv_cache_bit_width 0;
+ * types independent (and an unquantized key cache's free of T):
+ *   key_cache    k_quant_type NONE: dtype float32, float16 or bfloat16 (any of them, whatever T
+ *                is: new key rows are rounded to it to nearest even), kv_cache_bit_width 0;
  *                PER_BLOCK_32: uint8 blocks, kv_cache_bit_width 8 (Q8_0) or 4 (Q4_0);
  *   value_cache  v_quant_type NONE: dtype float32, float16 or bfloat16 (any of them, whatever T
  *                is: new value rows are rounded to it to nearest even), v_cache_bit_width 0;
@@ -98,11 +99,11 @@
  * in supports(); cpu_x86/cpu_arm: every paged kernel.
  *
  * Head sizes (ABI 1.9): an unquantized cache (float32, float16, bfloat16 rows) takes any positive
- * head size, H and Hv alike (llama.cpp's flash_attn_ext takes any; its suite tests 65 and 67), where
- * GroupQueryAttention takes multiples of 8; int8/int4 caches keep multiples of 8, PER_BLOCK_32
- * multiples of 32, and do_rotary = 1 its rotary rules (a head size that is a multiple of 16). Kernels that serve other sizes say so in supports(); cpu_x86/cpu_arm: the naive
- * (row pipeline) kernels. Kernels of plugins built for ABI 1.8 or older are offered multiples of 8
- * only.
+ * head size, H and Hv alike (llama.cpp's flash_attn_ext takes any; its suite tests 65 and 67),
+ * where GroupQueryAttention takes multiples of 8; int8/int4 caches keep multiples of 8,
+ * PER_BLOCK_32 multiples of 32, and do_rotary = 1 its rotary rules (a head size that is a multiple
+ * of 16). Kernels that serve other sizes say so in supports(); cpu_x86/cpu_arm: the naive (row
+ * pipeline) kernels. Kernels of plugins built for ABI 1.8 or older are offered multiples of 8 only.
  *
  * Not supported with a paged cache: sliding_window_cache=1 (a ring cache; a pool frees blocks
  * instead), rejected at op creation.
@@ -234,11 +235,12 @@ typedef struct attnrt_paged_gqa_problem {
    * Hv == head_size (paged varlen ones in the ABI 1.5-1.7 layout, which this field changed). */
   int64_t v_head_size;
   /* ABI 1.9: value_cache's type (see "Value cache type" above): its dtype and the bit width of
-   * gqa.attributes.v_quant_type (0 for NONE). Both pools share one type unless
-   * value_cache_dtype != gqa.cache_dtype or gqa.attributes.v_quant_type != k_quant_type or
-   * v_cache_bit_width != kv_cache_bit_width; when they share it, v_quant_type equals k_quant_type.
+   * gqa.attributes.v_quant_type (0 for NONE); gqa.cache_dtype is key_cache's dtype. The pools
+   * hold GroupQueryAttention's one type unless value_cache_dtype != gqa.cache_dtype,
+   * gqa.attributes.v_quant_type != k_quant_type, v_cache_bit_width != kv_cache_bit_width, or an
+   * unquantized key cache's dtype is not gqa.query_dtype.
    * A kernel of an older plugin does not see these fields: the runtime offers it only problems
-   * whose pools share one type (paged varlen ones in the ABI 1.8 layout, which they changed). */
+   * whose pools hold one type (paged varlen ones in the ABI 1.8 layout, which they changed). */
   attnrt_dtype value_cache_dtype;
   int32_t v_cache_bit_width;
 } attnrt_paged_gqa_problem;

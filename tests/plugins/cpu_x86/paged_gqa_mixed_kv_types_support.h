@@ -155,8 +155,9 @@ struct Types {
   CacheType k = CacheType::kF32, v = CacheType::kF32;
 };
 
-// The pairs under test (a NONE key cache has dtype T; a quantized one keeps T as given), and one
-// control whose independent types happen to be equal.
+// The pairs under test (a NONE key cache has dtype T or, with independent types, a float type of its
+// own; a quantized one keeps T as given), and one control whose independent types happen to be
+// equal.
 inline std::vector<Types> AllTypes() {
   using C = CacheType;
   using F = FloatFormat;
@@ -168,6 +169,10 @@ inline std::vector<Types> AllTypes() {
       {"t_bf16_k_bf16_v_f16", F::kBFloat16, C::kBF16, C::kF16},
       {"t_f32_k_q4_0_v_q8_0", F::kFloat32, C::kQ4_0, C::kQ8_0},
       {"t_f32_k_f32_v_bf16", F::kFloat32, C::kF32, C::kBF16},
+      // A float key cache of its own type, not T's (llama.cpp's F16 K under a float32 query).
+      {"t_f32_k_f16_v_q4_0", F::kFloat32, C::kF16, C::kQ4_0},
+      {"t_f32_k_bf16_v_f32", F::kFloat32, C::kBF16, C::kF32},
+      {"t_f16_k_f32_v_f16", F::kFloat16, C::kF32, C::kF16},
       {"t_f32_k_q8_0_v_q8_0_control", F::kFloat32, C::kQ8_0, C::kQ8_0},
   };
 }
