@@ -326,6 +326,7 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   Scratch& scratch = ThreadScratch();
 
   std::vector<char>& query = scratch.query;
+  std::vector<uint16_t> q_rounded;
   query.resize(static_cast<size_t>(s.rows_per_call * width) * es);
   // f32 output written in place where it lies on an element boundary, else through a buffer.
   const bool out_in_place = s.dtype.bits == 32 && Misalignment(node) == 0;
@@ -361,9 +362,14 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
           const float* src =
               reinterpret_cast<const float*>(static_cast<const char*>(q->data) +
                                              (r0 + i) * q->nb[1] + h * q->nb[2] + b * q->nb[3]);
-          FromFloat(src,
-                    query.data() + static_cast<size_t>((i * s.num_heads + h) * s.head_size) * es,
-                    s.head_size, s.dtype);
+          char* dst = query.data() + static_cast<size_t>((i * s.num_heads + h) * s.head_size) * es;
+          if (s.q_rounding.bits == 16) {  // to K's type and back to the float32 query
+            q_rounded.resize(static_cast<size_t>(s.head_size));
+            FromFloat(src, q_rounded.data(), s.head_size, s.q_rounding);
+            ToFloat(q_rounded.data(), reinterpret_cast<float*>(dst), s.head_size, s.q_rounding);
+          } else {
+            FromFloat(src, dst, s.head_size, s.dtype);
+          }
         }
       }
       t.query.data = query.data();

@@ -133,7 +133,10 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   // With two types q, the bias, the sinks and the output stay float32 (as ggml's CPU backend, which
   // sums P·V in float32 for a V that is not F16, writes them): a float16 output would drop what an
   // F32, BF16 or block V holds (values below float16's normal range, its 11 bits).
-  if (s->two_types) s->dtype = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+  if (s->two_types) {
+    if (types.dtype.bits == 16) s->q_rounding = types.dtype;
+    s->dtype = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+  }
   if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
     *reason = "the output is not a contiguous f32 tensor";
     return false;

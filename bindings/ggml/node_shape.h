@@ -35,8 +35,11 @@ struct NodeShape {
   bool two_types = false;
   attnrt_dtype v_cache_dtype{};  // of value_cache
   int32_t v_bits = 0;            // value_cache's bit width (Q8_0 8, Q4_0 4); 0 otherwise
-  int64_t row_width = 0;         // a K row in pool elements: head_size, or its blocks' bytes
-  int64_t v_row_width = 0;       // a V row: v_head_size, or its blocks' bytes
+  // Two types under an F16/BF16 K: q is rounded to K's type (as ggml's CPU backend converts q to
+  // K's vec_dot type) and held in the float32 query. bits 0: q as it is.
+  attnrt_dtype q_rounding{};
+  int64_t row_width = 0;    // a K row in pool elements: head_size, or its blocks' bytes
+  int64_t v_row_width = 0;  // a V row: v_head_size, or its blocks' bytes
   int64_t block_size = 0;
   int64_t num_blocks = 0;
   int32_t kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;

@@ -260,8 +260,8 @@ TEST(GgmlFlashAttnExtQuant, NonFiniteBlockInAVisibleCell) {
   }
 }
 
-// K and V of two types (llama.cpp's -ctk/-ctv): attnrt's independent K/V cache types, each pool read
-// as its own type; the scheduler gives the node to attnrt.
+// K and V of two types (llama.cpp's -ctk/-ctv): attnrt's independent K/V cache types, each pool
+// read as its own type; the scheduler gives the node to attnrt.
 TEST(GgmlFlashAttnExtQuant, KAndVOfTwoTypes) {
   struct Case {
     ggml_type k, v;
@@ -299,10 +299,9 @@ TEST(GgmlFlashAttnExtQuant, DeclinedNodesStayOnTheCpuBackend) {
   };
   for (const Case c :
        {Case{GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, 64}, Case{GGML_TYPE_Q4_1, GGML_TYPE_F16, 64},
-        Case{GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, 64},
-        Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 48}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 48},
-        Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 80}, Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 80},
-        Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 16}}) {
+        Case{GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, 64}, Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 48},
+        Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 48}, Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 80},
+        Case{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 80}, Case{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 16}}) {
     QSpec s;
     s.k_type = c.k;
     s.v_type = c.v;
