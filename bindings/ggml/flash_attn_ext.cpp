@@ -174,6 +174,7 @@ const std::string& TestFault() {
 // for every layer cost more than filling them.
 struct Scratch {
   std::vector<char> query, output, bias;
+  std::vector<uint16_t> q_rounded;  // a q row in K's 16-bit type (NodeShape::q_rounding)
   SparseRows sparse;
   std::vector<uint8_t> inexact, inexact_heads;
 };
@@ -326,7 +327,8 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
   Scratch& scratch = ThreadScratch();
 
   std::vector<char>& query = scratch.query;
-  std::vector<uint16_t> q_rounded;
+  std::vector<uint16_t>& q_rounded = scratch.q_rounded;
+  if (s.q_rounding.bits == 16) q_rounded.resize(static_cast<size_t>(s.head_size));
   query.resize(static_cast<size_t>(s.rows_per_call * width) * es);
   // f32 output written in place where it lies on an element boundary, else through a buffer.
   const bool out_in_place = s.dtype.bits == 32 && Misalignment(node) == 0;
@@ -364,7 +366,6 @@ std::string FlashAttnServer::Compute(const ggml_tensor* node, int n_threads) {
                                              (r0 + i) * q->nb[1] + h * q->nb[2] + b * q->nb[3]);
           char* dst = query.data() + static_cast<size_t>((i * s.num_heads + h) * s.head_size) * es;
           if (s.q_rounding.bits == 16) {  // to K's type and back to the float32 query
-            q_rounded.resize(static_cast<size_t>(s.head_size));
             FromFloat(src, q_rounded.data(), s.head_size, s.q_rounding);
             ToFloat(q_rounded.data(), reinterpret_cast<float*>(dst), s.head_size, s.q_rounding);
           } else {

@@ -399,8 +399,8 @@ TEST_F(PagedMixedKvTypesErrors, ValueCacheRowOfAnotherType) {
 }
 
 // With independent types an unquantized key cache may be any float type (a float16 one under a
-// float32 query runs: the matrix of paged_gqa_mixed_kv_types_test checks its values); not an integer
-// one.
+// float32 query runs: the matrix of paged_gqa_mixed_kv_types_test checks its values); not an
+// integer one.
 TEST_F(PagedMixedKvTypesErrors, NoneKeyCacheIsAFloatType) {
   SCOPED_TRACE(SeedTrace());
   for (int32_t op : kOps) {

@@ -155,8 +155,8 @@ struct Types {
   CacheType k = CacheType::kF32, v = CacheType::kF32;
 };
 
-// The pairs under test (a NONE key cache has dtype T or, with independent types, a float type of its
-// own; a quantized one keeps T as given), and one control whose independent types happen to be
+// The pairs under test (a NONE key cache has dtype T or, with independent types, a float type of
+// its own; a quantized one keeps T as given), and one control whose independent types happen to be
 // equal.
 inline std::vector<Types> AllTypes() {
   using C = CacheType;
