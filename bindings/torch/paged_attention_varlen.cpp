@@ -52,7 +52,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const c10::optional<at::Tensor>& k_view, const c10::optional<at::Tensor>& v_view,
          const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks_view,
          double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout,
-         const std::string& p_precision) {
+         const std::string& p_precision, bool causal) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -103,6 +103,11 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
                          " rounds to 0 in float32, which means no softcap; expected 0 or a "
                          "magnitude above 2^-150 (7.0e-46)");
   key.local_window_size = window_left >= 0 ? static_cast<int32_t>(window_left + 1) : -1;
+  ATTNRT_TORCH_CHECK_ARG(causal || window_left < 0,
+                         "window_left: a local window needs causal attention (causal=False sees "
+                         "every key of its sequence), got window_left=",
+                         window_left);
+  key.causal = causal ? 1 : 0;
   const std::shared_ptr<CachedOp> op = VarlenOp(runtime, key);
 
   attnrt_tensor t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS + 1];
@@ -148,10 +153,10 @@ void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const c10::optional<at::Tensor>& slot_mapping,
                           const c10::optional<at::Tensor>& sinks, double softmax_scale,
                           int64_t window_left, double softcap, c10::string_view kv_layout,
-                          c10::string_view p_precision) {
+                          c10::string_view p_precision, bool causal) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
       slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
-      std::string(p_precision));
+      std::string(p_precision), causal);
 }
 
 void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache,
@@ -162,22 +167,24 @@ void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tens
                             const c10::optional<at::Tensor>& slot_mapping,
                             const c10::optional<at::Tensor>& sinks, double softmax_scale,
                             int64_t window_left, double softcap, c10::string_view kv_layout,
-                            c10::string_view p_precision) {
+                            c10::string_view p_precision, bool causal) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
-      sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision));
+      sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
+      causal);
 }
 
 }  // namespace
 
 // The schema of the Python-registered operator, so that callers do not change; window_left is a
 // SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
-// op's attribute) comes last with its default, so positional callers of the older schema work.
+// op's attribute) and causal (False: every query row sees every key of its sequence, the encoder
+// form) come last with their defaults, so positional callers of the older schemas work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
-  "str p_precision=\"exact\""
+  "str p_precision=\"exact\", bool causal=True"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

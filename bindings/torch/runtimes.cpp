@@ -157,7 +157,8 @@ bool OpKey::operator==(const OpKey& o) const {
   return num_heads == o.num_heads && kv_num_heads == o.kv_num_heads && block_size == o.block_size &&
          kv_layout == o.kv_layout && std::memcmp(&scale, &o.scale, sizeof(float)) == 0 &&
          std::memcmp(&softcap, &o.softcap, sizeof(float)) == 0 &&
-         local_window_size == o.local_window_size && p_precision == o.p_precision;
+         local_window_size == o.local_window_size && p_precision == o.p_precision &&
+         causal == o.causal;
 }
 
 namespace {
@@ -274,6 +275,7 @@ std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key) {
   a.gqa.scale = key.scale;
   a.gqa.softcap = key.softcap;
   a.gqa.local_window_size = key.local_window_size;
+  a.gqa.causal = key.causal;
   a.block_size = key.block_size;
   a.kv_layout = key.kv_layout;
   a.p_precision = key.p_precision;

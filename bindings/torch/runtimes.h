@@ -93,6 +93,7 @@ struct OpKey {
   float softcap = 0.0f;
   int32_t local_window_size = -1;
   int32_t p_precision = 0;  // attnrt_p_precision
+  int32_t causal = 1;       // 0: every query row sees every key of its sequence
   bool operator==(const OpKey& other) const;
 };
 

@@ -33,7 +33,9 @@
  *
  * Query row i of sequence b is token P_b + i with P_b = T_b - q_len_b: it sees keys [0, P_b + i]
  * (causal; within local_window_size of it when set), so its new tokens are causal among
- * themselves and a decode is a sequence with q_len_b = 1. The new K/V rows are written into the
+ * themselves and a decode is a sequence with q_len_b = 1. With the GQA attribute causal = 0
+ * (local_window_size then -1) every row of sequence b sees keys [0, T_b), the later new tokens'
+ * rows included: the encoders' non-causal self-attention. The new K/V rows are written into the
  * blocks the table names before attention reads them; a block written by this call must belong to
  * one sequence, as for the paged op. Everything is checked before the first write
  * (INVALID_ARGUMENT naming the input).

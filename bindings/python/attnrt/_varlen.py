@@ -77,9 +77,10 @@ class PagedGqaVarlenOp(Op):
         return outputs["output"]
 
 
-def _window(window_size) -> int:
+def _window(window_size, causal: bool = True) -> int:
     """FlashAttention's (left, right) window as local_window_size: a query at position p sees keys
-    [p - left, p] (right must be 0 or -1 under the causal mask); (-1, -1) is no window."""
+    [p - left, p] (right must be 0 or -1 under the causal mask); (-1, -1) is no window, the only
+    window of non-causal attention."""
     if window_size is None:
         return -1
     try:
@@ -94,6 +95,10 @@ def _window(window_size) -> int:
         raise InvalidArgumentError(f"window_size: left must be -1 (off) or >= 0, got {left}")
     if left >= 2**31 - 1:  # left + 1 is the op's int32 local_window_size
         raise InvalidArgumentError(f"window_size: left must be below 2^31 - 1, got {left}")
+    if not causal and left >= 0:
+        raise InvalidArgumentError(
+            f"window_size: causal=False sees every key of its sequence, so the window must be "
+            f"(-1, -1), got ({left}, {right})")
     return -1 if left < 0 else left + 1
 
 
@@ -143,36 +148,41 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     (context lengths including the new tokens); block_table int32 [B, max_blocks]. With k and v
     ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
     says, -1 = not written; otherwise where the table and seq_lens say). Query row i of sequence b
-    is token seq_lens[b] - q_len_b + i, causal. window_size (left, right) as FlashAttention's;
-    softcap > 0 caps the scores; sinks [N] are per-head sink logits. p_precision "exact"
-    (default) keeps the softmax probabilities in float32 for P·V; "input" rounds each to q's
-    dtype first, as FlashAttention and vLLM's AMX CPU kernel do (docs/gqa-semantics.md, "Probability
-    precision"; the same as "exact" for float32). Returns out (allocated like q unless given).
+    is token seq_lens[b] - q_len_b + i; causal (default), it sees the keys up to its own position,
+    with causal=False every key of its sequence (encoder attention; window_size then (-1, -1)).
+    window_size (left, right) as FlashAttention's; softcap > 0 caps the scores; sinks [N] are
+    per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
+    for P·V; "input" rounds each to q's dtype first, as FlashAttention and vLLM's AMX CPU kernel do
+    (docs/gqa-semantics.md, "Probability precision"; the same as "exact" for float32). Returns out
+    (allocated like q unless given).
 
     Torch tensors go through the C++ operator library when it is built (attnrt._torch_lib: a few
     microseconds a call); anything else, or quantized caches, through the Python path.
     """
-    if not causal:
-        raise InvalidArgumentError("causal: only causal attention is supported (got False)")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise InvalidArgumentError(f"causal: expected True or False, got {causal!r}")
+    causal = bool(causal)
     precision = p_precision_value(p_precision)
     if _torch_lib.for_tensor(q) and k_scale is None and v_scale is None:
-        window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size)
+        window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size,
+                                                                                    causal)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,
-                                 "input" if precision else "exact")
+                                 "input" if precision else "exact", causal)
         if done is not None:
             return done
     return paged_attention_varlen_python(
         runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
-        softmax_scale=softmax_scale, window_size=window_size, softcap=softcap, sinks=sinks,
-        slot_mapping=slot_mapping, out=out, kv_layout=kv_layout, block_size=block_size,
-        k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout,
+        block_size=block_size, k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
 
 
 def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
                                   block_table, *, k=None, v=None,
-                                  softmax_scale: float | None = None, window_size=(-1, -1),
+                                  softmax_scale: float | None = None, causal: bool = True,
+                                  window_size=(-1, -1),
                                   softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
                                   kv_layout: str = "BSNH", block_size: int | None = None,
                                   k_scale=None, v_scale=None, p_precision: str = "exact"):
@@ -181,7 +191,7 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     num_heads, kv_heads, cache_block_size = _heads(q, k_cache, kv_layout)
     if block_size is None:
         block_size = cache_block_size
-    attributes = {"local_window_size": _window(window_size),
+    attributes = {"local_window_size": _window(window_size, causal), "causal": int(causal),
                   "softcap": _arrays.attribute(softcap, float, "softcap"),
                   "p_precision": p_precision_value(p_precision)}
     if softmax_scale is not None:

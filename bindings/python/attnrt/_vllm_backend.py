@@ -35,7 +35,7 @@ from typing import ClassVar
 import torch
 from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder,
                                        AttentionType, CommonAttentionMetadata)
-from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
+from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec, KVCacheLayout
 
 from . import _torch_lib
 from ._runtime import Runtime
@@ -213,11 +213,17 @@ class AttnrtBackend(AttentionBackend):
 
     @classmethod
     def supports_non_causal(cls) -> bool:
-        return False
+        return True
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
-        return attn_type == AttentionType.DECODER
+        return attn_type in _ATTN_TYPES
+
+
+# Decoder self-attention, and the non-causal self-attention of encoders (ENCODER_ONLY: the
+# embedding and cross-encoder models; ENCODER: an encoder-decoder model's encoder).
+_ENCODER_TYPES = (AttentionType.ENCODER_ONLY, AttentionType.ENCODER)
+_ATTN_TYPES = (AttentionType.DECODER, *_ENCODER_TYPES)
 
 
 @dataclass
@@ -230,6 +236,11 @@ class AttnrtMetadata:
     seq_lens: torch.Tensor         # int32 [num_reqs]
     block_table: torch.Tensor      # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor     # int64 [num_actual_tokens]
+    causal: bool = True            # False: every query row sees every key of its sequence
+    # Encoder attention (no KV cache of vLLM's): the step's scratch K and V pools (BSNH, the model
+    # dtype, one block_table row per sequence) that each encoder layer writes its K/V rows into
+    # before attending, as vLLM's CPU backend stages them; None for a decoder group.
+    encoder_pools: tuple[torch.Tensor, torch.Tensor] | None = None
     # Block tables of sliding-window layers by (window, block_size), made once per step.
     window_tables: dict = field(default_factory=dict)
 
@@ -247,23 +258,59 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
     def __init__(self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config,
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
+        self.dtype = vllm_config.model_config.dtype
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> AttnrtMetadata:
         m = common_attn_metadata
-        if isinstance(m.causal, torch.Tensor) or not m.causal:
-            raise NotImplementedError("attnrt's vLLM backend: only causal attention is served")
+        if isinstance(m.causal, torch.Tensor):
+            raise NotImplementedError(
+                "attnrt's vLLM backend (ATTNRT_VLLM=1) cannot serve a causal mask given per "
+                "request (dynamic causal); unset ATTNRT_VLLM to use vLLM's own CPU attention")
         n = m.num_reqs
         tokens = m.num_actual_tokens
         qsl = getattr(m, "query_start_loc_cpu", None)
         if qsl is None:
             qsl = m.query_start_loc
+        query_start_loc = _int_tensor(qsl[:n + 1], torch.int32)
+        seq_lens = _int_tensor(m.seq_lens[:n], torch.int32)
+        if self.encoder_only:
+            table, pools = self._encoder_pools(query_start_loc, seq_lens)
+            return AttnrtMetadata(
+                num_actual_tokens=tokens, max_query_len=m.max_query_len,
+                max_seq_len=m.max_seq_len, query_start_loc=query_start_loc, seq_lens=seq_lens,
+                block_table=table, slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
+                encoder_pools=pools)
         return AttnrtMetadata(
             num_actual_tokens=tokens, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
-            query_start_loc=_int_tensor(qsl[:n + 1], torch.int32),
-            seq_lens=_int_tensor(m.seq_lens[:n], torch.int32),
+            query_start_loc=query_start_loc, seq_lens=seq_lens,
             block_table=_int_tensor(m.block_table_tensor[:n], torch.int32),
-            slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64))
+            slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64), causal=bool(m.causal))
+
+    def _encoder_pools(self, query_start_loc: torch.Tensor,
+                       seq_lens: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """An encoder step's block table (sequence b's blocks follow sequence b-1's) and scratch
+        K/V pools, BSNH in the model dtype. Encoder attention sees a whole sequence at once: each
+        sequence's new rows must be all of it (q_len_b == seq_len_b)."""
+        q_lens = query_start_loc[1:] - query_start_loc[:-1]
+        if not torch.equal(q_lens, seq_lens):
+            raise NotImplementedError(
+                "attnrt's vLLM backend: encoder attention over a sequence split across steps "
+                f"(query lengths {q_lens.tolist()}, sequence lengths {seq_lens.tolist()})")
+        spec = self.kv_cache_spec
+        block_size = spec.block_size
+        blocks = (seq_lens + block_size - 1) // block_size
+        first = torch.zeros_like(blocks)
+        if blocks.numel() > 1:
+            torch.cumsum(blocks[:-1], 0, out=first[1:])
+        width = max(1, int(blocks.max())) if blocks.numel() else 1
+        table = (first[:, None] + torch.arange(width, dtype=torch.int32)[None, :]).to(torch.int32)
+        # Slots past a sequence's own blocks are never read; keep them inside the pool.
+        total = max(1, int(blocks.sum()))
+        table = table.clamp_(max=total - 1).contiguous()
+        shape = (total, block_size, spec.num_kv_heads, spec.head_size)
+        return table, (torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype))
 
 
 # vLLM's null block: block 0 of every KV cache, never written (kv_cache_manager's block pool).
@@ -304,10 +351,14 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             refuse(f"the attention options {sorted(unsupported)}")
         if alibi_slopes is not None:
             refuse("ALiBi (alibi_slopes)")
-        if attn_type != AttentionType.DECODER:
-            refuse(f"attn_type {attn_type!r} (only decoder self-attention)")
-        if kv_sharing_target_layer_name is not None:
-            refuse(f"a layer sharing the KV cache of {kv_sharing_target_layer_name!r}")
+        if attn_type not in _ATTN_TYPES:
+            refuse(f"attn_type {attn_type!r} (served: decoder self-attention and the encoders' "
+                   f"non-causal self-attention)")
+        if attn_type in _ENCODER_TYPES and sliding_window is not None:
+            refuse(f"a sliding window of {sliding_window} in non-causal {attn_type} attention")
+        if kv_sharing_target_layer_name is not None and attn_type != AttentionType.DECODER:
+            refuse(f"{attn_type} attention sharing the KV cache of "
+                   f"{kv_sharing_target_layer_name!r}")
         if kv_cache_dtype != "auto":
             refuse(f"kv_cache_dtype {kv_cache_dtype!r} (only 'auto': the model dtype)")
         if head_size not in AttnrtBackend.get_supported_head_sizes():
@@ -323,7 +374,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.num_kv_heads = num_kv_heads
         self.kv_cache_dtype = kv_cache_dtype
         self.attn_type = attn_type
-        self.kv_sharing_target_layer_name = None
+        self.encoder = attn_type in _ENCODER_TYPES
+        # A layer reading the KV cache of an earlier layer (vLLM gives it that layer's cache
+        # tensor): it writes no rows, the target layer wrote this step's.
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.alibi_slopes = None
         # vLLM's sliding_window W: the query at position i sees keys j with i - j < W, that is
         # FlashAttention's window (W - 1, 0).
@@ -334,6 +388,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self._sinks_cast: torch.Tensor | None = None
         self._kv_cache: torch.Tensor | None = None
         self._pools: tuple = ()
+        self._encoder_shape: tuple = ()  # (dtype, block_size) p_precision "auto" was resolved for
         self.p_precision = p_precision_from_env()
         self._p_precision = "exact" if self.p_precision == "auto" else self.p_precision
         _announce(self.p_precision)
@@ -369,6 +424,12 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         check's negative control overrides it)."""
         return self.window_size
 
+    def causal(self, attn_metadata: AttnrtMetadata) -> bool:
+        """Whether this step's query rows see only the keys up to their own position (False for
+        the encoders and for non-causal decoder groups; called every step: the encoder end-to-end
+        check's negative control overrides it)."""
+        return attn_metadata.causal and not self.encoder
+
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: AttnrtMetadata | None, output: torch.Tensor,
                 output_scale: torch.Tensor | None = None,
@@ -381,9 +442,23 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         n = attn_metadata.num_actual_tokens
         if n == 0:
             return output
-        if kv_cache is not self._kv_cache:
-            self._set_kv_cache(kv_cache)
-        k_pool, v_pool, block_size = self._pools
+        if self.encoder:
+            if attn_metadata.encoder_pools is None:
+                raise ValueError(f"attnrt's vLLM backend: {self.attn_type} attention was given a "
+                                 f"decoder's metadata (no encoder pools)")
+            k_pool, v_pool = attn_metadata.encoder_pools
+            block_size = k_pool.shape[1]
+            layout = "BSNH"
+            if self.p_precision == "auto" and self._encoder_shape != (k_pool.dtype, block_size):
+                self._encoder_shape = (k_pool.dtype, block_size)
+                self._p_precision = vllm_kernel_p_precision(k_pool.dtype, block_size,
+                                                            self.head_size)
+                _announce_auto(k_pool.dtype, block_size, self.head_size, self._p_precision)
+        else:
+            if kv_cache is not self._kv_cache:
+                self._set_kv_cache(kv_cache)
+            k_pool, v_pool, block_size = self._pools
+            layout = "BNSH"
         sinks = self.sinks
         if sinks is not None and sinks.dtype != query.dtype:
             if self._sinks_cast is None or self._sinks_cast.dtype != query.dtype:
@@ -392,8 +467,11 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         q = _rows(query, n)
         out = output if output.shape[0] == n else output[:n]
         k = v = slots = None
-        if key is not None and value is not None:
-            k, v, slots = _rows(key, n), _rows(value, n), attn_metadata.slot_mapping
+        if key is not None and value is not None and self.kv_sharing_target_layer_name is None:
+            k, v = _rows(key, n), _rows(value, n)
+            # Encoder rows go where the scratch table and seq_lens say.
+            slots = None if self.encoder else attn_metadata.slot_mapping
+        causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
         table = attn_metadata.block_table
         if window[0] >= 0:
@@ -404,15 +482,15 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 _torch_lib._varlen_on(
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                    window[0], self.logits_soft_cap, "BNSH", self._p_precision)
+                    window[0], self.logits_soft_cap, layout, self._p_precision, causal)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
         paged_attention_varlen(
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
-            attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale, causal=True,
-            window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
-            kv_layout="BNSH", block_size=block_size, p_precision=self._p_precision)
+            attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale,
+            causal=causal, window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
+            kv_layout=layout, block_size=block_size, p_precision=self._p_precision)
         return output
 
 

@@ -1,10 +1,11 @@
 """attnrt.paged_attention_varlen: mixed prefill and decode sequences packed in one call, over a
 vLLM CPU-layout cache (one tensor, K and V halves as strided views) and a FlashAttention-layout
 cache, every varlen kernel pinned in turn. Checked against PyTorch's scaled_dot_product_attention
-per sequence (plain causal attention) and a float64 reference written from the definition
-(window, softcap, sinks), every element; the cache rows written where slot_mapping says and
-nowhere else; padding rows of the output untouched. A negative control (the window off by one)
-must fail the comparison."""
+per sequence (plain causal attention, and non-causal: causal=False, every row sees its whole
+sequence) and a float64 reference written from the definition (window, softcap, sinks), every
+element; the cache rows written where slot_mapping says and nowhere else; padding rows of the
+output untouched. Negative controls (the window off by one; a causal mask for causal=False) must
+fail the comparison."""
 from __future__ import annotations
 
 import math
@@ -29,9 +30,10 @@ def varlen_kernels():
                 if k["op"] == "paged_gqa_varlen"]
 
 
-def reference(q, keys, values, past, window, softcap, sink, scale):
+def reference(q, keys, values, past, window, softcap, sink, scale, causal=True):
     """float64 attention of q [q_len, N, H] over keys/values [T, Nkv, H]; row i at position
-    past + i sees keys (position - window, position] (window -1: all earlier)."""
+    past + i sees keys (position - window, position] (window -1: all earlier), or every key when
+    not causal."""
     q = q.double()
     k = keys.double().repeat_interleave(N // NKV, dim=1)
     v = values.double().repeat_interleave(N // NKV, dim=1)
@@ -41,7 +43,7 @@ def reference(q, keys, values, past, window, softcap, sink, scale):
     t = keys.shape[0]
     pos = past + torch.arange(q.shape[0]).reshape(-1, 1)
     j = torch.arange(t).reshape(1, -1)
-    visible = j <= pos
+    visible = j <= pos if causal else j < t
     if window > 0:
         visible &= j > pos - window
     scores = scores.masked_fill(~visible, float("-inf"))
@@ -72,7 +74,7 @@ def rows_of(cache, kv_layout, table_row, length):
 @pytest.mark.parametrize("kernel", varlen_kernels())
 @pytest.mark.parametrize("layout", ["vllm_cpu", "flash_attention"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks"])
+@pytest.mark.parametrize("features", ["plain", "window_softcap_sinks", "non_causal"])
 def test_mixed_batch(kernel, layout, dtype, features):
     print(f"seed {SEED} (ATTNRT_TEST_SEED reproduces)")
     g = torch.Generator().manual_seed(SEED)
@@ -97,7 +99,8 @@ def test_mixed_batch(kernel, layout, dtype, features):
     unwritten = int(cu[3]) + 5
     slot_mapping[unwritten] = -1
     window, softcap, sinks = -1, 0.0, None
-    if features != "plain":
+    causal = features != "non_causal"
+    if features == "window_softcap_sinks":
         window, softcap = 24, 30.0
         sinks = torch.randn(N, generator=g).to(dtype)
     out = torch.full((num_tokens, N, H), 7.0, dtype=dtype)
@@ -106,7 +109,7 @@ def test_mixed_batch(kernel, layout, dtype, features):
     with attnrt.Runtime(kernel=kernel, num_threads=2) as rt:
         try:
             result = attnrt.paged_attention_varlen(
-                rt, q, k_cache, v_cache, cu, seq_lens, table, k=k, v=v,
+                rt, q, k_cache, v_cache, cu, seq_lens, table, k=k, v=v, causal=causal,
                 window_size=(window - 1, 0) if window > 0 else (-1, -1), softcap=softcap,
                 sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout)
         except attnrt.UnsupportedError as e:
@@ -141,23 +144,28 @@ def test_mixed_batch(kernel, layout, dtype, features):
         values = rows_of(v_cache, kv_layout, table[b], t)
         qb = q[int(cu[b]):int(cu[b]) + q_len]
         got = out[int(cu[b]):int(cu[b]) + q_len].double()
-        want = reference(qb, keys, values, t - q_len, window, softcap, sinks, scale)
+        want = reference(qb, keys, values, t - q_len, window, softcap, sinks, scale, causal)
         err = (got - want).abs().max().item()
         assert err <= tol, f"sequence {b}: max |error| {err} > {tol}"
-        if features == "plain":
-            # PyTorch's own attention agrees (bottom-right aligned causal mask).
+        if features != "window_softcap_sinks":
+            # PyTorch's own attention agrees (bottom-right aligned causal mask, or none).
             qs = qb.float().transpose(0, 1)
             ks = keys.float().repeat_interleave(N // NKV, 1).transpose(0, 1)
             vs = values.float().repeat_interleave(N // NKV, 1).transpose(0, 1)
             mask = torch.arange(t).reshape(1, -1) <= (t - q_len + torch.arange(q_len)).reshape(-1, 1)
-            sdpa = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask)
+            sdpa = torch.nn.functional.scaled_dot_product_attention(
+                qs, ks, vs, attn_mask=mask if causal else None)
             assert (got.float() - sdpa.transpose(0, 1)).abs().max().item() <= tol
-        else:
+        if not causal:
+            # Negative control: the causal answer differs wherever a row has later keys.
+            off = reference(qb, keys, values, t - q_len, window, softcap, sinks, scale)
+            worst_negative = max(worst_negative, (got - off).abs().max().item())
+        elif features != "plain":
             # Negative control: a window one key shorter is a different answer.
             off = reference(qb, keys, values, t - q_len, window - 1, softcap, sinks, scale)
             worst_negative = max(worst_negative, (got - off).abs().max().item())
     if features != "plain":
-        assert worst_negative > 10 * tol, "the window off by one went unnoticed"
+        assert worst_negative > 10 * tol, f"the negative control ({features}) went unnoticed"
 
 
 def make_views(kv, layout):
@@ -219,3 +227,37 @@ def test_torch_custom_op_matches_the_function_and_compiles():
         return out * 1
 
     assert torch.equal(step(q, kv2[:, :, 0], kv2[:, :, 1], out2), expected)
+
+
+def test_non_causal_through_the_python_path_matches_the_operator():
+    """causal=False on numpy arrays (the SWIG path) gives the torch operator's bits; the window of
+    non-causal attention must be (-1, -1) and causal a bool, each refused by name."""
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(SEED)
+    kv = torch.randn(6, 2, BS, NKV, H, generator=g)
+    cu = torch.tensor([0, 5, 25], dtype=torch.int32)
+    lens = torch.tensor([9, 20], dtype=torch.int32)
+    table = torch.tensor([[3, 1], [0, 5]], dtype=torch.int32)
+    q = 2 * torch.randn(25, N, H, generator=g)
+    k = torch.randn(25, NKV, H, generator=g)
+    v = torch.randn(25, NKV, H, generator=g)
+    with attnrt.Runtime(num_threads=2) as rt:
+        kv_t = kv.clone()
+        got = attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table, k=k,
+                                            v=v, causal=False)
+        kv_n = kv.clone().numpy()
+        got_n = attnrt.paged_attention_varlen(
+            rt, q.numpy(), kv_n[:, 0], kv_n[:, 1], cu.numpy(), lens.numpy(), table.numpy(),
+            k=k.numpy(), v=v.numpy(), causal=False)
+        assert np.array_equal(np.asarray(got_n), got.numpy())
+        assert np.array_equal(kv_n, kv_t.numpy())
+        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
+            attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table, k=k,
+                                          v=v, causal=False, window_size=(8, 0))
+        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
+            attnrt.paged_attention_varlen(rt, q.numpy(), kv_n[:, 0], kv_n[:, 1], cu.numpy(),
+                                          lens.numpy(), table.numpy(), causal=False,
+                                          window_size=(8, 0))
+        with pytest.raises(attnrt.InvalidArgumentError, match="causal: expected True or False"):
+            attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table,
+                                          causal="no")

@@ -1,6 +1,7 @@
 """attnrt.vllm: the package works without vLLM (nothing imported, the plugin a no-op unless
 ATTNRT_VLLM=1); with vLLM importable, the backend's impl against a float64 reference on a mixed
-batch in vLLM's CPU cache layout, its refusals, and the runtime it runs on (torch's intra-op
+batch in vLLM's CPU cache layout, on encoder (non-causal) layers and on a layer sharing another's
+KV cache, its refusals, and the runtime it runs on (torch's intra-op
 threads when the C++ operator is loaded)."""
 from __future__ import annotations
 
@@ -130,12 +131,125 @@ def test_impl_mixed_batch_in_vllm_cache_layout(features):
     assert torch.all(output[t:] == 7.0), "padding rows past num_actual_tokens were written"
 
 
+def encoder_reference(q, keys, values, scale):
+    """float64 non-causal attention of one sequence: every query row sees every key."""
+    group = N // NKV
+    out = torch.empty(q.shape[0], N, H, dtype=torch.float64)
+    for h in range(N):
+        s = (q[:, h].double() @ keys[:, h // group].double().T) * scale
+        out[:, h] = torch.softmax(s, dim=-1) @ values[:, h // group].double()
+    return out
+
+
+class _EncoderGroup:
+    """The builder's state _encoder_pools reads (an EncoderOnlyAttentionSpec's fields)."""
+
+    def __init__(self, block_size, dtype):
+        from types import SimpleNamespace
+
+        self.kv_cache_spec = SimpleNamespace(block_size=block_size, num_kv_heads=NKV, head_size=H)
+        self.dtype = dtype
+
+
+@needs_vllm
+@pytest.mark.parametrize("attn_type", ["encoder_only", "encoder"])
+@pytest.mark.parametrize("causal_hook", [False, True])
+def test_impl_encoder_attention_sees_every_key(attn_type, causal_hook):
+    """ENCODER_ONLY / ENCODER layers: the builder's scratch pools and table, the new rows written
+    there, every query row attending to its whole sequence (float64 reference, scores sharp
+    enough that a causal mask shows); causal_hook: the negative control's override must make the
+    comparison fail."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, AttnrtMetadataBuilder
+
+    class CausalImpl(AttnrtImpl):
+        def causal(self, attn_metadata):
+            return True
+
+    g = torch.Generator().manual_seed(11)
+    print(f"seed 11, attn_type {attn_type}")
+    lens = [37, 1, 16, 5]
+    t = sum(lens)
+    qsl = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    table, pools = AttnrtMetadataBuilder._encoder_pools(_EncoderGroup(BS, torch.float32), qsl,
+                                                        seq_lens)
+    assert table.dtype == torch.int32 and table.shape == (4, 3), table
+    md = AttnrtMetadata(num_actual_tokens=t, max_query_len=max(lens), max_seq_len=max(lens),
+                        query_start_loc=qsl, seq_lens=seq_lens, block_table=table,
+                        slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
+                        encoder_pools=pools)
+    cls = CausalImpl if causal_hook else AttnrtImpl
+    impl = cls(N, H, 0.125, NKV, None, None, "auto", None, attn_type=attn_type)
+    qkv = torch.randn(t + 3, (N + 2 * NKV) * H, generator=g) * 2
+    q, k, v = qkv.split([N * H, NKV * H, NKV * H], dim=-1)
+    q, k, v = q.view(-1, N, H), k.view(-1, NKV, H), v.view(-1, NKV, H)
+    output = torch.full((t + 3, N, H), 7.0)
+    impl.forward(None, q, k, v, None, md, output)
+    worst = 0.0
+    for b in range(len(lens)):
+        rows = slice(int(qsl[b]), int(qsl[b + 1]))
+        expect = encoder_reference(q[rows], k[rows], v[rows], 0.125)
+        worst = max(worst, float((output[rows].double() - expect).abs().max()))
+    assert torch.all(output[t:] == 7.0), "padding rows past num_actual_tokens were written"
+    if causal_hook:
+        assert worst > 0.1, f"a causal mask came within {worst} of non-causal attention"
+    else:
+        assert worst < 2e-5, worst
+
+
+@needs_vllm
+def test_encoder_pools_refuse_a_sequence_split_across_steps():
+    from attnrt._vllm_backend import AttnrtMetadataBuilder
+
+    with pytest.raises(NotImplementedError, match="split across steps"):
+        AttnrtMetadataBuilder._encoder_pools(_EncoderGroup(BS, torch.float32),
+                                             torch.tensor([0, 4], dtype=torch.int32),
+                                             torch.tensor([9], dtype=torch.int32))
+
+
+@needs_vllm
+def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
+    """A layer reading an earlier layer's KV cache (KV sharing): its new K/V rows are not written
+    (the target layer wrote this step's rows), attention reads the cache as it is."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    g = torch.Generator().manual_seed(5)
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "auto", None,
+                      kv_sharing_target_layer_name="model.layers.0.self_attn.attn")
+    ctx, q_len = 21, 4
+    total = ctx + q_len
+    tables = [3, 0, 6]
+    kv = torch.randn(8, NKV, BS, 2 * H, generator=g)
+    slab = kv.view(8, NKV, 2, BS, H)
+    keys = torch.stack([slab[tables[p // BS], :, 0, p % BS] for p in range(total)])
+    values = torch.stack([slab[tables[p // BS], :, 1, p % BS] for p in range(total)])
+    before = kv.clone()
+    q = torch.randn(q_len, N, H, generator=g) * 2
+    k = torch.full((q_len, NKV, H), 1e4)  # must not reach the cache
+    v = torch.full((q_len, NKV, H), 1e4)
+    md = AttnrtMetadata(
+        num_actual_tokens=q_len, max_query_len=q_len, max_seq_len=total,
+        query_start_loc=torch.tensor([0, q_len], dtype=torch.int32),
+        seq_lens=torch.tensor([total], dtype=torch.int32),
+        block_table=torch.tensor([tables], dtype=torch.int32),
+        slot_mapping=torch.tensor([tables[p // BS] * BS + p % BS for p in range(ctx, total)],
+                                  dtype=torch.int64))
+    output = torch.empty(q_len, N, H)
+    impl.forward(None, q, k, v, kv, md, output)
+    assert torch.equal(kv, before), "a KV-sharing layer wrote into the shared cache"
+    for i in range(q_len):
+        expect = reference(q[i], keys, values, ctx + i, 0.125, None, 0.0, None)
+        assert torch.allclose(output[i].double(), expect, atol=2e-5), i
+
+
 @needs_vllm
 @pytest.mark.parametrize("kwargs, reason", [
     (dict(alibi_slopes=[0.5] * N), "ALiBi"),
-    (dict(attn_type="encoder_only"), "attn_type"),
+    (dict(attn_type="encoder_decoder"), "attn_type"),
+    (dict(attn_type="encoder_only", sliding_window=8), "sliding window"),
+    (dict(attn_type="encoder_only", kv_sharing_target_layer_name="model.layers.0.attn"),
+     "sharing"),
     (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
-    (dict(kv_sharing_target_layer_name="model.layers.0.self_attn.attn"), "sharing"),
 ])
 def test_impl_refuses_what_it_cannot_serve(kwargs, reason):
     from attnrt._vllm_backend import AttnrtImpl
