@@ -456,6 +456,30 @@ def test_window_left_past_int32_is_refused_not_wrapped(window_left):
     assert torch.equal(call["out"], full)
 
 
+def test_causal_false_sees_every_key_and_refuses_a_window():
+    """causal=False (the schema's last argument): every row sees its whole sequence, as SDPA
+    without a mask; a window with it is refused naming window_left, nothing written; the default
+    is causal (the older schemas' callers)."""
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    with pytest.raises(ValueError, match=r"window_left: a local window needs causal attention"):
+        torch.ops.attnrt.paged_attention_varlen(**call, window_left=3, causal=False)
+    assert torch.all(call["out"] == 7.0)
+    causal = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, out=causal))
+    default = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, out=default), causal=True)
+    assert torch.equal(causal, default)
+    torch.ops.attnrt.paged_attention_varlen(**call, causal=False)
+    assert not torch.equal(call["out"], causal)
+    with attnrt.Runtime(num_threads=1) as rt:
+        again = attnrt.paged_attention_varlen(
+            rt, call["q"], call["k_cache"], call["v_cache"], call["cu_seqlens_q"],
+            call["seq_lens"], call["block_table"], kv_layout=call.get("kv_layout", "BSNH"),
+            causal=False)
+    assert torch.equal(again, call["out"])
+
+
 @pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
 def test_a_value_that_rounds_to_zero_in_float32_is_refused(name):
     """0 means the default scale and no softcap; 1e-50 (a valid double) became float32 0 and was
