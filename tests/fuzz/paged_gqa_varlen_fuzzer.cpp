@@ -3,27 +3,28 @@
 //
 // Each input is decoded with FuzzedDataProvider into one mostly consistent call: attributes
 // (num_heads, kv_num_heads, head_size 8 to 128, block_size, kv_layout, scale, softcap,
-// local_window_size, smooth_softmax, head_sink, p_precision; float32, float16 or bfloat16 queries
-// over caches of that dtype, int8, float8_e4m3fn or int4, per tensor or per channel, or Q8_0/Q4_0
-// blocks; ABI 1.9: now and then a value_cache of a type of its own, float32, float16, bfloat16,
-// Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid or not, and key and value head sizes
-// that are no multiple of 8, Hv != H among them), 0 to 8 sequences of 0 to 40 new rows over a
-// context of up to 48 earlier tokens (query_start_loc, seq_lens), padding rows past
-// query_start_loc[B], a block table of shuffled physical blocks with -1 in unused slots, optional
-// key/value (the new rows) and slot_mapping (consistent, with -1 rows, or with one wrong slot), and
-// pools that are two compact tensors or, for pools of one type and row, the K and V halves of one
-// tensor in any order of its (block, K/V, kv head, slot) axes (vLLM's CPU cache, kv[2, ...],
-// FlashInfer's pages). Then at most one mutation (a table slot -1, out of range, negative or naming
-// another slot's block; seq_lens below q_len or beyond the table; query_start_loc not starting at
-// 0, decreasing or past num_tokens; slot_mapping without key/value; key without value; value_cache
-// the same view as key_cache; a pool of the wrong block size; a workspace one byte short), and now
-// and then an attribute that is refused (block_size 0 or 1025, kv_layout 2, num_heads not a
-// multiple of kv_num_heads, head_size 12 but over unquantized caches, p_precision 2). Tensor
-// contents come from a hash of the input. The call runs attnrt_op_create -> attnrt_op_explain ->
-// attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and again, from the same pool
-// bytes, on a runtime pinned to the scalar kernels. Every tensor is a heap buffer of exactly the
-// bytes it describes (the two halves of a shared pool: the one tensor's bytes; aliased pools of
-// two sizes: the larger's), so any access outside them is reported by AddressSanitizer.
+// local_window_size, causal (0 now and then: non-causal), smooth_softmax, head_sink, p_precision;
+// float32, float16 or bfloat16 queries over caches of that dtype, int8, float8_e4m3fn or int4, per
+// tensor or per channel, or Q8_0/Q4_0 blocks; ABI 1.9: now and then a value_cache of a type of its
+// own, float32, float16, bfloat16, Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid or
+// not, and key and value head sizes that are no multiple of 8, Hv != H among them), 0 to 8
+// sequences of 0 to 40 new rows over a context of up to 48 earlier tokens (query_start_loc,
+// seq_lens), padding rows past query_start_loc[B], a block table of shuffled physical blocks with
+// -1 in unused slots, optional key/value (the new rows) and slot_mapping (consistent, with -1 rows,
+// or with one wrong slot), and pools that are two compact tensors or, for pools of one type and
+// row, the K and V halves of one tensor in any order of its (block, K/V, kv head, slot) axes
+// (vLLM's CPU cache, kv[2, ...], FlashInfer's pages). Then at most one mutation (a table slot -1,
+// out of range, negative or naming another slot's block; seq_lens below q_len or beyond the table;
+// query_start_loc not starting at 0, decreasing or past num_tokens; slot_mapping without key/value;
+// key without value; value_cache the same view as key_cache; a pool of the wrong block size; a
+// workspace one byte short), and now and then an attribute that is refused (block_size 0 or 1025,
+// kv_layout 2, num_heads not a multiple of kv_num_heads, head_size 12 but over unquantized caches,
+// p_precision 2). Tensor contents come from a hash of the input. The call runs attnrt_op_create ->
+// attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
+// again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
+// heap buffer of exactly the bytes it describes (the two halves of a shared pool: the one tensor's
+// bytes; aliased pools of two sizes: the larger's), so any access outside them is reported by
+// AddressSanitizer.
 //
 // Invariants checked (a violation aborts with a description, which libFuzzer records as a crash):
 //   - a failing call returns a non-OK status other than ATTNRT_ERROR_INTERNAL and a non-empty
@@ -590,6 +591,12 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
       c->v_cache_dtype.bits != c->cache_dtype.bits || c->v_cache_row != c->cache_row) {
     c->shared_pool = false;
   }
+  // Non-causal attention (causal = 0: every row sees its whole sequence), decoded last too (an
+  // exhausted input stays causal); with a local window it is refused, now and then kept so.
+  if (fdp.ConsumeIntegralInRange<int>(0, 4) == 4) {
+    c->attributes.gqa.causal = 0;
+    if (fdp.ConsumeIntegralInRange<int>(0, 7) != 0) c->attributes.gqa.local_window_size = -1;
+  }
 }
 
 void Describe(const Case& c) {
@@ -597,7 +604,9 @@ void Describe(const Case& c) {
       "case: N " + std::to_string(c.heads) + " Nkv " + std::to_string(c.kv_heads) + " H " +
       std::to_string(c.head_size) + " Hv " + std::to_string(c.v_head_size) + " block_size " +
       std::to_string(c.block_size) + " layout " + std::to_string(c.attributes.kv_layout) +
-      " p_precision " + std::to_string(c.attributes.p_precision) + " cache " +
+      " p_precision " + std::to_string(c.attributes.p_precision) + " causal " +
+      std::to_string(c.attributes.gqa.causal) + " window " +
+      std::to_string(c.attributes.gqa.local_window_size) + " cache " +
       attnrt_dtype_name(c.cache_dtype) + " value cache " + attnrt_dtype_name(c.v_cache_dtype) +
       " own type " + std::to_string(c.attributes.v_cache_own_type) + " (k_quant_type " +
       std::to_string(c.attributes.gqa.k_quant_type) + " width " +

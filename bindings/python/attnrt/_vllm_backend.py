@@ -196,7 +196,9 @@ class AttnrtBackend(AttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
-        return [32, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+        # Empty: any head size (vLLM reads an empty list so). attnrt's paged kernels take any head
+        # size over the model-dtype caches this backend keeps (docs/paged-gqa.md).
+        return []
 
     @classmethod
     def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
@@ -361,8 +363,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                    f"{kv_sharing_target_layer_name!r}")
         if kv_cache_dtype != "auto":
             refuse(f"kv_cache_dtype {kv_cache_dtype!r} (only 'auto': the model dtype)")
-        if head_size not in AttnrtBackend.get_supported_head_sizes():
-            refuse(f"head_size {head_size} (supported: {AttnrtBackend.get_supported_head_sizes()})")
+        if not isinstance(head_size, int) or head_size < 1:
+            refuse(f"head_size {head_size!r} (expected a positive integer)")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads < 1 or num_heads % num_kv_heads:
             refuse(f"{num_heads} query heads over {num_kv_heads} KV heads (must divide)")

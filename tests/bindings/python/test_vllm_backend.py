@@ -198,6 +198,46 @@ def test_impl_encoder_attention_sees_every_key(attn_type, causal_hook):
 
 
 @needs_vllm
+@pytest.mark.parametrize("head_size", [40, 72, 512])
+def test_impl_any_head_size(head_size):
+    """Head sizes outside vLLM's own CPU list (which has no 40 or 72) run, in vLLM's cache layout:
+    a decode and a 6-token chunk after 19 cached tokens against SDPA (float64) per sequence."""
+    from attnrt._vllm_backend import AttnrtBackend, AttnrtImpl, AttnrtMetadata
+
+    assert AttnrtBackend.supports_head_size(head_size)
+    g = torch.Generator().manual_seed(17)
+    impl = AttnrtImpl(N, head_size, head_size ** -0.5, NKV, None, None, "auto", None)
+    ctx, q_lens, tables = [30, 19], [1, 6], [[2, 0], [1, 3]]
+    seq_lens = [c + q for c, q in zip(ctx, q_lens)]
+    kv = torch.randn(4, NKV, BS, 2 * head_size, generator=g)
+    slab = kv.view(4, NKV, 2, BS, head_size)
+    t = sum(q_lens)
+    q = 2 * torch.randn(t, N, head_size, generator=g)
+    k = torch.randn(t, NKV, head_size, generator=g)
+    v = torch.randn(t, NKV, head_size, generator=g)
+    slots = [tables[b][p // BS] * BS + p % BS for b in range(2) for p in range(ctx[b], seq_lens[b])]
+    md = AttnrtMetadata(
+        num_actual_tokens=t, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+        query_start_loc=torch.tensor([0, 1, t], dtype=torch.int32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        block_table=torch.tensor(tables, dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64))
+    output = torch.empty(t, N, head_size)
+    impl.forward(None, q, k, v, kv, md, output)
+    for b in range(2):
+        keys = torch.stack([slab[tables[b][p // BS], :, 0, p % BS] for p in range(seq_lens[b])])
+        values = torch.stack([slab[tables[b][p // BS], :, 1, p % BS] for p in range(seq_lens[b])])
+        rows = slice(0, 1) if b == 0 else slice(1, t)
+        qs = q[rows].double().transpose(0, 1)
+        ks = keys.double().repeat_interleave(N // NKV, 1).transpose(0, 1)
+        vs = values.double().repeat_interleave(N // NKV, 1).transpose(0, 1)
+        mask = torch.arange(seq_lens[b])[None, :] <= (ctx[b] + torch.arange(q_lens[b]))[:, None]
+        want = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask)
+        err = (output[rows].double() - want.transpose(0, 1)).abs().max().item()
+        assert err < 2e-5, (b, err)
+
+
+@needs_vllm
 def test_encoder_pools_refuse_a_sequence_split_across_steps():
     from attnrt._vllm_backend import AttnrtMetadataBuilder
 
