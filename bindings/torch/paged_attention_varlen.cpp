@@ -52,7 +52,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const c10::optional<at::Tensor>& k_view, const c10::optional<at::Tensor>& v_view,
          const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks_view,
          double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout,
-         const std::string& p_precision, bool causal) {
+         const std::string& p_precision, bool causal, const c10::optional<at::Tensor>& k_scale_view,
+         const c10::optional<at::Tensor>& v_scale_view) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -64,9 +65,13 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   CheckNoGrad(seq_lens, "seq_lens");
   CheckNoGrad(block_table, "block_table");
   CheckNoGrad(slot_mapping, "slot_mapping");
+  CheckNoGrad(k_scale_view, "k_scale");
+  CheckNoGrad(v_scale_view, "v_scale");
   const at::Tensor q = Resolved(q_view);
   const c10::optional<at::Tensor> k = Resolved(k_view), v = Resolved(v_view);
   const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
+  const c10::optional<at::Tensor> k_scale = Resolved(k_scale_view),
+                                  v_scale = Resolved(v_scale_view);
   // window_left + 1 is the op's int32 local_window_size (as the Python path refuses more).
   ATTNRT_TORCH_CHECK_ARG(window_left < int64_t{INT32_MAX}, "window_left: expected -1 (off) or 0..",
                          int64_t{INT32_MAX} - 1, ", got ", window_left);
@@ -108,6 +113,20 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
                          "every key of its sequence), got window_left=",
                          window_left);
   key.causal = causal ? 1 : 0;
+  // A quantized cache is 8-bit (int8 or float8_e4m3fn) with float32 scales: one each (per
+  // tensor, as vLLM's k_scale/v_scale) or Nkv * H (per channel). The op checks the rest (scales
+  // absent for a cache of the query's type, their dtype, the caches' dtypes).
+  if (k_scale.has_value() || v_scale.has_value()) {
+    const at::ScalarType cache_type = k_cache.scalar_type();
+    ATTNRT_TORCH_CHECK_ARG(cache_type == at::kChar || cache_type == at::kFloat8_e4m3fn,
+                           "k_scale: scales are for 8-bit caches (int8 or float8_e4m3fn), got a "
+                           "k_cache of ",
+                           cache_type);
+    const at::Tensor& scale = k_scale.has_value() ? *k_scale : *v_scale;
+    key.quant_type =
+        scale.numel() == 1 ? ATTNRT_GQA_QUANT_PER_TENSOR : ATTNRT_GQA_QUANT_PER_CHANNEL;
+    key.kv_cache_bit_width = 8;
+  }
   const std::shared_ptr<CachedOp> op = VarlenOp(runtime, key);
 
   attnrt_tensor t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS + 1];
@@ -129,6 +148,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   set(ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, block_table, "block_table");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING, slot_mapping, "slot_mapping");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK, sinks, "sinks");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, k_scale, "k_scale");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE, v_scale, "v_scale");
   attnrt_tensor& output = t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS];
   output = Describe(out, "out");
   const attnrt_tensor* outputs[1] = {&output};
@@ -153,38 +174,40 @@ void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const c10::optional<at::Tensor>& slot_mapping,
                           const c10::optional<at::Tensor>& sinks, double softmax_scale,
                           int64_t window_left, double softcap, c10::string_view kv_layout,
-                          c10::string_view p_precision, bool causal) {
+                          c10::string_view p_precision, bool causal,
+                          const c10::optional<at::Tensor>& k_scale,
+                          const c10::optional<at::Tensor>& v_scale) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
       slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
-      std::string(p_precision), causal);
+      std::string(p_precision), causal, k_scale, v_scale);
 }
 
-void PagedAttentionVarlenOn(int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache,
-                            const at::Tensor& v_cache, const at::Tensor& cu_seqlens_q,
-                            const at::Tensor& seq_lens, const at::Tensor& block_table,
-                            const at::Tensor& out, const c10::optional<at::Tensor>& k,
-                            const c10::optional<at::Tensor>& v,
-                            const c10::optional<at::Tensor>& slot_mapping,
-                            const c10::optional<at::Tensor>& sinks, double softmax_scale,
-                            int64_t window_left, double softcap, c10::string_view kv_layout,
-                            c10::string_view p_precision, bool causal) {
+void PagedAttentionVarlenOn(
+    int64_t runtime, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& block_table,
+    const at::Tensor& out, const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
+    const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks,
+    double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
+    c10::string_view p_precision, bool causal, const c10::optional<at::Tensor>& k_scale,
+    const c10::optional<at::Tensor>& v_scale) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
       sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
-      causal);
+      causal, k_scale, v_scale);
 }
 
 }  // namespace
 
 // The schema of the Python-registered operator, so that callers do not change; window_left is a
 // SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
-// op's attribute) and causal (False: every query row sees every key of its sequence, the encoder
-// form) come last with their defaults, so positional callers of the older schemas work.
+// op's attribute), causal (False: every query row sees every key of its sequence, the encoder
+// form) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn cache) come last with
+// their defaults, so positional callers of the older schemas work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
-  "str p_precision=\"exact\", bool causal=True"
+  "str p_precision=\"exact\", bool causal=True, Tensor? k_scale=None, Tensor? v_scale=None"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

@@ -158,7 +158,8 @@ bool OpKey::operator==(const OpKey& o) const {
          kv_layout == o.kv_layout && std::memcmp(&scale, &o.scale, sizeof(float)) == 0 &&
          std::memcmp(&softcap, &o.softcap, sizeof(float)) == 0 &&
          local_window_size == o.local_window_size && p_precision == o.p_precision &&
-         causal == o.causal;
+         causal == o.causal && quant_type == o.quant_type &&
+         kv_cache_bit_width == o.kv_cache_bit_width;
 }
 
 namespace {
@@ -276,6 +277,8 @@ std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key) {
   a.gqa.softcap = key.softcap;
   a.gqa.local_window_size = key.local_window_size;
   a.gqa.causal = key.causal;
+  a.gqa.k_quant_type = a.gqa.v_quant_type = key.quant_type;
+  a.gqa.kv_cache_bit_width = key.kv_cache_bit_width;
   a.block_size = key.block_size;
   a.kv_layout = key.kv_layout;
   a.p_precision = key.p_precision;

@@ -102,6 +102,24 @@ def _window(window_size, causal: bool = True) -> int:
     return -1 if left < 0 else left + 1
 
 
+def _quantization(k_cache, k_scale, v_scale) -> dict[str, int]:
+    """The quantization attributes of 8-bit caches given with scales (int8 or float8_e4m3fn
+    k_cache: one scale each is per tensor, as vLLM's k_scale/v_scale, more is per channel), as the
+    C++ operator derives them; none otherwise (the op then names what does not fit)."""
+    if k_scale is None and v_scale is None:
+        return {}
+    name = str(_arrays.dtype_of(k_cache)).removeprefix("torch.")
+    if name not in ("int8", "float8_e4m3fn"):
+        raise InvalidArgumentError(
+            f"k_scale: scales are for 8-bit caches (int8 or float8_e4m3fn), got a k_cache of "
+            f"{name}; other quantized caches go through PagedGqaVarlenOp")
+    count = 1
+    for d in _arrays.shape_of(k_scale if k_scale is not None else v_scale, "k_scale"):
+        count *= d
+    quant = "PER_TENSOR" if count == 1 else "PER_CHANNEL"
+    return {"k_quant_type": quant, "v_quant_type": quant, "kv_cache_bit_width": 8}
+
+
 def _heads(q, k_cache, kv_layout) -> tuple[int, int, int]:
     """(num_heads, kv_num_heads, block_size) from q's and k_cache's shapes, as the C++ operator
     derives them; InvalidArgumentError naming the input for a shape they cannot come from."""
@@ -144,7 +162,9 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
 
     q [num_tokens, N, H] (or [num_tokens, N*H]); k_cache, v_cache the block pools
     ([num_blocks, block_size, Nkv, H] for kv_layout "BSNH", [num_blocks, Nkv, block_size, H] for
-    "BNSH"; views of one cache tensor are fine); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
+    "BNSH"; views of one cache tensor are fine; int8 or float8_e4m3fn with float32 k_scale and
+    v_scale, one each as vLLM's, or Nkv * H per channel: x = stored value * scale, new rows stored
+    as x / scale, docs/gqa-semantics.md); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
     (context lengths including the new tokens); block_table int32 [B, max_blocks]. With k and v
     ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
     says, -1 = not written; otherwise where the table and seq_lens say). Query row i of sequence b
@@ -157,19 +177,19 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     (allocated like q unless given).
 
     Torch tensors go through the C++ operator library when it is built (attnrt._torch_lib: a few
-    microseconds a call); anything else, or quantized caches, through the Python path.
+    microseconds a call); anything else through the Python path.
     """
     if not isinstance(causal, (bool, np.bool_)):
         raise InvalidArgumentError(f"causal: expected True or False, got {causal!r}")
     causal = bool(causal)
     precision = p_precision_value(p_precision)
-    if _torch_lib.for_tensor(q) and k_scale is None and v_scale is None:
+    if _torch_lib.for_tensor(q):
         window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size,
                                                                                     causal)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,
-                                 "input" if precision else "exact", causal)
+                                 "input" if precision else "exact", causal, k_scale, v_scale)
         if done is not None:
             return done
     return paged_attention_varlen_python(
@@ -196,8 +216,7 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
                   "p_precision": p_precision_value(p_precision)}
     if softmax_scale is not None:
         attributes["scale"] = _arrays.attribute(softmax_scale, float, "softmax_scale")
-    if k_scale is not None:
-        raise InvalidArgumentError("k_scale: quantized caches go through PagedGqaVarlenOp")
+    attributes.update(_quantization(k_cache, k_scale, v_scale))
     op = runtime.cached_op(PagedGqaVarlenOp, num_heads=num_heads, kv_num_heads=kv_heads,
                            block_size=block_size, kv_layout=kv_layout, **attributes)
     inputs = {"query": q, "key": k, "value": v, "key_cache": k_cache, "value_cache": v_cache,

@@ -125,14 +125,45 @@ def p_precision_from_env() -> str:
     return chosen
 
 
-def vllm_kernel_p_precision(dtype: torch.dtype, block_size: int, head_size: int) -> str:
+def vllm_kernel_p_precision(dtype: torch.dtype, block_size: int, head_size: int,
+                            kv_cache_dtype: str = "auto") -> str:
     """The p_precision of vLLM's own CPU attention kernel for these shapes: "input" when vLLM
     would run its AMX kernel (it rounds P to bfloat16), else "exact" (its vector kernels keep P in
     float32: measured against float64 references, 99.9 % of their bfloat16 outputs are the
     exact-P result rounded once)."""
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-    return "input" if _get_attn_isa(dtype, block_size, head_size, "auto") == "amx" else "exact"
+    isa = _get_attn_isa(dtype, block_size, head_size, kv_cache_dtype)
+    return "input" if isa == "amx" else "exact"
+
+
+# vLLM's fp8 KV cache dtypes attnrt serves: float8 e4m3fn with per-layer k_scale/v_scale.
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3")
+_FP8_MAX = 448.0
+
+
+def fp8_rows_as_vllm(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """x / scale as float8_e4m3fn, byte for byte as vLLM's CPU cache writer
+    (cpu_attn_reshape_and_cache with kv_cache_dtype "fp8") stores it, found by comparing its bytes
+    (tests/bindings/python/test_vllm_backend.py checks every special case against it): q = x times
+    the float32 reciprocal of the float32 scale, in float32; NaN as +448, clamped to +-448; codes
+    of |q| >= 2^-6 rounded toward zero (the float32 mantissa bits past e4m3's three dropped;
+    attnrt's own writer rounds to nearest even), subnormal codes floor((|q| + 2^-6 - 2^-6) * 2^9)
+    with the sum rounded to float32 first; zero stored as +0, a negative q that truncates to zero
+    as -0."""
+    inverse = torch.tensor(scale, dtype=torch.float32).reciprocal()
+    q = torch.nan_to_num(x.float() * inverse, nan=_FP8_MAX).clamp_(-_FP8_MAX, _FP8_MAX)
+    a = q.abs()
+    nearest = a.to(torch.float8_e4m3fn)
+    # Where rounding to nearest went up, the next code toward zero (e4m3's codes of one sign are
+    # ordered by magnitude).
+    codes = nearest.view(torch.uint8) - (nearest.float() > a).to(torch.uint8)
+    smallest_normal = 2.0**-6
+    subnormal = torch.floor(((a + smallest_normal) - smallest_normal) * 512.0).to(torch.uint8)
+    codes = torch.where(a < smallest_normal, subnormal, codes)
+    codes = torch.where(q < 0, codes | 0x80, codes)
+    codes = torch.where(q == 0, torch.zeros_like(codes), codes)
+    return codes.view(torch.float8_e4m3fn)
 
 
 def _announce(p_precision: str) -> None:
@@ -180,7 +211,7 @@ class AttnrtBackend(AttentionBackend):
     forward_includes_kv_cache_update: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16,
                                                       torch.float16]
-    supported_kv_cache_dtypes: ClassVar[list] = ["auto"]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto", *FP8_KV_CACHE_DTYPES]
 
     @staticmethod
     def get_name() -> str:
@@ -361,8 +392,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if kv_sharing_target_layer_name is not None and attn_type != AttentionType.DECODER:
             refuse(f"{attn_type} attention sharing the KV cache of "
                    f"{kv_sharing_target_layer_name!r}")
-        if kv_cache_dtype != "auto":
-            refuse(f"kv_cache_dtype {kv_cache_dtype!r} (only 'auto': the model dtype)")
+        if kv_cache_dtype not in ("auto", *FP8_KV_CACHE_DTYPES):
+            refuse(f"kv_cache_dtype {kv_cache_dtype!r} (served: 'auto', the model dtype, and "
+                   f"'fp8'/'fp8_e4m3', float8 e4m3fn with per-layer scales; attnrt has no "
+                   f"float8 e5m2 cache)")
         if not isinstance(head_size, int) or head_size < 1:
             refuse(f"head_size {head_size!r} (expected a positive integer)")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -377,6 +410,9 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.kv_cache_dtype = kv_cache_dtype
         self.attn_type = attn_type
         self.encoder = attn_type in _ENCODER_TYPES
+        # fp8 KV cache (decoder layers; the encoders' scratch pools stay in the model dtype).
+        self.fp8 = kv_cache_dtype in FP8_KV_CACHE_DTYPES and not self.encoder
+        self._scales: tuple = ()  # (k_scale, v_scale, their float32 tensors)
         # A layer reading the KV cache of an earlier layer (vLLM gives it that layer's cache
         # tensor): it writes no rows, the target layer wrote this step's.
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
@@ -395,9 +431,11 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self._p_precision = "exact" if self.p_precision == "auto" else self.p_precision
         _announce(self.p_precision)
 
-    def _set_kv_cache(self, kv_cache: torch.Tensor) -> None:
+    def _set_kv_cache(self, kv_cache: torch.Tensor, dtype: torch.dtype) -> None:
         """The layer's K and V pools: BNSH views of the slab halves (kept while vLLM passes the
-        same cache tensor)."""
+        same cache tensor), float8_e4m3fn views of vLLM's uint8 cache for an fp8 KV cache."""
+        if self.fp8:
+            kv_cache = kv_cache.view(torch.float8_e4m3fn)
         num_blocks, kv_heads, block_size, width = kv_cache.shape
         if width != 2 * self.head_size or kv_heads != self.num_kv_heads:
             raise ValueError(f"attnrt's vLLM backend: KV cache of shape {tuple(kv_cache.shape)}, "
@@ -405,11 +443,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                              f"{2 * self.head_size}]")
         pools = kv_cache.view(num_blocks, kv_heads, 2, block_size, self.head_size)
         self._pools = (pools[:, :, 0], pools[:, :, 1], block_size)
-        self._kv_cache = kv_cache
         if self.p_precision == "auto":
-            self._p_precision = vllm_kernel_p_precision(kv_cache.dtype, block_size,
-                                                        self.head_size)
-            _announce_auto(kv_cache.dtype, block_size, self.head_size, self._p_precision)
+            self._p_precision = vllm_kernel_p_precision(dtype, block_size, self.head_size,
+                                                        self.kv_cache_dtype)
+            _announce_auto(dtype, block_size, self.head_size, self._p_precision)
 
     @staticmethod
     def _window_table(md: AttnrtMetadata, window: int, block_size: int) -> torch.Tensor:
@@ -420,6 +457,28 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if table is None:
             table = md.window_tables[key] = _drop_blocks_behind_window(md, window, block_size)
         return table
+
+    def _scale_tensors(self, layer) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's k_scale/v_scale (vLLM's _k_scale_float/_v_scale_float, 1.0 until a
+        checkpoint sets them) as the float32 tensors attnrt reads, remade when they change."""
+        k = float(getattr(layer, "_k_scale_float", 1.0))
+        v = float(getattr(layer, "_v_scale_float", 1.0))
+        if not self._scales or self._scales[:2] != (k, v):
+            self._scales = (k, v, torch.tensor([k], dtype=torch.float32),
+                            torch.tensor([v], dtype=torch.float32))
+        return self._scales[2], self._scales[3]
+
+    def _store_fp8(self, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor,
+                   v_pool: torch.Tensor, block_size: int, slots: torch.Tensor) -> None:
+        """This step's new rows into the fp8 pools at their slots, in vLLM's bytes
+        (fp8_rows_as_vllm); slots -1 are not written."""
+        k_scale, v_scale = self._scales[:2]
+        keep = slots >= 0
+        if not bool(keep.all()):
+            slots, k, v = slots[keep], k[keep], v[keep]
+        blocks, offsets = slots // block_size, slots % block_size
+        k_pool.view(torch.uint8)[blocks, :, offsets] = fp8_rows_as_vllm(k, k_scale).view(torch.uint8)
+        v_pool.view(torch.uint8)[blocks, :, offsets] = fp8_rows_as_vllm(v, v_scale).view(torch.uint8)
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
         """FlashAttention-style (left, right) window of this step (called every step: the end-to-end
@@ -458,7 +517,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 _announce_auto(k_pool.dtype, block_size, self.head_size, self._p_precision)
         else:
             if kv_cache is not self._kv_cache:
-                self._set_kv_cache(kv_cache)
+                self._set_kv_cache(kv_cache, query.dtype)
+                self._kv_cache = kv_cache
             k_pool, v_pool, block_size = self._pools
             layout = "BNSH"
         sinks = self.sinks
@@ -473,6 +533,12 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             k, v = _rows(key, n), _rows(value, n)
             # Encoder rows go where the scratch table and seq_lens say.
             slots = None if self.encoder else attn_metadata.slot_mapping
+        k_scale = v_scale = None
+        if self.fp8:
+            k_scale, v_scale = self._scale_tensors(layer)
+            if k is not None:
+                self._store_fp8(k, v, k_pool, v_pool, block_size, slots)
+                k = v = slots = None
         causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
         table = attn_metadata.block_table
@@ -484,7 +550,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 _torch_lib._varlen_on(
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                    window[0], self.logits_soft_cap, layout, self._p_precision, causal)
+                    window[0], self.logits_soft_cap, layout, self._p_precision, causal,
+                    k_scale, v_scale)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
@@ -492,7 +559,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
             attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale,
             causal=causal, window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
-            kv_layout=layout, block_size=block_size, p_precision=self._p_precision)
+            kv_layout=layout, block_size=block_size, k_scale=k_scale, v_scale=v_scale,
+            p_precision=self._p_precision)
         return output
 
 

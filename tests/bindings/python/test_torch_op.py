@@ -480,6 +480,39 @@ def test_causal_false_sees_every_key_and_refuses_a_window():
     assert torch.equal(again, call["out"])
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.int8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_quantized_caches_through_the_operator(cache_dtype, per_channel):
+    """8-bit caches with k_scale/v_scale (the schema's last arguments) through the C++ operator:
+    the bits and the written rows of the Python path (PagedGqaVarlenOp over SWIG); a float
+    cache given scales is refused naming k_scale, nothing written."""
+    from attnrt._varlen import paged_attention_varlen_python
+
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    for name in ("k_cache", "v_cache"):
+        call[name] = (3 * call[name]).to(cache_dtype)
+    width = NKV * H if per_channel else 1
+    k_scale = 0.5 + torch.rand(width, generator=g)
+    v_scale = 0.5 + torch.rand(width, generator=g)
+    k = torch.randn(3, NKV, H, generator=g)
+    v = torch.randn(3, NKV, H, generator=g)
+    python = {n: call[n].clone() for n in ("k_cache", "v_cache")}
+    torch.ops.attnrt.paged_attention_varlen(**call, k=k, v=v, k_scale=k_scale, v_scale=v_scale)
+    with attnrt.Runtime(num_threads=1) as rt:
+        want = paged_attention_varlen_python(
+            rt, call["q"], python["k_cache"], python["v_cache"], call["cu_seqlens_q"],
+            call["seq_lens"], call["block_table"], k=k, v=v, k_scale=k_scale, v_scale=v_scale)
+    assert torch.equal(call["out"], want)
+    for n in ("k_cache", "v_cache"):
+        assert torch.equal(call[n].view(torch.uint8), python[n].view(torch.uint8))
+    plain = _small_call(g)
+    before = plain["out"].clone()
+    with pytest.raises(ValueError, match=r"k_scale: scales are for 8-bit caches"):
+        torch.ops.attnrt.paged_attention_varlen(**plain, k_scale=k_scale, v_scale=v_scale)
+    assert torch.equal(plain["out"], before)
+
+
 @pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
 def test_a_value_that_rounds_to_zero_in_float32_is_refused(name):
     """0 means the default scale and no softcap; 1e-50 (a valid double) became float32 0 and was

@@ -289,7 +289,8 @@ def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
     (dict(attn_type="encoder_only", sliding_window=8), "sliding window"),
     (dict(attn_type="encoder_only", kv_sharing_target_layer_name="model.layers.0.attn"),
      "sharing"),
-    (dict(kv_cache_dtype="fp8"), "kv_cache_dtype"),
+    (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype 'fp8_e5m2'"),
+    (dict(kv_cache_dtype="int8_per_token_head"), "kv_cache_dtype"),
 ])
 def test_impl_refuses_what_it_cannot_serve(kwargs, reason):
     from attnrt._vllm_backend import AttnrtImpl
@@ -559,3 +560,145 @@ def test_vllm_layers_attnrt_does_not_serve_are_named_in_the_log(vllm_env):
     assert "backend attnrt.vllm.AttnrtBackend" in r.stdout
     assert "attnrt does not serve this model's MLA attention layers (ATTNRT_VLLM=1): vLLM's " \
            "vllm.v1.attention.backends.mla." in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+FP8_SPECIAL = [500.0, -500.0, 448.0, 460.0, 1e6, math.inf, -math.inf, math.nan, 1e-3, 2**-9, 2**-10,
+               3 * 2**-10, 1e-4, -1e-3, 0.0, -0.0, 0.0019531, 447.9, 449.0, 464.0, 465.0, -0.4375]
+
+
+@needs_vllm
+@pytest.mark.parametrize("scale", [1.0, 0.7, 3.3, 1.7])
+@pytest.mark.parametrize("dtype, isa", [(torch.float32, "vec"), (torch.bfloat16, "vec"),
+                                        (torch.bfloat16, "amx"), (torch.float16, "vec")])
+def test_fp8_rows_are_vllms_bytes(scale, dtype, isa):
+    """attnrt's fp8 rows (fp8_rows_as_vllm) are the bytes vLLM's CPU writer stores
+    (cpu_attn_reshape_and_cache, kv_cache_dtype "fp8"), special values included (overflow, inf,
+    NaN, subnormals, signed zeros): V rows where vLLM's vector layout keeps them plain, and the
+    bytes of each [block, kv head] slab as a multiset where vLLM packs them (K, and V under AMX).
+    Round-to-nearest (torch's own conversion) must fail the same comparison."""
+    from vllm import _custom_ops as ops
+
+    from attnrt._vllm_backend import fp8_rows_as_vllm
+
+    g = torch.Generator().manual_seed(23)
+    bs, n = 32, 64
+    # bfloat16 rows hit e4m3's codes exactly after the scale (1.0625 / 1.7 = 0.625), where the
+    # order of vLLM's float32 operations decides the byte.
+    key = 5 * torch.randn(n, NKV, H, generator=g)
+    value = 3 * torch.randn(n, NKV, H, generator=g)
+    value.view(-1)[:len(FP8_SPECIAL)] = torch.tensor(FP8_SPECIAL)
+    key, value = key.to(dtype), value.to(dtype)
+    kv = torch.zeros(2, NKV, bs, 2 * H, dtype=torch.uint8)
+    k_cache, v_cache = kv.view(2, NKV, 2 * bs, H).chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(key, value, k_cache, v_cache, torch.arange(n), isa,
+                                   k_scale=scale, v_scale=scale, kv_cache_dtype="fp8")
+
+    def rows(x, convert):
+        return convert(x).view(torch.uint8).view(2, bs, NKV, H).transpose(1, 2)  # [blk, h, s, H]
+
+    ours_k = rows(key, lambda x: fp8_rows_as_vllm(x, scale))
+    ours_v = rows(value, lambda x: fp8_rows_as_vllm(x, scale))
+
+    def multiset(x):
+        return x.reshape(2, NKV, -1).sort(-1).values
+
+    assert torch.equal(multiset(ours_k), multiset(k_cache))
+    assert torch.equal(multiset(ours_v), multiset(v_cache))
+    if isa == "vec":
+        assert torch.equal(ours_v, v_cache)
+    nearest = rows(value, lambda x: (x.float() / scale).to(torch.float8_e4m3fn))
+    assert not torch.equal(multiset(nearest), multiset(v_cache))
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_impl_fp8_cache_matches_vllms_kernel(dtype):
+    """kv_cache_dtype "fp8": a decode and a 9-token chunk over cached rows, attnrt's layer (its
+    rows stored as vLLM's bytes, read per tensor with k_scale/v_scale) against vLLM's own fp8
+    kernel over vLLM's cache written from the same rows, and against a float64 reference over the
+    dequantized rows; a wrong v_scale must fail the comparison."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, fp8_rows_as_vllm
+
+    g = torch.Generator().manual_seed(29)
+    bs, ks, vs = 32, 0.6, 1.7
+    isa = _get_attn_isa(dtype, bs, H, "fp8")
+    print(f"seed 29, vLLM ISA {isa}")
+    layer = type("Layer", (), {"_k_scale_float": ks, "_v_scale_float": vs})()
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None)
+    ctx, q_lens, tables = [70, 40], [1, 9], [[4, 1, 6], [2, 5, 3]]
+    seq_lens = [c + q for c, q in zip(ctx, q_lens)]
+    num_blocks = 7
+    rows_k = [(3 * torch.randn(s, NKV, H, generator=g)).to(dtype) for s in seq_lens]
+    rows_v = [(3 * torch.randn(s, NKV, H, generator=g)).to(dtype) for s in seq_lens]
+    ours = torch.zeros(num_blocks, NKV, bs, 2 * H, dtype=torch.uint8)
+    theirs = torch.zeros_like(ours)
+    vk, vv = theirs.view(num_blocks, NKV, 2 * bs, H).chunk(2, dim=2)
+    pools = ours.view(num_blocks, NKV, 2, bs, H)
+    slot = [[tables[b][p // bs] * bs + p % bs for p in range(seq_lens[b])] for b in range(2)]
+    for b in range(2):  # the cached rows: vLLM's writer, and vLLM's bytes in attnrt's layout
+        pos = torch.arange(ctx[b])
+        ops.cpu_attn_reshape_and_cache(rows_k[b][:ctx[b]], rows_v[b][:ctx[b]], vk, vv,
+                                       torch.tensor(slot[b][:ctx[b]]), isa, k_scale=ks,
+                                       v_scale=vs, kv_cache_dtype="fp8")
+        blocks = torch.tensor(tables[b])[pos // bs]
+        pools[blocks, :, 0, pos % bs] = fp8_rows_as_vllm(rows_k[b][:ctx[b]], ks).view(torch.uint8)
+        pools[blocks, :, 1, pos % bs] = fp8_rows_as_vllm(rows_v[b][:ctx[b]], vs).view(torch.uint8)
+    t = sum(q_lens)
+    q = (2 * torch.randn(t, N, H, generator=g)).to(dtype)
+    k = torch.cat([rows_k[b][ctx[b]:] for b in range(2)])
+    v = torch.cat([rows_v[b][ctx[b]:] for b in range(2)])
+    new_slots = torch.tensor([s for b in range(2) for s in slot[b][ctx[b]:]], dtype=torch.int64)
+    qsl = torch.tensor([0, q_lens[0], t], dtype=torch.int32)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    table = torch.tensor(tables, dtype=torch.int32)
+    md = AttnrtMetadata(num_actual_tokens=t, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+                        query_start_loc=qsl, seq_lens=lens, block_table=table,
+                        slot_mapping=new_slots)
+    out = torch.full((t, N, H), 7.0, dtype=dtype)
+    impl.forward(layer, q, k, v, ours, md, out)
+
+    ops.cpu_attn_reshape_and_cache(k, v, vk, vv, new_slots, isa, k_scale=ks, v_scale=vs,
+                                   kv_cache_dtype="fp8")
+    metadata = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=2, num_heads=N, num_kv_heads=NKV, head_dim=H, seq_lens=lens, dtype=dtype,
+        query_start_loc=qsl, causal=True, sliding_window_size=-1, isa=isa, enable_kv_split=False,
+        kv_cache_dtype="fp8")
+    expect = torch.empty_like(out)
+    ops.cpu_attention_with_kv_cache(
+        query=q, key_cache=vk, value_cache=vv, output=expect, query_start_loc=qsl, seq_lens=lens,
+        scale=0.125, causal=True, alibi_slopes=None, sliding_window=-1, block_table=table,
+        softcap=0.0, scheduler_metadata=metadata, s_aux=None, k_scale=ks, v_scale=vs,
+        kv_cache_dtype="fp8")
+    # bfloat16: outputs up to about 8 (half an ulp 0.016) and P rounded to bfloat16 (p_precision
+    # "input", as vLLM's AMX kernel); measured 0.030 at this seed.
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    diff = (out.float() - expect.float()).abs().max().item()
+    # The new rows are vLLM's bytes; the float64 reference over the dequantized cache.
+    pool_k = pools[:, :, 0].view(torch.float8_e4m3fn)
+    pool_v = pools[:, :, 1].view(torch.float8_e4m3fn)
+    worst = worst_wrong = worst_vllm = 0.0
+    for b in range(2):
+        pos = torch.arange(seq_lens[b])
+        blocks = torch.tensor(tables[b])[pos // bs]
+        keys = pool_k[blocks, :, pos % bs].double() * ks
+        values = pool_v[blocks, :, pos % bs].double() * vs
+        assert torch.equal(pools[blocks, :, 0, pos % bs],
+                           fp8_rows_as_vllm(rows_k[b], ks).view(torch.uint8))
+        rows = slice(0, 1) if b == 0 else slice(1, t)
+        for i in range(q_lens[b]):
+            p = ctx[b] + i
+            want = reference(q[rows][i], keys, values, p, 0.125, None, 0.0, None)
+            worst = max(worst, (out[rows][i].double() - want).abs().max().item())
+            worst_vllm = max(worst_vllm, (expect[rows][i].double() - want).abs().max().item())
+            wrong = reference(q[rows][i], keys, values * 1.1, p, 0.125, None, 0.0, None)
+            worst_wrong = max(worst_wrong, (out[rows][i].double() - wrong).abs().max().item())
+    print(f"max |error| vs float64: attnrt {worst:.3g}, vLLM {worst_vllm:.3g}, v_scale 10 % off "
+          f"{worst_wrong:.3g}; between them {diff:.3g}")
+    assert worst <= tol, worst
+    # vLLM's bfloat16 (AMX) fp8 kernel rounds the dequantized rows to bfloat16 (measured: up to
+    # 3x attnrt's error); the two agree within the sum of their errors.
+    assert diff <= worst + max(worst_vllm, tol), diff
+    assert worst_wrong > 10 * tol, "a v_scale 10 % off went unnoticed"  # measured 0.87, 0.90
