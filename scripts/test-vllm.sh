@@ -16,6 +16,8 @@
 #             backend rounds q, k, v and probabilities to bfloat16 at other points, amplified over
 #             4 layers of a sharp model; measured here: 0.39 between the two, while each is up to
 #             1.1 (mean 0.13) from a float32 run of the same prompts. Greedy tokens reported only.
+#   fp8       (kv_cache_dtype fp8, bfloat16 as above) attnrt's run within vLLM's own fp8-vs-
+#             bfloat16 spread of vLLM's fp8 run; a k_scale 25 % off must not be.
 #   deepseek-v4  a seeded DeepSeek-V4 checkpoint (SWA, C4A and C128A layers, bfloat16) with vLLM's
 #             own sparse attention (the plugin's fixes for vLLM 0.32 on CPU), twice, and once on
 #             queries moved by one bfloat16 ulp (the spread, tests/vllm/attnrt_dsv4_ulp.py); then
@@ -133,6 +135,34 @@ sys.exit(0 if worst <= tol else 1)
 PY
     fail "bfloat16 ($mode): prompt logprobs differ by more than $BF16_TOLERANCE"
 done
+
+# fp8 KV cache (kv_cache_dtype fp8: float8 e4m3fn, vLLM's default scales of 1), bfloat16 model:
+# the spread is how far vLLM's own fp8 run is from its bfloat16 run above (the prompt logprobs'
+# largest difference); attnrt's fp8 run must be within that spread of vLLM's fp8 run (both hold the
+# same cache bytes: attnrt.vllm stores rows as vLLM's writer does), and its negative control
+# (tests/vllm/attnrt_vllm_controls.py: k_scale 25 % off) must not. Greedy tokens reported.
+step fp8-vllm env ATTNRT_VLLM=0 "${run[@]}" "${bf16[@]}" --kv-cache-dtype fp8 \
+  --out "$work/fp8-vllm.json" || fail "fp8: vLLM's own backend did not run (see $work/fp8-vllm.log)"
+FP8_SPREAD=$("$py" - "$work/bf16-vllm.json" "$work/fp8-vllm.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["results"] for f in sys.argv[1:3])
+print(max(abs(p - q) for x, y in zip(a, b)
+          for p, q in zip(x["prompt_logprobs"], y["prompt_logprobs"]) if p is not None))
+PY
+)
+echo "test-vllm: fp8: vLLM's fp8 run is within $FP8_SPREAD of its bfloat16 run (prompt logprobs)"
+step fp8-attnrt env ATTNRT_VLLM=1 "${run[@]}" "${bf16[@]}" --kv-cache-dtype fp8 \
+  --out "$work/fp8-attnrt.json" --compare "$work/fp8-vllm.json" --tolerance "$FP8_SPREAD" ||
+  fail "fp8: attnrt differs from vLLM's fp8 run by more than vLLM's fp8-bfloat16 spread"
+grep -q "attnrt serves attention" "$work/fp8-attnrt.log" ||
+  fail "fp8: ATTNRT_VLLM=1 but vLLM's log does not say that attnrt serves attention"
+if step fp8-negative env ATTNRT_VLLM=0 PYTHONPATH="$root/tests/vllm" "${run[@]}" "${bf16[@]}" \
+  --kv-cache-dtype fp8 --cpu-attention-class attnrt_vllm_controls.WrongFp8ScaleBackend \
+  --out "$work/fp8-negative.json" --compare "$work/fp8-vllm.json" --tolerance "$FP8_SPREAD"; then
+  fail "fp8 negative control: attnrt with k_scale 25 % off passed the comparison"
+fi
+grep -q '^compare with' "$work/fp8-negative.log" ||
+  fail "fp8 negative control did not get to the comparison (see $work/fp8-negative.log)"
 
 # DeepSeek-V4 with vLLM's own sparse attention (a seeded checkpoint with SWA, C4A and C128A
 # layers, bfloat16; prompts up to 2600 tokens, so the C4A indexer's learned top-512 is used):

@@ -41,6 +41,8 @@ def parse_args(argv):
     p.add_argument("--block-size", type=int, default=None, help="KV cache block size (vLLM's CPU default: 128)")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="model dtype")
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="vLLM's kv_cache_dtype (auto: the model dtype; fp8: float8 e4m3fn)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument(
         "--in-process",
@@ -173,6 +175,8 @@ def run(a):
     )
     if a.block_size:
         llm_kwargs["block_size"] = a.block_size
+    if a.kv_cache_dtype != "auto":
+        llm_kwargs["kv_cache_dtype"] = a.kv_cache_dtype
     llm = LLM(**llm_kwargs)
     t_init = time.perf_counter() - t0 - t_import
     rss_after_init = mem.sample()

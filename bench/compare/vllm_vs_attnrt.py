@@ -13,7 +13,10 @@ call alone (vLLM's scheduler metadata is built once per step by its metadata bui
 outside the timing). Both run interleaved (A B A B ...), medians of --reps calls each; the ratio is
 vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count. A third callable in
 the same rotation reads as many bytes as the step's K/V (an int64 sum over a copy of the cache):
-the memory floor of the cell, which neither backend can beat.
+the memory floor of the cell, which neither backend can beat. --kv-cache-dtype fp8: both caches
+float8 e4m3fn (vLLM's kv_cache_dtype "fp8", per-tensor scales of 1.0 as vLLM's default), vLLM's
+written by its writer, attnrt's holding the same bytes in its layout (attnrt.vllm's writer), read
+through vLLM's fp8 kernel and attnrt's k_scale/v_scale; the floor then reads the fp8 bytes.
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels; attnrt runs on the C++ operator's
 runtime on the same torch intra-op threads (a team of t, as the vLLM backend runs it), or with
 --own-pool on attnrt.Runtime(num_threads=t), threads of its own.
@@ -84,6 +87,10 @@ TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 2e-2}
 P_PRECISIONS = ("exact", "input")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 NO_AMX = False  # --no-amx: set in main() before anything else runs
+# --kv-cache-dtype fp8: both caches float8 e4m3fn with vLLM's default scales of 1.0 (set in
+# main()); vLLM writes its own, attnrt's holds the same bytes (attnrt.vllm's writer).
+KV_CACHE_DTYPE = "auto"
+FP8_SCALE = 1.0
 AMX_GLOB = "*amx*"
 
 
@@ -94,10 +101,14 @@ def non_amx_isa(isa):
     return "vec" if isa == "amx" else isa
 
 
+def fp8():
+    return KV_CACHE_DTYPE == "fp8"
+
+
 def vllm_isa(dtype, block_size):
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-    isa = _get_attn_isa(dtype, block_size, HEAD_SIZE, "auto")
+    isa = _get_attn_isa(dtype, block_size, HEAD_SIZE, KV_CACHE_DTYPE)
     return non_amx_isa(isa) if NO_AMX else isa
 
 
@@ -193,11 +204,15 @@ class Cell:
         self.query = torch.randn(batch * q_len, NUM_HEADS, HEAD_SIZE, generator=g).to(dtype)
         self.scale = 1.0 / math.sqrt(HEAD_SIZE)
         shape = (num_blocks, NUM_KV_HEADS, block_size, 2 * HEAD_SIZE)
-        self.vllm_kv = torch.zeros(shape, dtype=dtype)
-        self.attnrt_kv = torch.zeros(shape, dtype=dtype)
+        cache_dtype = torch.uint8 if fp8() else dtype  # vLLM keeps an fp8 cache as uint8
+        self.vllm_kv = torch.zeros(shape, dtype=cache_dtype)
+        self.attnrt_kv = torch.zeros(shape, dtype=cache_dtype)
         vk, vv = self.vllm_kv.view(num_blocks, NUM_KV_HEADS, 2 * block_size, HEAD_SIZE).chunk(2, 2)
         self.vllm_k, self.vllm_v = vk, vv
         pools = self.attnrt_kv.view(num_blocks, NUM_KV_HEADS, 2, block_size, HEAD_SIZE)
+        if fp8():
+            pools = pools.view(torch.float8_e4m3fn)
+            self.k_scale = self.v_scale = torch.tensor([FP8_SCALE], dtype=torch.float32)
         self.attnrt_k, self.attnrt_v = pools[:, :, 0], pools[:, :, 1]
         self.isa = vllm_isa(dtype, block_size)
         pos = torch.arange(context)
@@ -206,8 +221,18 @@ class Cell:
             v = torch.randn(context, NUM_KV_HEADS, HEAD_SIZE, generator=g).to(dtype)
             blocks = self.block_table[b].long()[pos // block_size]
             slots = blocks * block_size + pos % block_size
-            ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, self.isa)
             off = (pos % block_size)
+            if fp8():
+                from attnrt._vllm_backend import fp8_rows_as_vllm
+
+                ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, self.isa, k_scale=FP8_SCALE,
+                                               v_scale=FP8_SCALE, kv_cache_dtype="fp8")
+                pools.view(torch.uint8)[blocks, :, 0, off] = \
+                    fp8_rows_as_vllm(k, FP8_SCALE).view(torch.uint8)
+                pools.view(torch.uint8)[blocks, :, 1, off] = \
+                    fp8_rows_as_vllm(v, FP8_SCALE).view(torch.uint8)
+                continue
+            ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, self.isa)
             self.attnrt_k[blocks, :, off] = k
             self.attnrt_v[blocks, :, off] = v
         self.vllm_out = torch.empty_like(self.query)
@@ -221,7 +246,7 @@ class Cell:
             num_reqs=self.batch, num_heads=NUM_HEADS, num_kv_heads=NUM_KV_HEADS,
             head_dim=HEAD_SIZE, seq_lens=self.seq_lens, dtype=self.dtype,
             query_start_loc=self.query_start_loc, causal=True, sliding_window_size=-1,
-            isa=self.isa, enable_kv_split=False)
+            isa=self.isa, enable_kv_split=False, kv_cache_dtype=KV_CACHE_DTYPE)
 
     def run_vllm(self, metadata):
         from vllm import _custom_ops as ops
@@ -230,7 +255,9 @@ class Cell:
             query=self.query, key_cache=self.vllm_k, value_cache=self.vllm_v, output=self.vllm_out,
             query_start_loc=self.query_start_loc, seq_lens=self.seq_lens, scale=self.scale,
             causal=True, alibi_slopes=None, sliding_window=-1, block_table=self.block_table,
-            softcap=0.0, scheduler_metadata=metadata, s_aux=None)
+            softcap=0.0, scheduler_metadata=metadata, s_aux=None,
+            **({"k_scale": FP8_SCALE, "v_scale": FP8_SCALE, "kv_cache_dtype": "fp8"} if fp8()
+               else {}))
 
     def read_kv(self):
         """Reads as many bytes as the step's K/V once (a sum, as int64 words, of a copy of attnrt's
@@ -249,6 +276,8 @@ class Cell:
 
         if isinstance(rt, int):
             extra = () if p_precision == "exact" else (p_precision,)
+            if fp8():
+                extra = (p_precision, True, self.k_scale, self.v_scale)
             _torch_lib._varlen_on(rt, self.query, self.attnrt_k, self.attnrt_v,
                                   self.query_start_loc, self.seq_lens, self.block_table,
                                   self.attnrt_out, None, None, None, None, self.scale, -1, 0.0,
@@ -256,6 +285,8 @@ class Cell:
             return
         fn = _varlen.paged_attention_varlen_python if python_path else attnrt.paged_attention_varlen
         kw = {} if p_precision == "exact" else {"p_precision": p_precision}
+        if fp8():
+            kw.update(k_scale=self.k_scale, v_scale=self.v_scale)
         fn(rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
            self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
            block_size=self.block_size, **kw)
@@ -269,8 +300,9 @@ def reference(cell):
     for b in range(cell.batch):
         blocks = cell.block_table[b].long()[pos // cell.block_size]
         off = pos % cell.block_size
-        k = cell.attnrt_k[blocks, :, off].double().repeat_interleave(group, 1)  # [T, N, H]
-        v = cell.attnrt_v[blocks, :, off].double().repeat_interleave(group, 1)
+        scale = FP8_SCALE if fp8() else 1.0  # the dequantized rows of an fp8 cache
+        k = (cell.attnrt_k[blocks, :, off].double() * scale).repeat_interleave(group, 1)  # [T,N,H]
+        v = (cell.attnrt_v[blocks, :, off].double() * scale).repeat_interleave(group, 1)
         s = torch.einsum("nh,tnh->nt", cell.query[b].double(), k) * cell.scale
         out[b] = torch.einsum("nt,tnh->nh", torch.softmax(s, -1), v)
     return out
@@ -319,7 +351,8 @@ def header_line(args, modes):
     else:
         amx = (f"AMX as this host has it ({'AMX' if amx_host else 'no AMX'}; ATTNRT_DISABLE="
                f"{disabled or 'unset'})")
-    return f"{amx}; attnrt p_precision: {', '.join(modes)}"
+    cache = "; KV cache float8 e4m3fn (scales 1.0)" if fp8() else ""
+    return f"{amx}; attnrt p_precision: {', '.join(modes)}{cache}"
 
 
 def attnrt_call(cell, rt, mode, seen, key):
@@ -369,6 +402,10 @@ def kernel_table(args, step, contexts, runtimes, py_runtimes, seen):
                 if q_len == 1 and mode == modes[0]:
                     err_a = (cell.attnrt_out.double() - ref).abs().max().item()
                 d = (cell.vllm_out.double() - cell.attnrt_out.double()).abs().max().item()
+                if fp8() and q_len == 1:
+                    # vLLM's bfloat16 fp8 kernel is further from float64 than its bfloat16 one
+                    # (measured 0.024 at 1k tokens): the two agree within their errors.
+                    tol = max(TOLERANCE[dtype], err_v + err_a)
                 if not d <= tol:
                     raise SystemExit(f"outputs differ: {dtype} bs {block_size} batch {batch} ctx "
                                      f"{context} threads {t} p_precision {mode}: max |vllm - "
@@ -513,7 +550,7 @@ TABLES = {  # --table: (dtypes, block sizes, decode contexts, prefill contexts)
 
 
 def main():
-    global NO_AMX
+    global NO_AMX, KV_CACHE_DTYPE
     request_amx_permission()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
@@ -539,6 +576,9 @@ def main():
     p.add_argument("--no-amx", action="store_true",
                    help="both sides as on a host without AMX: vLLM's ISA amx -> vec, attnrt with "
                         f"ATTNRT_DISABLE={AMX_GLOB} (end to end too)")
+    p.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto",
+                   help="fp8: both caches float8 e4m3fn (vLLM's kv_cache_dtype fp8, scales 1.0; "
+                        "kernel tables only)")
     p.add_argument("--p-precision", default="exact",
                    help="comma-separated attnrt precision modes, of exact and input: one attnrt "
                         "column (end to end: one attnrt run) per mode (default: exact)")
@@ -552,6 +592,7 @@ def main():
                 f"'{args.p_precision}'")
     vllm_e2e.check_arguments(p, args)
     NO_AMX = args.no_amx
+    KV_CACHE_DTYPE = args.kv_cache_dtype
     if NO_AMX:  # before attnrt makes any runtime (the C++ operator's are made on first use)
         disable_amx_in(os.environ)
     if args.e2e:

@@ -84,25 +84,19 @@ inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
     return _mm512_maskz_cvtepi32_ps(mask, _mm512_cvtepi8_epi32(q));
   } else {
     static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
-    // As gqa_avx2_cache.h: rebias normals (7 -> 127), subnormals are mantissa * 2^-9, S.1111.111
-    // is NaN.
-    const __m512i v =
-        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(row) + i));
-    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(v, 3), _mm512_set1_epi32(0xF));
-    const __m512i mantissa = _mm512_and_si512(v, _mm512_set1_epi32(0x7));
-    const __m512i normal =
-        _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(120)), 23),
-                        _mm512_slli_epi32(mantissa, 20));
-    const __m512i subnormal =
-        _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(mantissa), _mm512_set1_ps(0x1p-9f)));
-    __m512i bits = _mm512_mask_blend_epi32(
-        _mm512_cmpeq_epi32_mask(exponent, _mm512_setzero_si512()), normal, subnormal);
-    const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)),
-                                                     _mm512_set1_epi32(0x7F));
-    bits = _mm512_mask_blend_epi32(is_nan, bits, _mm512_set1_epi32(0x7FC00000));
-    bits =
-        _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_castsi512_ps(bits);
+    // e4m3fn's bits shifted into float16's places are the value times 2^-8 exactly (exponent bias
+    // 7 -> 15, float16 subnormals included: code m with exponent 0 is m * 2^-17), so one float16
+    // conversion and one product by 2^8 (exact) decode it. S.1111.111 is NaN: float16's quiet NaN
+    // of that sign, which converts to float32's 0x7FC00000 and keeps its bits through the product.
+    const __m256i v =
+        _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(row) + i));
+    const __m256i magnitude = _mm256_and_si256(v, _mm256_set1_epi16(0x7F));
+    const __m256i sign = _mm256_slli_epi16(_mm256_xor_si256(v, magnitude), 8);
+    const __m256i half = _mm256_mask_blend_epi16(
+        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7F)),
+        _mm256_or_si256(_mm256_slli_epi16(magnitude, 7), sign),
+        _mm256_or_si256(_mm256_set1_epi16(0x7E00), sign));
+    return _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
   }
 }
 

@@ -1,7 +1,10 @@
-"""Negative control of the vLLM end-to-end check (scripts/test-vllm.sh): attnrt's vLLM backend
-with one key dropped. Each step, the query row at the end of the batch's longest sequence no
-longer sees key 0 (a window of max_seq_len - 1 keys); everything else is as in attnrt.vllm. The
-check must fail with this backend, or it could not tell a wrong attention from a right one."""
+"""Negative controls of the vLLM end-to-end check (scripts/test-vllm.sh): attnrt's vLLM backend
+with one key dropped (each step, the query row at the end of the batch's longest sequence no
+longer sees key 0: a window of max_seq_len - 1 keys), and with an fp8 cache read through a
+k_scale 25 % off (the bytes as vLLM's, the scores a quarter too sharp: vLLM's default scales are 1,
+so a scale applied the wrong way round would not show); everything else is as in attnrt.vllm. The
+check must fail with each, or it could not tell a wrong attention from a right one."""
+
 from attnrt._vllm_backend import AttnrtBackend, AttnrtImpl
 
 
@@ -14,3 +17,15 @@ class DropOneKeyBackend(AttnrtBackend):
     @staticmethod
     def get_impl_cls():
         return DropOneKeyImpl
+
+
+class WrongFp8ScaleImpl(AttnrtImpl):
+    def _scale_tensors(self, layer):
+        k_scale, v_scale = super()._scale_tensors(layer)
+        return k_scale * 1.25, v_scale
+
+
+class WrongFp8ScaleBackend(AttnrtBackend):
+    @staticmethod
+    def get_impl_cls():
+        return WrongFp8ScaleImpl

@@ -8,6 +8,12 @@ so the K and V pools are the strided BNSH views kv.view(B, Hkv, 2, bs, H)[:, :, 
 attnrt reads and writes them in place. (vLLM's own CPU kernels pack K differently inside the slab,
 so a cache is read by the backend that wrote it; both write every row they read.)
 
+An fp8 KV cache (kv_cache_dtype "fp8"/"fp8_e4m3") is the same slab in uint8, read as float8
+e4m3fn with the layer's per-tensor k_scale/v_scale; the step's new rows are stored here, as the
+bytes vLLM's CPU writer would store (fp8_rows_as_vllm), and attnrt reads them. Encoder layers
+(ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BSNH pools in
+the model dtype that every encoder layer writes its rows into and attends over, non-causally.
+
 q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H). The C ABI
 takes the query, the new K/V rows and the output as compact rows (only the block pools may be
 strided views), so this step's q/k/v rows are copied when they are not compact (num_tokens *

@@ -261,3 +261,33 @@ def test_non_causal_through_the_python_path_matches_the_operator():
         with pytest.raises(attnrt.InvalidArgumentError, match="causal: expected True or False"):
             attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table,
                                           causal="no")
+
+
+@pytest.mark.parametrize("kernel", varlen_kernels())
+def test_every_fp8_code_decodes_exactly(kernel):
+    """A float8_e4m3fn value cache holding every code once (subnormals, signed zeros, +-448, NaN)
+    read by one query over one key: the output is the value row itself, so each kernel's decode of
+    each code must be torch's float8 to float32 conversion exactly (NaN as NaN), times the v_scale of
+    1.0."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    pools = torch.zeros(2, 2, BS, NKV, 128, dtype=torch.uint8)  # [K|V, block, slot, kv head, H]
+    pools[1, 0, 0] = codes.view(NKV, 128)
+    k_cache, v_cache = (p.view(torch.float8_e4m3fn) for p in pools)
+    q = torch.zeros(1, N, 128)
+    one = torch.tensor([1.0])
+    with attnrt.Runtime(kernel=kernel, num_threads=1) as rt:
+        try:
+            out = attnrt.paged_attention_varlen(
+                rt, q, k_cache, v_cache, torch.tensor([0, 1], dtype=torch.int32),
+                torch.tensor([1], dtype=torch.int32), torch.tensor([[0]], dtype=torch.int32),
+                k_scale=one, v_scale=one)
+        except attnrt.UnsupportedError as e:
+            pytest.skip(f"{kernel} declines: {str(e).split(kernel + ': ')[-1].split(';')[0]}")
+    want = codes.view(torch.float8_e4m3fn).float().view(NKV, 128)
+    for h in range(N):
+        got = out[0, h]
+        expect = want[h // (N // NKV)]
+        nan = torch.isnan(expect)
+        assert torch.equal(torch.isnan(got), nan), h
+        # Equal values (P·V's sum starts from +0, so a -0 code comes out as +0).
+        assert torch.equal(got[~nan], expect[~nan]), h
