@@ -11,7 +11,7 @@ so a cache is read by the backend that wrote it; both write every row they read.
 An fp8 KV cache (kv_cache_dtype "fp8"/"fp8_e4m3") is the same slab in uint8, read as float8
 e4m3fn with the layer's per-tensor k_scale/v_scale; the step's new rows are stored here, as the
 bytes vLLM's CPU writer would store (fp8_rows_as_vllm), and attnrt reads them. Encoder layers
-(ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BSNH pools in
+(ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BNSH pools in
 the model dtype that every encoder layer writes its rows into and attends over, non-causally.
 
 q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H). The C ABI
@@ -276,7 +276,7 @@ class AttnrtMetadata:
     block_table: torch.Tensor      # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor     # int64 [num_actual_tokens]
     causal: bool = True            # False: every query row sees every key of its sequence
-    # Encoder attention (no KV cache of vLLM's): the step's scratch K and V pools (BSNH, the model
+    # Encoder attention (no KV cache of vLLM's): the step's scratch K and V pools (BNSH, the model
     # dtype, one block_table row per sequence) that each encoder layer writes its K/V rows into
     # before attending, as vLLM's CPU backend stages them; None for a decoder group.
     encoder_pools: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -330,8 +330,9 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
     def _encoder_pools(self, query_start_loc: torch.Tensor,
                        seq_lens: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """An encoder step's block table (sequence b's blocks follow sequence b-1's) and scratch
-        K/V pools, BSNH in the model dtype. Encoder attention sees a whole sequence at once: each
-        sequence's new rows must be all of it (q_len_b == seq_len_b)."""
+        K/V pools, BNSH in the model dtype (a kv head's rows of a block contiguous: measured 10 %
+        faster than BSNH on a bfloat16 BERT-sized step). Encoder attention sees a whole sequence
+        at once: each sequence's new rows must be all of it (q_len_b == seq_len_b)."""
         q_lens = query_start_loc[1:] - query_start_loc[:-1]
         if not torch.equal(q_lens, seq_lens):
             raise NotImplementedError(
@@ -348,7 +349,7 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
         # Slots past a sequence's own blocks are never read; keep them inside the pool.
         total = max(1, int(blocks.sum()))
         table = table.clamp_(max=total - 1).contiguous()
-        shape = (total, block_size, spec.num_kv_heads, spec.head_size)
+        shape = (total, spec.num_kv_heads, block_size, spec.head_size)
         return table, (torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype))
 
 
@@ -514,8 +515,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 raise ValueError(f"attnrt's vLLM backend: {self.attn_type} attention was given a "
                                  f"decoder's metadata (no encoder pools)")
             k_pool, v_pool = attn_metadata.encoder_pools
-            block_size = k_pool.shape[1]
-            layout = "BSNH"
+            block_size = k_pool.shape[2]
+            layout = "BNSH"
             if self.p_precision == "auto" and self._encoder_shape != (k_pool.dtype, block_size):
                 self._encoder_shape = (k_pool.dtype, block_size)
                 self._p_precision = vllm_kernel_p_precision(k_pool.dtype, block_size,
