@@ -16,6 +16,9 @@
 #             backend rounds q, k, v and probabilities to bfloat16 at other points, amplified over
 #             4 layers of a sharp model; measured here: 0.39 between the two, while each is up to
 #             1.1 (mean 0.13) from a float32 run of the same prompts. Greedy tokens reported only.
+#   encoder   an embedding model (a seeded BERT checkpoint) through LLM.embed, attnrt against
+#             vLLM's own attention by cosine, causal encoder layers as the negative control
+#             (scripts/test-vllm-embed.sh);
 #   fp8       (kv_cache_dtype fp8, bfloat16 as above) attnrt's run within vLLM's own fp8-vs-
 #             bfloat16 spread of vLLM's fp8 run; a k_scale 25 % off must not be.
 #   deepseek-v4  a seeded DeepSeek-V4 checkpoint (SWA, C4A and C128A layers, bfloat16) with vLLM's
@@ -232,6 +235,10 @@ if step dsv4-negative env ATTNRT_VLLM=1 ATTNRT_VLLM_DSV4_CHUNKED_PREFILL=1 \
 fi
 grep -q '^compare with' "$work/dsv4-negative.log" ||
   fail "DeepSeek-V4 negative control did not get to the comparison (see $work/dsv4-negative.log)"
+
+# Encoder-only attention (an embedding model through LLM.embed): scripts/test-vllm-embed.sh, with
+# its negative control (causal encoder layers).
+"$root/scripts/test-vllm-embed.sh" "$build_dir" || fail "encoder-only (scripts/test-vllm-embed.sh)"
 
 if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
   tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)
