@@ -52,7 +52,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const c10::optional<at::Tensor>& k_view, const c10::optional<at::Tensor>& v_view,
          const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks_view,
          double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout,
-         const std::string& p_precision, bool causal, const c10::optional<at::Tensor>& k_scale_view,
+         const std::string& p_precision, c10::optional<bool> causal_given,
+         const c10::optional<at::Tensor>& k_scale_view,
          const c10::optional<at::Tensor>& v_scale_view) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
@@ -73,8 +74,9 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   const c10::optional<at::Tensor> k_scale = Resolved(k_scale_view),
                                   v_scale = Resolved(v_scale_view);
   // window_left + 1 is the op's int32 local_window_size (as the Python path refuses more).
-  ATTNRT_TORCH_CHECK_ARG(window_left < int64_t{INT32_MAX}, "window_left: expected -1 (off) or 0..",
-                         int64_t{INT32_MAX} - 1, ", got ", window_left);
+  ATTNRT_TORCH_CHECK_ARG(window_left >= -1 && window_left < int64_t{INT32_MAX},
+                         "window_left: expected -1 (off) or 0..", int64_t{INT32_MAX} - 1, ", got ",
+                         window_left);
   // The attributes, from the shapes as attnrt.paged_attention_varlen derives them.
   OpKey key;
   key.kv_layout = KvLayout(kv_layout);
@@ -108,6 +110,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
                          " rounds to 0 in float32, which means no softcap; expected 0 or a "
                          "magnitude above 2^-150 (7.0e-46)");
   key.local_window_size = window_left >= 0 ? static_cast<int32_t>(window_left + 1) : -1;
+  // None is the default (causal): torch would read None as False for a plain bool.
+  const bool causal = causal_given.value_or(true);
   ATTNRT_TORCH_CHECK_ARG(causal || window_left < 0,
                          "window_left: a local window needs causal attention (causal=False sees "
                          "every key of its sequence), got window_left=",
@@ -119,7 +123,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   if (k_scale.has_value() || v_scale.has_value()) {
     const at::ScalarType cache_type = k_cache.scalar_type();
     ATTNRT_TORCH_CHECK_ARG(cache_type == at::kChar || cache_type == at::kFloat8_e4m3fn,
-                           "k_scale: scales are for 8-bit caches (int8 or float8_e4m3fn), got a "
+                           k_scale.has_value() ? "k_scale" : "v_scale",
+                           ": scales are for 8-bit caches (int8 or float8_e4m3fn), got a "
                            "k_cache of ",
                            cache_type);
     const at::Tensor& scale = k_scale.has_value() ? *k_scale : *v_scale;
@@ -174,7 +179,7 @@ void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const 
                           const c10::optional<at::Tensor>& slot_mapping,
                           const c10::optional<at::Tensor>& sinks, double softmax_scale,
                           int64_t window_left, double softcap, c10::string_view kv_layout,
-                          c10::string_view p_precision, bool causal,
+                          c10::string_view p_precision, c10::optional<bool> causal,
                           const c10::optional<at::Tensor>& k_scale,
                           const c10::optional<at::Tensor>& v_scale) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
@@ -188,8 +193,8 @@ void PagedAttentionVarlenOn(
     const at::Tensor& out, const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
     const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks,
     double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
-    c10::string_view p_precision, bool causal, const c10::optional<at::Tensor>& k_scale,
-    const c10::optional<at::Tensor>& v_scale) {
+    c10::string_view p_precision, c10::optional<bool> causal,
+    const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
       sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
       causal, k_scale, v_scale);
@@ -200,14 +205,14 @@ void PagedAttentionVarlenOn(
 // The schema of the Python-registered operator, so that callers do not change; window_left is a
 // SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
 // op's attribute), causal (False: every query row sees every key of its sequence, the encoder
-// form) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn cache) come last with
-// their defaults, so positional callers of the older schemas work.
+// form; None or True: causal) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn
+// cache) come last with their defaults, so positional callers of the older schemas work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
-  "str p_precision=\"exact\", bool causal=True, Tensor? k_scale=None, Tensor? v_scale=None"
+  "str p_precision=\"exact\", bool? causal=None, Tensor? k_scale=None, Tensor? v_scale=None"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

@@ -95,7 +95,8 @@ def _window(window_size, causal: bool = True) -> int:
         raise InvalidArgumentError(f"window_size: left must be -1 (off) or >= 0, got {left}")
     if left >= 2**31 - 1:  # left + 1 is the op's int32 local_window_size
         raise InvalidArgumentError(f"window_size: left must be below 2^31 - 1, got {left}")
-    if not causal and left >= 0:
+    if not causal and (left, right) != (-1, -1):
+        # (-1, 0) is FlashAttention's causal mask: a non-causal call must not take it.
         raise InvalidArgumentError(
             f"window_size: causal=False sees every key of its sequence, so the window must be "
             f"(-1, -1), got ({left}, {right})")
@@ -108,13 +109,14 @@ def _quantization(k_cache, k_scale, v_scale) -> dict[str, int]:
     C++ operator derives them; none otherwise (the op then names what does not fit)."""
     if k_scale is None and v_scale is None:
         return {}
+    given = "k_scale" if k_scale is not None else "v_scale"
     name = str(_arrays.dtype_of(k_cache)).removeprefix("torch.")
     if name not in ("int8", "float8_e4m3fn"):
         raise InvalidArgumentError(
-            f"k_scale: scales are for 8-bit caches (int8 or float8_e4m3fn), got a k_cache of "
+            f"{given}: scales are for 8-bit caches (int8 or float8_e4m3fn), got a k_cache of "
             f"{name}; other quantized caches go through PagedGqaVarlenOp")
     count = 1
-    for d in _arrays.shape_of(k_scale if k_scale is not None else v_scale, "k_scale"):
+    for d in _arrays.shape_of(k_scale if k_scale is not None else v_scale, given):
         count *= d
     quant = "PER_TENSOR" if count == 1 else "PER_CHANNEL"
     return {"k_quant_type": quant, "v_quant_type": quant, "kv_cache_bit_width": 8}
@@ -184,8 +186,8 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     causal = bool(causal)
     precision = p_precision_value(p_precision)
     if _torch_lib.for_tensor(q):
-        window = -1 if window_size is None or window_size == (-1, -1) else _window(window_size,
-                                                                                    causal)
+        default = window_size is None or (type(window_size) is tuple and window_size == (-1, -1))
+        window = -1 if default else _window(window_size, causal)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,

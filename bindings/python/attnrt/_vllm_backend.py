@@ -9,8 +9,9 @@ attnrt reads and writes them in place. (vLLM's own CPU kernels pack K differentl
 so a cache is read by the backend that wrote it; both write every row they read.)
 
 An fp8 KV cache (kv_cache_dtype "fp8"/"fp8_e4m3") is the same slab in uint8, read as float8
-e4m3fn with the layer's per-tensor k_scale/v_scale; the step's new rows are stored here, as the
-bytes vLLM's CPU writer would store (fp8_rows_as_vllm), and attnrt reads them. Encoder layers
+e4m3fn with the layer's per-tensor k_scale/v_scale; the step's new rows reach attnrt's writer as
+the values of the codes vLLM's CPU writer would store (fp8_rows_as_vllm) times the scale, so that
+attnrt stores vLLM's bytes (after all of its checks, as any row). Encoder layers
 (ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BNSH pools in
 the model dtype that every encoder layer writes its rows into and attends over, non-causally.
 
@@ -33,6 +34,7 @@ library, an attnrt.Runtime with that many threads of its own.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -467,25 +469,32 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
 
     def _scale_tensors(self, layer) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's k_scale/v_scale (vLLM's _k_scale_float/_v_scale_float, 1.0 until a
-        checkpoint sets them) as the float32 tensors attnrt reads, remade when they change."""
+        checkpoint sets them) as the float32 tensors attnrt reads, remade when they change; a
+        scale that is not a positive finite number is an error, as in vLLM's own fp8 writer."""
         k = float(getattr(layer, "_k_scale_float", 1.0))
         v = float(getattr(layer, "_v_scale_float", 1.0))
         if not self._scales or self._scales[:2] != (k, v):
+            for name, value in (("k_scale", k), ("v_scale", v)):
+                if not (math.isfinite(value) and value > 0):
+                    raise ValueError(f"attnrt's vLLM backend: {name} must be a positive finite "
+                                     f"number for an fp8 KV cache, got {value}")
             self._scales = (k, v, torch.tensor([k], dtype=torch.float32),
                             torch.tensor([v], dtype=torch.float32))
         return self._scales[2], self._scales[3]
 
-    def _store_fp8(self, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor,
-                   v_pool: torch.Tensor, block_size: int, slots: torch.Tensor) -> None:
-        """This step's new rows into the fp8 pools at their slots, in vLLM's bytes
-        (fp8_rows_as_vllm); slots -1 are not written."""
-        k_scale, v_scale = self._scales[:2]
-        keep = slots >= 0
-        if not bool(keep.all()):
-            slots, k, v = slots[keep], k[keep], v[keep]
-        blocks, offsets = slots // block_size, slots % block_size
-        k_pool.view(torch.uint8)[blocks, :, offsets] = fp8_rows_as_vllm(k, k_scale).view(torch.uint8)
-        v_pool.view(torch.uint8)[blocks, :, offsets] = fp8_rows_as_vllm(v, v_scale).view(torch.uint8)
+    def _vllm_rows(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        """The rows attnrt's writer turns into vLLM's bytes: the values of vLLM's codes
+        (fp8_rows_as_vllm) times the scale, in x's dtype. attnrt stores row / scale rounded to
+        the nearest code; each of these values is within a dtype rounding (2^-9 relative for
+        bfloat16) of its code times the scale, far inside half a code's spacing (2^-4 relative),
+        so the nearest code is vLLM's: one write path, after all of attnrt's checks."""
+        if x.dtype == torch.float16 and scale < 2.0**-13:
+            # float16 would hold the smallest codes' values as subnormals too coarse to round
+            # back (a code of 2^-9 times the scale must stay above float16's 2^-24 spacing).
+            raise NotImplementedError(
+                f"attnrt's vLLM backend: an fp8 KV cache with a float16 model and a scale of "
+                f"{scale} (below 2^-13) is not served")
+        return (fp8_rows_as_vllm(x, scale).float() * scale).to(x.dtype)
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
         """FlashAttention-style (left, right) window of this step (called every step: the end-to-end
@@ -511,6 +520,9 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if n == 0:
             return output
         if self.encoder:
+            if key is None or value is None:
+                raise ValueError(f"attnrt's vLLM backend: {self.attn_type} attention needs this "
+                                 f"step's key and value rows (its scratch pools hold nothing else)")
             if attn_metadata.encoder_pools is None:
                 raise ValueError(f"attnrt's vLLM backend: {self.attn_type} attention was given a "
                                  f"decoder's metadata (no encoder pools)")
@@ -544,8 +556,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if self.fp8:
             k_scale, v_scale = self._scale_tensors(layer)
             if k is not None:
-                self._store_fp8(k, v, k_pool, v_pool, block_size, slots)
-                k = v = slots = None
+                k, v = self._vllm_rows(k, self._scales[0]), self._vllm_rows(v, self._scales[1])
         causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
         table = attn_metadata.block_table

@@ -554,3 +554,45 @@ def test_a_storage_smaller_than_the_view_is_refused(name):
     with pytest.raises(ValueError, match=rf"^ATTNRT_ERROR_INVALID_ARGUMENT: {name}: its elements "
                                          r"\(shape .*\) reach past its storage of 4 bytes"):
         torch.ops.attnrt.paged_attention_varlen(**call)
+
+
+def test_causal_none_is_the_default_and_bounds_are_the_python_paths():
+    """causal=None means causal (torch reads None as False for a plain bool: the schema's
+    argument is optional); window_left below -1 is refused as the Python path refuses it; scales
+    on another device (meta) are refused rather than dispatched to the fake kernel; only a
+    v_scale on a float cache is named as v_scale; a numpy window_size is read as a window."""
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(SEED)
+    call = _small_call(g)
+    causal = torch.zeros_like(call["out"])
+    torch.ops.attnrt.paged_attention_varlen(**dict(call, out=causal))
+    torch.ops.attnrt.paged_attention_varlen(**call, causal=None)
+    assert torch.equal(call["out"], causal)
+    with pytest.raises(ValueError, match=r"window_left: expected -1 \(off\) or 0\.\."):
+        torch.ops.attnrt.paged_attention_varlen(**call, window_left=-5)
+    quantized = dict(call)
+    for name in ("k_cache", "v_cache"):
+        quantized[name] = call[name].to(torch.int8)
+    before = quantized["out"].clone()
+    meta = torch.ones(1, device="meta")
+    with pytest.raises((ValueError, RuntimeError), match=r"device|meta"):
+        torch.ops.attnrt.paged_attention_varlen(**quantized, k_scale=meta, v_scale=meta)
+    assert torch.equal(quantized["out"], before)
+    with pytest.raises(ValueError, match=r"^ATTNRT_ERROR_INVALID_ARGUMENT: v_scale: scales are"):
+        torch.ops.attnrt.paged_attention_varlen(**call, v_scale=torch.ones(1))
+    with attnrt.Runtime(num_threads=1) as rt:
+        with pytest.raises(attnrt.InvalidArgumentError, match=r"v_scale: scales are for 8-bit"):
+            attnrt.paged_attention_varlen(
+                rt, call["q"], call["k_cache"], call["v_cache"], call["cu_seqlens_q"],
+                call["seq_lens"], call["block_table"], v_scale=torch.ones(1))
+        got = attnrt.paged_attention_varlen(
+            rt, call["q"], call["k_cache"], call["v_cache"], call["cu_seqlens_q"],
+            call["seq_lens"], call["block_table"], window_size=np.array([3, 0]))
+        want = torch.zeros_like(got)
+        torch.ops.attnrt.paged_attention_varlen(**dict(call, out=want), window_left=3)
+        assert torch.equal(got, want)
+        for window in ((-1, 0), (0, 0), (3, 0)):
+            with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
+                attnrt.paged_attention_varlen(
+                    rt, call["q"], call["k_cache"], call["v_cache"], call["cu_seqlens_q"],
+                    call["seq_lens"], call["block_table"], causal=False, window_size=window)

@@ -702,3 +702,92 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
     # 3x attnrt's error); the two agree within the sum of their errors.
     assert diff <= worst + max(worst_vllm, tol), diff
     assert worst_wrong > 10 * tol, "a v_scale 10 % off went unnoticed"  # measured 0.87, 0.90
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fp8_rows_reach_attnrts_writer_as_vllms_codes(dtype):
+    """The fp8 layer hands attnrt's writer each vLLM code's value times the scale (_vllm_rows),
+    which attnrt rounds back to that code: the pools hold fp8_rows_as_vllm's bytes for rows over
+    the whole code range (each just below a code's value, so vLLM truncates it to the code before:
+    subnormals, +-416, signed zeros) at several scales. 2-D rows [n, Nkv * H] are taken as 3-D
+    ones."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, fp8_rows_as_vllm
+
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None)
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]  # vLLM's writer never stores NaN
+    for scale in (1.0, 0.37, 5.0):
+        layer = type("Layer", (), {"_k_scale_float": scale, "_v_scale_float": scale})()
+        # The codes' values times the scale, nudged toward zero by less than a code's spacing.
+        values = codes.view(torch.float8_e4m3fn).float() * scale
+        rows = (values * (1 - 2.0**-6)).to(dtype)
+        n = 2 * BS
+        x = torch.zeros(n * NKV * H)
+        x[:rows.numel()] = rows.float()
+        x = x.view(n, NKV * H).to(dtype)  # 2-D rows
+        kv = torch.zeros(2, NKV, BS, 2 * H, dtype=torch.uint8)
+        md = AttnrtMetadata(
+            num_actual_tokens=n, max_query_len=n, max_seq_len=n,
+            query_start_loc=torch.tensor([0, n], dtype=torch.int32),
+            seq_lens=torch.tensor([n], dtype=torch.int32),
+            block_table=torch.tensor([[1, 0]], dtype=torch.int32),
+            slot_mapping=torch.cat([torch.arange(BS, 2 * BS), torch.arange(BS)]).long())
+        impl.forward(layer, torch.zeros(n, N * H, dtype=dtype), x, x, kv, md,
+                     torch.empty(n, N * H, dtype=dtype))
+        pools = kv.view(2, NKV, 2, BS, H)
+        stored = torch.cat([pools[1, :, 0], pools[0, :, 0]], dim=1).transpose(0, 1)  # [n, Nkv, H]
+        want = fp8_rows_as_vllm(x.view(n, NKV, H), scale).view(torch.uint8)
+        assert torch.equal(stored, want), (dtype, scale)
+        assert torch.equal(torch.cat([pools[1, :, 1], pools[0, :, 1]], 1).transpose(0, 1), want)
+
+
+@needs_vllm
+def test_fp8_layer_checks_before_writing_and_refuses_bad_scales():
+    """A wrong slot or a failing step writes nothing into the fp8 cache (the rows go through
+    attnrt's writer, after its checks); a k_scale/v_scale that is zero, negative, NaN or infinite
+    is refused as vLLM's own fp8 writer refuses it."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None)
+    layer = type("Layer", (), {"_k_scale_float": 1.0, "_v_scale_float": 1.0})()
+    kv = torch.zeros(4, NKV, BS, 2 * H, dtype=torch.uint8)
+    x = torch.randn(2, NKV, H)
+
+    def md(slots, seq_len=2):
+        return AttnrtMetadata(
+            num_actual_tokens=2, max_query_len=2, max_seq_len=seq_len,
+            query_start_loc=torch.tensor([0, 2], dtype=torch.int32),
+            seq_lens=torch.tensor([seq_len], dtype=torch.int32),
+            block_table=torch.tensor([[2]], dtype=torch.int32),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64))
+
+    out = torch.empty(2, N, H)
+    for slots, seq_len in (([2 * BS, 3 * BS + 1], 2), ([2 * BS, -2], 2), ([2 * BS, 2 * BS + 1], 1)):
+        with pytest.raises(Exception) as e:
+            impl.forward(layer, torch.randn(2, N, H), x, x, kv, md(slots, seq_len), out)
+        assert "ATTNRT_ERROR_INVALID_ARGUMENT" in str(e.value) or \
+            isinstance(e.value, ValueError), e.value
+        assert not kv.any(), f"slots {slots}: a failing step wrote into the cache"
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        wrong = type("Layer", (), {"_k_scale_float": 1.0, "_v_scale_float": bad})()
+        with pytest.raises(ValueError, match="v_scale must be a positive finite number"):
+            AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None).forward(
+                wrong, torch.randn(2, N, H), x, x, kv, md([2 * BS, 2 * BS + 1]), out)
+    assert not kv.any()
+
+
+@needs_vllm
+def test_encoder_layer_without_key_and_value_is_an_error():
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, AttnrtMetadataBuilder
+
+    qsl = torch.tensor([0, 3], dtype=torch.int32)
+    lens = torch.tensor([3], dtype=torch.int32)
+    table, pools = AttnrtMetadataBuilder._encoder_pools(_EncoderGroup(BS, torch.float32), qsl, lens)
+    md = AttnrtMetadata(num_actual_tokens=3, max_query_len=3, max_seq_len=3, query_start_loc=qsl,
+                        seq_lens=lens, block_table=table,
+                        slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
+                        encoder_pools=pools)
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "auto", None, attn_type="encoder_only")
+    with pytest.raises(ValueError, match="needs this step's key and value rows"):
+        impl.forward(None, torch.randn(3, N, H), None, None, None, md, torch.empty(3, N, H))
