@@ -103,7 +103,7 @@ def _window(window_size, causal: bool = True) -> int:
     return -1 if left < 0 else left + 1
 
 
-def _quantization(k_cache, k_scale, v_scale) -> dict[str, int]:
+def _quantization(k_cache, k_scale, v_scale) -> dict[str, Any]:
     """The quantization attributes of 8-bit caches given with scales (int8 or float8_e4m3fn
     k_cache: one scale each is per tensor, as vLLM's k_scale/v_scale, more is per channel), as the
     C++ operator derives them; none otherwise (the op then names what does not fit)."""

@@ -555,7 +555,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         k_scale = v_scale = None
         if self.fp8:
             k_scale, v_scale = self._scale_tensors(layer)
-            if k is not None:
+            if k is not None and v is not None:
                 k, v = self._vllm_rows(k, self._scales[0]), self._vllm_rows(v, self._scales[1])
         causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
