@@ -20,9 +20,16 @@ class DropOneKeyBackend(AttnrtBackend):
 
 
 class WrongFp8ScaleImpl(AttnrtImpl):
+    """vLLM's codes stored (the K rows handed over at the scale attnrt is told), then read with a
+    k_scale 25 % too large."""
+
     def _scale_tensors(self, layer):
         k_scale, v_scale = super()._scale_tensors(layer)
         return k_scale * 1.25, v_scale
+
+    def _vllm_kv_rows(self, k, v):
+        k_rows, v_rows = super()._vllm_kv_rows(k, v)
+        return (k_rows.float() * 1.25).to(k.dtype), v_rows
 
 
 class WrongFp8ScaleBackend(AttnrtBackend):

@@ -482,6 +482,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                             torch.tensor([v], dtype=torch.float32))
         return self._scales[2], self._scales[3]
 
+    def _vllm_kv_rows(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's new K and V rows as _vllm_rows makes them, at the layer's scales."""
+        return self._vllm_rows(k, self._scales[0]), self._vllm_rows(v, self._scales[1])
+
     def _vllm_rows(self, x: torch.Tensor, scale: float) -> torch.Tensor:
         """The rows attnrt's writer turns into vLLM's bytes: the values of vLLM's codes
         (fp8_rows_as_vllm) times the scale, in x's dtype. attnrt stores row / scale rounded to
@@ -556,7 +560,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if self.fp8:
             k_scale, v_scale = self._scale_tensors(layer)
             if k is not None and v is not None:
-                k, v = self._vllm_rows(k, self._scales[0]), self._vllm_rows(v, self._scales[1])
+                k, v = self._vllm_kv_rows(k, v)
         causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
         table = attn_metadata.block_table
