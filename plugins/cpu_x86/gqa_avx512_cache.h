@@ -92,10 +92,10 @@ inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
         _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(row) + i));
     const __m256i magnitude = _mm256_and_si256(v, _mm256_set1_epi16(0x7F));
     const __m256i sign = _mm256_slli_epi16(_mm256_xor_si256(v, magnitude), 8);
-    const __m256i half = _mm256_mask_blend_epi16(
-        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7F)),
-        _mm256_or_si256(_mm256_slli_epi16(magnitude, 7), sign),
-        _mm256_or_si256(_mm256_set1_epi16(0x7E00), sign));
+    const __m256i half =
+        _mm256_mask_blend_epi16(_mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7F)),
+                                _mm256_or_si256(_mm256_slli_epi16(magnitude, 7), sign),
+                                _mm256_or_si256(_mm256_set1_epi16(0x7E00), sign));
     return _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
   }
 }
