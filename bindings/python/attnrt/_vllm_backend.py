@@ -341,7 +341,8 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
                 "attnrt's vLLM backend: encoder attention over a sequence split across steps "
                 f"(query lengths {q_lens.tolist()}, sequence lengths {seq_lens.tolist()})")
         spec = self.kv_cache_spec
-        block_size = spec.block_size
+        # The scratch is attnrt's own: vLLM's block size, within the paged op's limit of 1024.
+        block_size = min(spec.block_size, 1024)
         blocks = (seq_lens + block_size - 1) // block_size
         first = torch.zeros_like(blocks)
         if blocks.numel() > 1:

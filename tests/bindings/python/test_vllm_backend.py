@@ -238,6 +238,30 @@ def test_impl_any_head_size(head_size):
 
 
 @needs_vllm
+def test_encoder_pools_of_a_block_size_past_the_ops_limit():
+    """A vLLM block size above the paged op's 1024 gives scratch blocks of 1024 (the scratch is
+    attnrt's own), and the layer runs."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, AttnrtMetadataBuilder
+
+    qsl = torch.tensor([0, 3, 1203], dtype=torch.int32)
+    lens = torch.tensor([3, 1200], dtype=torch.int32)
+    table, pools = AttnrtMetadataBuilder._encoder_pools(_EncoderGroup(4096, torch.float32), qsl,
+                                                        lens)
+    assert pools[0].shape[2] == 1024 and table[0, 0] == 0 and table[1].tolist() == [1, 2]
+    md = AttnrtMetadata(num_actual_tokens=1203, max_query_len=1200, max_seq_len=1200,
+                        query_start_loc=qsl, seq_lens=lens, block_table=table,
+                        slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
+                        encoder_pools=pools)
+    g = torch.Generator().manual_seed(31)
+    q, k, v = (torch.randn(1203, n, H, generator=g) for n in (N, NKV, NKV))
+    out = torch.empty(1203, N, H)
+    AttnrtImpl(N, H, 0.125, NKV, None, None, "auto", None, attn_type="encoder_only").forward(
+        None, q, k, v, None, md, out)
+    expect = encoder_reference(q[3:], k[3:], v[3:], 0.125)
+    assert (out[3:].double() - expect).abs().max().item() < 2e-5
+
+
+@needs_vllm
 def test_encoder_pools_refuse_a_sequence_split_across_steps():
     from attnrt._vllm_backend import AttnrtMetadataBuilder
 
