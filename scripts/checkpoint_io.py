@@ -1,5 +1,6 @@
-"""What the checkpoint scripts (make-llama-checkpoint.py, make-deepseek-v4-checkpoint.py) share:
-seeded weights, bfloat16 rounding and a safetensors writer. Needs only numpy."""
+"""What the checkpoint scripts (make-llama-checkpoint.py, make-deepseek-v4-checkpoint.py,
+make-bert-checkpoint.py) share: seeded weights, bfloat16 rounding, a safetensors writer and a
+word-level tokenizer. Needs only numpy."""
 
 import json
 import os
@@ -61,3 +62,23 @@ def write_safetensors(path, tensors):
         for raw in blobs:
             f.write(raw)
     os.replace(tmp, path)
+
+
+def write_word_level_tokenizer(out_dir, special_tokens, vocab_size, unk_token, config):
+    """tokenizer.json (the tokenizers library's format: a WordLevel model over whitespace-split
+    words, special_tokens as ids 0.., then words t<id> up to vocab_size) and tokenizer_config.json
+    (`config`, for transformers' PreTrainedTokenizerFast)."""
+    vocab = {t: i for i, t in enumerate(special_tokens)}
+    vocab.update({f"t{i}": i for i in range(len(special_tokens), vocab_size)})
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(special_tokens)]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": unk_token},
+    }
+    for name, content, indent in (("tokenizer.json", tokenizer, None),
+                                  ("tokenizer_config.json", config, 2)):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(content, f, indent=indent)
+            f.write("\n")

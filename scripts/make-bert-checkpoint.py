@@ -42,7 +42,7 @@ import sys
 
 import numpy as np
 
-from checkpoint_io import normal, write_safetensors
+from checkpoint_io import normal, write_safetensors, write_word_level_tokenizer
 
 
 def parse_args(argv):
@@ -171,21 +171,8 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def write_tokenizer(a):
-    """tokenizer.json (the tokenizers library's format: a WordLevel model over whitespace-split
-    words) and tokenizer_config.json for transformers' PreTrainedTokenizerFast."""
-    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
-    vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), a.vocab)})
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, t in enumerate(SPECIAL_TOKENS)]
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
-    }
-    with open(os.path.join(a.out_dir, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer, f)
-        f.write("\n")
-    write_json(os.path.join(a.out_dir, "tokenizer_config.json"), {
+    """A word-level tokenizer over the vocabulary (checkpoint_io.write_word_level_tokenizer)."""
+    write_word_level_tokenizer(a.out_dir, SPECIAL_TOKENS, a.vocab, "[UNK]", {
         "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "unk_token": "[UNK]",
         "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]",
         "model_max_length": a.max_pos,

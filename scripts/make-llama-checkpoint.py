@@ -35,7 +35,7 @@ import sys
 
 import numpy as np
 
-from checkpoint_io import normal, write_safetensors
+from checkpoint_io import normal, write_safetensors, write_word_level_tokenizer
 
 
 def parse_args(argv):
@@ -176,25 +176,11 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2: pad, bos and eos of ma
 
 
 def write_tokenizer(a):
-    """tokenizer.json (the tokenizers library's format: a WordLevel model over whitespace-split
-    words) and tokenizer_config.json for transformers' PreTrainedTokenizerFast."""
-    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
-    vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), a.vocab)})
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, t in enumerate(SPECIAL_TOKENS)]
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
-    }
-    config = {
+    """A word-level tokenizer over the vocabulary (checkpoint_io.write_word_level_tokenizer)."""
+    write_word_level_tokenizer(a.out_dir, SPECIAL_TOKENS, a.vocab, "<unk>", {
         "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
         "eos_token": "</s>", "pad_token": "<unk>", "model_max_length": a.max_pos,
-    }
-    for name, content in (("tokenizer.json", tokenizer), ("tokenizer_config.json", config)):
-        with open(os.path.join(a.out_dir, name), "w") as f:
-            json.dump(content, f, indent=1 if name == "tokenizer_config.json" else None)
-            f.write("\n")
+    })
 
 
 def main(argv):

@@ -344,11 +344,9 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
         # The scratch is attnrt's own: vLLM's block size, within the paged op's limit of 1024.
         block_size = min(spec.block_size, 1024)
         blocks = (seq_lens + block_size - 1) // block_size
-        first = torch.zeros_like(blocks)
-        if blocks.numel() > 1:
-            torch.cumsum(blocks[:-1], 0, out=first[1:])
+        first = blocks.cumsum(0, dtype=torch.int32) - blocks
         width = max(1, int(blocks.max())) if blocks.numel() else 1
-        table = (first[:, None] + torch.arange(width, dtype=torch.int32)[None, :]).to(torch.int32)
+        table = first[:, None] + torch.arange(width, dtype=torch.int32)[None, :]
         # Slots past a sequence's own blocks are never read; keep them inside the pool.
         total = max(1, int(blocks.sum()))
         table = table.clamp_(max=total - 1).contiguous()
@@ -436,7 +434,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self._sinks_cast: torch.Tensor | None = None
         self._kv_cache: torch.Tensor | None = None
         self._pools: tuple = ()
-        self._encoder_shape: tuple = ()  # (dtype, block_size) p_precision "auto" was resolved for
+        self._auto_for: tuple = ()  # the (dtype, block_size) p_precision "auto" was resolved for
         self.p_precision = p_precision_from_env()
         self._p_precision = "exact" if self.p_precision == "auto" else self.p_precision
         _announce(self.p_precision)
@@ -453,10 +451,18 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                              f"{2 * self.head_size}]")
         pools = kv_cache.view(num_blocks, kv_heads, 2, block_size, self.head_size)
         self._pools = (pools[:, :, 0], pools[:, :, 1], block_size)
-        if self.p_precision == "auto":
-            self._p_precision = vllm_kernel_p_precision(dtype, block_size, self.head_size,
-                                                        self.kv_cache_dtype)
-            _announce_auto(dtype, block_size, self.head_size, self._p_precision)
+        self._follow_vllm_kernel(dtype, block_size, self.kv_cache_dtype)
+
+    def _follow_vllm_kernel(self, dtype: torch.dtype, block_size: int,
+                            kv_cache_dtype: str) -> None:
+        """With ATTNRT_VLLM_P_PRECISION=auto, the p_precision of vLLM's own kernel for the pools
+        this layer reads (resolved again when their dtype or block size changes)."""
+        if self.p_precision != "auto" or self._auto_for == (dtype, block_size):
+            return
+        self._auto_for = (dtype, block_size)
+        self._p_precision = vllm_kernel_p_precision(dtype, block_size, self.head_size,
+                                                    kv_cache_dtype)
+        _announce_auto(dtype, block_size, self.head_size, self._p_precision)
 
     @staticmethod
     def _window_table(md: AttnrtMetadata, window: int, block_size: int) -> torch.Tensor:
@@ -533,18 +539,12 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                                  f"decoder's metadata (no encoder pools)")
             k_pool, v_pool = attn_metadata.encoder_pools
             block_size = k_pool.shape[2]
-            layout = "BNSH"
-            if self.p_precision == "auto" and self._encoder_shape != (k_pool.dtype, block_size):
-                self._encoder_shape = (k_pool.dtype, block_size)
-                self._p_precision = vllm_kernel_p_precision(k_pool.dtype, block_size,
-                                                            self.head_size)
-                _announce_auto(k_pool.dtype, block_size, self.head_size, self._p_precision)
+            self._follow_vllm_kernel(k_pool.dtype, block_size, "auto")
         else:
             if kv_cache is not self._kv_cache:
                 self._set_kv_cache(kv_cache, query.dtype)
                 self._kv_cache = kv_cache
             k_pool, v_pool, block_size = self._pools
-            layout = "BNSH"
         sinks = self.sinks
         if sinks is not None and sinks.dtype != query.dtype:
             if self._sinks_cast is None or self._sinks_cast.dtype != query.dtype:
@@ -573,7 +573,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 _torch_lib._varlen_on(
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
-                    window[0], self.logits_soft_cap, layout, self._p_precision, causal,
+                    window[0], self.logits_soft_cap, "BNSH", self._p_precision, causal,
                     k_scale, v_scale)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
@@ -582,7 +582,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
             attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale,
             causal=causal, window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
-            kv_layout=layout, block_size=block_size, k_scale=k_scale, v_scale=v_scale,
+            kv_layout="BNSH", block_size=block_size, k_scale=k_scale, v_scale=v_scale,
             p_precision=self._p_precision)
         return output
 

@@ -177,8 +177,8 @@ def _paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     slot_mapping says (k, v given); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]; block_table int32
     [B, max_blocks]; window_left as FlashAttention's window_size[0] (-1: off); softmax_scale 0:
     1/sqrt(H); p_precision "exact" or "input"; causal False: every query row sees every key of its
-    sequence (None, the default, and True: causal); k_scale/v_scale float32 scales of int8 or float8_e4m3fn caches
-    (attnrt.paged_attention_varlen)."""
+    sequence (None, the default, and True: causal); k_scale/v_scale float32 scales of int8 or
+    float8_e4m3fn caches (attnrt.paged_attention_varlen)."""
     _varlen.paged_attention_varlen(
         runtime(), q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
         softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
