@@ -54,7 +54,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          double softmax_scale, int64_t window_left, double softcap, const std::string& kv_layout,
          const std::string& p_precision, c10::optional<bool> causal_given,
          const c10::optional<at::Tensor>& k_scale_view,
-         const c10::optional<at::Tensor>& v_scale_view) {
+         const c10::optional<at::Tensor>& v_scale_view,
+         const c10::optional<at::Tensor>& cu_seqlens_k) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -68,6 +69,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   CheckNoGrad(slot_mapping, "slot_mapping");
   CheckNoGrad(k_scale_view, "k_scale");
   CheckNoGrad(v_scale_view, "v_scale");
+  CheckNoGrad(cu_seqlens_k, "cu_seqlens_k");
   const at::Tensor q = Resolved(q_view);
   const c10::optional<at::Tensor> k = Resolved(k_view), v = Resolved(v_view);
   const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
@@ -155,6 +157,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK, sinks, "sinks");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, k_scale, "k_scale");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE, v_scale, "v_scale");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC, cu_seqlens_k, "cu_seqlens_k");
   attnrt_tensor& output = t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS];
   output = Describe(out, "out");
   const attnrt_tensor* outputs[1] = {&output};
@@ -181,10 +184,11 @@ void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const 
                           int64_t window_left, double softcap, c10::string_view kv_layout,
                           c10::string_view p_precision, c10::optional<bool> causal,
                           const c10::optional<at::Tensor>& k_scale,
-                          const c10::optional<at::Tensor>& v_scale) {
+                          const c10::optional<at::Tensor>& v_scale,
+                          const c10::optional<at::Tensor>& cu_seqlens_k) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
       slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
-      std::string(p_precision), causal, k_scale, v_scale);
+      std::string(p_precision), causal, k_scale, v_scale, cu_seqlens_k);
 }
 
 void PagedAttentionVarlenOn(
@@ -194,10 +198,11 @@ void PagedAttentionVarlenOn(
     const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks,
     double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
     c10::string_view p_precision, c10::optional<bool> causal,
-    const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale) {
+    const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
+    const c10::optional<at::Tensor>& cu_seqlens_k) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
       sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
-      causal, k_scale, v_scale);
+      causal, k_scale, v_scale, cu_seqlens_k);
 }
 
 }  // namespace
@@ -206,13 +211,16 @@ void PagedAttentionVarlenOn(
 // SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
 // op's attribute), causal (False: every query row sees every key of its sequence, the encoder
 // form; None or True: causal) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn
-// cache) come last with their defaults, so positional callers of the older schemas work.
+// cache) and cu_seqlens_k (int32 [B+1]: k and v have rows of their own count, sequence b's
+// [cu_seqlens_k[b], cu_seqlens_k[b+1]), its last tokens; the op's key_start_loc) come last with
+// their defaults, so positional callers of the older schemas work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
-  "str p_precision=\"exact\", bool? causal=None, Tensor? k_scale=None, Tensor? v_scale=None"
+  "str p_precision=\"exact\", bool? causal=None, Tensor? k_scale=None, Tensor? v_scale=None, " \
+  "Tensor? cu_seqlens_k=None"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

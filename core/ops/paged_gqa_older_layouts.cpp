@@ -54,13 +54,18 @@ static_assert(offsetof(attnrt_paged_gqa_problem, value_cache_dtype) == sizeof(Pa
 static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_tokens) ==
               offsetof(PagedGqaVarlenProblem18, num_tokens) + 8);
 
-// The args structs are the same in every version: only their problem pointers are redirected.
+// The args structs kept every field where it was (only their problem pointers are redirected for
+// older kernels); ABI 1.10 appended key_start_loc to the varlen args, past what older kernels read.
 static_assert(sizeof(attnrt_gqa_args) == 192);
 static_assert(sizeof(attnrt_paged_gqa_args) == 232);
 static_assert(offsetof(attnrt_paged_gqa_args, gqa) == 16);
-static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 280);
+static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 288);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, paged) == 16);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, max_query_len) == 272);
+static_assert(offsetof(attnrt_paged_gqa_varlen_args, key_start_loc) == 280);
+// ABI 1.10 appended num_key_tokens and has_key_start_loc to the varlen problem, past its 1.9 end.
+static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_key_tokens) ==
+              offsetof(attnrt_paged_gqa_varlen_problem, has_slot_mapping) + 8);
 
 // The fields every older layout shares with the current one.
 template <class Old>

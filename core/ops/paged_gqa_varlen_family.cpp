@@ -1,5 +1,7 @@
 // Paged GroupQueryAttention over packed variable-length batches as an op family: shapes and
 // values are validated by paged_gqa_varlen_validation.cpp before any kernel runs.
+#include <array>
+#include <cstddef>
 #include <vector>
 
 #include "attnrt/ops/paged_gqa_varlen.h"
@@ -10,6 +12,19 @@
 
 namespace attnrt::core {
 namespace {
+
+// The op's inputs, those a caller built for an older ABI does not pass (key_start_loc before ABI
+// 1.10) absent: callers pass as many inputs as they know (ReadSignature bounds the count).
+class AllInputs {
+ public:
+  explicit AllInputs(const TensorList& given) {
+    for (size_t i = 0; i < given.count && i < tensors_.size(); ++i) tensors_[i] = given.at(i);
+  }
+  TensorList list() const { return {tensors_.data(), tensors_.size()}; }
+
+ private:
+  std::array<const attnrt_tensor*, ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS> tensors_{};
+};
 
 class PagedGqaVarlenProblem final : public Problem {
  public:
@@ -32,20 +47,31 @@ class PagedGqaVarlenProblem final : public Problem {
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // The 1.4 layout has no p_precision (EXACT problems only), neither 1.4 nor 1.7 v_head_size, none
-  // value_cache's own type.
-  AbiNeed abi_need() const override { return PagedProblemNeed(problem_.paged); }
+  // value_cache's own type; before 1.10 a kernel reads key rows by query_start_loc.
+  AbiNeed abi_need() const override {
+    const AbiNeed need = PagedProblemNeed(problem_.paged);
+    if (!problem_.has_key_start_loc) return need;
+    return NewerNeed(need, {paged_gqa_layouts::kKeyStartLocMinor, "key_start_loc"});
+  }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {
     attnrt_paged_gqa_varlen_args args{};
     std::vector<int32_t> seqlens_k;
-    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateRun(
-        problem_, inputs.tensors, inputs.count, outputs.tensors, outputs.count, &args, &seqlens_k));
+    const AllInputs all(inputs);
+    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateRun(problem_, all.list().tensors,
+                                                         all.list().count, outputs.tensors,
+                                                         outputs.count, &args, &seqlens_k));
     // No sequence has a query row: nothing to read or write.
     if (args.max_query_len == 0) return Status::Ok();
     args.paged.gqa.workspace = workspace;
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;
+    // A kernel built before ABI 1.10 gets the args it knows: they end before key_start_loc (NULL
+    // here: abi_need() offered it no problem with one).
+    if (kernel.plugin->abi_minor < paged_gqa_layouts::kKeyStartLocMinor) {
+      args.struct_size = offsetof(attnrt_paged_gqa_varlen_args, key_start_loc);
+    }
     if (kernel.plugin->abi_minor < paged_gqa_layouts::kPPrecisionMinor) {
       paged_gqa_layouts::PointArgsAt(abi14_, &args);
     } else if (kernel.plugin->abi_minor < paged_gqa_layouts::kValueHeadSizeMinor) {
@@ -80,7 +106,8 @@ class PagedGqaVarlenFamily final : public OpFamily {
   std::span<const size_t> HostReadInputs() const override {
     static constexpr size_t kInputs[] = {
         ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS,
-        ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING};
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING,
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC};
     return kInputs;
   }
   std::span<const size_t> WrittenInputs() const override {
@@ -92,8 +119,10 @@ class PagedGqaVarlenFamily final : public OpFamily {
   Status Prepare(const TensorList& inputs, const TensorList& outputs,
                  std::unique_ptr<Problem>* out) const override {
     attnrt_paged_gqa_varlen_problem problem{};
-    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateShapes(
-        attributes_, inputs.tensors, inputs.count, outputs.tensors, outputs.count, &problem));
+    const AllInputs all(inputs);
+    ATTNRT_RETURN_IF_ERROR(paged_gqa_varlen::ValidateShapes(attributes_, all.list().tensors,
+                                                            all.list().count, outputs.tensors,
+                                                            outputs.count, &problem));
     // The op exists since ABI 1.2: only plugins built for it register kernels of this kind.
     *out = std::make_unique<PagedGqaVarlenProblem>(problem);
     return Status::Ok();

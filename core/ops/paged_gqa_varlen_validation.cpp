@@ -13,8 +13,9 @@ namespace attnrt::core::paged_gqa_varlen {
 namespace {
 
 constexpr const char* kInputNames[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS] = {
-    "query",    "key",         "value",        "key_cache", "value_cache", "query_start_loc",
-    "seq_lens", "block_table", "slot_mapping", "head_sink", "k_scale",     "v_scale"};
+    "query",           "key",      "value",        "key_cache",    "value_cache",
+    "query_start_loc", "seq_lens", "block_table",  "slot_mapping", "head_sink",
+    "k_scale",         "v_scale",  "key_start_loc"};
 constexpr const char* kOp = "PagedGroupQueryAttentionVarlen";
 
 const attnrt_tensor* In(const attnrt_tensor* const* inputs, attnrt_paged_gqa_varlen_input i) {
@@ -25,7 +26,7 @@ Status CheckCounts(size_t num_inputs, size_t num_outputs) {
   if (num_inputs != ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS) {
     return InvalidArgument(StrCat(kOp, " expects ",
                                   static_cast<int>(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS),
-                                  " inputs (query ... v_scale), got ", num_inputs));
+                                  " inputs (query ... key_start_loc), got ", num_inputs));
   }
   if (num_outputs != ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS) {
     return InvalidArgument(StrCat(kOp, " expects 1 output (output), got ", num_outputs));
@@ -89,8 +90,11 @@ attnrt_tensor ShapeOnly(const attnrt_tensor& like, attnrt_dtype dtype, const int
   return t;
 }
 
+// `writes`: the call has new K/V rows (the stand-in's L is then num_tokens, GroupQueryAttention's
+// rule; the rows themselves are laid out by query_start_loc or key_start_loc at run).
 void MakeStandIns(const attnrt_tensor* const* in, int64_t batch, int64_t num_tokens, int64_t heads,
-                  int64_t kv_heads, int64_t head_size, int64_t v_head_size, StandIns* s) {
+                  int64_t kv_heads, int64_t head_size, int64_t v_head_size, bool writes,
+                  StandIns* s) {
   const attnrt_tensor& q = *In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY);
   s->q_shape = {batch, num_tokens, heads * head_size};
   s->out_shape = {batch, num_tokens, heads * v_head_size};
@@ -104,9 +108,9 @@ void MakeStandIns(const attnrt_tensor* const* in, int64_t batch, int64_t num_tok
   s->seqlens_k = ShapeOnly(lens, lens.dtype, s->b_shape.data(), 1);
   s->total = ShapeOnly(lens, lens.dtype, s->one_shape.data(), 1);
   s->in[ATTNRT_PAGED_GQA_INPUT_QUERY] = &s->query;
-  // Without key/value the cache holds every row: GroupQueryAttention's shared KV (L = 0).
+  // Without new rows the cache holds every row: GroupQueryAttention's shared KV (L = 0).
   const attnrt_tensor* key = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY);
-  if (key == nullptr) s->kv_shape[1] = s->v_shape[1] = 0;
+  if (!writes) s->kv_shape[1] = s->v_shape[1] = 0;
   s->key = ShapeOnly(q, key != nullptr ? key->dtype : q.dtype, s->kv_shape.data(), 3);
   s->value = ShapeOnly(q, key != nullptr ? key->dtype : q.dtype, s->v_shape.data(), 3);
   s->in[ATTNRT_PAGED_GQA_INPUT_KEY] = &s->key;
@@ -168,11 +172,19 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
         StrCat("Inputs 'key' and 'value' must be both given or both absent, got ",
                key == nullptr ? "value only" : "key only"));
   }
+  // key_start_loc (ABI 1.10): key and value have rows of their own count, num_key_tokens.
+  const attnrt_tensor* key_start_loc = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC);
+  if (key_start_loc != nullptr && key == nullptr) {
+    return InvalidArgument(
+        "Input 'key_start_loc' is given without key and value: there are no rows to write");
+  }
+  int64_t num_key_tokens = 0;
   if (key != nullptr) {
-    ATTNRT_RETURN_IF_ERROR(
-        CheckPacked(*key, "key", num_tokens, kv_heads, head_size, "kv_num_heads"));
-    ATTNRT_RETURN_IF_ERROR(
-        CheckPacked(*value, "value", num_tokens, kv_heads, v_head_size, "kv_num_heads", v_text));
+    ATTNRT_RETURN_IF_ERROR(CheckPacked(*key, "key", key_start_loc != nullptr ? -1 : num_tokens,
+                                       kv_heads, head_size, "kv_num_heads"));
+    num_key_tokens = key->shape[0];
+    ATTNRT_RETURN_IF_ERROR(CheckPacked(*value, "value", num_key_tokens, kv_heads, v_head_size,
+                                       "kv_num_heads", v_text));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*key, "key", query->dtype, "the dtype of query"));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*value, "value", query->dtype, "the dtype of query"));
   }
@@ -188,10 +200,20 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   ATTNRT_RETURN_IF_ERROR(CheckHostVector(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC),
                                          "query_start_loc", kInt32, batch + 1,
                                          "batch_size + 1, seq_lens' length + 1"));
+  if (key_start_loc != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(CheckHostVector(key_start_loc, "key_start_loc", kInt32, batch + 1,
+                                           "batch_size + 1, seq_lens' length + 1"));
+    if (num_key_tokens > 0 && num_tokens == 0) {
+      return InvalidArgument(StrCat("Input 'key' has ", num_key_tokens,
+                                    " rows (key_start_loc) but query has none: a call that "
+                                    "writes rows attends with at least one query row"));
+    }
+  }
   const attnrt_tensor* slots = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING);
   if (slots != nullptr) {
     ATTNRT_RETURN_IF_ERROR(
-        CheckHostVector(slots, "slot_mapping", kInt64, num_tokens, "num_tokens"));
+        CheckHostVector(slots, "slot_mapping", kInt64, key != nullptr ? num_key_tokens : num_tokens,
+                        key_start_loc != nullptr ? "num_key_tokens, key's rows" : "num_tokens"));
     if (key == nullptr) {
       return InvalidArgument(
           "Input 'slot_mapping' is given without key and value: there are no rows to write");
@@ -199,13 +221,16 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   }
 
   StandIns s;
-  MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, v_head_size, &s);
+  MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, v_head_size,
+               key != nullptr && num_key_tokens > 0, &s);
   attnrt_paged_gqa_varlen_problem p{};
   p.struct_size = sizeof(p);
   ATTNRT_RETURN_IF_ERROR(
       paged_gqa::ValidateShapes(a, s.in, ATTNRT_PAGED_GQA_NUM_INPUTS, s.out, 1, &p.paged));
   p.num_tokens = num_tokens;
   p.has_slot_mapping = slots != nullptr;
+  p.num_key_tokens = num_key_tokens;
+  p.has_key_start_loc = key_start_loc != nullptr;
   *out = p;
   return Status::Ok();
 }
@@ -229,6 +254,14 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   if (ReadInt32(starts, 0) != 0) {
     return InvalidArgument(StrCat("query_start_loc[0] must be 0, got ", ReadInt32(starts, 0)));
   }
+  // The new K/V rows of each sequence: key_start_loc's runs (ABI 1.10), else its query rows.
+  const void* key_starts = p.has_key_start_loc
+                               ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC))
+                               : nullptr;
+  if (key_starts != nullptr && ReadInt32(key_starts, 0) != 0) {
+    return InvalidArgument(StrCat("key_start_loc[0] must be 0, got ", ReadInt32(key_starts, 0)));
+  }
+  const bool causal = paged.gqa.attributes.causal != 0;
   seqlens_k->assign(static_cast<size_t>(B), 0);
   int64_t max_total = 1;
   int64_t max_query_len = 0;
@@ -244,11 +277,32 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
     }
     const int64_t q_len = end - begin;
     const int64_t t_b = ReadInt32(lens, b);
-    if (t_b < std::max<int64_t>(1, q_len)) {
+    int64_t k_len = q_len;
+    if (key_starts != nullptr) {
+      const int64_t key_begin = ReadInt32(key_starts, b);
+      const int64_t key_end = ReadInt32(key_starts, b + 1);
+      if (key_end < key_begin || key_end > p.num_key_tokens) {
+        return InvalidArgument(StrCat("key_start_loc[", b + 1, "] = ", key_end,
+                                      " must lie in [key_start_loc[", b, "] = ", key_begin,
+                                      ", num_key_tokens = ", p.num_key_tokens, " (key's rows)]"));
+      }
+      k_len = key_end - key_begin;
+    }
+    if (key_starts != nullptr && t_b < std::max<int64_t>(1, k_len)) {
       return InvalidArgument(
-          StrCat("seq_lens[", b, "] = ", t_b, " must be at least ", std::max<int64_t>(1, q_len),
-                 " (the context includes the sequence's ", q_len, " new tokens, query_start_loc[",
-                 b + 1, "] - query_start_loc[", b, "])"));
+          StrCat("seq_lens[", b, "] = ", t_b, " must be at least ", std::max<int64_t>(1, k_len),
+                 " (the context includes the sequence's ", k_len, " new key rows, key_start_loc[",
+                 b + 1, "] - key_start_loc[", b, "])"));
+    }
+    // Causal rows sit at the end of the context; non-causal ones see all of it whatever their
+    // number (cross-attention), provided the rows written are part of it.
+    const int64_t least =
+        std::max<int64_t>(1, causal || (writes && key_starts == nullptr) ? q_len : int64_t{0});
+    if (t_b < least) {
+      return InvalidArgument(StrCat("seq_lens[", b, "] = ", t_b, " must be at least ", least,
+                                    " (the context includes the sequence's ", q_len,
+                                    " new tokens, query_start_loc[", b + 1, "] - query_start_loc[",
+                                    b, "])"));
     }
     if (t_b > capacity) {
       return InvalidArgument(StrCat("block_table: too short for seq_lens[", b, "] = ", t_b, ": ",
@@ -256,20 +310,31 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
                                     " needed, a row has max_blocks_per_seq ", slots, " slots"));
     }
     (*seqlens_k)[static_cast<size_t>(b)] = static_cast<int32_t>(t_b - 1);
-    rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - q_len : t_b};
+    rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - k_len : t_b};
     max_total = std::max(max_total, t_b);
     max_query_len = std::max(max_query_len, q_len);
+  }
+  if (key_starts != nullptr && ReadInt32(key_starts, B) != p.num_key_tokens) {
+    return InvalidArgument(StrCat("key_start_loc[", B, "] = ", ReadInt32(key_starts, B),
+                                  " must equal num_key_tokens = ", p.num_key_tokens,
+                                  " (key's rows: every row belongs to a sequence)"));
+  }
+  if (writes && max_query_len == 0) {
+    return InvalidArgument(StrCat("key_start_loc places ", p.num_key_tokens,
+                                  " key rows but no sequence has a query row (query_start_loc[", B,
+                                  "] = 0): a call that writes rows attends"));
   }
   ATTNRT_RETURN_IF_ERROR(
       paged_gqa::CheckBlockTable(table, slots, block_size, paged.num_blocks, rows, "seq_lens"));
   const void* slot_mapping = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING));
   if (slot_mapping != nullptr) {
     // Each new row's slot is -1 or the slot the table gives its position.
+    const void* row_starts = key_starts != nullptr ? key_starts : starts;
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t begin = ReadInt32(starts, b);
-      const int64_t q_len = ReadInt32(starts, b + 1) - begin;
-      const int64_t past = rows[static_cast<size_t>(b)].length - q_len;
-      for (int64_t i = 0; i < q_len; ++i) {
+      const int64_t begin = ReadInt32(row_starts, b);
+      const int64_t k_len = ReadInt32(row_starts, b + 1) - begin;
+      const int64_t past = rows[static_cast<size_t>(b)].length - k_len;
+      for (int64_t i = 0; i < k_len; ++i) {
         const int64_t slot = ReadInt64(slot_mapping, begin + i);
         if (slot == -1) continue;
         const int64_t position = past + i;
@@ -339,6 +404,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   args.seq_lens = static_cast<const int32_t*>(lens);
   args.slot_mapping = static_cast<const int64_t*>(slot_mapping);
   args.max_query_len = max_query_len;
+  args.key_start_loc = static_cast<const int32_t*>(key_starts);
   *out = args;
   return Status::Ok();
 }

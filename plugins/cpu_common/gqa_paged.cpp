@@ -227,7 +227,7 @@ int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, si
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
     const attnrt_paged_gqa_problem& p = *a.problem;
-    const PagedStageInput stage{&a, nullptr, nullptr, 0};
+    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, 0};
     const GqaFlashPaging paging{a.block_table,
                                 p.max_blocks_per_seq,
                                 p.block_size,
@@ -261,7 +261,7 @@ int32_t PagedGqaNaiveRun(void* plugin_context, const void* args, char* error, si
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
-    const PagedStageInput stage{&a, nullptr, nullptr, 0};
+    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, 0};
     return RunGqaStaged(context.host, a.gqa, a.problem->v_head_size, &PagedGqaStage, &stage, rows,
                         error, error_capacity);
   } catch (...) {

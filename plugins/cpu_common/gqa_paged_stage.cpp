@@ -25,7 +25,8 @@ struct AppendJob {
   const GqaRun* run;
 };
 
-// New rows of (b, kv head) units: token P_b + l for l < L (the sequence's query rows when packed),
+// New rows of (b, kv head) units: token P_b + l for l < L (the sequence's query rows when packed,
+// its key_start_loc rows, tokens T_b - k_len_b + l, when given),
 // written only below T_b (a first prompt's right padding is not stored: no query reads it, and its
 // slots may be unallocated) and not where slot_mapping says -1.
 void AppendUnits(void* user, size_t begin, size_t end) {
@@ -37,15 +38,24 @@ void AppendUnits(void* user, size_t begin, size_t end) {
     const int64_t b = static_cast<int64_t>(u) / r.kv_heads;
     const int64_t kvh = static_cast<int64_t>(u) % r.kv_heads;
     const int64_t total = r.seqlens_k[b] + 1;
-    // A packed sequence's new rows are its query rows; a padded batch has L per sequence.
-    const int64_t new_rows = r.query_start_loc != nullptr ? GqaQueryLength(r, b) : r.kv_seq;
-    const int64_t past = r.past_from_seqlens ? total - GqaQueryLength(r, b) : 0;
+    // A packed sequence's new rows are its query rows, or its key_start_loc run: the last k_len_b
+    // tokens of its context; a padded batch has L per sequence.
+    const bool own_rows = r.key_start_loc != nullptr;
+    const int64_t key_begin = own_rows ? r.key_start_loc[b] : 0;
+    const int64_t new_rows = own_rows                       ? r.key_start_loc[b + 1] - key_begin
+                             : r.query_start_loc != nullptr ? GqaQueryLength(r, b)
+                                                            : r.kv_seq;
+    const int64_t past = own_rows              ? total - new_rows
+                         : r.past_from_seqlens ? total - GqaQueryLength(r, b)
+                                               : 0;
     const float* k_scale =
         r.k_scale != nullptr && r.scale_per_channel ? r.k_scale + kvh * h : r.k_scale;
     const float* v_scale =
         r.v_scale != nullptr && r.scale_per_channel ? r.v_scale + kvh * hv : r.v_scale;
     for (int64_t l = 0; l < new_rows && past + l < total; ++l) {
-      const int64_t row = r.query_start_loc != nullptr ? GqaQueryRow(r, b, l) : b * r.kv_seq + l;
+      const int64_t row = own_rows                       ? key_begin + l
+                          : r.query_start_loc != nullptr ? GqaQueryRow(r, b, l)
+                                                         : b * r.kv_seq + l;
       if (r.slot_mapping != nullptr && r.slot_mapping[row] == -1) continue;
       const int64_t key_offset = row * r.new_kv_token_stride + kvh * h;
       const int64_t value_offset = row * r.new_value_token_stride + kvh * hv;
@@ -164,6 +174,7 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   GqaRun r = GqaResolveRun(a.gqa);
   r.query_start_loc = input.query_start_loc;
   r.slot_mapping = input.slot_mapping;
+  r.key_start_loc = input.key_start_loc;
   if (input.query_start_loc != nullptr) r.seq = input.max_query_len;
   const int64_t capacity = p.max_blocks_per_seq * p.block_size;
   r.key_cache = a.key_cache;

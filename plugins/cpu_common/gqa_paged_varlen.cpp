@@ -28,6 +28,11 @@ int32_t ArgsFit(const attnrt_paged_gqa_varlen_args& a, char* error, size_t error
   return ATTNRT_ERROR_ABI_MISMATCH;
 }
 
+// key_start_loc (ABI 1.10; ArgsFit checked the args' size), NULL when not given.
+const int32_t* KeyStartLoc(const attnrt_paged_gqa_varlen_args& a) {
+  return a.problem->has_key_start_loc ? a.key_start_loc : nullptr;
+}
+
 // The paged problem of a step whose every sequence has one query row: S = 1 (and L = 1 when rows
 // are appended), so the drivers take their decode paths.
 attnrt_paged_gqa_problem DecodeProblem(const attnrt_paged_gqa_varlen_problem& p) {
@@ -37,10 +42,13 @@ attnrt_paged_gqa_problem DecodeProblem(const attnrt_paged_gqa_varlen_problem& p)
   return d;
 }
 
-// Every sequence has exactly one query row, at row b: the packed batch is a padded one of S = 1.
+// Every sequence has exactly one query row, at row b, and its new K/V rows (if any) are that row's:
+// the packed batch is a padded one of S = 1.
 bool AllDecode(const attnrt_paged_gqa_varlen_args& a) {
   const int64_t batch = a.problem->paged.gqa.batch_size;
-  return a.max_query_len == 1 && a.query_start_loc[batch] == batch;
+  const bool own_key_rows =
+      KeyStartLoc(a) != nullptr && a.problem->paged.gqa.kv_sequence_length > 0;
+  return a.max_query_len == 1 && a.query_start_loc[batch] == batch && !own_key_rows;
 }
 
 // A varlen call in the paged kernels' terms: the paged arguments (for an all-decode step, of the
@@ -53,11 +61,12 @@ struct PagedCall {
   explicit PagedCall(const attnrt_paged_gqa_varlen_args& a)
       : decode(DecodeProblem(*a.problem)),
         paged(a.paged),
-        stage{&paged, a.query_start_loc, a.slot_mapping, a.max_query_len} {
+        stage{&paged, a.query_start_loc, a.slot_mapping, KeyStartLoc(a), a.max_query_len} {
     if (AllDecode(a)) {
       paged.problem = &decode;
       paged.gqa.problem = &decode.gqa;
       stage.query_start_loc = nullptr;  // row b of every packed tensor is sequence b's
+      stage.key_start_loc = nullptr;
     }
   }
   PagedCall(const PagedCall&) = delete;

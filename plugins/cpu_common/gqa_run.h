@@ -190,6 +190,9 @@ struct GqaRun {
   // output rows of sequence b are [query_start_loc[b], query_start_loc[b + 1]), and `seq` is the
   // longest such run. NULL: a padded batch, S rows per sequence at b * S (GqaQueryRow).
   const int32_t* query_start_loc;
+  // Varlen only: the new K/V rows of sequence b are [key_start_loc[b], key_start_loc[b + 1]),
+  // its tokens T_b - k_len_b onwards (ABI 1.10); NULL: its query rows.
+  const int32_t* key_start_loc;
   // Varlen only: the pool slot of each new K/V row, -1 for a row not written; NULL: every row.
   const int64_t* slot_mapping;
 

@@ -158,9 +158,15 @@ TEST_P(PagedVarlenOldAbi, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
   ASSERT_TRUE(runtime);
   OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
   ASSERT_TRUE(op);
-  for (bool with_slot_mapping : {true, false}) {
+  // A caller built before ABI 1.10 passes the 12 inputs it knows (no key_start_loc): the same
+  // signature, so the same plan, as the call before it.
+  for (const auto& [with_slot_mapping, num_inputs] :
+       {std::pair{true, size_t{ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS}}, std::pair{true, size_t{12}},
+        std::pair{false, size_t{ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS}}}) {
     SCOPED_TRACE(with_slot_mapping ? "with slot_mapping" : "without slot_mapping");
+    SCOPED_TRACE(::testing::Message() << num_inputs << " inputs");
     Call call(with_slot_mapping);
+    call.in.resize(num_inputs);
     const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
     ASSERT_EQ(explained.size(), 1u);
     EXPECT_EQ(explained[0], kernel + ":  (selected)");
@@ -518,6 +524,35 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// ---- key_start_loc (ABI 1.10): new K/V rows of their own count ---------------------------------
+
+// A kernel built before ABI 1.10 reads the new K/V rows by query_start_loc: it is not offered a
+// call whose rows follow key_start_loc (explain says why, planning fails UNSUPPORTED naming it).
+TEST_P(PagedVarlenOldAbi, KeyStartLocIsRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  const std::string kernel = VarlenKernel(abi);
+  RuntimePtr runtime = OldAbiRuntime(abi, kernel.c_str());
+  ASSERT_TRUE(runtime);
+  OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
+  ASSERT_TRUE(op);
+  Call call(false);
+  // Sequence 0 writes 2 key rows (tokens 3, 4), sequence 1 four (tokens 5..8).
+  Tensor key_start_loc = I32({0, 2, kTokens}, {3});
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC] = key_start_loc.get();
+  const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+  ASSERT_EQ(explained.size(), 1u);
+  EXPECT_EQ(explained[0], Refusal(abi, "key_start_loc", 10));
+
+  attnrt_plan* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find(Refusal(abi, "key_start_loc", 10)), std::string::npos) << message;
 }
 
 // The fixture's kernel, pinned, is not offered the case: explain gives the runtime's reason (a

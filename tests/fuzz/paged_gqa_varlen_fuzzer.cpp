@@ -19,8 +19,9 @@
 // key without value; value_cache the same view as key_cache; a pool of the wrong block size; a
 // workspace one byte short), and now and then an attribute that is refused (block_size 0 or 1025,
 // kv_layout 2, num_heads not a multiple of kv_num_heads, head_size 12 but over unquantized caches,
-// p_precision 2). Tensor contents come from a hash of the input. The call runs attnrt_op_create ->
-// attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
+// p_precision 2), and now and then key_start_loc (ABI 1.10): query_start_loc's values (the same
+// rows) or malformed. Tensor contents come from a hash of the input. The call runs attnrt_op_create
+// -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
 // again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
 // heap buffer of exactly the bytes it describes (the two halves of a shared pool: the one tensor's
 // bytes; aliased pools of two sizes: the larger's), so any access outside them is reported by
@@ -32,7 +33,7 @@
 //   - both runtimes give the same run status when both plan (validation precedes the kernel);
 //   - a failing run leaves the pools and every output byte untouched;
 //   - a call with two cache types whose attributes do not describe its pools (or whose key_cache
-//     is int8, float8 or int4 with scales) does not run;
+//     is int8, float8 or int4 with scales) does not run, nor one with a malformed key_start_loc;
 //   - a successful run writes every element of the output rows before query_start_loc[B] (the
 //     poison, all bits set, is gone), leaves the padding rows after them untouched, changes no pool
 //     byte but the rows of the new tokens (slot_mapping -1 rows excepted; each pool with its own
@@ -297,6 +298,10 @@ struct Case {
   int axes[4] = {0, 1, 2, 3};         // physical order of (block, K/V, kv head, slot); shared pool
   bool shared_pool = false;
   int mutation = 0, workspace_mode = 0;
+  // key_start_loc (ABI 1.10): 0 absent; 1 equal to query_start_loc (the same rows, so the same
+  // writes, refused where query_start_loc[B] leaves key rows unplaced or key is absent); refused:
+  // 2 starting at 1, 3 ending past key's rows, 4 int64.
+  int key_rows = 0;
 };
 
 // Lays out the two pools: compact tensors, or the halves of one tensor whose axes (block, K/V,
@@ -597,6 +602,9 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
     c->attributes.gqa.causal = 0;
     if (fdp.ConsumeIntegralInRange<int>(0, 7) != 0) c->attributes.gqa.local_window_size = -1;
   }
+  // key_start_loc, decoded last (an exhausted input gives none).
+  const int key_rows = fdp.ConsumeIntegralInRange<int>(0, 15);
+  c->key_rows = key_rows < 12 ? 0 : key_rows - 11;
 }
 
 void Describe(const Case& c) {
@@ -722,6 +730,15 @@ void Build(Call& k, Rng& rng) {
   k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = ints(kI32, {c.batch, c.slots}, c.table.data());
   if (!c.slot_mapping.empty()) {
     k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING] = ints(kI64, {n}, c.slot_mapping.data());
+  }
+  if (c.key_rows != 0) {
+    std::vector<int32_t> key_starts = c.starts;
+    if (c.key_rows == 2) key_starts.front() = 1;
+    if (c.key_rows == 3) key_starts.back() = static_cast<int32_t>(n + 1);
+    const std::vector<int64_t> wide(key_starts.begin(), key_starts.end());
+    k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC] =
+        c.key_rows == 4 ? ints(kI64, {c.batch + 1}, wide.data())
+                        : ints(kI32, {c.batch + 1}, key_starts.data());
   }
   if (c.head_sink) k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK] = Compact(c.t_dtype, {heads});
   // The scales of an int8, float8 or int4 cache (kept beside two types: they are refused), or a
@@ -1036,6 +1053,11 @@ RunResult RunOn(Call& k, int r) {
          std::to_string(a.gqa.v_quant_type) + ", v_cache_bit_width " +
          std::to_string(a.v_cache_bit_width) + ", k_quant_type " +
          std::to_string(a.gqa.k_quant_type) + ") ran on " + info.kernel);
+  }
+  const Case& c = k.c;
+  if (c.key_rows >= 2 || (c.key_rows == 1 && (!c.has_kv || c.starts.back() != c.num_tokens))) {
+    Fail("a call whose key_start_loc does not place key's rows (case " +
+         std::to_string(c.key_rows) + ") ran on " + info.kernel);
   }
   CheckSuccess(k, info.kernel);
   result.output = k.out->buffer->Copy();

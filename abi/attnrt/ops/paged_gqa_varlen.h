@@ -24,9 +24,22 @@
  *                  the row's own position in its table (token T_b - q_len_b + i of sequence b),
  *                  so a mistaken mapping is an error instead of a silent stale read
  *   head_sink      T [N], optional; k_scale, v_scale float32 for quantized caches, as GQA's
+ *   key_start_loc  int32 [B + 1] host, optional (ABI 1.10; FlashAttention's cu_seqlens_k): the
+ *                  new K/V rows of each sequence, when they are not its query rows (below)
  *
  *   output         T [num_tokens, N * H]    rows past query_start_loc[B] (an engine's padding)
  *                                           are neither read nor written
+ *
+ * New K/V rows of their own count (key_start_loc, ABI 1.10): with key_start_loc, key and value
+ * have num_key_tokens = key_start_loc[B] rows (0 = key_start_loc[0] <= ... <= key_start_loc[B]),
+ * sequence b's are rows [key_start_loc[b], key_start_loc[b + 1]), k_len_b of them (any number up
+ * to T_b, more or fewer than q_len_b, 0 included), written as its tokens [T_b - k_len_b, T_b);
+ * slot_mapping then has one slot per key row (num_key_tokens). The queries are as without it. This
+ * is FlashAttention's varlen form (cu_seqlens_q, cu_seqlens_k) over a paged cache, and the call an
+ * encoder-decoder model's cross-attention makes: decoder queries over the encoder's K/V rows,
+ * written into the cache on the step the encoder ran (k_len_b = T_b) and read from it after (key
+ * and value absent). Without key_start_loc, k_len_b = q_len_b: one K/V row per query row. A call
+ * with key rows has at least one query row. key_start_loc without key and value is an error.
  *
  * With a value head size Hv != H (ABI 1.8; value_cache's last dimension, attnrt/ops/paged_gqa.h)
  * value is T [num_tokens, Nkv * Hv] and output T [num_tokens, N * Hv].
@@ -35,7 +48,8 @@
  * (causal; within local_window_size of it when set), so its new tokens are causal among
  * themselves and a decode is a sequence with q_len_b = 1. With the GQA attribute causal = 0
  * (local_window_size then -1) every row of sequence b sees keys [0, T_b), the later new tokens'
- * rows included: the encoders' non-causal self-attention. The new K/V rows are written into the
+ * rows included: the encoders' non-causal self-attention, and cross-attention, whose q_len_b may
+ * then exceed T_b (a causal call needs T_b >= q_len_b). The new K/V rows are written into the
  * blocks the table names before attention reads them; a block written by this call must belong to
  * one sequence, as for the paged op. Everything is checked before the first write
  * (INVALID_ARGUMENT naming the input).
@@ -70,7 +84,8 @@ typedef enum attnrt_paged_gqa_varlen_input {
   ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK = 9,       /* T [N]; optional */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE = 10,        /* as GQA; quantized caches */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE = 11,        /* as GQA; quantized caches */
-  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 12
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC = 12,  /* int32 [B+1], host; optional (ABI 1.10) */
+  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 13
 } attnrt_paged_gqa_varlen_input;
 
 typedef enum attnrt_paged_gqa_varlen_output {
@@ -92,12 +107,17 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * and its args' problem pointers point into that copy (the args structs did not change).
  * ABI 1.8 appended v_head_size the same way: a kernel of a plugin built for ABI 1.5-1.7 gets the
  * ABI 1.7 layout (no v_head_size), problems with Hv == H only.
+ * ABI 1.10 appended num_key_tokens and has_key_start_loc: plugins built for ABI 1.9 or older are
+ * offered problems without key_start_loc only (their kernels read key rows by query_start_loc).
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
   attnrt_paged_gqa_problem paged;
   int64_t num_tokens;
   bool has_slot_mapping;
+  /* ABI 1.10: the rows of key and value (num_tokens without key_start_loc, 0 without key). */
+  int64_t num_key_tokens;
+  bool has_key_start_loc;
 } attnrt_paged_gqa_varlen_problem;
 
 /**
@@ -105,7 +125,7 @@ typedef struct attnrt_paged_gqa_varlen_problem {
  * points to T_b - 1 per sequence (seq_lens - 1), paged.gqa.phase is
  * ATTNRT_GQA_PHASE_SUBSEQUENT_PROMPT (the causal offset of sequence b is T_b - q_len_b),
  * paged.gqa.total_sequence_length is the largest T_b, query/key/value/output point at the packed
- * rows. max_query_len is the largest q_len_b.
+ * rows. max_query_len is the largest q_len_b. key_start_loc (ABI 1.10) is NULL unless given.
  */
 typedef struct attnrt_paged_gqa_varlen_args {
   size_t struct_size;
@@ -115,6 +135,7 @@ typedef struct attnrt_paged_gqa_varlen_args {
   const int32_t* seq_lens;
   const int64_t* slot_mapping; /* NULL when absent */
   int64_t max_query_len;
+  const int32_t* key_start_loc; /* ABI 1.10; NULL: sequence b's key rows are its query rows */
 } attnrt_paged_gqa_varlen_args;
 
 #ifdef __cplusplus

@@ -29,7 +29,10 @@ class PagedGqaVarlenOp(Op):
     [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
     or strided views of one cache tensor); query_start_loc int32 [B+1]; seq_lens int32 [B] (context
     length including the new tokens); block_table int32 [B, max_blocks]; slot_mapping int64
-    [num_tokens] (optional, -1 = row not written); head_sink [N]; k_scale, v_scale. Output:
+    [num_tokens] (optional, -1 = row not written); head_sink [N]; k_scale, v_scale;
+    key_start_loc int32 [B+1] (optional: key/value rows of their own count, sequence b's
+    [key_start_loc[b], key_start_loc[b+1]) written as its last tokens; slot_mapping then has one
+    slot per key row). Output:
     output [num_tokens, N*H] like query; rows past query_start_loc[B] are left as they are.
     """
 
@@ -38,7 +41,7 @@ class PagedGqaVarlenOp(Op):
     INPUTS = PAGED_GQA_VARLEN_INPUTS
     OUTPUTS = PAGED_GQA_VARLEN_OUTPUTS
     HOST_INTS = {"query_start_loc": np.int32, "seq_lens": np.int32, "block_table": np.int32,
-                 "slot_mapping": np.int64}
+                 "slot_mapping": np.int64, "key_start_loc": np.int32}
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
@@ -155,7 +158,7 @@ def _heads(q, k_cache, kv_layout) -> tuple[int, int, int]:
 
 
 def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, *,
-                           k=None, v=None, softmax_scale: float | None = None,
+                           k=None, v=None, cu_seqlens_k=None, softmax_scale: float | None = None,
                            causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                            sinks=None, slot_mapping=None, out=None, kv_layout: str = "BSNH",
                            block_size: int | None = None, k_scale=None, v_scale=None,
@@ -169,9 +172,13 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     as x / scale, docs/gqa-semantics.md); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
     (context lengths including the new tokens); block_table int32 [B, max_blocks]. With k and v
     ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
-    says, -1 = not written; otherwise where the table and seq_lens say). Query row i of sequence b
-    is token seq_lens[b] - q_len_b + i; causal (default), it sees the keys up to its own position,
-    with causal=False every key of its sequence (encoder attention; window_size then (-1, -1)).
+    says, -1 = not written; otherwise where the table and seq_lens say). k and v have one row per
+    query row, or with cu_seqlens_k (int32 [B+1], FlashAttention's) rows of their own count:
+    sequence b's are rows [cu_seqlens_k[b], cu_seqlens_k[b+1]), written as its last tokens (up to
+    seq_lens[b] of them; slot_mapping then has one slot per key row), as cross-attention writes an
+    encoder's rows. Query row i of sequence b is token seq_lens[b] - q_len_b + i; causal (default),
+    it sees the keys up to its own position, with causal=False every key of its sequence (encoder
+    and cross-attention, where q_len_b may exceed seq_lens[b]; window_size then (-1, -1)).
     window_size (left, right) as FlashAttention's; softcap > 0 caps the scores; sinks [N] are
     per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
     for P·V; "input" rounds each to q's dtype first, as FlashAttention and vLLM's AMX CPU kernel do
@@ -191,18 +198,19 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,
-                                 "input" if precision else "exact", causal, k_scale, v_scale)
+                                 "input" if precision else "exact", causal, k_scale, v_scale,
+                                 cu_seqlens_k)
         if done is not None:
             return done
     return paged_attention_varlen_python(
         runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
-        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        cu_seqlens_k=cu_seqlens_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
         sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout,
         block_size=block_size, k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
 
 
 def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
-                                  block_table, *, k=None, v=None,
+                                  block_table, *, k=None, v=None, cu_seqlens_k=None,
                                   softmax_scale: float | None = None, causal: bool = True,
                                   window_size=(-1, -1),
                                   softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
@@ -224,5 +232,5 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     inputs = {"query": q, "key": k, "value": v, "key_cache": k_cache, "value_cache": v_cache,
               "query_start_loc": cu_seqlens_q, "seq_lens": seq_lens, "block_table": block_table,
               "slot_mapping": slot_mapping, "head_sink": sinks, "k_scale": k_scale,
-              "v_scale": v_scale}
+              "v_scale": v_scale, "key_start_loc": cu_seqlens_k}
     return op(output=out, **inputs)

@@ -30,8 +30,13 @@ public enum PagedGqaVarlenInput {
   K_SCALE(10),
   /** Position 11: {@code v_scale}. */
   V_SCALE(11),
-  /** Number of positions (12). */
-  NUM_INPUTS(12);
+  /**
+   * Position 12: {@code key_start_loc} (ABI 1.10): key and value rows of their own count, sequence
+   * b's {@code [key_start_loc[b], key_start_loc[b + 1])}, written as its last tokens.
+   */
+  KEY_START_LOC(12),
+  /** Number of positions (13). */
+  NUM_INPUTS(13);
 
   private final int value;
 
