@@ -19,6 +19,9 @@
 #   encoder   an embedding model (a seeded BERT checkpoint) through LLM.embed, attnrt against
 #             vLLM's own attention by cosine, causal encoder layers as the negative control
 #             (scripts/test-vllm-embed.sh);
+#   whisper   an encoder-decoder model (a seeded Whisper checkpoint) through LLM.generate: attnrt
+#             serving the decoder's self- and cross-attention against vLLM's own, shifted
+#             cross-attention values as the negative control (scripts/test-vllm-whisper.sh);
 #   fp8       (kv_cache_dtype fp8, bfloat16 as above) attnrt's run within vLLM's own fp8-vs-
 #             bfloat16 spread of vLLM's fp8 run; a k_scale 25 % off must not be.
 #   deepseek-v4  a seeded DeepSeek-V4 checkpoint (SWA, C4A and C128A layers, bfloat16) with vLLM's
@@ -258,6 +261,10 @@ grep -q '^compare with' "$work/dsv4-negative.log" ||
 # Encoder-only attention (an embedding model through LLM.embed): scripts/test-vllm-embed.sh, with
 # its negative control (causal encoder layers).
 "$root/scripts/test-vllm-embed.sh" "$build_dir" || fail "encoder-only (scripts/test-vllm-embed.sh)"
+
+# Cross-attention (Whisper, an encoder-decoder model, through LLM.generate):
+# scripts/test-vllm-whisper.sh, with its negative control (shifted cross-attention values).
+"$root/scripts/test-vllm-whisper.sh" "$build_dir" || fail "encoder-decoder (scripts/test-vllm-whisper.sh)"
 
 if [ "${ATTNRT_VLLM_TP2:-0}" = 1 ]; then
   tp=("$py" "$root/scripts/vllm_reference_run.py" "$model" --tp 2)

@@ -14,6 +14,10 @@ the values of the codes vLLM's CPU writer would store (fp8_rows_as_vllm) times t
 attnrt stores vLLM's bytes (after all of its checks, as any row). Encoder layers
 (ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BNSH pools in
 the model dtype that every encoder layer writes its rows into and attends over, non-causally.
+Cross-attention layers (ENCODER_DECODER: an encoder-decoder model's decoder, Whisper's) have a
+cache of vLLM's: on the step a request's encoder runs, its K/V rows (encoder tokens, not decoder
+tokens) are written there through attnrt's key_start_loc (FlashAttention's cu_seqlens_k), and on
+every step the decoder's query rows attend non-causally over the encoder's rows in the cache.
 
 q, k and v arrive as views of vLLM's fused QKV projection (row stride (N + 2 Nkv) * H). The C ABI
 takes the query, the new K/V rows and the output as compact rows (only the block pools may be
@@ -43,7 +47,8 @@ from typing import ClassVar
 import torch
 from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder,
                                        AttentionType, CommonAttentionMetadata)
-from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec, KVCacheLayout
+from vllm.v1.kv_cache_interface import (AttentionSpec, CrossAttentionSpec, EncoderOnlyAttentionSpec,
+                                        KVCacheLayout)
 
 from . import _torch_lib
 from ._runtime import Runtime
@@ -261,10 +266,11 @@ class AttnrtBackend(AttentionBackend):
         return attn_type in _ATTN_TYPES
 
 
-# Decoder self-attention, and the non-causal self-attention of encoders (ENCODER_ONLY: the
-# embedding and cross-encoder models; ENCODER: an encoder-decoder model's encoder).
+# Decoder self-attention, the non-causal self-attention of encoders (ENCODER_ONLY: the embedding
+# and cross-encoder models; ENCODER: an encoder-decoder model's encoder) and cross-attention
+# (ENCODER_DECODER: an encoder-decoder model's decoder queries over its encoder's rows).
 _ENCODER_TYPES = (AttentionType.ENCODER_ONLY, AttentionType.ENCODER)
-_ATTN_TYPES = (AttentionType.DECODER, *_ENCODER_TYPES)
+_ATTN_TYPES = (AttentionType.DECODER, *_ENCODER_TYPES, AttentionType.ENCODER_DECODER)
 
 
 @dataclass
@@ -284,6 +290,10 @@ class AttnrtMetadata:
     encoder_pools: tuple[torch.Tensor, torch.Tensor] | None = None
     # Block tables of sliding-window layers by (window, block_size), made once per step.
     window_tables: dict = field(default_factory=dict)
+    # Cross-attention: int32 [num_reqs + 1], the rows of the step's encoder K/V of each request
+    # (all of its encoder tokens on the step its encoder ran, else none; vLLM's slot_mapping then
+    # has one slot per such row); None for the other groups.
+    key_start_loc: torch.Tensor | None = None
 
 
 def _int_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -300,6 +310,7 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
+        self.cross = isinstance(kv_cache_spec, CrossAttentionSpec)
         self.dtype = vllm_config.model_config.dtype
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -323,11 +334,18 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
                 max_seq_len=m.max_seq_len, query_start_loc=query_start_loc, seq_lens=seq_lens,
                 block_table=table, slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
                 encoder_pools=pools)
+        key_start_loc = None
+        if self.cross:
+            # vLLM's cross-attention builder: seq_lens are the encoders' lengths, and
+            # encoder_seq_lens_cpu those of the requests whose encoder rows this step writes
+            # (0 for the others), in the order of the rows and of its slot_mapping.
+            key_start_loc = cross_key_start_loc(m.encoder_seq_lens_cpu, n)
         return AttnrtMetadata(
             num_actual_tokens=tokens, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
             query_start_loc=query_start_loc, seq_lens=seq_lens,
             block_table=_int_tensor(m.block_table_tensor[:n], torch.int32),
-            slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64), causal=bool(m.causal))
+            slot_mapping=_int_tensor(m.slot_mapping[:tokens], torch.int64),
+            causal=bool(m.causal) and not self.cross, key_start_loc=key_start_loc)
 
     def _encoder_pools(self, query_start_loc: torch.Tensor,
                        seq_lens: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -352,6 +370,15 @@ class AttnrtMetadataBuilder(AttentionMetadataBuilder[AttnrtMetadata]):
         table = table.clamp_(max=total - 1).contiguous()
         shape = (total, spec.num_kv_heads, block_size, spec.head_size)
         return table, (torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype))
+
+
+def cross_key_start_loc(encoder_seq_lens, num_reqs: int) -> torch.Tensor:
+    """key_start_loc of a cross-attention step: the running sum of the encoder rows each request
+    writes (vLLM's encoder_seq_lens_cpu, a numpy array or tensor), from 0."""
+    lens = torch.as_tensor(encoder_seq_lens[:num_reqs]).to(torch.int32)
+    out = torch.zeros(num_reqs + 1, dtype=torch.int32)
+    torch.cumsum(lens, 0, out=out[1:])
+    return out
 
 
 # vLLM's null block: block 0 of every KV cache, never written (kv_cache_manager's block pool).
@@ -393,9 +420,9 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if alibi_slopes is not None:
             refuse("ALiBi (alibi_slopes)")
         if attn_type not in _ATTN_TYPES:
-            refuse(f"attn_type {attn_type!r} (served: decoder self-attention and the encoders' "
-                   f"non-causal self-attention)")
-        if attn_type in _ENCODER_TYPES and sliding_window is not None:
+            refuse(f"attn_type {attn_type!r} (served: decoder self-attention, the encoders' "
+                   f"non-causal self-attention and cross-attention)")
+        if attn_type != AttentionType.DECODER and sliding_window is not None:
             refuse(f"a sliding window of {sliding_window} in non-causal {attn_type} attention")
         if kv_sharing_target_layer_name is not None and attn_type != AttentionType.DECODER:
             refuse(f"{attn_type} attention sharing the KV cache of "
@@ -418,6 +445,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.kv_cache_dtype = kv_cache_dtype
         self.attn_type = attn_type
         self.encoder = attn_type in _ENCODER_TYPES
+        self.cross = attn_type == AttentionType.ENCODER_DECODER
         # fp8 KV cache (decoder layers; the encoders' scratch pools stay in the model dtype).
         self.fp8 = kv_cache_dtype in FP8_KV_CACHE_DTYPES and not self.encoder
         self._scales: tuple = ()  # (k_scale, v_scale, their float32 tensors)
@@ -514,9 +542,9 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
 
     def causal(self, attn_metadata: AttnrtMetadata) -> bool:
         """Whether this step's query rows see only the keys up to their own position (False for
-        the encoders and for non-causal decoder groups; called every step: the encoder end-to-end
-        check's negative control overrides it)."""
-        return attn_metadata.causal and not self.encoder
+        the encoders, cross-attention and non-causal decoder groups; called every step: the
+        end-to-end checks' negative controls override it)."""
+        return attn_metadata.causal and not self.encoder and not self.cross
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: AttnrtMetadata | None, output: torch.Tensor,
@@ -552,11 +580,22 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             sinks = self._sinks_cast
         q = _rows(query, n)
         out = output if output.shape[0] == n else output[:n]
-        k = v = slots = None
+        k = v = slots = key_start_loc = None
         if key is not None and value is not None and self.kv_sharing_target_layer_name is None:
-            k, v = _rows(key, n), _rows(value, n)
-            # Encoder rows go where the scratch table and seq_lens say.
-            slots = None if self.encoder else attn_metadata.slot_mapping
+            rows = n
+            if self.cross:
+                # The encoder rows of the requests whose encoder ran this step.
+                key_start_loc = attn_metadata.key_start_loc
+                if key_start_loc is None:
+                    raise ValueError("attnrt's vLLM backend: a cross-attention layer was given "
+                                     "another group's metadata (no key_start_loc)")
+                rows = int(key_start_loc[-1])
+            if rows > 0:
+                k, v = _rows(key, rows), _rows(value, rows)
+                # Encoder rows go where the scratch table and seq_lens say.
+                slots = None if self.encoder else attn_metadata.slot_mapping
+            else:
+                key_start_loc = None
         k_scale = v_scale = None
         if self.fp8:
             k_scale, v_scale = self._scale_tensors(layer)
@@ -574,13 +613,14 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
                     window[0], self.logits_soft_cap, "BNSH", self._p_precision, causal,
-                    k_scale, v_scale)
+                    k_scale, v_scale, key_start_loc)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
         paged_attention_varlen(
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
-            attn_metadata.seq_lens, table, k=k, v=v, slot_mapping=slots, softmax_scale=self.scale,
+            attn_metadata.seq_lens, table, k=k, v=v, cu_seqlens_k=key_start_loc,
+            slot_mapping=slots, softmax_scale=self.scale,
             causal=causal, window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
             kv_layout="BNSH", block_size=block_size, k_scale=k_scale, v_scale=v_scale,
             p_precision=self._p_precision)

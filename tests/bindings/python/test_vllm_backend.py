@@ -309,7 +309,8 @@ def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
 @needs_vllm
 @pytest.mark.parametrize("kwargs, reason", [
     (dict(alibi_slopes=[0.5] * N), "ALiBi"),
-    (dict(attn_type="encoder_decoder"), "attn_type"),
+    (dict(attn_type="decoder_typo"), "attn_type"),
+    (dict(attn_type="encoder_decoder", sliding_window=8), "sliding window"),
     (dict(attn_type="encoder_only", sliding_window=8), "sliding window"),
     (dict(attn_type="encoder_only", kv_sharing_target_layer_name="model.layers.0.attn"),
      "sharing"),
@@ -815,3 +816,127 @@ def test_encoder_layer_without_key_and_value_is_an_error():
     impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "auto", None, attn_type="encoder_only")
     with pytest.raises(ValueError, match="needs this step's key and value rows"):
         impl.forward(None, torch.randn(3, N, H), None, None, None, md, torch.empty(3, N, H))
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal_hook", [False, True])
+def test_impl_cross_attention_matches_vllms_kernel(dtype, causal_hook):
+    """ENCODER_DECODER layers (an encoder-decoder model's cross-attention): on a step where two
+    requests' encoders ran (their encoder rows, not decoder rows, written into vLLM's cache through
+    key_start_loc, in the order of vLLM's cross slot_mapping) beside a request decoding over rows
+    cached earlier, then on a decode step with no rows, every decoder query row sees every encoder
+    row of its request: against vLLM's own CPU kernel (vLLM's writer into its cache, causal off)
+    and a float64 reference. causal_hook: a causal mask must fail the comparison."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, cross_key_start_loc
+
+    class CausalImpl(AttnrtImpl):
+        def causal(self, attn_metadata):
+            return True
+
+    g = torch.Generator().manual_seed(31)
+    print(f"seed 31, dtype {dtype}")
+    bs = 16
+    isa = _get_attn_isa(dtype, bs, H, "auto")
+    cls = CausalImpl if causal_hook else AttnrtImpl
+    impl = cls(N, H, 0.125, NKV, None, None, "auto", None, attn_type="encoder_decoder")
+    enc = [50, 30, 21]               # encoder lengths (the cross-attention context)
+    tables = [[3, 7, 1, 9], [4, 2, -1, -1], [8, 5, -1, -1]]
+    num_blocks = 10
+    rows_k = [(2 * torch.randn(e, NKV, H, generator=g)).to(dtype) for e in enc]
+    rows_v = [(2 * torch.randn(e, NKV, H, generator=g)).to(dtype) for e in enc]
+    slot = [[tables[b][p // bs] * bs + p % bs for p in range(enc[b])] for b in range(3)]
+    ours = torch.zeros(num_blocks, NKV, bs, 2 * H, dtype=dtype)
+    theirs = torch.zeros_like(ours)
+    vk, vv = theirs.view(num_blocks, NKV, 2 * bs, H).chunk(2, dim=2)
+    pools = ours.view(num_blocks, NKV, 2, bs, H)
+    # Request 1's encoder ran on an earlier step: its rows are cached in both caches.
+    pos = torch.arange(enc[1])
+    blocks = torch.tensor(tables[1])[pos // bs]
+    pools[blocks, :, 0, pos % bs] = rows_k[1]
+    pools[blocks, :, 1, pos % bs] = rows_v[1]
+    ops.cpu_attn_reshape_and_cache(rows_k[1], rows_v[1], vk, vv, torch.tensor(slot[1]), isa)
+    table = torch.tensor(tables, dtype=torch.int32)
+    lens = torch.tensor(enc, dtype=torch.int32)
+
+    def step(q_lens, writers):
+        t = sum(q_lens)
+        qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+        q = (3 * torch.randn(t + 2, N, H, generator=g)).to(dtype)  # 2 padding rows
+        written = [enc[b] if b in writers else 0 for b in range(3)]
+        ksl = cross_key_start_loc(torch.tensor(written).numpy(), 3)
+        k = v = None
+        slots = torch.empty(0, dtype=torch.int64)
+        if writers:
+            k = torch.cat([rows_k[b] for b in writers] + [rows_k[0][:3]])  # + padding rows
+            v = torch.cat([rows_v[b] for b in writers] + [rows_v[0][:3]])
+            slots = torch.tensor([s for b in writers for s in slot[b]], dtype=torch.int64)
+        md = AttnrtMetadata(num_actual_tokens=t, max_query_len=max(q_lens),
+                            max_seq_len=max(enc), query_start_loc=qsl, seq_lens=lens,
+                            block_table=table, slot_mapping=slots, causal=False,
+                            key_start_loc=ksl)
+        out = torch.full((t + 2, N, H), 7.0, dtype=dtype)
+        impl.forward(None, q, k, v, ours, md, out)
+        assert torch.all(out[t:] == 7.0), "padding rows were written"
+        if writers:
+            ops.cpu_attn_reshape_and_cache(k[:int(ksl[-1])], v[:int(ksl[-1])], vk, vv, slots, isa)
+        metadata = ops.cpu_attn_get_scheduler_metadata(
+            num_reqs=3, num_heads=N, num_kv_heads=NKV, head_dim=H, seq_lens=lens, dtype=dtype,
+            query_start_loc=qsl, causal=False, sliding_window_size=-1, isa=isa,
+            enable_kv_split=False)
+        expect = torch.empty(t, N, H, dtype=dtype)
+        ops.cpu_attention_with_kv_cache(
+            query=q[:t], key_cache=vk, value_cache=vv, output=expect, query_start_loc=qsl,
+            seq_lens=lens, scale=0.125, causal=False, alibi_slopes=None, sliding_window=-1,
+            block_table=table, softcap=0.0, scheduler_metadata=metadata, s_aux=None)
+        worst = worst_vllm = 0.0
+        for b in range(3):
+            rows = slice(int(qsl[b]), int(qsl[b + 1]))
+            want = encoder_reference(q[rows], rows_k[b], rows_v[b], 0.125)
+            worst = max(worst, float((out[rows].double() - want).abs().max()))
+            worst_vllm = max(worst_vllm, float((expect[rows].double() - want).abs().max()))
+        diff = float((out[:t].float() - expect.float()).abs().max())
+        return worst, worst_vllm, diff
+
+    # Step 1: requests 0 and 2 start (4 and 3 decoder prompt tokens over encoders of 50 and 21
+    # rows), request 1 decodes. Step 2: all decode, no rows written.
+    results = [step([4, 1, 3], [0, 2]), step([1, 1, 1], [])]
+    # The cache holds exactly the encoder rows where vLLM's slot_mapping puts them.
+    for b in range(3):
+        pos = torch.arange(enc[b])
+        blocks = torch.tensor(tables[b])[pos // bs]
+        assert torch.equal(pools[blocks, :, 0, pos % bs], rows_k[b])
+        assert torch.equal(pools[blocks, :, 1, pos % bs], rows_v[b])
+    tol = 2e-5 if dtype == torch.float32 else 6e-2
+    for i, (worst, worst_vllm, diff) in enumerate(results):
+        print(f"max |error| vs float64: attnrt {worst:.3g}, vLLM {worst_vllm:.3g}; between them "
+              f"{diff:.3g}")
+        if causal_hook:
+            # A decode's one row sees every key under a causal mask too: step 1 must show it.
+            assert i == 1 or worst > 0.1, f"a causal mask came within {worst} of cross-attention"
+            continue
+        assert worst <= tol, worst
+        assert diff <= worst + max(worst_vllm, tol), diff
+
+
+@needs_vllm
+def test_cross_attention_layer_checks_its_metadata():
+    """A cross-attention layer given rows but a metadata without key_start_loc (another group's)
+    is an error, not a write by query rows."""
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "auto", None, attn_type="encoder_decoder")
+    kv = torch.zeros(4, NKV, BS, 2 * H)
+    md = AttnrtMetadata(num_actual_tokens=1, max_query_len=1, max_seq_len=5,
+                        query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+                        seq_lens=torch.tensor([5], dtype=torch.int32),
+                        block_table=torch.tensor([[1]], dtype=torch.int32),
+                        slot_mapping=torch.arange(16, 21, dtype=torch.int64), causal=False)
+    q = torch.randn(1, N, H)
+    k = torch.randn(5, NKV, H)
+    with pytest.raises(ValueError, match="key_start_loc"):
+        impl.forward(None, q, k, k.clone(), kv, md, torch.empty(1, N, H))
+    assert not kv.any(), "the cache was written"
