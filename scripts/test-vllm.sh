@@ -10,6 +10,8 @@
 #   float32   prompt logprobs within 1e-4 and the same greedy tokens;
 #   gemma2    the same on a Gemma-2-style checkpoint: sliding window 128 on every other layer
 #             (two KV cache groups), attention soft-capping at 5;
+#   bloom     the same on a Bloom checkpoint (ALiBi), with its negative control (the slopes given
+#             to the wrong heads, tests/vllm/attnrt_vllm_controls.py);
 #   negative  attnrt with one key dropped (tests/vllm/attnrt_vllm_controls.py) must FAIL the
 #             float32 comparison;
 #   bfloat16  (4 prompts up to 1024 tokens, 16 new) prompt logprobs within $BF16_TOLERANCE: each
@@ -115,6 +117,26 @@ step gemma2-vllm env ATTNRT_VLLM=0 "${grun[@]}" --out "$work/gemma2-vllm.json" |
 step gemma2-attnrt env ATTNRT_VLLM=1 "${grun[@]}" --out "$work/gemma2-attnrt.json" \
   --compare "$work/gemma2-vllm.json" --tolerance 1e-4 ||
   fail "gemma2 (sliding window, softcap): attnrt differs from vLLM's attention"
+
+# ALiBi: a Bloom checkpoint (ALiBi slopes 2^(-8 (h + 1) / 8) on 8 heads, no rotary), float32, 4
+# prompts of 16..1024 tokens, 16 new; its negative control (the slopes given to the wrong heads,
+# tests/vllm/attnrt_vllm_controls.py) must fail.
+bloom="$work/bloom"
+"$py" scripts/make-bloom-checkpoint.py "$bloom" 2>&1 | grep '^wrote' || fail "bloom: no checkpoint"
+brun=("$py" "$root/scripts/vllm_reference_run.py" "$bloom" --in-process --num-prompts 4
+  --max-prompt-len 1024 --gen-tokens 16)
+step bloom-vllm env ATTNRT_VLLM=0 "${brun[@]}" --out "$work/bloom-vllm.json" ||
+  fail "bloom: vLLM's own backend did not run"
+step bloom-attnrt env ATTNRT_VLLM=1 "${brun[@]}" --out "$work/bloom-attnrt.json" \
+  --compare "$work/bloom-vllm.json" --tolerance 1e-4 ||
+  fail "bloom (ALiBi): attnrt differs from vLLM's attention"
+if step bloom-negative env ATTNRT_VLLM=0 PYTHONPATH="$root/tests/vllm${PYTHONPATH:+:$PYTHONPATH}" \
+  "${brun[@]}" --cpu-attention-class attnrt_vllm_controls.SwappedAlibiBackend \
+  --out "$work/bloom-negative.json" --compare "$work/bloom-vllm.json" --tolerance 1e-4; then
+  fail "bloom negative control: ALiBi slopes on the wrong heads passed the comparison"
+fi
+grep -q '^compare with' "$work/bloom-negative.log" ||
+  fail "bloom negative control did not get to the comparison (see $work/bloom-negative.log)"
 
 # bfloat16: prompt logprobs within BF16_TOLERANCE (4 prompts of 16..1024 tokens, 16 new tokens:
 # the same paths, half the time), for each probability precision of the backend

@@ -55,7 +55,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const std::string& p_precision, c10::optional<bool> causal_given,
          const c10::optional<at::Tensor>& k_scale_view,
          const c10::optional<at::Tensor>& v_scale_view,
-         const c10::optional<at::Tensor>& cu_seqlens_k) {
+         const c10::optional<at::Tensor>& cu_seqlens_k,
+         const c10::optional<at::Tensor>& alibi_slopes) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -70,6 +71,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   CheckNoGrad(k_scale_view, "k_scale");
   CheckNoGrad(v_scale_view, "v_scale");
   CheckNoGrad(cu_seqlens_k, "cu_seqlens_k");
+  CheckNoGrad(alibi_slopes, "alibi_slopes");
   const at::Tensor q = Resolved(q_view);
   const c10::optional<at::Tensor> k = Resolved(k_view), v = Resolved(v_view);
   const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
@@ -158,6 +160,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, k_scale, "k_scale");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE, v_scale, "v_scale");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC, cu_seqlens_k, "cu_seqlens_k");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES, alibi_slopes, "alibi_slopes");
   attnrt_tensor& output = t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS];
   output = Describe(out, "out");
   const attnrt_tensor* outputs[1] = {&output};
@@ -175,20 +178,18 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   }
 }
 
-void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
-                          const at::Tensor& block_table, const at::Tensor& out,
-                          const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
-                          const c10::optional<at::Tensor>& slot_mapping,
-                          const c10::optional<at::Tensor>& sinks, double softmax_scale,
-                          int64_t window_left, double softcap, c10::string_view kv_layout,
-                          c10::string_view p_precision, c10::optional<bool> causal,
-                          const c10::optional<at::Tensor>& k_scale,
-                          const c10::optional<at::Tensor>& v_scale,
-                          const c10::optional<at::Tensor>& cu_seqlens_k) {
+void PagedAttentionVarlen(
+    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& block_table,
+    const at::Tensor& out, const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
+    const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks,
+    double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
+    c10::string_view p_precision, c10::optional<bool> causal,
+    const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
+    const c10::optional<at::Tensor>& cu_seqlens_k, const c10::optional<at::Tensor>& alibi_slopes) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
       slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
-      std::string(p_precision), causal, k_scale, v_scale, cu_seqlens_k);
+      std::string(p_precision), causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes);
 }
 
 void PagedAttentionVarlenOn(
@@ -199,10 +200,10 @@ void PagedAttentionVarlenOn(
     double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
     c10::string_view p_precision, c10::optional<bool> causal,
     const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
-    const c10::optional<at::Tensor>& cu_seqlens_k) {
+    const c10::optional<at::Tensor>& cu_seqlens_k, const c10::optional<at::Tensor>& alibi_slopes) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
       sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
-      causal, k_scale, v_scale, cu_seqlens_k);
+      causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes);
 }
 
 }  // namespace
@@ -213,14 +214,15 @@ void PagedAttentionVarlenOn(
 // form; None or True: causal) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn
 // cache) and cu_seqlens_k (int32 [B+1]: k and v have rows of their own count, sequence b's
 // [cu_seqlens_k[b], cu_seqlens_k[b+1]), its last tokens; the op's key_start_loc) come last with
-// their defaults, so positional callers of the older schemas work.
+// alibi_slopes (float32 [N]: ALiBi, slope * (key position - query position) added to the scores)
+// come last with their defaults, so positional callers of the older schemas work.
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
   "str p_precision=\"exact\", bool? causal=None, Tensor? k_scale=None, Tensor? v_scale=None, " \
-  "Tensor? cu_seqlens_k=None"
+  "Tensor? cu_seqlens_k=None, Tensor? alibi_slopes=None"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

@@ -59,7 +59,7 @@ static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_tokens) ==
 static_assert(sizeof(attnrt_gqa_args) == 192);
 static_assert(sizeof(attnrt_paged_gqa_args) == 232);
 static_assert(offsetof(attnrt_paged_gqa_args, gqa) == 16);
-static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 288);
+static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 296);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, paged) == 16);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, max_query_len) == 272);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, key_start_loc) == 280);

@@ -29,8 +29,10 @@ namespace attnrt::core::paged_gqa_layouts {
 inline constexpr uint32_t kPPrecisionMinor = 5;
 inline constexpr uint32_t kValueHeadSizeMinor = 8;
 inline constexpr uint32_t kValueCacheTypeMinor = 9;
-// key_start_loc of the varlen op (ABI 1.10): new K/V rows of their own count.
+// key_start_loc and alibi_slopes of the varlen op (ABI 1.10): new K/V rows of their own count,
+// ALiBi.
 inline constexpr uint32_t kKeyStartLocMinor = 10;
+inline constexpr uint32_t kAlibiMinor = 10;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {

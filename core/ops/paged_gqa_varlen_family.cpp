@@ -47,11 +47,17 @@ class PagedGqaVarlenProblem final : public Problem {
   }
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // The 1.4 layout has no p_precision (EXACT problems only), neither 1.4 nor 1.7 v_head_size, none
-  // value_cache's own type; before 1.10 a kernel reads key rows by query_start_loc.
+  // value_cache's own type; before 1.10 a kernel reads key rows by query_start_loc and adds no
+  // ALiBi.
   AbiNeed abi_need() const override {
-    const AbiNeed need = PagedProblemNeed(problem_.paged);
-    if (!problem_.has_key_start_loc) return need;
-    return NewerNeed(need, {paged_gqa_layouts::kKeyStartLocMinor, "key_start_loc"});
+    AbiNeed need = PagedProblemNeed(problem_.paged);
+    if (problem_.has_key_start_loc) {
+      need = NewerNeed(need, {paged_gqa_layouts::kKeyStartLocMinor, "key_start_loc"});
+    }
+    if (problem_.has_alibi_slopes) {
+      need = NewerNeed(need, {paged_gqa_layouts::kAlibiMinor, "alibi_slopes"});
+    }
+    return need;
   }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
@@ -68,7 +74,7 @@ class PagedGqaVarlenProblem final : public Problem {
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;
     // A kernel built before ABI 1.10 gets the args it knows: they end before key_start_loc (NULL
-    // here: abi_need() offered it no problem with one).
+    // here, as alibi_slopes: abi_need() offered it no problem with either).
     if (kernel.plugin->abi_minor < paged_gqa_layouts::kKeyStartLocMinor) {
       args.struct_size = offsetof(attnrt_paged_gqa_varlen_args, key_start_loc);
     }

@@ -13,9 +13,9 @@ namespace attnrt::core::paged_gqa_varlen {
 namespace {
 
 constexpr const char* kInputNames[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS] = {
-    "query",           "key",      "value",        "key_cache",    "value_cache",
-    "query_start_loc", "seq_lens", "block_table",  "slot_mapping", "head_sink",
-    "k_scale",         "v_scale",  "key_start_loc"};
+    "query",           "key",      "value",         "key_cache",    "value_cache",
+    "query_start_loc", "seq_lens", "block_table",   "slot_mapping", "head_sink",
+    "k_scale",         "v_scale",  "key_start_loc", "alibi_slopes"};
 constexpr const char* kOp = "PagedGroupQueryAttentionVarlen";
 
 const attnrt_tensor* In(const attnrt_tensor* const* inputs, attnrt_paged_gqa_varlen_input i) {
@@ -26,7 +26,7 @@ Status CheckCounts(size_t num_inputs, size_t num_outputs) {
   if (num_inputs != ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS) {
     return InvalidArgument(StrCat(kOp, " expects ",
                                   static_cast<int>(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS),
-                                  " inputs (query ... key_start_loc), got ", num_inputs));
+                                  " inputs (query ... alibi_slopes), got ", num_inputs));
   }
   if (num_outputs != ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS) {
     return InvalidArgument(StrCat(kOp, " expects 1 output (output), got ", num_outputs));
@@ -188,6 +188,22 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*key, "key", query->dtype, "the dtype of query"));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*value, "value", query->dtype, "the dtype of query"));
   }
+  // ALiBi (ABI 1.10): one float32 slope per query head, beside the query.
+  const attnrt_tensor* slopes = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES);
+  if (slopes != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*slopes, "alibi_slopes"));
+    ATTNRT_RETURN_IF_ERROR(CheckCompact(*slopes, "alibi_slopes"));
+    ATTNRT_RETURN_IF_ERROR(CheckDtype(*slopes, "alibi_slopes", kFloat32));
+    if (slopes->ndim != 1 || slopes->shape[0] != heads) {
+      return InvalidArgument(StrCat("alibi_slopes: expected [num_heads = ", heads,
+                                    "] (one slope per query head), got ", ShapeString(*slopes)));
+    }
+    if (!SameDevice(slopes->device, query->device)) {
+      return InvalidArgument(StrCat("alibi_slopes: must be on the device of query (",
+                                    DeviceString(query->device), "), got ",
+                                    DeviceString(slopes->device)));
+    }
+  }
   const attnrt_tensor* output = outputs[ATTNRT_PAGED_GQA_VARLEN_OUTPUT_OUTPUT];
   if (output == nullptr) return InvalidArgument("Output 'output' is required but absent");
   ATTNRT_RETURN_IF_ERROR(
@@ -231,6 +247,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.has_slot_mapping = slots != nullptr;
   p.num_key_tokens = num_key_tokens;
   p.has_key_start_loc = key_start_loc != nullptr;
+  p.has_alibi_slopes = slopes != nullptr;
   *out = p;
   return Status::Ok();
 }
@@ -405,6 +422,9 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   args.slot_mapping = static_cast<const int64_t*>(slot_mapping);
   args.max_query_len = max_query_len;
   args.key_start_loc = static_cast<const int32_t*>(key_starts);
+  args.alibi_slopes = static_cast<const float*>(
+      p.has_alibi_slopes ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES))
+                         : nullptr);
   *out = args;
   return Status::Ok();
 }

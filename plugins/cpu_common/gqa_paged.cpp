@@ -113,6 +113,13 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
     const attnrt_paged_gqa_problem* paged =
         PagedProblem(problem, IsVarlen(kernel), reason, reason_capacity);
     if (paged == nullptr) return 0;
+    // ALiBi (ABI 1.10) is a term of the row pipeline's scores, as softcap.
+    if (kernel == PagedKernel::kVarlenFlash &&
+        static_cast<const attnrt_paged_gqa_varlen_problem*>(problem)->has_alibi_slopes) {
+      WriteMessage(reason, reason_capacity,
+                   "alibi_slopes (ALiBi) requires the naive path (paged_gqa_varlen.naive runs it)");
+      return 0;
+    }
     for (const std::string& why :
          {ValueCacheTypeDeclineReason(kernel, *paged), HeadSizeDeclineReason(kernel, *paged)}) {
       if (!why.empty()) {
@@ -227,7 +234,7 @@ int32_t PagedGqaFlashRun(void* plugin_context, const void* args, char* error, si
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
     const attnrt_paged_gqa_problem& p = *a.problem;
-    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, 0};
+    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, nullptr, 0};
     const GqaFlashPaging paging{a.block_table,
                                 p.max_blocks_per_seq,
                                 p.block_size,
@@ -261,7 +268,7 @@ int32_t PagedGqaNaiveRun(void* plugin_context, const void* args, char* error, si
     const auto& a = *static_cast<const attnrt_paged_gqa_args*>(args);
     const int32_t fits = PagedGqaArgsFit(a, error, error_capacity);
     if (fits != ATTNRT_OK) return fits;
-    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, 0};
+    const PagedStageInput stage{&a, nullptr, nullptr, nullptr, nullptr, 0};
     return RunGqaStaged(context.host, a.gqa, a.problem->v_head_size, &PagedGqaStage, &stage, rows,
                         error, error_capacity);
   } catch (...) {

@@ -49,6 +49,7 @@ struct PagedStageInput {
   const int32_t* query_start_loc;  // NULL: a padded batch of S rows per sequence
   const int64_t* slot_mapping;     // NULL: every new row is written
   const int32_t* key_start_loc;    // varlen: the K/V rows of each sequence; NULL: its query rows
+  const float* alibi_slopes;       // varlen: ALiBi slope of each query head; NULL: none
   int64_t max_query_len;           // varlen: the longest sequence's query rows
 };
 

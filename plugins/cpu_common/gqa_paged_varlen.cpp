@@ -61,7 +61,12 @@ struct PagedCall {
   explicit PagedCall(const attnrt_paged_gqa_varlen_args& a)
       : decode(DecodeProblem(*a.problem)),
         paged(a.paged),
-        stage{&paged, a.query_start_loc, a.slot_mapping, KeyStartLoc(a), a.max_query_len} {
+        stage{&paged,
+              a.query_start_loc,
+              a.slot_mapping,
+              KeyStartLoc(a),
+              a.problem->has_alibi_slopes ? a.alibi_slopes : nullptr,
+              a.max_query_len} {
     if (AllDecode(a)) {
       paged.problem = &decode;
       paged.gqa.problem = &decode.gqa;

@@ -197,6 +197,13 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
     Ops::AddWidened(ElementAddress(r.attention_bias, r.element_bytes, bias_row + begin), r.type,
                     scores + begin, count);
   }
+  // ALiBi (the varlen op's alibi_slopes): slope_n * (key position - query position), after softcap
+  // too, never capped.
+  if (r.alibi_slopes != nullptr) {
+    const float slope = r.alibi_slopes[n];
+    const int64_t position = past + s;
+    for (int64_t j = begin; j < end; ++j) scores[j] += slope * static_cast<float>(j - position);
+  }
   if (r.qk_output == ATTNRT_GQA_QK_OUTPUT_BEFORE_SOFTMAX) {
     WriteQkRow<Ops>(r, b, n, s, scores, begin, end);
   }

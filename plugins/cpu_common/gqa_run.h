@@ -195,6 +195,9 @@ struct GqaRun {
   const int32_t* key_start_loc;
   // Varlen only: the pool slot of each new K/V row, -1 for a row not written; NULL: every row.
   const int64_t* slot_mapping;
+  // Varlen only (ABI 1.10): float32 ALiBi slope of each query head; NULL: none. The row pipeline
+  // adds slope * (j - position) to the score of key j.
+  const float* alibi_slopes;
 
   // The paged ops' p_precision INPUT with a 16-bit T (attnrt/ops/paged_gqa.h): each probability
   // p = exp(s - m) is rounded to T (to nearest even) before it multiplies V; the softmax sum adds

@@ -528,9 +528,10 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 // ---- key_start_loc (ABI 1.10): new K/V rows of their own count ---------------------------------
 
-// A kernel built before ABI 1.10 reads the new K/V rows by query_start_loc: it is not offered a
-// call whose rows follow key_start_loc (explain says why, planning fails UNSUPPORTED naming it).
-TEST_P(PagedVarlenOldAbi, KeyStartLocIsRefusedWithTheReason) {
+// A kernel built before ABI 1.10 reads the new K/V rows by query_start_loc and adds no ALiBi: it
+// is not offered a call with key_start_loc or alibi_slopes (explain says why, planning fails
+// UNSUPPORTED naming it).
+TEST_P(PagedVarlenOldAbi, KeyStartLocAndAlibiAreRefusedWithTheReason) {
   CleanAttnrtEnv env;
   const OldAbi& abi = GetParam();
   const std::string kernel = VarlenKernel(abi);
@@ -538,21 +539,30 @@ TEST_P(PagedVarlenOldAbi, KeyStartLocIsRefusedWithTheReason) {
   ASSERT_TRUE(runtime);
   OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
   ASSERT_TRUE(op);
-  Call call(false);
-  // Sequence 0 writes 2 key rows (tokens 3, 4), sequence 1 four (tokens 5..8).
+  // Sequence 0 writes 2 key rows (tokens 3, 4), sequence 1 four (tokens 5..8); ALiBi slopes.
   Tensor key_start_loc = I32({0, 2, kTokens}, {3});
-  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC] = key_start_loc.get();
-  const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
-  ASSERT_EQ(explained.size(), 1u);
-  EXPECT_EQ(explained[0], Refusal(abi, "key_start_loc", 10));
+  Tensor alibi_slopes = F32({kHeads});
+  alibi_slopes.Fill(0.5f);
+  for (const char* feature : {"key_start_loc", "alibi_slopes"}) {
+    SCOPED_TRACE(feature);
+    Call call(false);
+    const bool keys = std::string(feature) == "key_start_loc";
+    call.in[keys ? ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC
+                 : ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES] =
+        keys ? key_start_loc.get() : alibi_slopes.get();
+    const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+    ASSERT_EQ(explained.size(), 1u);
+    EXPECT_EQ(explained[0], Refusal(abi, feature, 10));
 
-  attnrt_plan* raw = nullptr;
-  const attnrt_status s =
-      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
-  PlanPtr plan(raw);
-  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
-  const std::string message = attnrt_last_error_message();
-  EXPECT_NE(message.find(Refusal(abi, "key_start_loc", 10)), std::string::npos) << message;
+    attnrt_plan* raw = nullptr;
+    const attnrt_status s =
+        attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+    PlanPtr plan(raw);
+    EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+    const std::string message = attnrt_last_error_message();
+    EXPECT_NE(message.find(Refusal(abi, feature, 10)), std::string::npos) << message;
+    EXPECT_EQ(call.output.f32()[0], -7.0f);
+  }
 }
 
 // The fixture's kernel, pinned, is not offered the case: explain gives the runtime's reason (a

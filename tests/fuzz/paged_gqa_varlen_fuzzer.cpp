@@ -20,7 +20,8 @@
 // workspace one byte short), and now and then an attribute that is refused (block_size 0 or 1025,
 // kv_layout 2, num_heads not a multiple of kv_num_heads, head_size 12 but over unquantized caches,
 // p_precision 2), and now and then key_start_loc (ABI 1.10): query_start_loc's values (the same
-// rows) or malformed. Tensor contents come from a hash of the input. The call runs attnrt_op_create
+// rows) or malformed, and alibi_slopes, valid or not. Tensor contents come from a hash of the
+// input. The call runs attnrt_op_create
 // -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
 // again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
 // heap buffer of exactly the bytes it describes (the two halves of a shared pool: the one tensor's
@@ -33,7 +34,8 @@
 //   - both runtimes give the same run status when both plan (validation precedes the kernel);
 //   - a failing run leaves the pools and every output byte untouched;
 //   - a call with two cache types whose attributes do not describe its pools (or whose key_cache
-//     is int8, float8 or int4 with scales) does not run, nor one with a malformed key_start_loc;
+//     is int8, float8 or int4 with scales) does not run, nor one with a malformed key_start_loc
+//     or alibi_slopes;
 //   - a successful run writes every element of the output rows before query_start_loc[B] (the
 //     poison, all bits set, is gone), leaves the padding rows after them untouched, changes no pool
 //     byte but the rows of the new tokens (slot_mapping -1 rows excepted; each pool with its own
@@ -302,6 +304,8 @@ struct Case {
   // writes, refused where query_start_loc[B] leaves key rows unplaced or key is absent); refused:
   // 2 starting at 1, 3 ending past key's rows, 4 int64.
   int key_rows = 0;
+  // alibi_slopes (ABI 1.10): 0 absent; 1 float32 [N] in [-1, 1); refused: 2 [N + 1], 3 float16.
+  int alibi = 0;
 };
 
 // Lays out the two pools: compact tensors, or the halves of one tensor whose axes (block, K/V,
@@ -605,6 +609,9 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   // key_start_loc, decoded last (an exhausted input gives none).
   const int key_rows = fdp.ConsumeIntegralInRange<int>(0, 15);
   c->key_rows = key_rows < 12 ? 0 : key_rows - 11;
+  // alibi_slopes, decoded after it.
+  const int alibi = fdp.ConsumeIntegralInRange<int>(0, 7);
+  c->alibi = alibi < 5 ? 0 : alibi - 4;
 }
 
 void Describe(const Case& c) {
@@ -760,6 +767,12 @@ void Build(Call& k, Rng& rng) {
                 ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE, ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK}) {
     if (k.in[static_cast<size_t>(i)])
       FillFloat(*k.in[static_cast<size_t>(i)]->buffer, c.t_dtype, rng);
+  }
+  if (c.alibi != 0) {
+    const attnrt_dtype slope_dtype = c.alibi == 3 ? kF16 : kF32;
+    k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES] =
+        Compact(slope_dtype, {c.alibi == 2 ? heads + 1 : heads});
+    FillFloat(*k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES]->buffer, slope_dtype, rng);
   }
   // One buffer holding pools of two types (aliased): bytes that are finite values of any type.
   const bool mixed_buffer =
@@ -1058,6 +1071,10 @@ RunResult RunOn(Call& k, int r) {
   if (c.key_rows >= 2 || (c.key_rows == 1 && (!c.has_kv || c.starts.back() != c.num_tokens))) {
     Fail("a call whose key_start_loc does not place key's rows (case " +
          std::to_string(c.key_rows) + ") ran on " + info.kernel);
+  }
+  if (c.alibi >= 2) {
+    Fail("a call with malformed alibi_slopes (case " + std::to_string(c.alibi) + ") ran on " +
+         info.kernel);
   }
   CheckSuccess(k, info.kernel);
   result.output = k.out->buffer->Copy();

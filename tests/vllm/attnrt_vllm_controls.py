@@ -2,8 +2,9 @@
 with one key dropped (each step, the query row at the end of the batch's longest sequence no
 longer sees key 0: a window of max_seq_len - 1 keys), and with an fp8 cache read through a
 k_scale 25 % off (the bytes as vLLM's, the scores a quarter too sharp: vLLM's default scales are 1,
-so a scale applied the wrong way round would not show); everything else is as in attnrt.vllm. The
-check must fail with each, or it could not tell a wrong attention from a right one."""
+so a scale applied the wrong way round would not show), and with ALiBi slopes given to the wrong
+heads; everything else is as in attnrt.vllm. The check must fail with each, or it could not tell a
+wrong attention from a right one."""
 
 from attnrt._vllm_backend import AttnrtBackend, AttnrtImpl
 
@@ -36,3 +37,19 @@ class WrongFp8ScaleBackend(AttnrtBackend):
     @staticmethod
     def get_impl_cls():
         return WrongFp8ScaleImpl
+
+
+class SwappedAlibiImpl(AttnrtImpl):
+    """Each query head given another head's ALiBi slope (the slopes reversed), as a kernel indexing
+    them by the wrong head would."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.alibi_slopes is not None:
+            self.alibi_slopes = self.alibi_slopes.flip(0).contiguous()
+
+
+class SwappedAlibiBackend(AttnrtBackend):
+    @staticmethod
+    def get_impl_cls():
+        return SwappedAlibiImpl

@@ -26,6 +26,7 @@
  *   head_sink      T [N], optional; k_scale, v_scale float32 for quantized caches, as GQA's
  *   key_start_loc  int32 [B + 1] host, optional (ABI 1.10; FlashAttention's cu_seqlens_k): the
  *                  new K/V rows of each sequence, when they are not its query rows (below)
+ *   alibi_slopes   float32 [N], optional (ABI 1.10): ALiBi (below)
  *
  *   output         T [num_tokens, N * H]    rows past query_start_loc[B] (an engine's padding)
  *                                           are neither read nor written
@@ -40,6 +41,12 @@
  * written into the cache on the step the encoder ran (k_len_b = T_b) and read from it after (key
  * and value absent). Without key_start_loc, k_len_b = q_len_b: one K/V row per query row. A call
  * with key rows has at least one query row. key_start_loc without key and value is an error.
+ *
+ * ALiBi (alibi_slopes, ABI 1.10; Press et al., "Train Short, Test Long", as vLLM and
+ * FlashAttention take it): the score of query row i of sequence b (position p = P_b + i) and key j
+ * gets slope_n * (j - p) added, n the query head, after scale and softcap and before the mask and
+ * the softmax; non-causal rows too (keys after p get a positive bias, as vLLM's CPU kernel adds
+ * it). The slopes are read from the device of query.
  *
  * With a value head size Hv != H (ABI 1.8; value_cache's last dimension, attnrt/ops/paged_gqa.h)
  * value is T [num_tokens, Nkv * Hv] and output T [num_tokens, N * Hv].
@@ -85,7 +92,8 @@ typedef enum attnrt_paged_gqa_varlen_input {
   ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE = 10,        /* as GQA; quantized caches */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE = 11,        /* as GQA; quantized caches */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC = 12,  /* int32 [B+1], host; optional (ABI 1.10) */
-  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 13
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES = 13,   /* float32 [N]; optional (ABI 1.10) */
+  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 14
 } attnrt_paged_gqa_varlen_input;
 
 typedef enum attnrt_paged_gqa_varlen_output {
@@ -107,8 +115,8 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * and its args' problem pointers point into that copy (the args structs did not change).
  * ABI 1.8 appended v_head_size the same way: a kernel of a plugin built for ABI 1.5-1.7 gets the
  * ABI 1.7 layout (no v_head_size), problems with Hv == H only.
- * ABI 1.10 appended num_key_tokens and has_key_start_loc: plugins built for ABI 1.9 or older are
- * offered problems without key_start_loc only (their kernels read key rows by query_start_loc).
+ * ABI 1.10 appended num_key_tokens, has_key_start_loc and has_alibi_slopes: plugins built for ABI
+ * 1.9 or older are offered problems with neither key_start_loc nor alibi_slopes only.
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
@@ -118,6 +126,7 @@ typedef struct attnrt_paged_gqa_varlen_problem {
   /* ABI 1.10: the rows of key and value (num_tokens without key_start_loc, 0 without key). */
   int64_t num_key_tokens;
   bool has_key_start_loc;
+  bool has_alibi_slopes; /* ABI 1.10 */
 } attnrt_paged_gqa_varlen_problem;
 
 /**
@@ -125,7 +134,8 @@ typedef struct attnrt_paged_gqa_varlen_problem {
  * points to T_b - 1 per sequence (seq_lens - 1), paged.gqa.phase is
  * ATTNRT_GQA_PHASE_SUBSEQUENT_PROMPT (the causal offset of sequence b is T_b - q_len_b),
  * paged.gqa.total_sequence_length is the largest T_b, query/key/value/output point at the packed
- * rows. max_query_len is the largest q_len_b. key_start_loc (ABI 1.10) is NULL unless given.
+ * rows. max_query_len is the largest q_len_b. key_start_loc and alibi_slopes (ABI 1.10) are NULL
+ * unless given.
  */
 typedef struct attnrt_paged_gqa_varlen_args {
   size_t struct_size;
@@ -136,6 +146,7 @@ typedef struct attnrt_paged_gqa_varlen_args {
   const int64_t* slot_mapping; /* NULL when absent */
   int64_t max_query_len;
   const int32_t* key_start_loc; /* ABI 1.10; NULL: sequence b's key rows are its query rows */
+  const float* alibi_slopes;    /* ABI 1.10; float32 [N], NULL: no ALiBi */
 } attnrt_paged_gqa_varlen_args;
 
 #ifdef __cplusplus

@@ -32,7 +32,7 @@ class PagedGqaVarlenOp(Op):
     [num_tokens] (optional, -1 = row not written); head_sink [N]; k_scale, v_scale;
     key_start_loc int32 [B+1] (optional: key/value rows of their own count, sequence b's
     [key_start_loc[b], key_start_loc[b+1]) written as its last tokens; slot_mapping then has one
-    slot per key row). Output:
+    slot per key row); alibi_slopes float32 [N] (optional: ALiBi). Output:
     output [num_tokens, N*H] like query; rows past query_start_loc[B] are left as they are.
     """
 
@@ -158,7 +158,8 @@ def _heads(q, k_cache, kv_layout) -> tuple[int, int, int]:
 
 
 def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, *,
-                           k=None, v=None, cu_seqlens_k=None, softmax_scale: float | None = None,
+                           k=None, v=None, cu_seqlens_k=None, alibi_slopes=None,
+                           softmax_scale: float | None = None,
                            causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                            sinks=None, slot_mapping=None, out=None, kv_layout: str = "BSNH",
                            block_size: int | None = None, k_scale=None, v_scale=None,
@@ -179,8 +180,9 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     encoder's rows. Query row i of sequence b is token seq_lens[b] - q_len_b + i; causal (default),
     it sees the keys up to its own position, with causal=False every key of its sequence (encoder
     and cross-attention, where q_len_b may exceed seq_lens[b]; window_size then (-1, -1)).
-    window_size (left, right) as FlashAttention's; softcap > 0 caps the scores; sinks [N] are
-    per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
+    window_size (left, right) as FlashAttention's; softcap > 0 caps the scores; alibi_slopes
+    float32 [N] adds slope * (key position - query position) to the scores (ALiBi, as vLLM and
+    FlashAttention take it; after softcap); sinks [N] are per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
     for P·V; "input" rounds each to q's dtype first, as FlashAttention and vLLM's AMX CPU kernel do
     (docs/gqa-semantics.md, "Probability precision"; the same as "exact" for float32). Returns out
     (allocated like q unless given).
@@ -199,18 +201,20 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,
                                  "input" if precision else "exact", causal, k_scale, v_scale,
-                                 cu_seqlens_k)
+                                 cu_seqlens_k, alibi_slopes)
         if done is not None:
             return done
     return paged_attention_varlen_python(
         runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
-        cu_seqlens_k=cu_seqlens_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        cu_seqlens_k=cu_seqlens_k, alibi_slopes=alibi_slopes, softmax_scale=softmax_scale,
+        causal=causal, window_size=window_size, softcap=softcap,
         sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout,
         block_size=block_size, k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
 
 
 def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
                                   block_table, *, k=None, v=None, cu_seqlens_k=None,
+                                  alibi_slopes=None,
                                   softmax_scale: float | None = None, causal: bool = True,
                                   window_size=(-1, -1),
                                   softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
@@ -232,5 +236,5 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     inputs = {"query": q, "key": k, "value": v, "key_cache": k_cache, "value_cache": v_cache,
               "query_start_loc": cu_seqlens_q, "seq_lens": seq_lens, "block_table": block_table,
               "slot_mapping": slot_mapping, "head_sink": sinks, "k_scale": k_scale,
-              "v_scale": v_scale, "key_start_loc": cu_seqlens_k}
+              "v_scale": v_scale, "key_start_loc": cu_seqlens_k, "alibi_slopes": alibi_slopes}
     return op(output=out, **inputs)

@@ -417,8 +417,6 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
 
         if unsupported:
             refuse(f"the attention options {sorted(unsupported)}")
-        if alibi_slopes is not None:
-            refuse("ALiBi (alibi_slopes)")
         if attn_type not in _ATTN_TYPES:
             refuse(f"attn_type {attn_type!r} (served: decoder self-attention, the encoders' "
                    f"non-causal self-attention and cross-attention)")
@@ -436,6 +434,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads < 1 or num_heads % num_kv_heads:
             refuse(f"{num_heads} query heads over {num_kv_heads} KV heads (must divide)")
+        if alibi_slopes is not None and len(alibi_slopes) != num_heads:
+            refuse(f"{len(alibi_slopes)} ALiBi slopes for {num_heads} query heads")
         if sinks is not None and tuple(sinks.shape) != (num_heads,):
             refuse(f"sinks of shape {tuple(sinks.shape)} (expected ({num_heads},))")
         self.num_heads = num_heads
@@ -452,7 +452,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         # A layer reading the KV cache of an earlier layer (vLLM gives it that layer's cache
         # tensor): it writes no rows, the target layer wrote this step's.
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self.alibi_slopes = None
+        # ALiBi (Bloom, MPT, Baichuan-style models): slope * (key position - query position) added
+        # to each score, as vLLM's kernel adds it; attnrt's row-pipeline kernels run it.
+        self.alibi_slopes = (None if alibi_slopes is None
+                             else torch.tensor(alibi_slopes, dtype=torch.float32))
         # vLLM's sliding_window W: the query at position i sees keys j with i - j < W, that is
         # FlashAttention's window (W - 1, 0).
         self.sliding_window = sliding_window
@@ -613,14 +616,14 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
                     window[0], self.logits_soft_cap, "BNSH", self._p_precision, causal,
-                    k_scale, v_scale, key_start_loc)
+                    k_scale, v_scale, key_start_loc, self.alibi_slopes)
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output
         paged_attention_varlen(
             runtime(), q, k_pool, v_pool, attn_metadata.query_start_loc,
             attn_metadata.seq_lens, table, k=k, v=v, cu_seqlens_k=key_start_loc,
-            slot_mapping=slots, softmax_scale=self.scale,
+            alibi_slopes=self.alibi_slopes, slot_mapping=slots, softmax_scale=self.scale,
             causal=causal, window_size=window, softcap=self.logits_soft_cap, sinks=sinks, out=out,
             kv_layout="BNSH", block_size=block_size, k_scale=k_scale, v_scale=v_scale,
             p_precision=self._p_precision)

@@ -308,7 +308,7 @@ def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
 
 @needs_vllm
 @pytest.mark.parametrize("kwargs, reason", [
-    (dict(alibi_slopes=[0.5] * N), "ALiBi"),
+    (dict(alibi_slopes=[0.5] * (N - 1)), "ALiBi slopes"),
     (dict(attn_type="decoder_typo"), "attn_type"),
     (dict(attn_type="encoder_decoder", sliding_window=8), "sliding window"),
     (dict(attn_type="encoder_only", sliding_window=8), "sliding window"),
@@ -940,3 +940,96 @@ def test_cross_attention_layer_checks_its_metadata():
     with pytest.raises(ValueError, match="key_start_loc"):
         impl.forward(None, q, k, k.clone(), kv, md, torch.empty(1, N, H))
     assert not kv.any(), "the cache was written"
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [True, False])
+def test_impl_alibi_matches_vllms_kernel(dtype, causal):
+    """ALiBi (alibi_slopes: Bloom, MPT, Baichuan-style layers): a decode and an 11-token chunk over
+    cached rows, attnrt's layer against vLLM's own CPU kernel given the same slopes (each writing
+    its own cache) and a float64 reference with slope_h * (j - i) added to the scores, causal and
+    non-causal; slopes given to the wrong heads must fail the comparison."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata
+
+    g = torch.Generator().manual_seed(37)
+    print(f"seed 37, dtype {dtype}, causal {causal}")
+    bs = 16
+    isa = _get_attn_isa(dtype, bs, H, "auto")
+    slopes = [2.0 ** (-8 * (h + 1) / N) * 4 for h in range(N)]
+    slopes[3] = 0.0
+    impl = AttnrtImpl(N, H, 0.125, NKV, slopes, None, "auto", None)
+    ctx, q_lens, tables = [45, 20], [1, 11], [[4, 1, 6, 0], [2, 5, -1, -1]]
+    seq_lens = [c + q for c, q in zip(ctx, q_lens)]
+    num_blocks = 7
+    rows_k = [(2 * torch.randn(s, NKV, H, generator=g)).to(dtype) for s in seq_lens]
+    rows_v = [(2 * torch.randn(s, NKV, H, generator=g)).to(dtype) for s in seq_lens]
+    ours = torch.zeros(num_blocks, NKV, bs, 2 * H, dtype=dtype)
+    theirs = torch.zeros_like(ours)
+    vk, vv = theirs.view(num_blocks, NKV, 2 * bs, H).chunk(2, dim=2)
+    pools = ours.view(num_blocks, NKV, 2, bs, H)
+    slot = [[tables[b][p // bs] * bs + p % bs for p in range(seq_lens[b])] for b in range(2)]
+    for b in range(2):
+        pos = torch.arange(ctx[b])
+        blocks = torch.tensor(tables[b])[pos // bs]
+        pools[blocks, :, 0, pos % bs] = rows_k[b][:ctx[b]]
+        pools[blocks, :, 1, pos % bs] = rows_v[b][:ctx[b]]
+        ops.cpu_attn_reshape_and_cache(rows_k[b][:ctx[b]], rows_v[b][:ctx[b]], vk, vv,
+                                       torch.tensor(slot[b][:ctx[b]]), isa)
+    t = sum(q_lens)
+    q = (2 * torch.randn(t, N, H, generator=g)).to(dtype)
+    k = torch.cat([rows_k[b][ctx[b]:] for b in range(2)])
+    v = torch.cat([rows_v[b][ctx[b]:] for b in range(2)])
+    new_slots = torch.tensor([s for b in range(2) for s in slot[b][ctx[b]:]], dtype=torch.int64)
+    qsl = torch.tensor([0, q_lens[0], t], dtype=torch.int32)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    table = torch.tensor(tables, dtype=torch.int32)
+    md = AttnrtMetadata(num_actual_tokens=t, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+                        query_start_loc=qsl, seq_lens=lens, block_table=table,
+                        slot_mapping=new_slots, causal=causal)
+    out = torch.full((t, N, H), 7.0, dtype=dtype)
+    impl.forward(None, q, k, v, ours, md, out)
+
+    ops.cpu_attn_reshape_and_cache(k, v, vk, vv, new_slots, isa)
+    metadata = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=2, num_heads=N, num_kv_heads=NKV, head_dim=H, seq_lens=lens, dtype=dtype,
+        query_start_loc=qsl, causal=causal, sliding_window_size=-1, isa=isa,
+        enable_kv_split=False)
+    expect = torch.empty_like(out)
+    ops.cpu_attention_with_kv_cache(
+        query=q, key_cache=vk, value_cache=vv, output=expect, query_start_loc=qsl, seq_lens=lens,
+        scale=0.125, causal=causal, alibi_slopes=torch.tensor(slopes, dtype=torch.float32),
+        sliding_window=-1, block_table=table, softcap=0.0, scheduler_metadata=metadata,
+        s_aux=None)
+
+    def alibi_reference(qi, keys, values, p, head_slopes):
+        group = N // NKV
+        last = p + 1 if causal else keys.shape[0]
+        o = torch.empty(N, H, dtype=torch.float64)
+        j = torch.arange(last, dtype=torch.float64)
+        for h in range(N):
+            s = keys[:last, h // group].double() @ qi[h].double() * 0.125
+            s = s + head_slopes[h] * (j - p)
+            o[h] = torch.softmax(s, 0) @ values[:last, h // group].double()
+        return o
+
+    worst = worst_vllm = worst_wrong = 0.0
+    for b in range(2):
+        rows = slice(int(qsl[b]), int(qsl[b + 1]))
+        for i in range(q_lens[b]):
+            p = ctx[b] + i
+            want = alibi_reference(q[rows][i], rows_k[b], rows_v[b], p, slopes)
+            worst = max(worst, (out[rows][i].double() - want).abs().max().item())
+            worst_vllm = max(worst_vllm, (expect[rows][i].double() - want).abs().max().item())
+            wrong = alibi_reference(q[rows][i], rows_k[b], rows_v[b], p, slopes[::-1])
+            worst_wrong = max(worst_wrong, (out[rows][i].double() - wrong).abs().max().item())
+    diff = (out.float() - expect.float()).abs().max().item()
+    print(f"max |error| vs float64: attnrt {worst:.3g}, vLLM {worst_vllm:.3g}, slopes of other "
+          f"heads {worst_wrong:.3g}; between them {diff:.3g}")
+    tol = 2e-5 if dtype == torch.float32 else 6e-2
+    assert worst <= tol, worst
+    assert diff <= worst + max(worst_vllm, tol), diff
+    assert worst_wrong > 10 * tol, "slopes given to the wrong heads went unnoticed"

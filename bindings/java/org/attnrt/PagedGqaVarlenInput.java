@@ -35,8 +35,10 @@ public enum PagedGqaVarlenInput {
    * b's {@code [key_start_loc[b], key_start_loc[b + 1])}, written as its last tokens.
    */
   KEY_START_LOC(12),
-  /** Number of positions (13). */
-  NUM_INPUTS(13);
+  /** Position 13: {@code alibi_slopes} (ABI 1.10): float32 ALiBi slope of each query head. */
+  ALIBI_SLOPES(13),
+  /** Number of positions (14). */
+  NUM_INPUTS(14);
 
   private final int value;
 
