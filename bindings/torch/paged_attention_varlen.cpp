@@ -56,7 +56,7 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
          const c10::optional<at::Tensor>& k_scale_view,
          const c10::optional<at::Tensor>& v_scale_view,
          const c10::optional<at::Tensor>& cu_seqlens_k,
-         const c10::optional<at::Tensor>& alibi_slopes) {
+         const c10::optional<at::Tensor>& alibi_slopes, int64_t window_right) {
   CheckWritable(k_cache, "k_cache");
   CheckWritable(v_cache, "v_cache");
   CheckWritable(out, "out");
@@ -77,6 +77,9 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   const c10::optional<at::Tensor> sinks = Resolved(sinks_view);
   const c10::optional<at::Tensor> k_scale = Resolved(k_scale_view),
                                   v_scale = Resolved(v_scale_view);
+  // Values read by the op: a negative view's stored values are not its values.
+  const c10::optional<at::Tensor> key_starts = Resolved(cu_seqlens_k),
+                                  slopes = Resolved(alibi_slopes);
   // window_left + 1 is the op's int32 local_window_size (as the Python path refuses more).
   ATTNRT_TORCH_CHECK_ARG(window_left >= -1 && window_left < int64_t{INT32_MAX},
                          "window_left: expected -1 (off) or 0..", int64_t{INT32_MAX} - 1, ", got ",
@@ -116,11 +119,18 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   key.local_window_size = window_left >= 0 ? static_cast<int32_t>(window_left + 1) : -1;
   // None is the default (causal): torch would read None as False for a plain bool.
   const bool causal = causal_given.value_or(true);
-  ATTNRT_TORCH_CHECK_ARG(causal || window_left < 0,
-                         "window_left: a local window needs causal attention (causal=False sees "
-                         "every key of its sequence), got window_left=",
-                         window_left);
+  // FlashAttention's window_size[1]: with causal only 0 or -1; without, the keys after each row it
+  // sees (-1: all), with window_left the window of non-causal attention.
+  ATTNRT_TORCH_CHECK_ARG(window_right >= -1 && window_right < int64_t{INT32_MAX},
+                         "window_right: expected -1 (off) or 0..", int64_t{INT32_MAX} - 1, ", got ",
+                         window_right);
+  ATTNRT_TORCH_CHECK_ARG(
+      !causal || window_right <= 0,
+      "window_right: causal attention sees no later key, so window_right must be "
+      "0 or -1, got ",
+      window_right);
   key.causal = causal ? 1 : 0;
+  key.local_window_right = causal ? -1 : static_cast<int32_t>(window_right);
   // A quantized cache is 8-bit (int8 or float8_e4m3fn) with float32 scales: one each (per
   // tensor, as vLLM's k_scale/v_scale) or Nkv * H (per channel). The op checks the rest (scales
   // absent for a cache of the query's type, their dtype, the caches' dtypes).
@@ -159,8 +169,8 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK, sinks, "sinks");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE, k_scale, "k_scale");
   set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE, v_scale, "v_scale");
-  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC, cu_seqlens_k, "cu_seqlens_k");
-  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES, alibi_slopes, "alibi_slopes");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC, key_starts, "cu_seqlens_k");
+  set_optional(ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES, slopes, "alibi_slopes");
   attnrt_tensor& output = t[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS];
   output = Describe(out, "out");
   const attnrt_tensor* outputs[1] = {&output};
@@ -178,18 +188,21 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
   }
 }
 
-void PagedAttentionVarlen(
-    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& block_table,
-    const at::Tensor& out, const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
-    const c10::optional<at::Tensor>& slot_mapping, const c10::optional<at::Tensor>& sinks,
-    double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
-    c10::string_view p_precision, c10::optional<bool> causal,
-    const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
-    const c10::optional<at::Tensor>& cu_seqlens_k, const c10::optional<at::Tensor>& alibi_slopes) {
+void PagedAttentionVarlen(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
+                          const at::Tensor& block_table, const at::Tensor& out,
+                          const c10::optional<at::Tensor>& k, const c10::optional<at::Tensor>& v,
+                          const c10::optional<at::Tensor>& slot_mapping,
+                          const c10::optional<at::Tensor>& sinks, double softmax_scale,
+                          int64_t window_left, double softcap, c10::string_view kv_layout,
+                          c10::string_view p_precision, c10::optional<bool> causal,
+                          const c10::optional<at::Tensor>& k_scale,
+                          const c10::optional<at::Tensor>& v_scale,
+                          const c10::optional<at::Tensor>& cu_seqlens_k,
+                          const c10::optional<at::Tensor>& alibi_slopes, int64_t window_right) {
   Run(kDefaultRuntime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
       slot_mapping, sinks, softmax_scale, window_left, softcap, std::string(kv_layout),
-      std::string(p_precision), causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes);
+      std::string(p_precision), causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes, window_right);
 }
 
 void PagedAttentionVarlenOn(
@@ -200,29 +213,32 @@ void PagedAttentionVarlenOn(
     double softmax_scale, int64_t window_left, double softcap, c10::string_view kv_layout,
     c10::string_view p_precision, c10::optional<bool> causal,
     const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
-    const c10::optional<at::Tensor>& cu_seqlens_k, const c10::optional<at::Tensor>& alibi_slopes) {
+    const c10::optional<at::Tensor>& cu_seqlens_k, const c10::optional<at::Tensor>& alibi_slopes,
+    int64_t window_right) {
   Run(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v, slot_mapping,
       sinks, softmax_scale, window_left, softcap, std::string(kv_layout), std::string(p_precision),
-      causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes);
+      causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes, window_right);
 }
 
 }  // namespace
 
 // The schema of the Python-registered operator, so that callers do not change; window_left is a
-// SymInt as torch.library.custom_op declares an int. p_precision ("exact" or "input", the paged
-// op's attribute), causal (False: every query row sees every key of its sequence, the encoder
-// form; None or True: causal) and k_scale/v_scale (float32 scales of an int8 or float8_e4m3fn
-// cache) and cu_seqlens_k (int32 [B+1]: k and v have rows of their own count, sequence b's
-// [cu_seqlens_k[b], cu_seqlens_k[b+1]), its last tokens; the op's key_start_loc) come last with
+// SymInt as torch.library.custom_op declares an int. What later versions added comes last, with
+// defaults, so positional callers of the older schemas work: p_precision ("exact" or "input", the
+// paged op's attribute), causal (False: every query row sees every key of its sequence, the
+// encoder form; None or True: causal), k_scale/v_scale (float32 scales of an int8 or
+// float8_e4m3fn cache), cu_seqlens_k (int32 [B+1]: k and v have rows of their own count, sequence
+// b's [cu_seqlens_k[b], cu_seqlens_k[b+1]), its last tokens; the op's key_start_loc),
 // alibi_slopes (float32 [N]: ALiBi, slope * (key position - query position) added to the scores)
-// come last with their defaults, so positional callers of the older schemas work.
+// and window_right (FlashAttention's window_size[1]: with causal=False, the keys after each row
+// it sees, -1 all).
 #define ATTNRT_VARLEN_ARGS                                                                     \
   "Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cu_seqlens_q, Tensor seq_lens, " \
   "Tensor block_table, Tensor(a6!) out, Tensor? k=None, Tensor? v=None, "                      \
   "Tensor? slot_mapping=None, Tensor? sinks=None, float softmax_scale=0., "                    \
   "SymInt window_left=-1, float softcap=0., str kv_layout=\"BSNH\", "                          \
   "str p_precision=\"exact\", bool? causal=None, Tensor? k_scale=None, Tensor? v_scale=None, " \
-  "Tensor? cu_seqlens_k=None, Tensor? alibi_slopes=None"
+  "Tensor? cu_seqlens_k=None, Tensor? alibi_slopes=None, SymInt window_right=-1"
 
 TORCH_LIBRARY_FRAGMENT(attnrt, m) {
   m.def("paged_attention_varlen(" ATTNRT_VARLEN_ARGS ") -> ()");

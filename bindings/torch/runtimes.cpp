@@ -159,7 +159,7 @@ bool OpKey::operator==(const OpKey& o) const {
          std::memcmp(&softcap, &o.softcap, sizeof(float)) == 0 &&
          local_window_size == o.local_window_size && p_precision == o.p_precision &&
          causal == o.causal && quant_type == o.quant_type &&
-         kv_cache_bit_width == o.kv_cache_bit_width;
+         kv_cache_bit_width == o.kv_cache_bit_width && local_window_right == o.local_window_right;
 }
 
 namespace {
@@ -277,6 +277,7 @@ std::shared_ptr<CachedOp> VarlenOp(int64_t id, const OpKey& key) {
   a.gqa.softcap = key.softcap;
   a.gqa.local_window_size = key.local_window_size;
   a.gqa.causal = key.causal;
+  a.local_window_right = key.local_window_right;
   a.gqa.k_quant_type = a.gqa.v_quant_type = key.quant_type;
   a.gqa.kv_cache_bit_width = key.kv_cache_bit_width;
   a.block_size = key.block_size;

@@ -92,8 +92,9 @@ struct OpKey {
   float scale = 0.0f;
   float softcap = 0.0f;
   int32_t local_window_size = -1;
-  int32_t p_precision = 0;  // attnrt_p_precision
-  int32_t causal = 1;       // 0: every query row sees every key of its sequence
+  int32_t p_precision = 0;          // attnrt_p_precision
+  int32_t causal = 1;               // 0: every query row sees every key of its sequence
+  int32_t local_window_right = -1;  // causal = 0: keys after the row it sees (-1: all)
   // Quantized caches (int8 or float8_e4m3fn with k_scale/v_scale): attnrt_gqa_quant_type and the
   // bit width; 0 for caches of the query's type.
   int32_t quant_type = 0;

@@ -33,6 +33,7 @@ inline constexpr uint32_t kValueCacheTypeMinor = 9;
 // ALiBi.
 inline constexpr uint32_t kKeyStartLocMinor = 10;
 inline constexpr uint32_t kAlibiMinor = 10;
+inline constexpr uint32_t kNonCausalWindowMinor = 10;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {

@@ -305,10 +305,13 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   // cache's (v_quant_type as k_quant_type), value_cache's own was checked above.
   attnrt_gqa_attributes one_type = a.gqa;
   if (independent) one_type.v_quant_type = one_type.k_quant_type;
+  // Nor a window of non-causal attention (the varlen op's, ValidateAttributes checked it).
+  if (one_type.causal == 0) one_type.local_window_size = -1;
   ATTNRT_RETURN_IF_ERROR(Rename(gqa::ValidateShapes(
       one_type, call.in, ATTNRT_GQA_NUM_INPUTS, call.out, call.num_outputs,
       gqa::ValueRows{value_head_size, independent, /*any_head_size=*/true}, &gqa)));
   gqa.attributes.v_quant_type = a.gqa.v_quant_type;
+  gqa.attributes.local_window_size = a.gqa.local_window_size;
   // The key pool's own dtype (a float key cache of independent types need not be T).
   gqa.cache_dtype = inputs[ATTNRT_PAGED_GQA_INPUT_KEY_CACHE]->dtype;
   if (table.shape[0] != gqa.batch_size) {
@@ -472,7 +475,7 @@ Status CheckIndependentTypes(const attnrt_paged_gqa_attributes& a) {
 
 }  // namespace
 
-Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
+Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out, bool varlen) {
   try {
     if (attributes == nullptr) {
       return InvalidArgument("PagedGroupQueryAttention: attributes must not be NULL");
@@ -505,6 +508,37 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
                  "or 1 (its own, v_quant_type and v_cache_bit_width), got ", a.v_cache_own_type));
     }
     if (a.v_cache_own_type == 0) a.v_cache_bit_width = 0;  // ignored
+    // ABI 1.2-1.9 callers end before local_window_right (their struct of 104 bytes, the last 4
+    // padding: the reserved field).
+    constexpr size_t kWindowRightEnd =
+        offsetof(attnrt_paged_gqa_attributes, local_window_right) + sizeof(int32_t);
+    static_assert(kWindowRightEnd > 104, "ABI 1.9's attnrt_paged_gqa_attributes was 104 bytes");
+    if (struct_size < kWindowRightEnd) a.local_window_right = -1;
+    if (a.local_window_right < -1) {
+      return InvalidArgument(
+          StrCat("local_window_right must be -1 (no bound) or >= 0, got ", a.local_window_right));
+    }
+    // FlashAttention's causal window (left, 0): nothing after the row is seen anyway.
+    if (a.gqa.causal == 1 && a.local_window_right == 0) a.local_window_right = -1;
+    // A window of non-causal attention (the varlen op, ABI 1.10): GroupQueryAttention's checks
+    // below refuse local_window_size with causal = 0, so they see it off.
+    const int32_t window = a.gqa.local_window_size;
+    const bool non_causal_window =
+        varlen && a.gqa.causal == 0 && (window != -1 || a.local_window_right != -1);
+    if (non_causal_window) {
+      if (window == 0 || window < -1) {
+        return InvalidArgument(
+            StrCat("gqa.local_window_size must be -1 (no bound) or >= 1 (the keys up to and "
+                   "including the row's own position) in non-causal attention, got ",
+                   window));
+      }
+      a.gqa.local_window_size = -1;
+    } else if (a.local_window_right != -1) {
+      return InvalidArgument(
+          StrCat("local_window_right must be -1 ", varlen ? "with causal = 1" : "for the paged op",
+                 " (a window of non-causal attention is the varlen op's, with causal = 0), got ",
+                 a.local_window_right));
+    }
     a.struct_size = sizeof(attnrt_paged_gqa_attributes);
     // GroupQueryAttention's checks know one cache type: with independent types they see the key
     // cache's (v_quant_type as k_quant_type); value_cache's type is checked below.
@@ -515,6 +549,7 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
       a.gqa.v_quant_type = v_quant_type;
       ATTNRT_RETURN_IF_ERROR(CheckIndependentTypes(a));
     }
+    if (non_causal_window) a.gqa.local_window_size = window;
     if (a.gqa.sliding_window_cache != 0) {
       return InvalidArgument(
           StrCat("gqa.sliding_window_cache must be 0 with a paged KV cache (a pool releases blocks "

@@ -16,7 +16,10 @@ namespace attnrt::core::paged_gqa {
 
 // struct_size, the GQA attributes (gqa::ValidateAttributes), sliding_window_cache == 0 and
 // block_size in [1, 1024]. Writes a normalized copy to *out.
-Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out);
+// `varlen`: the varlen op's, which also takes a window of non-causal attention (gqa.causal = 0
+// with local_window_size and local_window_right, ABI 1.10); the paged op refuses one.
+Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out,
+                          bool varlen = false);
 
 // Shapes only: input/output counts; key_cache and value_cache [num_blocks, block_size, Nkv, H]
 // (H/2 for int4) of one dtype, compact or strided with a contiguous last dimension; block_table

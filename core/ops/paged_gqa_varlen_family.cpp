@@ -57,6 +57,11 @@ class PagedGqaVarlenProblem final : public Problem {
     if (problem_.has_alibi_slopes) {
       need = NewerNeed(need, {paged_gqa_layouts::kAlibiMinor, "alibi_slopes"});
     }
+    const attnrt_gqa_attributes& a = problem_.paged.gqa.attributes;
+    if (a.causal == 0 && (a.local_window_size != -1 || problem_.local_window_right != -1)) {
+      need = NewerNeed(
+          need, {paged_gqa_layouts::kNonCausalWindowMinor, "a window of non-causal attention"});
+    }
     return need;
   }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "core/ops/paged_gqa_validation.h"
@@ -34,19 +35,20 @@ Status CheckCounts(size_t num_inputs, size_t num_outputs) {
   return Status::Ok();
 }
 
-// A packed token tensor: rank 2 [num_tokens, heads*H] or rank 3 [num_tokens, heads, H], compact.
+// A packed token tensor: rank 2 [rows, heads*H] or rank 3 [rows, heads, H], compact; `rows_name`
+// names the rows (num_tokens, or num_key_tokens for key rows of their own count).
 Status CheckPacked(const attnrt_tensor& t, const char* name, int64_t num_tokens, int64_t heads,
                    int64_t head_size, const char* heads_name,
-                   const char* head_size_name = "head_size") {
+                   const char* head_size_name = "head_size", const char* rows_name = "num_tokens") {
   ATTNRT_RETURN_IF_ERROR(CheckWellFormed(t, name));
   ATTNRT_RETURN_IF_ERROR(CheckCompact(t, name));
   const bool rank2 = t.ndim == 2 && t.shape[1] == heads * head_size;
   const bool rank3 = t.ndim == 3 && t.shape[1] == heads && t.shape[2] == head_size;
   if ((!rank2 && !rank3) || (num_tokens >= 0 && t.shape[0] != num_tokens)) {
-    return InvalidArgument(StrCat(name, ": expected [num_tokens", num_tokens >= 0 ? " " : "",
+    return InvalidArgument(StrCat(name, ": expected [", rows_name, num_tokens >= 0 ? " " : "",
                                   num_tokens >= 0 ? std::to_string(num_tokens) : std::string(),
                                   ", ", heads_name, " * ", head_size_name, " = ", heads * head_size,
-                                  "] or [num_tokens, ", heads, ", ", head_size, "], got ",
+                                  "] or [", rows_name, ", ", heads, ", ", head_size, "], got ",
                                   ShapeString(t)));
   }
   return Status::Ok();
@@ -183,8 +185,9 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
     ATTNRT_RETURN_IF_ERROR(CheckPacked(*key, "key", key_start_loc != nullptr ? -1 : num_tokens,
                                        kv_heads, head_size, "kv_num_heads"));
     num_key_tokens = key->shape[0];
-    ATTNRT_RETURN_IF_ERROR(CheckPacked(*value, "value", num_key_tokens, kv_heads, v_head_size,
-                                       "kv_num_heads", v_text));
+    ATTNRT_RETURN_IF_ERROR(
+        CheckPacked(*value, "value", num_key_tokens, kv_heads, v_head_size, "kv_num_heads", v_text,
+                    key_start_loc != nullptr ? "num_key_tokens (key's rows)" : "num_tokens"));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*key, "key", query->dtype, "the dtype of query"));
     ATTNRT_RETURN_IF_ERROR(CheckDtype(*value, "value", query->dtype, "the dtype of query"));
   }
@@ -248,6 +251,7 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
   p.num_key_tokens = num_key_tokens;
   p.has_key_start_loc = key_start_loc != nullptr;
   p.has_alibi_slopes = slopes != nullptr;
+  p.local_window_right = a.local_window_right;
   *out = p;
   return Status::Ok();
 }
@@ -270,6 +274,18 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
       static_cast<const int32_t*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE)));
   if (ReadInt32(starts, 0) != 0) {
     return InvalidArgument(StrCat("query_start_loc[0] must be 0, got ", ReadInt32(starts, 0)));
+  }
+  // ALiBi slopes in host memory are read here: a NaN or infinite slope would make its head's rows
+  // NaN (inf * 0 at the row's own key).
+  const attnrt_tensor* slopes = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES);
+  if (p.has_alibi_slopes && slopes->device.device_type == ATTNRT_DEVICE_CPU) {
+    const auto* values = static_cast<const float*>(DataOf(slopes));
+    for (int64_t n = 0; n < slopes->shape[0]; ++n) {
+      if (!std::isfinite(values[n])) {
+        return InvalidArgument(
+            StrCat("alibi_slopes[", n, "] = ", values[n], " must be a finite number"));
+      }
+    }
   }
   // The new K/V rows of each sequence: key_start_loc's runs (ABI 1.10), else its query rows.
   const void* key_starts = p.has_key_start_loc
@@ -336,7 +352,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
                                   " must equal num_key_tokens = ", p.num_key_tokens,
                                   " (key's rows: every row belongs to a sequence)"));
   }
-  if (writes && max_query_len == 0) {
+  if (key_starts != nullptr && writes && max_query_len == 0) {
     return InvalidArgument(StrCat("key_start_loc places ", p.num_key_tokens,
                                   " key rows but no sequence has a query row (query_start_loc[", B,
                                   "] = 0): a call that writes rows attends"));
@@ -422,9 +438,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   args.slot_mapping = static_cast<const int64_t*>(slot_mapping);
   args.max_query_len = max_query_len;
   args.key_start_loc = static_cast<const int32_t*>(key_starts);
-  args.alibi_slopes = static_cast<const float*>(
-      p.has_alibi_slopes ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES))
-                         : nullptr);
+  args.alibi_slopes = static_cast<const float*>(p.has_alibi_slopes ? DataOf(slopes) : nullptr);
   *out = args;
   return Status::Ok();
 }
@@ -433,7 +447,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
 
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
   attnrt_paged_gqa_attributes a{};
-  ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateAttributes(attributes, &a));
+  ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateAttributes(attributes, &a, /*varlen=*/true));
   if (a.gqa.do_rotary != 0) {
     return InvalidArgument(StrCat("gqa.do_rotary must be 0 for ", kOp,
                                   " (rotate query and key before the call), got ",

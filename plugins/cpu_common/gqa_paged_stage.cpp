@@ -176,6 +176,7 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.slot_mapping = input.slot_mapping;
   r.key_start_loc = input.key_start_loc;
   r.alibi_slopes = input.alibi_slopes;
+  r.window_right = input.window_right;
   if (input.query_start_loc != nullptr) r.seq = input.max_query_len;
   const int64_t capacity = p.max_blocks_per_seq * p.block_size;
   r.key_cache = a.key_cache;

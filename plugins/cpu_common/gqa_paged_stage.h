@@ -51,6 +51,7 @@ struct PagedStageInput {
   const int32_t* key_start_loc;    // varlen: the K/V rows of each sequence; NULL: its query rows
   const float* alibi_slopes;       // varlen: ALiBi slope of each query head; NULL: none
   int64_t max_query_len;           // varlen: the longest sequence's query rows
+  int64_t window_right = -1;       // varlen, causal = 0: local_window_right (-1: none)
 };
 
 // GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is a PagedStageInput. Resolves

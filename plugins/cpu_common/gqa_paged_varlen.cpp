@@ -66,7 +66,8 @@ struct PagedCall {
               a.slot_mapping,
               KeyStartLoc(a),
               a.problem->has_alibi_slopes ? a.alibi_slopes : nullptr,
-              a.max_query_len} {
+              a.max_query_len,
+              a.problem->local_window_right} {
     if (AllDecode(a)) {
       paged.problem = &decode;
       paged.gqa.problem = &decode.gqa;

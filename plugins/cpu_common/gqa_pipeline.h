@@ -167,8 +167,16 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   const int64_t causal_end = past + s + 1 < total ? past + s + 1 : total;
   const int64_t rows = GqaExistingRows(r, total);
   const int64_t unclipped_end = r.causal ? causal_end : total;
-  const int64_t end = unclipped_end < rows ? unclipped_end : rows;
-  const int64_t begin = (r.window >= 0 && end > r.window) ? end - r.window : 0;
+  int64_t end = unclipped_end < rows ? unclipped_end : rows;
+  int64_t begin = (r.window >= 0 && end > r.window) ? end - r.window : 0;
+  if (!r.causal && (r.window >= 0 || r.window_right >= 0)) {
+    // A window of non-causal attention (the varlen op): [p - (W - 1), p + window_right].
+    const int64_t position = past + s;
+    begin = r.window >= 0 && position - r.window + 1 > 0 ? position - r.window + 1 : 0;
+    if (r.window_right >= 0 && position + r.window_right + 1 < end) {
+      end = position + r.window_right + 1;
+    }
+  }
   const int64_t count = end > begin ? end - begin : 0;
 
   const void* q_in =

@@ -211,6 +211,7 @@ GqaRun ResolveRun(const attnrt_gqa_args& args) {
   r.softcap = a.softcap;
   r.causal = a.causal == 1;
   r.window = a.local_window_size;
+  r.window_right = -1;  // the varlen op's stage sets its own
   r.attention_bias = args.attention_bias;
   r.bias_broadcast_batch = p.attention_bias_broadcast_batch;
   r.bias_broadcast_heads = p.attention_bias_broadcast_heads;

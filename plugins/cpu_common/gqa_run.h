@@ -146,7 +146,10 @@ struct GqaRun {
   float scale;    // alpha: the attribute, or 1/sqrt(H) when it is 0
   float softcap;  // applied when > 0
   bool causal;
-  int64_t window;              // local_window_size W; < 0 off
+  int64_t window;  // local_window_size W; < 0 off
+  // The varlen op with causal = 0 (ABI 1.10): keys after the row's position it sees; < 0: all. With
+  // it (or window >= 0) a non-causal row at position p sees [p - (W - 1), p + window_right].
+  int64_t window_right;
   const void* attention_bias;  // T (B|1, N|1, S, bias_row_length) or NULL
   bool bias_broadcast_batch;
   bool bias_broadcast_heads;

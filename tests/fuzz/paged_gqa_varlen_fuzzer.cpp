@@ -20,7 +20,8 @@
 // workspace one byte short), and now and then an attribute that is refused (block_size 0 or 1025,
 // kv_layout 2, num_heads not a multiple of kv_num_heads, head_size 12 but over unquantized caches,
 // p_precision 2), and now and then key_start_loc (ABI 1.10): query_start_loc's values (the same
-// rows) or malformed, and alibi_slopes, valid or not. Tensor contents come from a hash of the
+// rows) or malformed, alibi_slopes, valid or not, and local_window_right (a window of non-causal
+// attention; refused with causal attention or below -1). Tensor contents come from a hash of the
 // input. The call runs attnrt_op_create
 // -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
 // again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
@@ -601,7 +602,8 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
     c->shared_pool = false;
   }
   // Non-causal attention (causal = 0: every row sees its whole sequence), decoded last too (an
-  // exhausted input stays causal); with a local window it is refused, now and then kept so.
+  // exhausted input stays causal); now and then with its local window kept (ABI 1.10: the keys up
+  // to the row; 0 is refused).
   if (fdp.ConsumeIntegralInRange<int>(0, 4) == 4) {
     c->attributes.gqa.causal = 0;
     if (fdp.ConsumeIntegralInRange<int>(0, 7) != 0) c->attributes.gqa.local_window_size = -1;
@@ -612,6 +614,10 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   // alibi_slopes, decoded after it.
   const int alibi = fdp.ConsumeIntegralInRange<int>(0, 7);
   c->alibi = alibi < 5 ? 0 : alibi - 4;
+  // A window of non-causal attention (ABI 1.10): the local window kept above now and then, and
+  // local_window_right, -2 (refused) to 8; decoded last.
+  const int right = fdp.ConsumeIntegralInRange<int>(0, 15);
+  c->attributes.local_window_right = right < 5 ? -1 : right - 7;
 }
 
 void Describe(const Case& c) {

@@ -191,10 +191,21 @@ typedef struct attnrt_paged_gqa_attributes {
   /* ABI 1.9, with v_cache_own_type = 1: 0 (v_quant_type NONE), 8 (Q8_0) or 4 (Q4_0); else
    * ignored. Default 0. */
   int32_t v_cache_bit_width;
+  /* Never read (ABI 1.10). ABI 1.9's struct ended with v_cache_bit_width, but its sizeof, the
+   * struct_size its callers pass, counted these 4 bytes of padding: a field here would be read
+   * from callers that never wrote it. */
+  int32_t reserved;
+  /* ABI 1.10, the varlen op with gqa.causal = 0 (attnrt/ops/paged_gqa_varlen.h, "Windows of
+   * non-causal attention"): the keys after its own position a query row sees, FlashAttention's
+   * window_size[1]; -1 (default): every later key. Must be -1 for the paged op and causal calls
+   * (0 is accepted there as FlashAttention's causal (left, 0) and read as -1). A caller whose
+   * struct_size ends before it (built against ABI 1.2-1.9) gets -1. */
+  int32_t local_window_right;
 } attnrt_paged_gqa_attributes;
 
 /** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0,
- *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0 and v_cache_bit_width = 0. */
+ *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0, v_cache_bit_width = 0 and
+ *  local_window_right = -1. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
   a->struct_size = sizeof(attnrt_paged_gqa_attributes);
   attnrt_gqa_attributes_init(&a->gqa);
@@ -203,6 +214,7 @@ static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes*
   a->p_precision = ATTNRT_P_PRECISION_EXACT;
   a->v_cache_own_type = 0;
   a->v_cache_bit_width = 0;
+  a->local_window_right = -1;
 }
 
 /**

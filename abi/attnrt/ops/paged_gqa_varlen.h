@@ -9,8 +9,9 @@
  *
  *   query          T [num_tokens, N * H]    rows of sequence b: [query_start_loc[b],
  *                                           query_start_loc[b + 1]), q_len_b of them
- *   key, value     T [num_tokens, Nkv * H]  the new K/V rows, one per query row; both NULL when the
- *                                           cache already holds every row (nothing is written)
+ *   key, value     T [num_tokens, Nkv * H]  the new K/V rows, one per query row (num_key_tokens
+ *                                           rows with key_start_loc); both NULL when the cache
+ *                                           already holds every row (nothing is written)
  *   key_cache,     the block pools of the paged op, compact or strided views (one tensor's K and V
  *   value_cache    halves: vLLM's CPU cache, FlashInfer's pages, ...), kv_layout BSNH or BNSH
  *   query_start_loc int32 [B + 1] host       0 = query_start_loc[0] <= ... <= query_start_loc[B]
@@ -19,7 +20,8 @@
  *   seq_lens       int32 [B] host           T_b, the context length of sequence b including its
  *                                           new tokens (T_b >= q_len_b, T_b >= 1)
  *   block_table    int32 [B, max_blocks_per_seq] host, as the paged op's
- *   slot_mapping   int64 [num_tokens] host, optional: vLLM's slot of each new row (block id *
+ *   slot_mapping   int64 [num_tokens] host (one per key row: [num_key_tokens] with
+ *                  key_start_loc), optional: vLLM's slot of each new row (block id *
  *                  block_size + offset), -1 for a row not written; a slot that is not -1 must be
  *                  the row's own position in its table (token T_b - q_len_b + i of sequence b),
  *                  so a mistaken mapping is an error instead of a silent stale read
@@ -42,11 +44,17 @@
  * and value absent). Without key_start_loc, k_len_b = q_len_b: one K/V row per query row. A call
  * with key rows has at least one query row. key_start_loc without key and value is an error.
  *
+ * Windows of non-causal attention (ABI 1.10): with causal = 0, gqa.local_window_size W (>= 1, or
+ * -1) and the attribute local_window_right R (>= 0, or -1) bound the keys a row at position p sees
+ * to [p - (W - 1), p + R] within [0, T_b), FlashAttention's window_size (W - 1, R) without the
+ * causal mask and vLLM's sliding window W of encoder layers (R = W - 1); -1 leaves that side open.
+ * A row that sees no key (a cross-attention row far from its keys) is a zero row.
+ *
  * ALiBi (alibi_slopes, ABI 1.10; Press et al., "Train Short, Test Long", as vLLM and
  * FlashAttention take it): the score of query row i of sequence b (position p = P_b + i) and key j
  * gets slope_n * (j - p) added, n the query head, after scale and softcap and before the mask and
  * the softmax; non-causal rows too (keys after p get a positive bias, as vLLM's CPU kernel adds
- * it). The slopes are read from the device of query.
+ * it). The slopes are read from the device of query and must be finite.
  *
  * With a value head size Hv != H (ABI 1.8; value_cache's last dimension, attnrt/ops/paged_gqa.h)
  * value is T [num_tokens, Nkv * Hv] and output T [num_tokens, N * Hv].
@@ -80,14 +88,14 @@ extern "C" {
 /** Input positions. Absent optional inputs are NULL. */
 typedef enum attnrt_paged_gqa_varlen_input {
   ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY = 0,           /* T [num_tokens, N*H] */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY = 1,             /* T [num_tokens, Nkv*H] or NULL */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE = 2,           /* T [num_tokens, Nkv*H] or NULL */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY = 1,             /* T [num_(key_)tokens, Nkv*H] or NULL */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE = 2,           /* T [num_(key_)tokens, Nkv*H] or NULL */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE = 3,       /* block pool; written */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE = 4,     /* block pool; written */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC = 5, /* int32 [B+1], host; required */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS = 6,        /* int32 [B], host; required */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE = 7,     /* int32 [B, max_blocks], host; required */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING = 8,    /* int64 [num_tokens], host; optional */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING = 8,    /* int64 [num_(key_)tokens], host; opt. */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK = 9,       /* T [N]; optional */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE = 10,        /* as GQA; quantized caches */
   ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE = 11,        /* as GQA; quantized caches */
@@ -108,15 +116,18 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * The validated problem kernels receive. `paged` describes the call as a paged op over a padded
  * batch of B sequences of num_tokens query rows each (an upper bound: each sequence's rows are
  * its q_len_b, known at run): paged.gqa.sequence_length = num_tokens, kv_sequence_length =
- * num_tokens (0 without key/value), the pools' fields and p_precision as the paged op's.
+ * num_tokens when the call writes rows (0 without key/value or with key rows of their own count
+ * numbering 0; the rows follow query_start_loc or key_start_loc), the pools' fields and
+ * p_precision as the paged op's.
  * ABI 1.5 appended p_precision to attnrt_paged_gqa_problem, which moved num_tokens and
  * has_slot_mapping: a kernel of a plugin built for ABI 1.2-1.4 is handed the problem in the ABI
  * 1.4 layout it was built for (no p_precision; struct_size the 1.4 sizeof), EXACT problems only,
  * and its args' problem pointers point into that copy (the args structs did not change).
  * ABI 1.8 appended v_head_size the same way: a kernel of a plugin built for ABI 1.5-1.7 gets the
  * ABI 1.7 layout (no v_head_size), problems with Hv == H only.
- * ABI 1.10 appended num_key_tokens, has_key_start_loc and has_alibi_slopes: plugins built for ABI
- * 1.9 or older are offered problems with neither key_start_loc nor alibi_slopes only.
+ * ABI 1.10 appended num_key_tokens, has_key_start_loc, has_alibi_slopes and local_window_right
+ * (the attribute; -1 unless causal = 0): plugins built for ABI 1.9 or older are offered problems
+ * with none of key_start_loc, alibi_slopes or a window of non-causal attention only.
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
@@ -126,7 +137,8 @@ typedef struct attnrt_paged_gqa_varlen_problem {
   /* ABI 1.10: the rows of key and value (num_tokens without key_start_loc, 0 without key). */
   int64_t num_key_tokens;
   bool has_key_start_loc;
-  bool has_alibi_slopes; /* ABI 1.10 */
+  bool has_alibi_slopes;      /* ABI 1.10 */
+  int32_t local_window_right; /* ABI 1.10: the attribute, -1 unless causal = 0 */
 } attnrt_paged_gqa_varlen_problem;
 
 /**

@@ -160,7 +160,7 @@ def raise_attnrt_error(e: Exception):
 def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k, v,
            softmax_scale, window_left, softcap, sinks, slot_mapping, out, kv_layout, block_size,
            p_precision="exact", causal=True, k_scale=None, v_scale=None, cu_seqlens_k=None,
-           alibi_slopes=None):
+           alibi_slopes=None, window_right=-1):
     """attnrt.paged_attention_varlen through the C++ operator on `runtime`; returns out, or None
     when the call is not one for it (an argument that is not a tensor, a kv_layout given as a
     number, a block_size other than the cache's), which the Python path then serves."""
@@ -186,7 +186,8 @@ def varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k,
     try:
         _varlen_on(rid, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
                    slot_mapping, sinks, softmax_scale, window_left, softcap, kv_layout,
-                   p_precision, causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes)
+                   p_precision, causal, k_scale, v_scale, cu_seqlens_k, alibi_slopes,
+                   window_right)
     except (RuntimeError, ValueError) as e:
         raise_attnrt_error(e)
     return out

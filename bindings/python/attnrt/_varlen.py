@@ -23,7 +23,7 @@ class PagedGqaVarlenOp(Op):
 
     Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, p_precision, scale,
     softcap, local_window_size, smooth_softmax, quantization, v_cache_bit_width), without rotary or
-    qk_output.
+    qk_output, and local_window_right (with causal=0: the keys after each row it sees, -1 all).
 
     Inputs (PAGED_GQA_VARLEN_INPUTS): query [num_tokens, N*H] (or [num_tokens, N, H]); key, value
     [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
@@ -46,7 +46,8 @@ class PagedGqaVarlenOp(Op):
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
                  kv_layout: str | int = "BSNH", p_precision: str | int = "exact",
-                 v_cache_bit_width: int | None = None, **attributes):
+                 v_cache_bit_width: int | None = None, local_window_right: int = -1,
+                 **attributes):
         native = _c.PagedGqaAttributes()
         set_gqa_attributes(native.gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
                                         **attributes}, self.TITLE)
@@ -59,8 +60,10 @@ class PagedGqaVarlenOp(Op):
         native.kv_layout = _arrays.integer(kv_layout, "kv_layout", 32)
         self.attributes: dict[str, Any] = {n: getattr(native.gqa, n) for n in GQA_ATTRIBUTES}
         native.p_precision = p_precision_value(p_precision)
+        native.local_window_right = _arrays.integer(local_window_right, "local_window_right", 32)
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
-                               p_precision=native.p_precision)
+                               p_precision=native.p_precision,
+                               local_window_right=native.local_window_right)
         self._cache_types = set_value_cache_type(native, self.attributes, v_cache_bit_width)
         super().__init__(runtime, native, True)
 
@@ -80,30 +83,26 @@ class PagedGqaVarlenOp(Op):
         return outputs["output"]
 
 
-def _window(window_size, causal: bool = True) -> int:
-    """FlashAttention's (left, right) window as local_window_size: a query at position p sees keys
-    [p - left, p] (right must be 0 or -1 under the causal mask); (-1, -1) is no window, the only
-    window of non-causal attention."""
+def _window(window_size, causal: bool = True) -> tuple[int, int]:
+    """FlashAttention's (left, right) window as the op's (local_window_size, local_window_right): a
+    query at position p sees keys [p - left, p + right], -1 leaving that side open; causal
+    attention sees no later key (right 0 or -1); (-1, -1) is no window."""
     if window_size is None:
-        return -1
+        return -1, -1
     try:
         left, right = (int(w) for w in window_size)
     except (TypeError, ValueError):
         raise InvalidArgumentError(
             f"window_size: expected (left, right) integers, got {window_size!r}") from None
-    if right not in (-1, 0):
+    if causal and right not in (-1, 0):
         raise InvalidArgumentError(
             f"window_size: right must be 0 or -1 (causal attention sees no later key), got {right}")
-    if left < -1:
-        raise InvalidArgumentError(f"window_size: left must be -1 (off) or >= 0, got {left}")
-    if left >= 2**31 - 1:  # left + 1 is the op's int32 local_window_size
-        raise InvalidArgumentError(f"window_size: left must be below 2^31 - 1, got {left}")
-    if not causal and (left, right) != (-1, -1):
-        # (-1, 0) is FlashAttention's causal mask: a non-causal call must not take it.
-        raise InvalidArgumentError(
-            f"window_size: causal=False sees every key of its sequence, so the window must be "
-            f"(-1, -1), got ({left}, {right})")
-    return -1 if left < 0 else left + 1
+    for side, value in (("left", left), ("right", right)):
+        if value < -1:
+            raise InvalidArgumentError(f"window_size: {side} must be -1 (off) or >= 0, got {value}")
+        if value >= 2**31 - 1:  # left + 1 is the op's int32 local_window_size
+            raise InvalidArgumentError(f"window_size: {side} must be below 2^31 - 1, got {value}")
+    return -1 if left < 0 else left + 1, -1 if causal else right
 
 
 def _quantization(k_cache, k_scale, v_scale) -> dict[str, Any]:
@@ -179,8 +178,9 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     seq_lens[b] of them; slot_mapping then has one slot per key row), as cross-attention writes an
     encoder's rows. Query row i of sequence b is token seq_lens[b] - q_len_b + i; causal (default),
     it sees the keys up to its own position, with causal=False every key of its sequence (encoder
-    and cross-attention, where q_len_b may exceed seq_lens[b]; window_size then (-1, -1)).
-    window_size (left, right) as FlashAttention's; softcap > 0 caps the scores; alibi_slopes
+    and cross-attention, where q_len_b may exceed seq_lens[b]). window_size (left, right) as
+    FlashAttention's: a row at position p sees keys [p - left, p + right] (-1: that side open;
+    right 0 or -1 when causal); softcap > 0 caps the scores; alibi_slopes
     float32 [N] adds slope * (key position - query position) to the scores (ALiBi, as vLLM and
     FlashAttention take it; after softcap); sinks [N] are per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
     for P·V; "input" rounds each to q's dtype first, as FlashAttention and vLLM's AMX CPU kernel do
@@ -196,12 +196,12 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     precision = p_precision_value(p_precision)
     if _torch_lib.for_tensor(q):
         default = window_size is None or (type(window_size) is tuple and window_size == (-1, -1))
-        window = -1 if default else _window(window_size, causal)
+        window, right = (-1, -1) if default else _window(window_size, causal)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
                                  k, v, softmax_scale, window - 1 if window > 0 else -1, softcap,
                                  sinks, slot_mapping, out, kv_layout, block_size,
                                  "input" if precision else "exact", causal, k_scale, v_scale,
-                                 cu_seqlens_k, alibi_slopes)
+                                 cu_seqlens_k, alibi_slopes, right)
         if done is not None:
             return done
     return paged_attention_varlen_python(
@@ -225,7 +225,8 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     num_heads, kv_heads, cache_block_size = _heads(q, k_cache, kv_layout)
     if block_size is None:
         block_size = cache_block_size
-    attributes = {"local_window_size": _window(window_size, causal), "causal": int(causal),
+    window, right = _window(window_size, causal)
+    attributes = {"local_window_size": window, "local_window_right": right, "causal": int(causal),
                   "softcap": _arrays.attribute(softcap, float, "softcap"),
                   "p_precision": p_precision_value(p_precision)}
     if softmax_scale is not None:

@@ -420,8 +420,6 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         if attn_type not in _ATTN_TYPES:
             refuse(f"attn_type {attn_type!r} (served: decoder self-attention, the encoders' "
                    f"non-causal self-attention and cross-attention)")
-        if attn_type != AttentionType.DECODER and sliding_window is not None:
-            refuse(f"a sliding window of {sliding_window} in non-causal {attn_type} attention")
         if kv_sharing_target_layer_name is not None and attn_type != AttentionType.DECODER:
             refuse(f"{attn_type} attention sharing the KV cache of "
                    f"{kv_sharing_target_layer_name!r}")
@@ -457,7 +455,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         self.alibi_slopes = (None if alibi_slopes is None
                              else torch.tensor(alibi_slopes, dtype=torch.float32))
         # vLLM's sliding_window W: the query at position i sees keys j with i - j < W, that is
-        # FlashAttention's window (W - 1, 0).
+        # FlashAttention's window (W - 1, 0); without the causal mask (encoder layers) |i - j| < W,
+        # (W - 1, W - 1), as vLLM's CPU kernel bounds it.
         self.sliding_window = sliding_window
         self.window_size = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
@@ -606,8 +605,13 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                 k, v = self._vllm_kv_rows(k, v)
         causal = self.causal(attn_metadata)
         window = self.window(attn_metadata)
+        if not causal and window[0] >= 0 and window[1] == 0:
+            # vLLM's sliding window W without the causal mask: W - 1 keys on either side
+            # (ModernBERT-style local encoder layers).
+            window = (window[0], window[0])
         table = attn_metadata.block_table
-        if window[0] >= 0:
+        if window[0] >= 0 and not self.encoder:
+            # (The encoders' scratch blocks are all written and all read by their own sequence.)
             table = self._window_table(attn_metadata, window[0] + 1, block_size)
         rid = torch_runtime_id()
         if rid:
@@ -616,7 +620,8 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
                     rid, q, k_pool, v_pool, attn_metadata.query_start_loc,
                     attn_metadata.seq_lens, table, out, k, v, slots, sinks, self.scale,
                     window[0], self.logits_soft_cap, "BNSH", self._p_precision, causal,
-                    k_scale, v_scale, key_start_loc, self.alibi_slopes)
+                    k_scale, v_scale, key_start_loc, self.alibi_slopes,
+                    -1 if causal else window[1])
             except (RuntimeError, ValueError) as e:
                 _torch_lib.raise_attnrt_error(e)
             return output

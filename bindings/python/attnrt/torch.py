@@ -173,7 +173,8 @@ def _paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             k_scale: Optional[torch.Tensor] = None,
                             v_scale: Optional[torch.Tensor] = None,
                             cu_seqlens_k: Optional[torch.Tensor] = None,
-                            alibi_slopes: Optional[torch.Tensor] = None) -> None:
+                            alibi_slopes: Optional[torch.Tensor] = None,
+                            window_right: int = -1) -> None:
     """attnrt.paged_attention_varlen into `out` (FlashAttention/vLLM convention): q [num_tokens,
     N, H]; k_cache/v_cache block pools (views of one cache tensor are fine), written in place where
     slot_mapping says (k, v given); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]; block_table int32
@@ -182,11 +183,13 @@ def _paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     sequence (None, the default, and True: causal); k_scale/v_scale float32 scales of int8 or
     float8_e4m3fn caches; cu_seqlens_k int32 [B+1]: k and v rows of their own count, sequence b's
     [cu_seqlens_k[b], cu_seqlens_k[b+1]) written as its last tokens (cross-attention);
-    alibi_slopes float32 [N]: ALiBi (attnrt.paged_attention_varlen)."""
+    alibi_slopes float32 [N]: ALiBi; window_right as FlashAttention's window_size[1] (causal=False:
+    the keys after each row it sees, -1 all) (attnrt.paged_attention_varlen)."""
     _varlen.paged_attention_varlen(
         runtime(), q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, k=k, v=v,
         softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
-        window_size=(window_left, 0) if window_left >= 0 else (-1, -1), softcap=softcap,
+        window_size=(window_left, 0 if causal is not False else window_right)
+        if window_left >= 0 or window_right >= 0 else (-1, -1), softcap=softcap,
         sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout,
         p_precision=p_precision, causal=True if causal is None else causal, k_scale=k_scale,
         v_scale=v_scale, cu_seqlens_k=cu_seqlens_k, alibi_slopes=alibi_slopes)
@@ -196,7 +199,7 @@ def _paged_attention_varlen_fake(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bl
                                  k=None, v=None, slot_mapping=None, sinks=None, softmax_scale=0.0,
                                  window_left=-1, softcap=0.0, kv_layout="BSNH",
                                  p_precision="exact", causal=None, k_scale=None, v_scale=None,
-                                 cu_seqlens_k=None, alibi_slopes=None):
+                                 cu_seqlens_k=None, alibi_slopes=None, window_right=-1):
     _same_device(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, k, v,
                  slot_mapping, sinks, k_scale, v_scale, cu_seqlens_k, alibi_slopes)
 

@@ -456,14 +456,16 @@ def test_window_left_past_int32_is_refused_not_wrapped(window_left):
     assert torch.equal(call["out"], full)
 
 
-def test_causal_false_sees_every_key_and_refuses_a_window():
+def test_causal_false_sees_every_key_and_refuses_a_later_key_window_when_causal():
     """causal=False (the schema's last argument): every row sees its whole sequence, as SDPA
-    without a mask; a window with it is refused naming window_left, nothing written; the default
-    is causal (the older schemas' callers)."""
+    without a mask; window_right > 0 with causal attention is refused naming window_right, nothing
+    written; the default is causal (the older schemas' callers)."""
     g = torch.Generator().manual_seed(SEED)
     call = _small_call(g)
-    with pytest.raises(ValueError, match=r"window_left: a local window needs causal attention"):
-        torch.ops.attnrt.paged_attention_varlen(**call, window_left=3, causal=False)
+    with pytest.raises(ValueError, match=r"window_right: causal attention sees no later key"):
+        torch.ops.attnrt.paged_attention_varlen(**call, window_left=3, window_right=2)
+    with pytest.raises(ValueError, match=r"window_right: expected -1"):
+        torch.ops.attnrt.paged_attention_varlen(**call, window_right=-2, causal=False)
     assert torch.all(call["out"] == 7.0)
     causal = torch.zeros_like(call["out"])
     torch.ops.attnrt.paged_attention_varlen(**dict(call, out=causal))
@@ -591,8 +593,8 @@ def test_causal_none_is_the_default_and_bounds_are_the_python_paths():
         want = torch.zeros_like(got)
         torch.ops.attnrt.paged_attention_varlen(**dict(call, out=want), window_left=3)
         assert torch.equal(got, want)
-        for window in ((-1, 0), (0, 0), (3, 0)):
-            with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
+        for window, side in (((-2, 0), "left"), ((0, -3), "right"), ((3, 2**31), "right")):
+            with pytest.raises(attnrt.InvalidArgumentError, match=f"window_size: {side}"):
                 attnrt.paged_attention_varlen(
                     rt, call["q"], call["k_cache"], call["v_cache"], call["cu_seqlens_q"],
                     call["seq_lens"], call["block_table"], causal=False, window_size=window)

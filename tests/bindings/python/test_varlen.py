@@ -231,7 +231,8 @@ def test_torch_custom_op_matches_the_function_and_compiles():
 
 def test_non_causal_through_the_python_path_matches_the_operator():
     """causal=False on numpy arrays (the SWIG path) gives the torch operator's bits; the window of
-    non-causal attention must be (-1, -1) and causal a bool, each refused by name."""
+    non-causal attention is the same on both paths, a later-key window of causal attention and a
+    causal that is not a bool are refused by name."""
     np = pytest.importorskip("numpy")
     g = torch.Generator().manual_seed(SEED)
     kv = torch.randn(6, 2, BS, NKV, H, generator=g)
@@ -251,13 +252,21 @@ def test_non_causal_through_the_python_path_matches_the_operator():
             k=k.numpy(), v=v.numpy(), causal=False)
         assert np.array_equal(np.asarray(got_n), got.numpy())
         assert np.array_equal(kv_n, kv_t.numpy())
-        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
-            attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table, k=k,
-                                          v=v, causal=False, window_size=(8, 0))
-        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: causal=False"):
+        # A window of non-causal attention: the same bits on both paths (no new rows: the
+        # caches hold them now).
+        got_w = attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table,
+                                              causal=False, window_size=(8, 3))
+        got_wn = attnrt.paged_attention_varlen(rt, q.numpy(), kv_n[:, 0], kv_n[:, 1], cu.numpy(),
+                                               lens.numpy(), table.numpy(), causal=False,
+                                               window_size=(8, 3))
+        assert np.array_equal(np.asarray(got_wn), got_w.numpy())
+        assert not torch.equal(got_w, got)
+        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: right must be 0"):
+            attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table,
+                                          window_size=(8, 3))
+        with pytest.raises(attnrt.InvalidArgumentError, match="window_size: right must be 0"):
             attnrt.paged_attention_varlen(rt, q.numpy(), kv_n[:, 0], kv_n[:, 1], cu.numpy(),
-                                          lens.numpy(), table.numpy(), causal=False,
-                                          window_size=(8, 0))
+                                          lens.numpy(), table.numpy(), window_size=(8, 3))
         with pytest.raises(attnrt.InvalidArgumentError, match="causal: expected True or False"):
             attnrt.paged_attention_varlen(rt, q, kv_t[:, 0], kv_t[:, 1], cu, lens, table,
                                           causal="no")

@@ -310,8 +310,6 @@ def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
 @pytest.mark.parametrize("kwargs, reason", [
     (dict(alibi_slopes=[0.5] * (N - 1)), "ALiBi slopes"),
     (dict(attn_type="decoder_typo"), "attn_type"),
-    (dict(attn_type="encoder_decoder", sliding_window=8), "sliding window"),
-    (dict(attn_type="encoder_only", sliding_window=8), "sliding window"),
     (dict(attn_type="encoder_only", kv_sharing_target_layer_name="model.layers.0.attn"),
      "sharing"),
     (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype 'fp8_e5m2'"),
@@ -1033,3 +1031,79 @@ def test_impl_alibi_matches_vllms_kernel(dtype, causal):
     assert worst <= tol, worst
     assert diff <= worst + max(worst_vllm, tol), diff
     assert worst_wrong > 10 * tol, "slopes given to the wrong heads went unnoticed"
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_impl_encoder_sliding_window_matches_vllms_kernel(dtype):
+    """An ENCODER_ONLY layer with vLLM's sliding window W (ModernBERT-style local layers): every
+    row sees the keys within W - 1 positions on either side, against vLLM's own CPU kernel
+    (causal off, the same W, over a cache written by vLLM's writer) and a float64 reference; W one
+    larger must fail the comparison."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, AttnrtMetadataBuilder
+
+    g = torch.Generator().manual_seed(41)
+    print(f"seed 41, dtype {dtype}")
+    w, bs = 6, 16
+    isa = _get_attn_isa(dtype, bs, H, "auto")
+    lens = [37, 1, 16, 5]
+    t = sum(lens)
+    qsl = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    table, pools = AttnrtMetadataBuilder._encoder_pools(_EncoderGroup(bs, dtype), qsl, seq_lens)
+    md = AttnrtMetadata(num_actual_tokens=t, max_query_len=max(lens), max_seq_len=max(lens),
+                        query_start_loc=qsl, seq_lens=seq_lens, block_table=table,
+                        slot_mapping=torch.empty(0, dtype=torch.int64), causal=False,
+                        encoder_pools=pools)
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, w, "auto", None, attn_type="encoder_only")
+    q = (2 * torch.randn(t, N, H, generator=g)).to(dtype)
+    k = (2 * torch.randn(t, NKV, H, generator=g)).to(dtype)
+    v = torch.randn(t, NKV, H, generator=g).to(dtype)
+    out = torch.full((t, N, H), 7.0, dtype=dtype)
+    impl.forward(None, q, k, v, None, md, out)
+
+    blocks = int(table.max()) + 1
+    theirs = torch.zeros(blocks, NKV, 2 * bs, H, dtype=dtype)
+    vk, vv = theirs.chunk(2, dim=2)
+    slots = torch.tensor([int(table[b][p // bs]) * bs + p % bs for b in range(len(lens))
+                          for p in range(lens[b])], dtype=torch.int64)
+    ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, isa)
+    metadata = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=len(lens), num_heads=N, num_kv_heads=NKV, head_dim=H, seq_lens=seq_lens,
+        dtype=dtype, query_start_loc=qsl, causal=False, sliding_window_size=w, isa=isa,
+        enable_kv_split=False)
+    expect = torch.empty_like(out)
+    ops.cpu_attention_with_kv_cache(
+        query=q, key_cache=vk, value_cache=vv, output=expect, query_start_loc=qsl,
+        seq_lens=seq_lens, scale=0.125, causal=False, alibi_slopes=None, sliding_window=w,
+        block_table=table, softcap=0.0, scheduler_metadata=metadata, s_aux=None)
+
+    def windowed(qb, kb, vb, width):
+        group = N // NKV
+        o = torch.empty(qb.shape[0], N, H, dtype=torch.float64)
+        i = torch.arange(qb.shape[0]).reshape(-1, 1)
+        j = torch.arange(kb.shape[0]).reshape(1, -1)
+        for h in range(N):
+            s = (qb[:, h].double() @ kb[:, h // group].double().T) * 0.125
+            s = s.masked_fill((i - j).abs() >= width, float("-inf"))
+            o[:, h] = torch.softmax(s, -1) @ vb[:, h // group].double()
+        return o
+
+    worst = worst_vllm = worst_wrong = 0.0
+    for b in range(len(lens)):
+        rows = slice(int(qsl[b]), int(qsl[b + 1]))
+        want = windowed(q[rows], k[rows], v[rows], w)
+        worst = max(worst, float((out[rows].double() - want).abs().max()))
+        worst_vllm = max(worst_vllm, float((expect[rows].double() - want).abs().max()))
+        wrong = windowed(q[rows], k[rows], v[rows], w + 1)
+        worst_wrong = max(worst_wrong, float((out[rows].double() - wrong).abs().max()))
+    diff = float((out.float() - expect.float()).abs().max())
+    print(f"max |error| vs float64: attnrt {worst:.3g}, vLLM {worst_vllm:.3g}, window W + 1 "
+          f"{worst_wrong:.3g}; between them {diff:.3g}")
+    tol = 2e-5 if dtype == torch.float32 else 6e-2
+    assert worst <= tol, worst
+    assert diff <= worst + max(worst_vllm, tol), diff
+    assert worst_wrong > 10 * tol, "a window one key wider went unnoticed"

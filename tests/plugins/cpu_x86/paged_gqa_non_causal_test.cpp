@@ -57,7 +57,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -524,8 +526,9 @@ INSTANTIATE_TEST_SUITE_P(CpuPlugin, PagedGqaVarlenNonCausal, testing::ValuesIn(V
 // ---- errors
 // -------------------------------------------------------------------------------------
 // causal = 0 with local_window_size != -1: INVALID_ARGUMENT at op creation, naming
-// local_window_size, in both ops and for every cache type; the same attributes with causal = 1,
-// and causal = 0 with local_window_size = -1, are accepted.
+// local_window_size, in the paged op for every cache type; the varlen op takes a window of
+// non-causal attention (ABI 1.10) of at least one key, and refuses 0 and -2 so. The same
+// attributes with causal = 1, and causal = 0 with local_window_size = -1, are accepted.
 TEST(PagedGqaNonCausalErrors, LocalWindowIsInvalidArgument) {
   attnrt_runtime* runtime = mixed_kv::RuntimeFor("");
   ASSERT_NE(runtime, nullptr);
@@ -542,7 +545,8 @@ TEST(PagedGqaNonCausalErrors, LocalWindowIsInvalidArgument) {
           const attnrt_status st = attnrt_op_create(runtime, op_kind, &a, &raw);
           const std::string message = st == ATTNRT_OK ? "" : LastError(st);
           OpPtr op(raw);
-          if (causal == 1 || window == -1) {
+          const bool varlen_window = op_kind == ATTNRT_OP_PAGED_GQA_VARLEN && window >= 1;
+          if (causal == 1 || window == -1 || varlen_window) {
             EXPECT_EQ(st, ATTNRT_OK) << "causal " << causal << ": " << message;
           } else {
             EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << "causal 0: " << message;
@@ -553,6 +557,59 @@ TEST(PagedGqaNonCausalErrors, LocalWindowIsInvalidArgument) {
         }
       }
     }
+  }
+}
+
+// local_window_right (ABI 1.10): the varlen op's, with causal = 0 (any value >= -1); with causal =
+// 1 only -1 and 0 (FlashAttention's causal right edge); the paged op refuses anything but -1 (and 0
+// with causal = 1); below -1 is refused everywhere. Refusals name local_window_right and the value.
+TEST(PagedGqaNonCausalErrors, LocalWindowRight) {
+  attnrt_runtime* runtime = mixed_kv::RuntimeFor("");
+  ASSERT_NE(runtime, nullptr);
+  for (int32_t op_kind : {ATTNRT_OP_PAGED_GQA, ATTNRT_OP_PAGED_GQA_VARLEN}) {
+    for (int32_t causal : {0, 1}) {
+      for (int32_t right : {-1, 0, 3, 1000, -2}) {
+        SCOPED_TRACE(std::string(attnrt_op_kind_name(op_kind)) + " causal " +
+                     std::to_string(causal) + " local_window_right " + std::to_string(right));
+        attnrt_paged_gqa_attributes a =
+            Attributes(Cache::kT, 4, 2, 16, ATTNRT_PAGED_KV_LAYOUT_BSNH, Features{}, causal);
+        a.local_window_right = right;
+        attnrt_op* raw = nullptr;
+        const attnrt_status st = attnrt_op_create(runtime, op_kind, &a, &raw);
+        const std::string message = st == ATTNRT_OK ? "" : LastError(st);
+        OpPtr op(raw);
+        const bool accepted = right == -1 || (causal == 1 && right == 0) ||
+                              (op_kind == ATTNRT_OP_PAGED_GQA_VARLEN && causal == 0 && right >= 0);
+        if (accepted) {
+          EXPECT_EQ(st, ATTNRT_OK) << message;
+        } else {
+          EXPECT_EQ(st, ATTNRT_ERROR_INVALID_ARGUMENT) << message;
+          EXPECT_NE(message.find("local_window_right"), std::string::npos) << message;
+          EXPECT_NE(message.find(std::to_string(right)), std::string::npos) << message;
+        }
+      }
+    }
+  }
+}
+
+// A caller built for ABI 1.9 passes struct_size 104, its sizeof, which covers 4 bytes of padding
+// it never wrote (here 0x7F each): the attributes' reserved field; local_window_right, past them,
+// is -1 for it, so its non-causal calls stay unbounded.
+TEST(PagedGqaNonCausalErrors, AbiNineCallerPaddingIsNotRead) {
+  attnrt_runtime* runtime = mixed_kv::RuntimeFor("");
+  ASSERT_NE(runtime, nullptr);
+  static_assert(offsetof(attnrt_paged_gqa_attributes, local_window_right) == 104);
+  attnrt_paged_gqa_attributes a =
+      Attributes(Cache::kT, 4, 2, 16, ATTNRT_PAGED_KV_LAYOUT_BSNH, Features{}, 0);
+  std::memset(&a.reserved, 0x7F, sizeof a.reserved);
+  a.local_window_right = 5;  // past the 1.9 struct: not read
+  a.struct_size = 104;
+  for (int32_t op_kind : {ATTNRT_OP_PAGED_GQA, ATTNRT_OP_PAGED_GQA_VARLEN}) {
+    attnrt_op* raw = nullptr;
+    const attnrt_status st = attnrt_op_create(runtime, op_kind, &a, &raw);
+    OpPtr op(raw);
+    EXPECT_EQ(st, ATTNRT_OK) << attnrt_op_kind_name(op_kind) << ": "
+                             << (st == ATTNRT_OK ? "" : LastError(st));
   }
 }
 
