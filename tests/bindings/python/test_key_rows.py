@@ -13,8 +13,8 @@ and then read as the old content); padding output rows stay NaN. Negative contro
 written where the old rule k_len == q_len puts them; the causal position shifted) must fail the
 comparison. Invalid cu_seqlens_k / k / v / slot_mapping are refused by name before any write.
 
-The tests named *_today run without cu_seqlens_k (k_len == q_len) and validate this reference and
-harness against the existing behaviour."""
+The tests named *_without_key_start_loc run without cu_seqlens_k (k_len == q_len) and validate
+this reference and harness against the behaviour that predates it."""
 from __future__ import annotations
 
 import math
@@ -49,7 +49,7 @@ CAUSAL_SEQS = (
 )
 # causal=False only: decoder rows over fewer encoder tokens (q_len > seq_len).
 CROSS_SEQS = CAUSAL_SEQS + ((9, 4, 4), (5, 0, 3))
-# k_len == q_len: runs today, without cu_seqlens_k.
+# k_len == q_len: runs without cu_seqlens_k.
 TODAY_SEQS = ((1, 1, 37), (5, 5, 21), (7, 7, 7), (0, 0, 12), (3, 3, 16), (1, 1, 1), (4, 4, 30))
 # Rows written with slot_mapping -1 (kept as the cache had them): the last key row of these.
 UNWRITTEN_SEQS = (2, 3, 6)
@@ -210,7 +210,7 @@ def max_error(out, d, refs):
 
 def make_data(cfg, kv_layout, dtype, seed, key_rows=True):
     """Random inputs of a batch. key_rows (cu_seqlens_k given): k/v have exactly cu_k[B] rows;
-    otherwise (today's call, k_len == q_len) one row per query row, padding included."""
+    otherwise (a call without it, k_len == q_len) one row per query row, padding included."""
     g = torch.Generator().manual_seed(seed)
     seqs = cfg.seqs
     B = len(seqs)
@@ -424,20 +424,20 @@ def test_expected_caches_self_check():
 @pytest.mark.parametrize("kv_layout", ["BSNH", "BNSH"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
-def test_rows_as_queries_today(framework, kv_layout, dtype, causal):
+def test_rows_as_queries_without_key_start_loc(framework, kv_layout, dtype, causal):
     d = make_data(TODAY_CONFIGS[causal], kv_layout, DTYPES[dtype], SEED, key_rows=False)
     run_and_check(d, framework)
 
 
 @pytest.mark.parametrize("kernel", varlen_kernels())
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_rows_as_queries_today_every_kernel(kernel, dtype):
+def test_rows_as_queries_without_key_start_loc_every_kernel(kernel, dtype):
     d = make_data(TODAY_CONFIGS[True], "BNSH", DTYPES[dtype], SEED, key_rows=False)
     run_and_check(d, "torch", kernel=kernel)
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
-def test_cross_attention_over_the_cache_today(framework):
+def test_cross_attention_over_the_cache_without_key_start_loc(framework):
     """causal=False, no new rows: 9 and 5 decoder rows over 4 and 3 cached encoder tokens."""
     cfg = Config(((9, 0, 4), (2, 0, 6), (5, 0, 3)), False, 4, 4, 128, 16)
     d = make_data(cfg, "BSNH", torch.float32, SEED, key_rows=True)

@@ -1,6 +1,6 @@
 """attnrt.paged_attention_varlen: windows of non-causal attention (window_size (left, right) with
 causal=False: a row at position p sees keys [p - left, p + right], FlashAttention's window without
-the causal mask, vLLM's sliding window of encoder layers), and the checks found by review of the
+the causal mask, vLLM's sliding window of encoder layers), and checks of the
 key_start_loc and alibi_slopes inputs: a step of padding rows only, negative views of
 alibi_slopes, non-finite slopes, the message of value rows under cu_seqlens_k. Each output
 element against a float64 reference written from the definition, every kernel pinned in turn
