@@ -17,6 +17,7 @@ the memory floor of the cell, which neither backend can beat. --kv-cache-dtype f
 float8 e4m3fn (vLLM's kv_cache_dtype "fp8", per-tensor scales of 1.0 as vLLM's default), vLLM's
 written by its writer, attnrt's holding the same bytes in its layout (attnrt.vllm's writer), read
 through vLLM's fp8 kernel and attnrt's k_scale/v_scale; the floor then reads the fp8 bytes.
+--alibi: both given Bloom's ALiBi slopes (2^(-8 (h + 1) / N) per query head).
 Threads: torch.set_num_threads(t) for vLLM's OpenMP kernels; attnrt runs on the C++ operator's
 runtime on the same torch intra-op threads (a team of t, as the vLLM backend runs it), or with
 --own-pool on attnrt.Runtime(num_threads=t), threads of its own.
@@ -91,6 +92,7 @@ NO_AMX = False  # --no-amx: set in main() before anything else runs
 # main()); vLLM writes its own, attnrt's holds the same bytes (attnrt.vllm's writer).
 KV_CACHE_DTYPE = "auto"
 FP8_SCALE = 1.0
+ALIBI = False  # --alibi: Bloom's slopes on both sides (set in main())
 AMX_GLOB = "*amx*"
 
 
@@ -238,6 +240,8 @@ class Cell:
         self.vllm_out = torch.empty_like(self.query)
         self.attnrt_out = torch.empty_like(self.query)
         self.kv_copy = None
+        self.alibi = (torch.tensor([2.0 ** (-8.0 * (h + 1) / NUM_HEADS) for h in range(NUM_HEADS)],
+                                   dtype=torch.float32) if ALIBI else None)
 
     def vllm_metadata(self):
         from vllm import _custom_ops as ops
@@ -254,7 +258,7 @@ class Cell:
         ops.cpu_attention_with_kv_cache(
             query=self.query, key_cache=self.vllm_k, value_cache=self.vllm_v, output=self.vllm_out,
             query_start_loc=self.query_start_loc, seq_lens=self.seq_lens, scale=self.scale,
-            causal=True, alibi_slopes=None, sliding_window=-1, block_table=self.block_table,
+            causal=True, alibi_slopes=self.alibi, sliding_window=-1, block_table=self.block_table,
             softcap=0.0, scheduler_metadata=metadata, s_aux=None,
             **({"k_scale": FP8_SCALE, "v_scale": FP8_SCALE, "kv_cache_dtype": "fp8"} if fp8()
                else {}))
@@ -278,6 +282,9 @@ class Cell:
             extra = () if p_precision == "exact" else (p_precision,)
             if fp8():
                 extra = (p_precision, True, self.k_scale, self.v_scale)
+            if ALIBI:
+                scales = (self.k_scale, self.v_scale) if fp8() else (None, None)
+                extra = (p_precision, True, *scales, None, self.alibi)
             _torch_lib._varlen_on(rt, self.query, self.attnrt_k, self.attnrt_v,
                                   self.query_start_loc, self.seq_lens, self.block_table,
                                   self.attnrt_out, None, None, None, None, self.scale, -1, 0.0,
@@ -287,6 +294,8 @@ class Cell:
         kw = {} if p_precision == "exact" else {"p_precision": p_precision}
         if fp8():
             kw.update(k_scale=self.k_scale, v_scale=self.v_scale)
+        if ALIBI:
+            kw.update(alibi_slopes=self.alibi)
         fn(rt, self.query, self.attnrt_k, self.attnrt_v, self.query_start_loc, self.seq_lens,
            self.block_table, softmax_scale=self.scale, out=self.attnrt_out, kv_layout="BNSH",
            block_size=self.block_size, **kw)
@@ -304,6 +313,8 @@ def reference(cell):
         k = (cell.attnrt_k[blocks, :, off].double() * scale).repeat_interleave(group, 1)  # [T,N,H]
         v = (cell.attnrt_v[blocks, :, off].double() * scale).repeat_interleave(group, 1)
         s = torch.einsum("nh,tnh->nt", cell.query[b].double(), k) * cell.scale
+        if cell.alibi is not None:  # the decode row sits at position context - 1
+            s = s + cell.alibi.double().reshape(-1, 1) * (pos.double() - (cell.context - 1))
         out[b] = torch.einsum("nt,tnh->nh", torch.softmax(s, -1), v)
     return out
 
@@ -352,7 +363,8 @@ def header_line(args, modes):
         amx = (f"AMX as this host has it ({'AMX' if amx_host else 'no AMX'}; ATTNRT_DISABLE="
                f"{disabled or 'unset'})")
     cache = "; KV cache float8 e4m3fn (scales 1.0)" if fp8() else ""
-    return f"{amx}; attnrt p_precision: {', '.join(modes)}{cache}"
+    alibi = "; ALiBi (Bloom's slopes)" if ALIBI else ""
+    return f"{amx}; attnrt p_precision: {', '.join(modes)}{cache}{alibi}"
 
 
 def attnrt_call(cell, rt, mode, seen, key):
@@ -550,7 +562,7 @@ TABLES = {  # --table: (dtypes, block sizes, decode contexts, prefill contexts)
 
 
 def main():
-    global NO_AMX, KV_CACHE_DTYPE
+    global NO_AMX, KV_CACHE_DTYPE, ALIBI
     request_amx_permission()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="contexts 1k and 4k only")
@@ -579,6 +591,8 @@ def main():
     p.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto",
                    help="fp8: both caches float8 e4m3fn (vLLM's kv_cache_dtype fp8, scales 1.0; "
                         "kernel tables only)")
+    p.add_argument("--alibi", action="store_true",
+                   help="Bloom's ALiBi slopes on both sides (kernel tables only)")
     p.add_argument("--p-precision", default="exact",
                    help="comma-separated attnrt precision modes, of exact and input: one attnrt "
                         "column (end to end: one attnrt run) per mode (default: exact)")
@@ -593,6 +607,7 @@ def main():
     vllm_e2e.check_arguments(p, args)
     NO_AMX = args.no_amx
     KV_CACHE_DTYPE = args.kv_cache_dtype
+    ALIBI = args.alibi
     if NO_AMX:  # before attnrt makes any runtime (the C++ operator's are made on first use)
         disable_amx_in(os.environ)
     if args.e2e:

@@ -15,9 +15,15 @@
 namespace attnrt::cpu::flash {
 namespace {
 
-// The keys query row s sees (KeyRange).
+// The keys query row s sees (KeyRange). Without the causal mask a window (the varlen op's, ABI
+// 1.10) bounds both sides: [p - (W - 1), p + window_right] at the row's position p.
 KeyRange RowKeys(const GqaRun& r, int64_t total, int64_t past, int64_t s) {
-  if (!r.causal) return {r.window >= 0 ? std::max<int64_t>(0, total - r.window) : 0, total};
+  if (!r.causal) {
+    const int64_t p = past + s;
+    const int64_t lo = r.window >= 0 ? std::max<int64_t>(0, p - r.window + 1) : 0;
+    const int64_t hi = r.window_right >= 0 ? std::min(total, p + r.window_right + 1) : total;
+    return {std::min(lo, hi), hi};
+  }
   const int64_t end = past + s + 1;
   return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, total)};
 }
@@ -235,6 +241,12 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
               r.attention_bias, r.element_bytes,
               ((bias_b * bias_heads + bias_n) * r.seq + s) * r.bias_row_length + br.ja);
           AddBias(bias, r.type, x, a, e);
+        }
+        // ALiBi (the varlen op's alibi_slopes): slope_n * (key position - query position).
+        if (r.alibi_slopes != nullptr) {
+          const float slope = r.alibi_slopes[head.kvh * group + g];
+          const int64_t offset = br.ja - (span.past + s);
+          for (int64_t j = a; j < e; ++j) x[j] += slope * static_cast<float>(offset + j);
         }
         row_max = ops.max(x + a, e - a);
       }

@@ -113,20 +113,6 @@ int32_t Supports(PagedKernel kernel, void* plugin_context, const void* problem, 
     const attnrt_paged_gqa_problem* paged =
         PagedProblem(problem, IsVarlen(kernel), reason, reason_capacity);
     if (paged == nullptr) return 0;
-    // ALiBi and windows of non-causal attention (ABI 1.10) are the row pipeline's, as softcap.
-    if (kernel == PagedKernel::kVarlenFlash) {
-      const auto& v = *static_cast<const attnrt_paged_gqa_varlen_problem*>(problem);
-      const attnrt_gqa_attributes& a = v.paged.gqa.attributes;
-      const char* why = v.has_alibi_slopes ? "alibi_slopes (ALiBi) requires the naive path"
-                        : a.causal == 0 && (a.local_window_size != -1 || v.local_window_right != -1)
-                            ? "a window of non-causal attention requires the naive path"
-                            : nullptr;
-      if (why != nullptr) {
-        WriteMessage(reason, reason_capacity,
-                     std::string(why) + " (paged_gqa_varlen.naive runs it)");
-        return 0;
-      }
-    }
     for (const std::string& why :
          {ValueCacheTypeDeclineReason(kernel, *paged), HeadSizeDeclineReason(kernel, *paged)}) {
       if (!why.empty()) {

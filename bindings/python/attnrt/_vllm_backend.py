@@ -451,7 +451,7 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         # tensor): it writes no rows, the target layer wrote this step's.
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         # ALiBi (Bloom, MPT, Baichuan-style models): slope * (key position - query position) added
-        # to each score, as vLLM's kernel adds it; attnrt's row-pipeline kernels run it.
+        # to each score, as vLLM's kernel adds it.
         self.alibi_slopes = (None if alibi_slopes is None
                              else torch.tensor(alibi_slopes, dtype=torch.float32))
         # vLLM's sliding_window W: the query at position i sees keys j with i - j < W, that is

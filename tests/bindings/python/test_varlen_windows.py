@@ -3,8 +3,8 @@ causal=False: a row at position p sees keys [p - left, p + right], FlashAttentio
 the causal mask, vLLM's sliding window of encoder layers), and checks of the
 key_start_loc and alibi_slopes inputs: a step of padding rows only, negative views of
 alibi_slopes, non-finite slopes, the message of value rows under cu_seqlens_k. Each output
-element against a float64 reference written from the definition, every kernel pinned in turn
-(the flash kernels decline such windows by name), with a negative control."""
+element against a float64 reference written from the definition, every kernel pinned in turn,
+with a negative control."""
 from __future__ import annotations
 
 import os
@@ -82,10 +82,11 @@ def test_window_of_non_causal_attention(window, dtype):
                 attnrt.paged_attention_varlen(rt, q, kc, vc, cu, lens, table, causal=False,
                                               window_size=window, out=out, softmax_scale=0.2)
             except attnrt.UnsupportedError as e:
-                assert "flash" in kernel and "window of non-causal attention" in str(e), (kernel, e)
+                # Only float32 on AMX, or a bfloat16 prompt with a left window (the naive path's
+                # rule for windows, as ONNX Runtime's); never the window of non-causal attention.
+                assert "flash" in kernel and "non-causal" not in str(e), (kernel, e)
                 assert torch.isnan(out).all()
                 continue
-        assert "naive" in kernel, f"{kernel} ran a window of non-causal attention"
         assert torch.isnan(out[int(cu[-1]):]).all(), "padding rows were written"
         worst = worst_wrong = 0.0
         for b, (q_len, t) in enumerate(seqs):
