@@ -615,9 +615,14 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   const int alibi = fdp.ConsumeIntegralInRange<int>(0, 7);
   c->alibi = alibi < 5 ? 0 : alibi - 4;
   // A window of non-causal attention (ABI 1.10): the local window kept above now and then, and
-  // local_window_right, -2 (refused) to 8; decoded last.
+  // local_window_right -1 to 8 (now and then -2, refused); with causal attention now and then 3
+  // (refused). Decoded last.
   const int right = fdp.ConsumeIntegralInRange<int>(0, 15);
-  c->attributes.local_window_right = right < 5 ? -1 : right - 7;
+  if (c->attributes.gqa.causal == 0) {
+    c->attributes.local_window_right = right < 6 ? -1 : right == 15 ? -2 : right - 7;
+  } else if (right == 15) {
+    c->attributes.local_window_right = 3;
+  }
 }
 
 void Describe(const Case& c) {
