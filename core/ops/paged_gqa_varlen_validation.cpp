@@ -73,6 +73,26 @@ Status CheckHostVector(const attnrt_tensor* t, const char* name, attnrt_dtype dt
   return Status::Ok();
 }
 
+// A start_loc vector (query_start_loc, key_start_loc) starts at 0.
+Status StartsAtZero(const void* starts, const char* name) {
+  if (ReadInt32(starts, 0) == 0) return Status::Ok();
+  return InvalidArgument(StrCat(name, "[0] must be 0, got ", ReadInt32(starts, 0)));
+}
+
+// Run b of a start_loc vector: its length, once its end is known to lie in [its start, `limit`]
+// (named `limit_name`, with `limit_note` after its value in the message).
+Status RunLength(const void* starts, const char* name, int64_t b, int64_t limit,
+                 const char* limit_name, const char* limit_note, int64_t* length) {
+  const int64_t begin = ReadInt32(starts, b);
+  const int64_t end = ReadInt32(starts, b + 1);
+  if (end < begin || end > limit) {
+    return InvalidArgument(StrCat(name, "[", b + 1, "] = ", end, " must lie in [", name, "[", b,
+                                  "] = ", begin, ", ", limit_name, " = ", limit, limit_note, "]"));
+  }
+  *length = end - begin;
+  return Status::Ok();
+}
+
 // The padded stand-in of a varlen call: the paged op over B sequences of num_tokens rows each.
 struct StandIns {
   std::array<int64_t, 3> q_shape, out_shape, kv_shape, v_shape;
@@ -272,9 +292,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   const void* lens = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS));
   const auto* table =
       static_cast<const int32_t*>(DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE)));
-  if (ReadInt32(starts, 0) != 0) {
-    return InvalidArgument(StrCat("query_start_loc[0] must be 0, got ", ReadInt32(starts, 0)));
-  }
+  ATTNRT_RETURN_IF_ERROR(StartsAtZero(starts, "query_start_loc"));
   // ALiBi slopes in host memory are read here: a NaN or infinite slope would make its head's rows
   // NaN (inf * 0 at the row's own key).
   const attnrt_tensor* slopes = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES);
@@ -291,9 +309,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   const void* key_starts = p.has_key_start_loc
                                ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC))
                                : nullptr;
-  if (key_starts != nullptr && ReadInt32(key_starts, 0) != 0) {
-    return InvalidArgument(StrCat("key_start_loc[0] must be 0, got ", ReadInt32(key_starts, 0)));
-  }
+  if (key_starts != nullptr) ATTNRT_RETURN_IF_ERROR(StartsAtZero(key_starts, "key_start_loc"));
   const bool causal = paged.gqa.attributes.causal != 0;
   seqlens_k->assign(static_cast<size_t>(B), 0);
   int64_t max_total = 1;
@@ -301,25 +317,14 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   std::vector<paged_gqa::SequenceRows> rows(static_cast<size_t>(B));
   const bool writes = paged.gqa.kv_sequence_length > 0;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t begin = ReadInt32(starts, b);
-    const int64_t end = ReadInt32(starts, b + 1);
-    if (end < begin || end > p.num_tokens) {
-      return InvalidArgument(StrCat("query_start_loc[", b + 1, "] = ", end,
-                                    " must lie in [query_start_loc[", b, "] = ", begin,
-                                    ", num_tokens = ", p.num_tokens, "]"));
-    }
-    const int64_t q_len = end - begin;
+    int64_t q_len = 0;
+    ATTNRT_RETURN_IF_ERROR(
+        RunLength(starts, "query_start_loc", b, p.num_tokens, "num_tokens", "", &q_len));
     const int64_t t_b = ReadInt32(lens, b);
     int64_t k_len = q_len;
     if (key_starts != nullptr) {
-      const int64_t key_begin = ReadInt32(key_starts, b);
-      const int64_t key_end = ReadInt32(key_starts, b + 1);
-      if (key_end < key_begin || key_end > p.num_key_tokens) {
-        return InvalidArgument(StrCat("key_start_loc[", b + 1, "] = ", key_end,
-                                      " must lie in [key_start_loc[", b, "] = ", key_begin,
-                                      ", num_key_tokens = ", p.num_key_tokens, " (key's rows)]"));
-      }
-      k_len = key_end - key_begin;
+      ATTNRT_RETURN_IF_ERROR(RunLength(key_starts, "key_start_loc", b, p.num_key_tokens,
+                                       "num_key_tokens", " (key's rows)", &k_len));
     }
     if (key_starts != nullptr && t_b < std::max<int64_t>(1, k_len)) {
       return InvalidArgument(

@@ -148,6 +148,17 @@ std::vector<std::string> ExplainVarlen(attnrt_op* op, Call& call) {
   return out;
 }
 
+// Planning the call fails UNSUPPORTED with a message that contains `expected`.
+void ExpectPlanUnsupported(attnrt_op* op, Call& call, const std::string& expected) {
+  attnrt_plan* raw = nullptr;
+  const attnrt_status s =
+      attnrt_op_plan(op, call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+}
+
 class PagedVarlenOldAbi : public ::testing::TestWithParam<OldAbi> {};
 
 TEST_P(PagedVarlenOldAbi, KernelReadsTheProblemInTheLayoutItWasBuiltFor) {
@@ -230,13 +241,7 @@ TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
   const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
   ASSERT_EQ(explained.size(), 1u);
   EXPECT_EQ(explained[0], Refusal(kAbi14, "p_precision INPUT", 5));
-  attnrt_plan* raw = nullptr;
-  const attnrt_status s =
-      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
-  PlanPtr plan(raw);
-  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
-  const std::string message = attnrt_last_error_message();
-  EXPECT_NE(message.find("p_precision INPUT needs ABI 1.5"), std::string::npos) << message;
+  ExpectPlanUnsupported(op.get(), call, "p_precision INPUT needs ABI 1.5");
   for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
 }
 
@@ -553,14 +558,7 @@ TEST_P(PagedVarlenOldAbi, KeyStartLocAndAlibiAreRefusedWithTheReason) {
     const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
     ASSERT_EQ(explained.size(), 1u);
     EXPECT_EQ(explained[0], Refusal(abi, feature, 10));
-
-    attnrt_plan* raw = nullptr;
-    const attnrt_status s =
-        attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
-    PlanPtr plan(raw);
-    EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
-    const std::string message = attnrt_last_error_message();
-    EXPECT_NE(message.find(Refusal(abi, feature, 10)), std::string::npos) << message;
+    ExpectPlanUnsupported(op.get(), call, Refusal(abi, feature, 10));
     EXPECT_EQ(call.output.f32()[0], -7.0f);
   }
 }

@@ -28,6 +28,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import attnrt  # noqa: E402
+from varlen_kernels import varlen_kernels  # noqa: E402
 
 SEED = int(os.environ.get("ATTNRT_TEST_SEED", random.randrange(2**31)))
 PADDING = 2  # query/output rows past cu_seqlens_q[B]
@@ -67,12 +68,6 @@ FEATURES = {
 
 def seeded(msg: str) -> str:
     return f"{msg} (seed {SEED}; ATTNRT_TEST_SEED={SEED} reproduces)"
-
-
-def varlen_kernels():
-    with attnrt.Runtime() as rt:
-        return [k["name"] for p in rt.list()["plugins"] for k in p["kernels"]
-                if k["op"] == "paged_gqa_varlen"]
 
 
 def make_slopes(n: int) -> torch.Tensor:

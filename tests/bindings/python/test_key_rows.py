@@ -29,6 +29,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import attnrt  # noqa: E402
+from varlen_kernels import varlen_kernels  # noqa: E402
 
 SEED = int(os.environ.get("ATTNRT_TEST_SEED", random.randrange(2**31)))
 PADDING = 2  # output/query rows past cu_seqlens_q[B], as an engine pads its batch
@@ -59,12 +60,6 @@ CUK = r"cu_seqlens_k|key_start_loc"
 
 def seeded(msg: str) -> str:
     return f"{msg} (seed {SEED}; ATTNRT_TEST_SEED={SEED} reproduces)"
-
-
-def varlen_kernels():
-    with attnrt.Runtime() as rt:
-        return [k["name"] for p in rt.list()["plugins"] for k in p["kernels"]
-                if k["op"] == "paged_gqa_varlen"]
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import attnrt  # noqa: E402
+from varlen_kernels import varlen_kernels  # noqa: E402
 
 N, NKV, H, BS = 8, 2, 64, 16
 SEED = int(os.environ.get("ATTNRT_TEST_SEED", random.randrange(2**31)))
 # (q_len, seq_len): decodes, a first prompt, prefill chunks, a sequence with no new row.
 SEQUENCES = [(1, 50), (7, 7), (1, 130), (33, 40), (0, 9), (3, 20)]
 PADDING = 2  # rows past query_start_loc[B], as an engine pads its batch
-
-
-def varlen_kernels():
-    with attnrt.Runtime() as rt:
-        return [k["name"] for p in rt.list()["plugins"] for k in p["kernels"]
-                if k["op"] == "paged_gqa_varlen"]
 
 
 def reference(q, keys, values, past, window, softcap, sink, scale, causal=True):

@@ -14,15 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import attnrt  # noqa: E402
+from varlen_kernels import varlen_kernels  # noqa: E402
 
 N, NKV, H, BS = 4, 2, 32, 8
 SEED = int(os.environ.get("ATTNRT_TEST_SEED", random.randrange(2**31)))
-
-
-def kernels():
-    with attnrt.Runtime() as rt:
-        return [k["name"] for p in rt.list()["plugins"] for k in p["kernels"]
-                if k["op"] == "paged_gqa_varlen"]
 
 
 def window_reference(q, keys, values, past, left, right, scale):
@@ -75,7 +70,7 @@ def test_window_of_non_causal_attention(window, dtype):
     g = torch.Generator().manual_seed(SEED)
     seqs, kc, vc, q, cu, lens, table = batch(g, dtype)
     tol = 2e-5 if dtype == torch.float32 else 3e-2
-    for kernel in kernels():
+    for kernel in varlen_kernels():
         with attnrt.Runtime(kernel=kernel) as rt:
             out = torch.full_like(q, float("nan"))
             try:
