@@ -15,17 +15,20 @@
 namespace attnrt::cpu::flash {
 namespace {
 
-// The keys query row s sees (KeyRange). Without the causal mask a window (the varlen op's, ABI
-// 1.10) bounds both sides: [p - (W - 1), p + window_right] at the row's position p.
+// The keys query row s sees (KeyRange), never past the rows that exist (after the first prompt
+// without past, only the new rows: docs/gqa-semantics.md). Without the causal mask a window (the
+// varlen op's, ABI 1.10) bounds both sides: [p - (W - 1), p + window_right] at the row's position
+// p.
 KeyRange RowKeys(const GqaRun& r, int64_t total, int64_t past, int64_t s) {
+  const int64_t rows = GqaExistingRows(r, total);
   if (!r.causal) {
     const int64_t p = past + s;
     const int64_t lo = r.window >= 0 ? std::max<int64_t>(0, p - r.window + 1) : 0;
-    const int64_t hi = r.window_right >= 0 ? std::min(total, p + r.window_right + 1) : total;
+    const int64_t hi = r.window_right >= 0 ? std::min(rows, p + r.window_right + 1) : rows;
     return {std::min(lo, hi), hi};
   }
   const int64_t end = past + s + 1;
-  return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, total)};
+  return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, rows)};
 }
 
 // Rows [j, j + n) of a paged source lie in one cache block. With BNSH blocks (stride ==

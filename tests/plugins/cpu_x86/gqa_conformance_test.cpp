@@ -154,6 +154,13 @@ std::vector<Case> Cases() {
     c.seqlens = {39};
     c.present = false;
   }));
+  // The same with present outputs, bidirectional: a row sees the new rows only, never the present
+  // rows [L, T) that nothing wrote (a flash kernel once read them).
+  v.push_back(With(Prompt("subsequent_prompt_without_past_bidirectional", 1, 8), [](Case& c) {
+    c.T = 16;
+    c.seqlens = {15};
+    c.causal = 0;
+  }));
   // Packed QKV.
   v.push_back(With(Prompt("packed_prompt", 2, 12, {11, 7}), [](Case& c) { c.packed = true; }));
   v.push_back(With(Decode("packed_decode", 2, 20, {19, 7}), [](Case& c) { c.packed = true; }));
