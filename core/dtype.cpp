@@ -27,6 +27,8 @@ ATTNRT_API const char* attnrt_dtype_name(attnrt_dtype dtype) {
       return dtype.bits == 8 ? "uint8" : "unknown";
     case ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN:
       return dtype.bits == 8 ? "float8_e4m3fn" : "unknown";
+    case ATTNRT_DTYPE_CODE_FLOAT8_E5M2:
+      return dtype.bits == 8 ? "float8_e5m2" : "unknown";
     case ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU:
       return dtype.bits == 8 ? "float8_e8m0fnu" : "unknown";
     default:

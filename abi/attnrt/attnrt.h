@@ -47,7 +47,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 10
+#define ATTNRT_ABI_VERSION_MINOR 11
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
@@ -106,6 +106,7 @@ typedef enum attnrt_dtype_code {
   ATTNRT_DTYPE_CODE_FLOAT = 2,
   ATTNRT_DTYPE_CODE_BFLOAT = 4,
   ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN = 10,
+  ATTNRT_DTYPE_CODE_FLOAT8_E5M2 = 12, /* ABI 1.11 */
   ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU = 14
 } attnrt_dtype_code;
 
@@ -113,6 +114,7 @@ typedef enum attnrt_dtype_code {
  * Same layout as DLPack's DLDataType. The element types attnrt knows:
  *   f32 {FLOAT,32,1}  f16 {FLOAT,16,1}  bf16 {BFLOAT,16,1}  i8 {INT,8,1}  u8 {UINT,8,1}
  *   i32 {INT,32,1}    i64 {INT,64,1}    f8e4m3fn {FLOAT8_E4M3FN,8,1}    f8e8m0 {FLOAT8_E8M0FNU,8,1}
+ *   f8e5m2 {FLOAT8_E5M2,8,1} (ABI 1.11)
  *   int4 {INT,4,1}: packed, two signed nibbles per byte, element 2i in the low nibble; the last
  *   dimension counts elements and must be even.
  */
@@ -143,7 +145,7 @@ typedef struct attnrt_tensor {
 } attnrt_tensor;
 
 /** Short dtype name ("float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64",
- *  "float8_e4m3fn", "float8_e8m0fnu", "int4", or "unknown"). Never NULL. */
+ *  "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "int4", or "unknown"). Never NULL. */
 ATTNRT_API const char* attnrt_dtype_name(attnrt_dtype dtype);
 
 /* ---- Runtime --------------------------------------------------------------------------------- */

@@ -87,6 +87,9 @@ bool ToDtype(ONNXTensorElementDataType type, attnrt_dtype* out) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN:
       *out = {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
       return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2:
+      *out = {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+      return true;
     default:
       return false;
   }

@@ -148,7 +148,7 @@ static PyObject* call_dlpack_once(PyObject* object) {
 }
 
 // `object`.view(uintN) when object.dtype is one of ml_dtypes' types with a DLPack code (bfloat16,
-// float8_e4m3fn, float8_e8m0fnu), with that code in *dtype; nullptr (no Python error set) otherwise.
+// float8_e4m3fn, float8_e5m2, float8_e8m0fnu), with that code in *dtype; nullptr (no Python error set) otherwise.
 static PyObject* view_extension_dtype(PyObject* object, attnrt_dtype* dtype) {
   static const struct {
     const char* name;
@@ -157,6 +157,7 @@ static PyObject* view_extension_dtype(PyObject* object, attnrt_dtype* dtype) {
     uint8_t bits;
   } kTypes[] = {{"bfloat16", "uint16", ATTNRT_DTYPE_CODE_BFLOAT, 16},
                 {"float8_e4m3fn", "uint8", ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8},
+                {"float8_e5m2", "uint8", ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8},
                 {"float8_e8m0fnu", "uint8", ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8}};
   PyObject* np_dtype = PyObject_GetAttrString(object, "dtype");
   PyObject* np_name = np_dtype ? PyObject_GetAttrString(np_dtype, "name") : nullptr;

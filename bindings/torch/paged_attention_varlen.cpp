@@ -131,16 +131,18 @@ void Run(int64_t runtime, const at::Tensor& q_view, const at::Tensor& k_cache,
       window_right);
   key.causal = causal ? 1 : 0;
   key.local_window_right = causal ? -1 : static_cast<int32_t>(window_right);
-  // A quantized cache is 8-bit (int8 or float8_e4m3fn) with float32 scales: one each (per
-  // tensor, as vLLM's k_scale/v_scale) or Nkv * H (per channel). The op checks the rest (scales
-  // absent for a cache of the query's type, their dtype, the caches' dtypes).
+  // A quantized cache is 8-bit (int8, float8_e4m3fn or float8_e5m2) with float32 scales: one each
+  // (per tensor, as vLLM's k_scale/v_scale) or Nkv * H (per channel). The op checks the rest
+  // (scales absent for a cache of the query's type, their dtype, the caches' dtypes).
   if (k_scale.has_value() || v_scale.has_value()) {
     const at::ScalarType cache_type = k_cache.scalar_type();
-    ATTNRT_TORCH_CHECK_ARG(cache_type == at::kChar || cache_type == at::kFloat8_e4m3fn,
-                           k_scale.has_value() ? "k_scale" : "v_scale",
-                           ": scales are for 8-bit caches (int8 or float8_e4m3fn), got a "
-                           "k_cache of ",
-                           cache_type);
+    ATTNRT_TORCH_CHECK_ARG(
+        cache_type == at::kChar || cache_type == at::kFloat8_e4m3fn ||
+            cache_type == at::kFloat8_e5m2,
+        k_scale.has_value() ? "k_scale" : "v_scale",
+        ": scales are for 8-bit caches (int8, float8_e4m3fn or float8_e5m2), got a "
+        "k_cache of ",
+        cache_type);
     const at::Tensor& scale = k_scale.has_value() ? *k_scale : *v_scale;
     key.quant_type =
         scale.numel() == 1 ? ATTNRT_GQA_QUANT_PER_TENSOR : ATTNRT_GQA_QUANT_PER_CHANNEL;

@@ -95,8 +95,8 @@ struct OpKey {
   int32_t p_precision = 0;          // attnrt_p_precision
   int32_t causal = 1;               // 0: every query row sees every key of its sequence
   int32_t local_window_right = -1;  // causal = 0: keys after the row it sees (-1: all)
-  // Quantized caches (int8 or float8_e4m3fn with k_scale/v_scale): attnrt_gqa_quant_type and the
-  // bit width; 0 for caches of the query's type.
+  // Quantized caches (int8, float8_e4m3fn or float8_e5m2 with k_scale/v_scale):
+  // attnrt_gqa_quant_type and the bit width; 0 for caches of the query's type.
   int32_t quant_type = 0;
   int32_t kv_cache_bit_width = 0;
   bool operator==(const OpKey& other) const;

@@ -31,11 +31,13 @@ attnrt_dtype Dtype(const at::Tensor& t, const char* name) {
       return {ATTNRT_DTYPE_CODE_UINT, 8, 1};
     case at::kFloat8_e4m3fn:
       return {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+    case at::kFloat8_e5m2:
+      return {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
     default:
       ATTNRT_TORCH_CHECK_ARG(
           false, name, ": dtype ", t.scalar_type(),
           " is not one attnrt takes (float32, float16, bfloat16, int8, uint8, int32, "
-          "int64, float8_e4m3fn)");
+          "int64, float8_e4m3fn, float8_e5m2)");
   }
 }
 

@@ -23,7 +23,9 @@ class GqaProblem final : public Problem {
 
   const void* abi() const override { return &problem_; }
   int32_t device_type() const override { return problem_.device_type; }
-  AbiNeed abi_need() const override { return KvQuantNeed(problem_.attributes); }
+  AbiNeed abi_need() const override {
+    return NewerNeed(KvQuantNeed(problem_.attributes), CacheDtypeNeed(problem_.cache_dtype));
+  }
 
   Status Run(const KernelRecord& kernel, const TensorList& inputs, const TensorList& outputs,
              void* workspace, size_t workspace_size, void* stream) const override {

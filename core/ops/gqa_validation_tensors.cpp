@@ -9,9 +9,10 @@
 namespace attnrt::core::gqa::detail {
 namespace {
 
-// T_CACHE of past_key (or of present_key without a past). Not quantized: T. 8-bit: int8, or
-// float8_e4m3fn (beyond the CPU reference, which has no float8 kernel; CUDA has one). 4-bit: uint8
-// holding two int4 values per byte, as the reference stores it.
+// T_CACHE of past_key (or of present_key without a past). Not quantized: T. 8-bit: int8,
+// float8_e4m3fn (beyond the CPU reference, which has no float8 kernel; CUDA has one) or
+// float8_e5m2 (ABI 1.11, vLLM's fp8_e5m2 cache). 4-bit: uint8 holding two int4 values per byte, as
+// the reference stores it.
 Status CheckCacheDtype(const attnrt_tensor& t, const char* name, const attnrt_gqa_attributes& a,
                        attnrt_dtype query_dtype) {
   if (!Quantized(a)) {
@@ -24,10 +25,14 @@ Status CheckCacheDtype(const attnrt_tensor& t, const char* name, const attnrt_gq
                           : "bytes of Q8_0 blocks for a PER_BLOCK_32 KV cache");
   }
   if (a.kv_cache_bit_width == 8) {
-    if (DtypeEquals(t.dtype, kInt8) || DtypeEquals(t.dtype, kFloat8E4M3FN)) return Status::Ok();
-    return InvalidArgument(
-        StrCat(name, ": expected dtype int8 or float8_e4m3fn for an 8-bit quantized KV cache, got ",
-               DtypeString(t.dtype)));
+    if (DtypeEquals(t.dtype, kInt8) || DtypeEquals(t.dtype, kFloat8E4M3FN) ||
+        DtypeEquals(t.dtype, kFloat8E5M2)) {
+      return Status::Ok();
+    }
+    return InvalidArgument(StrCat(name,
+                                  ": expected dtype int8, float8_e4m3fn or float8_e5m2 for an "
+                                  "8-bit quantized KV cache, got ",
+                                  DtypeString(t.dtype)));
   }
   return CheckDtype(t, name, kUInt8,
                     "int4 values packed two per byte for a 4-bit quantized KV cache");

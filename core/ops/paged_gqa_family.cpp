@@ -110,13 +110,20 @@ AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes) {
                                                 : "a PER_BLOCK_32 (Q8_0) KV cache"};
 }
 
+AbiNeed CacheDtypeNeed(attnrt_dtype cache_dtype) {
+  if (cache_dtype.code != ATTNRT_DTYPE_CODE_FLOAT8_E5M2) return {};
+  return {paged_gqa_layouts::kFloat8E5M2Minor, "a float8_e5m2 KV cache"};
+}
+
 AbiNeed NewerNeed(AbiNeed a, AbiNeed b) { return b.minor > a.minor ? b : a; }
 
 AbiNeed PagedProblemNeed(const attnrt_paged_gqa_problem& problem) {
   return NewerNeed(
       NewerNeed(NewerNeed(KvQuantNeed(problem.gqa.attributes), PPrecisionNeed(problem.p_precision)),
                 ValueHeadSizeNeed(problem)),
-      NewerNeed(ValueCacheTypeNeed(problem), HeadSizeNeed(problem)));
+      NewerNeed(NewerNeed(ValueCacheTypeNeed(problem), HeadSizeNeed(problem)),
+                NewerNeed(CacheDtypeNeed(problem.gqa.cache_dtype),
+                          CacheDtypeNeed(problem.value_cache_dtype))));
 }
 
 Status CreatePagedGqaFamily(const void* attributes, std::unique_ptr<OpFamily>* out) {

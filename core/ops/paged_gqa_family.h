@@ -23,6 +23,10 @@ AbiNeed PPrecisionNeed(int32_t p_precision);
 // plugin would read as an int4/int8 cache.
 AbiNeed KvQuantNeed(const attnrt_gqa_attributes& attributes);
 
+// What a KV cache of dtype float8_e5m2 (ABI 1.11) needs of a kernel's plugin: an older one knows
+// no such dtype code (the three GroupQueryAttention ops).
+AbiNeed CacheDtypeNeed(attnrt_dtype cache_dtype);
+
 // What a value head size other than head_size (ABI 1.8) needs of a kernel's plugin: an older one
 // reads the value rows as head_size wide.
 AbiNeed ValueHeadSizeNeed(const attnrt_paged_gqa_problem& problem);

@@ -34,6 +34,8 @@ inline constexpr uint32_t kValueCacheTypeMinor = 9;
 inline constexpr uint32_t kKeyStartLocMinor = 10;
 inline constexpr uint32_t kAlibiMinor = 10;
 inline constexpr uint32_t kNonCausalWindowMinor = 10;
+// A float8_e5m2 KV cache (a dtype code, no struct change; every GroupQueryAttention op).
+inline constexpr uint32_t kFloat8E5M2Minor = 11;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {

@@ -63,6 +63,7 @@ inline constexpr attnrt_dtype kUInt8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 inline constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 inline constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
 inline constexpr attnrt_dtype kFloat8E4M3FN{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+inline constexpr attnrt_dtype kFloat8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 inline constexpr attnrt_dtype kFloat8E8M0FNU{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1};
 inline constexpr attnrt_dtype kInt4{ATTNRT_DTYPE_CODE_INT, 4, 1};
 

@@ -114,6 +114,8 @@ void DequantizeOf(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
       return fn<GqaCacheType::kInt4>(__VA_ARGS__);         \
     case GqaCacheType::kFloat8E4M3Fn:                      \
       return fn<GqaCacheType::kFloat8E4M3Fn>(__VA_ARGS__); \
+    case GqaCacheType::kFloat8E5M2:                        \
+      return fn<GqaCacheType::kFloat8E5M2>(__VA_ARGS__);   \
     case GqaCacheType::kBlockQ8_0:                         \
       return fn<GqaCacheType::kBlockQ8_0>(__VA_ARGS__);    \
     case GqaCacheType::kBlockQ4_0:                         \

@@ -29,8 +29,9 @@ struct F32x8 {
 
 // Whether a cache type's elements are q * scale (float32 scales), rather than floats.
 template <GqaCacheType kType>
-constexpr bool kScaledCache = kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
-                              kType == GqaCacheType::kFloat8E4M3Fn;
+constexpr bool kScaledCache =
+    kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
+    kType == GqaCacheType::kFloat8E4M3Fn || kType == GqaCacheType::kFloat8E5M2;
 
 inline F32x8 Int16ToFloat(int16x8_t w) {
   return {vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), vcvtq_f32_s32(vmovl_high_s16(w))};
@@ -97,6 +98,11 @@ inline F32x8 LoadCacheRaw8(const void* row, int64_t i) {
     const uint8x8_t bytes = vreinterpret_u8_u32(vdup_n_u32(packed));
     const uint8x8_t nibbles = vzip1_u8(vand_u8(bytes, vdup_n_u8(0xF)), vshr_n_u8(bytes, 4));
     return Int16ToFloat(vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(nibbles)), vdupq_n_s16(8)));
+  } else if constexpr (kType == GqaCacheType::kFloat8E5M2) {
+    // e5m2 is float16's top byte: one shift and one float16 conversion (infinities and NaNs kept).
+    const float16x8_t h =
+        vreinterpretq_f16_u16(vshll_n_u8(vld1_u8(static_cast<const uint8_t*>(row) + i), 8));
+    return {vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)};
   } else {
     static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
     const uint16x8_t v = vmovl_u8(vld1_u8(static_cast<const uint8_t*>(row) + i));

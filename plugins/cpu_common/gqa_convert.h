@@ -93,6 +93,24 @@ inline uint8_t FloatToFloat8E4M3Fn(float f) {
   return static_cast<uint8_t>(sign | ((rounded >> 20) - (120u << 3)));
 }
 
+// e5m2: float16's top byte (bias 15, two mantissa bits; infinities and NaNs as float16's).
+inline float Float8E5M2ToFloat(uint8_t v) { return HalfToFloat(static_cast<uint16_t>(v << 8)); }
+
+// Saturating, as the float8_e4m3fn writer: |x| >= 57344 (infinity included) gives ±57344; NaN gives
+// NaN; else round to nearest even (subnormals below 2^-14 in units of 2^-16).
+inline uint8_t FloatToFloat8E5M2(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7Fu);
+  if (a >= 0x47600000u) return static_cast<uint8_t>(sign | 0x7Bu);
+  if (a < 0x38800000u) {  // below 2^-14: subnormal units of 2^-16; 4 units encode 2^-14 itself
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(nearbyintf(BitsToFloat(a) * 65536.0f)));
+  }
+  const uint32_t rounded = a + 0xFFFFFu + ((a >> 21) & 1u);  // keep 2 mantissa bits, ties to even
+  return static_cast<uint8_t>(sign | ((rounded >> 21) - (112u << 2)));
+}
+
 // Address of element `index` of an array of `element_bytes`-byte elements.
 inline const void* ElementAddress(const void* base, size_t element_bytes, int64_t index) {
   return static_cast<const unsigned char*>(base) + static_cast<size_t>(index) * element_bytes;

@@ -34,6 +34,9 @@ std::string DtypeName(attnrt_dtype d) {
       case ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN:
         if (d.bits == 8) return "float8_e4m3fn";
         break;
+      case ATTNRT_DTYPE_CODE_FLOAT8_E5M2:
+        if (d.bits == 8) return "float8_e5m2";
+        break;
       case ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU:
         if (d.bits == 8) return "float8_e8m0fnu";
         break;
@@ -79,7 +82,8 @@ std::string DeviceName(int32_t device_type) {
 
 // Empty when the naive pipeline computes `p` as the reference does; else the reason it does not.
 // Supported: T float32, float16, bfloat16 with a T cache, or with a quantized cache (k_quant_type
-// == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8 or float8_e4m3fn (8-bit), uint8
+// == v_quant_type, PER_TENSOR or PER_CHANNEL float32 scales): int8, float8_e4m3fn or float8_e5m2
+// (8-bit), uint8
 // holding int4 (4-bit); or ggml's Q8_0/Q4_0 blocks in uint8 (PER_BLOCK_32, head_size a multiple of
 // 32, no scale inputs); and everything the reference defines on CPU (phases, packing, shared
 // buffers, masks, rotary, softcap, bias, sinks, qk_output, sliding_window_cache=1) with each.
@@ -107,8 +111,8 @@ std::string GqaNaiveDeclineReason(const attnrt_gqa_problem& p) {
     return "query dtype " + DtypeName(p.query_dtype) + " with KV cache dtype " +
            DtypeName(p.cache_dtype) +
            " and kv_cache_bit_width=" + std::to_string(a.kv_cache_bit_width) +
-           " is not supported (query float32, float16 or bfloat16; cache int8 or float8_e4m3fn "
-           "for 8 bits, uint8 for 4 bits and for PER_BLOCK_32)";
+           " is not supported (query float32, float16 or bfloat16; cache int8, float8_e4m3fn or "
+           "float8_e5m2 for 8 bits, uint8 for 4 bits and for PER_BLOCK_32)";
   }
   if (a.k_quant_type != ATTNRT_GQA_QUANT_NONE) {
     if (a.v_quant_type != a.k_quant_type) {

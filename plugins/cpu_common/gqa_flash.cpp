@@ -53,7 +53,7 @@ int64_t L2Bytes(const PluginContext& context) {
 // place they differ"). One extension, where it cannot:
 //   float32 query, float32 cache                 flash (MlasFlashAttentionGQA), needs present
 //   float32/float16 query, int8/int4 cache       flash (MlasFlashAttentionQuantizedKV)
-//   float8_e4m3fn cache (no CPU reference)       flash, as the other quantized caches
+//   float8_e4m3fn/e5m2 cache (no CPU reference)  flash, as the other quantized caches
 //   bfloat16 query, quantized cache (no CPU ref) flash, as a float16 query
 //   float16/bfloat16 query, float16/bf16 cache   ONNX Runtime: naive, in float32 (Q and K
 //                                                widened, scores, softmax and PV in float32, the
@@ -116,7 +116,8 @@ FlashBlocks ChooseBlocks(int64_t l2_bytes, const attnrt_gqa_problem& p, int64_t 
   GqaCacheType cache_type = GqaCacheType::kFloat32;
   GqaElementTypes(p, &type, &cache_type);
   const bool quantized = cache_type == GqaCacheType::kInt8 || cache_type == GqaCacheType::kInt4 ||
-                         cache_type == GqaCacheType::kFloat8E4M3Fn || IsBlockCache(cache_type);
+                         cache_type == GqaCacheType::kFloat8E4M3Fn ||
+                         cache_type == GqaCacheType::kFloat8E5M2 || IsBlockCache(cache_type);
   f.dequant_tiles = quantized && f.rows > kFusedRows;
   const int64_t per_key =
       static_cast<int64_t>(GqaCacheRowBytes(cache_type, p.head_size) +

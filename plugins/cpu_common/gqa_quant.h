@@ -2,7 +2,8 @@
 // quantize-on-write of new K/V rows, and the scalar element decoder every cache read builds on.
 //   int8:  q = clamp(rint(x * inv), -128, 127), one byte per element.
 //   int4:  q = clamp(rint(x * inv), -8, 7), byte i = ((q[2i] + 8) & 0xF) | ((q[2i+1] + 8) & 0xF)
-//   << 4. fp8 e4m3fn (beyond the CPU reference): saturate x * inv to ±448, round to nearest even.
+//   << 4. fp8 e4m3fn (beyond the CPU reference): saturate x * inv to ±448, round to nearest even;
+//   fp8 e5m2 (vLLM's fp8_e5m2 cache) the same with ±57344.
 // inv = 1/scale in float32 (scale 0 => 1); rint rounds half to even; dequantized x = q * scale.
 // ggml's Q8_0/Q4_0 blocks (ATTNRT_GQA_QUANT_PER_BLOCK_32, attnrt/ops/gqa.h): 32 elements with their
 // float16 scale d in front, quantized as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref and
@@ -126,6 +127,14 @@ inline void StoreCacheElements(const float* x, int64_t n, GqaCacheType type, con
       }
       return;
     }
+    case GqaCacheType::kFloat8E5M2: {
+      uint8_t* dst = static_cast<uint8_t*>(row) + first;
+      for (int64_t i = 0; i < n; ++i) {
+        const float inv = InverseScale(ElementScale(scale, per_channel, first + i));
+        dst[i] = FloatToFloat8E5M2(x[i] * inv);
+      }
+      return;
+    }
     case GqaCacheType::kBlockQ8_0:
     case GqaCacheType::kBlockQ4_0: {
       uint8_t* dst = static_cast<uint8_t*>(row) + first / kBlockElements * BlockBytes(type);
@@ -182,6 +191,13 @@ inline void ForEachCacheElement(const GqaCacheRow& row, int64_t begin, int64_t e
       const uint8_t* x = static_cast<const uint8_t*>(row.data);
       for (int64_t i = begin; i < end; ++i) {
         f(i, Float8E4M3FnToFloat(x[i]) * ElementScale(row.scale, row.per_channel, i));
+      }
+      return;
+    }
+    case GqaCacheType::kFloat8E5M2: {
+      const uint8_t* x = static_cast<const uint8_t*>(row.data);
+      for (int64_t i = begin; i < end; ++i) {
+        f(i, Float8E5M2ToFloat(x[i]) * ElementScale(row.scale, row.per_channel, i));
       }
       return;
     }

@@ -100,6 +100,8 @@ bool GqaElementTypes(const attnrt_gqa_problem& p, GqaFloatType* type,
   } else if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN &&
              c.bits == 8) {
     *cache_type = GqaCacheType::kFloat8E4M3Fn;
+  } else if (a.kv_cache_bit_width == 8 && c.code == ATTNRT_DTYPE_CODE_FLOAT8_E5M2 && c.bits == 8) {
+    *cache_type = GqaCacheType::kFloat8E5M2;
   } else if (a.kv_cache_bit_width == 4 && c.code == ATTNRT_DTYPE_CODE_UINT && c.bits == 8) {
     *cache_type = GqaCacheType::kInt4;
   } else {
@@ -118,6 +120,7 @@ size_t GqaCacheRowBytes(GqaCacheType type, int64_t head_size) noexcept {
       return h * sizeof(uint16_t);
     case GqaCacheType::kInt8:
     case GqaCacheType::kFloat8E4M3Fn:
+    case GqaCacheType::kFloat8E5M2:
       return h;
     case GqaCacheType::kBlockQ8_0:
     case GqaCacheType::kBlockQ4_0:

@@ -31,6 +31,7 @@ enum class GqaCacheType : uint8_t {
   kInt8,
   kInt4,
   kFloat8E4M3Fn,
+  kFloat8E5M2,
   kBlockQ8_0,
   kBlockQ4_0
 };

@@ -22,8 +22,9 @@ namespace {
 
 // Whether a cache type's elements are q * scale (float32 scales), rather than floats.
 template <GqaCacheType kType>
-constexpr bool kScaledCache = kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
-                              kType == GqaCacheType::kFloat8E4M3Fn;
+constexpr bool kScaledCache =
+    kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
+    kType == GqaCacheType::kFloat8E4M3Fn || kType == GqaCacheType::kFloat8E5M2;
 
 // ggml's Q8_0/Q4_0 blocks (gqa_quant.h): elements [i, i + 8) as q * d, the block's float16 scale
 // d widened (F16C: the AVX2 kernels decline block caches without it). i is a multiple of 8, so the
@@ -86,6 +87,27 @@ inline __m256 LoadCacheRaw8(const void* row, int64_t i) {
         _mm256_srlv_epi32(_mm256_cvtepu8_epi32(pairs), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
         _mm256_set1_epi32(0xF));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(nibbles, _mm256_set1_epi32(8)));
+  } else if constexpr (kType == GqaCacheType::kFloat8E5M2) {
+    // e5m2 (float16's top byte) to float32 bits without F16C: rebias normals (15 -> 127);
+    // subnormals are mantissa * 2^-16; exponent 31 is an infinity (mantissa 0) or a NaN. As
+    // Float8E5M2ToFloat, without arithmetic on float32 subnormals.
+    const __m256i v = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(row) + i)));
+    const __m256i exponent = _mm256_and_si256(_mm256_srli_epi32(v, 2), _mm256_set1_epi32(0x1F));
+    const __m256i mantissa = _mm256_and_si256(v, _mm256_set1_epi32(0x3));
+    const __m256i normal =
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(exponent, _mm256_set1_epi32(112)), 23),
+                        _mm256_slli_epi32(mantissa, 21));
+    const __m256i subnormal =
+        _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mantissa), _mm256_set1_ps(0x1p-16f)));
+    __m256i bits =
+        _mm256_blendv_epi8(normal, subnormal, _mm256_cmpeq_epi32(exponent, _mm256_setzero_si256()));
+    const __m256i special =
+        _mm256_or_si256(_mm256_set1_epi32(0x7F800000), _mm256_slli_epi32(mantissa, 21));
+    bits = _mm256_blendv_epi8(bits, special, _mm256_cmpeq_epi32(exponent, _mm256_set1_epi32(0x1F)));
+    bits =
+        _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24));
+    return _mm256_castsi256_ps(bits);
   } else {
     static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
     // e4m3fn to float32 bits: rebias normals (7 -> 127); subnormals are mantissa * 2^-9; S.1111.111

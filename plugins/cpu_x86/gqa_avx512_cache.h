@@ -26,8 +26,9 @@ namespace {
 
 // Whether a cache type's elements are q * scale (float32 scales), rather than floats.
 template <GqaCacheType kType>
-constexpr bool kScaledCache16 = kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
-                                kType == GqaCacheType::kFloat8E4M3Fn;
+constexpr bool kScaledCache16 =
+    kType == GqaCacheType::kInt8 || kType == GqaCacheType::kInt4 ||
+    kType == GqaCacheType::kFloat8E4M3Fn || kType == GqaCacheType::kFloat8E5M2;
 
 constexpr __mmask16 kAllLanes = 0xFFFF;
 
@@ -54,8 +55,8 @@ inline __m512 LoadBlock16(const void* row, int64_t i, __mmask16 mask) {
 }
 
 // Elements [i, i + 16) (lanes of `mask`) of the cache row at `row` as float32, before the scale:
-// widened for float caches, q for integer ones, the decoded e4m3fn value for fp8, q * d for the
-// block types (their scales are in the row). i is a multiple of 8.
+// widened for float caches, q for integer ones, the decoded e4m3fn/e5m2 value for fp8, q * d for
+// the block types (their scales are in the row). i is a multiple of 8.
 template <GqaCacheType kType>
 inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
   if constexpr (IsBlockCache(kType)) {
@@ -82,6 +83,11 @@ inline __m512 LoadCacheRaw16(const void* row, int64_t i, __mmask16 mask) {
     const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(low_nibbles, high_nibbles), _mm_set1_epi8(8));
     // Masked-off lanes would decode to -8: zero them as the other types are.
     return _mm512_maskz_cvtepi32_ps(mask, _mm512_cvtepi8_epi32(q));
+  } else if constexpr (kType == GqaCacheType::kFloat8E5M2) {
+    // e5m2 is float16's top byte: one shift and one float16 conversion (infinities and NaNs kept).
+    const __m256i v =
+        _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(row) + i));
+    return _mm512_cvtph_ps(_mm256_slli_epi16(v, 8));
   } else {
     static_assert(kType == GqaCacheType::kFloat8E4M3Fn);
     // e4m3fn's bits shifted into float16's places are the value times 2^-8 exactly (exponent bias

@@ -86,6 +86,7 @@ constexpr size_t RowBytes(GqaCacheType type, int64_t h) {
       return n / static_cast<size_t>(kBlockElements) * static_cast<size_t>(BlockBytes(type));
     case GqaCacheType::kInt8:
     case GqaCacheType::kFloat8E4M3Fn:
+    case GqaCacheType::kFloat8E5M2:
       break;
   }
   return n;

@@ -127,6 +127,11 @@ void WithKvRows(const GqaFlashKv& kv, F&& f) {
         return f(KvRows<GqaCacheType::kFloat8E4M3Fn, true>{data, kv.row_bytes, kv.scale});
       }
       return f(KvRows<GqaCacheType::kFloat8E4M3Fn, false>{data, kv.row_bytes, kv.scale});
+    case GqaCacheType::kFloat8E5M2:
+      if (kv.per_channel) {
+        return f(KvRows<GqaCacheType::kFloat8E5M2, true>{data, kv.row_bytes, kv.scale});
+      }
+      return f(KvRows<GqaCacheType::kFloat8E5M2, false>{data, kv.row_bytes, kv.scale});
     case GqaCacheType::kBlockQ8_0:
       return f(KvRows<GqaCacheType::kBlockQ8_0, false>{data, kv.row_bytes, nullptr});
     case GqaCacheType::kBlockQ4_0:

@@ -78,6 +78,8 @@ struct Avx2Ops {
         return DotCache<GqaCacheType::kInt4>(q, k, n);
       case GqaCacheType::kFloat8E4M3Fn:
         return DotCache<GqaCacheType::kFloat8E4M3Fn>(q, k, n);
+      case GqaCacheType::kFloat8E5M2:
+        return DotCache<GqaCacheType::kFloat8E5M2>(q, k, n);
       case GqaCacheType::kBlockQ8_0:
         return DotCache<GqaCacheType::kBlockQ8_0>(q, k, n);
       case GqaCacheType::kBlockQ4_0:
@@ -100,6 +102,8 @@ struct Avx2Ops {
         return AxpyCache<GqaCacheType::kInt4>(alpha, v, y, n);
       case GqaCacheType::kFloat8E4M3Fn:
         return AxpyCache<GqaCacheType::kFloat8E4M3Fn>(alpha, v, y, n);
+      case GqaCacheType::kFloat8E5M2:
+        return AxpyCache<GqaCacheType::kFloat8E5M2>(alpha, v, y, n);
       case GqaCacheType::kBlockQ8_0:
         return AxpyCache<GqaCacheType::kBlockQ8_0>(alpha, v, y, n);
       case GqaCacheType::kBlockQ4_0:

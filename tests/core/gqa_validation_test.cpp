@@ -654,7 +654,8 @@ TEST(GqaShapes, RejectsDtypes) {
        true,
        ATTNRT_GQA_INPUT_PAST_KEY,
        kUInt8,
-       {"past_key: expected dtype int8 or float8_e4m3fn for an 8-bit quantized KV cache, got "
+       {"past_key: expected dtype int8, float8_e4m3fn or float8_e5m2 for an 8-bit quantized KV "
+        "cache, got "
         "uint8"}},
       {true,
        true,

@@ -106,17 +106,18 @@ def _window(window_size, causal: bool = True) -> tuple[int, int]:
 
 
 def _quantization(k_cache, k_scale, v_scale) -> dict[str, Any]:
-    """The quantization attributes of 8-bit caches given with scales (int8 or float8_e4m3fn
-    k_cache: one scale each is per tensor, as vLLM's k_scale/v_scale, more is per channel), as the
-    C++ operator derives them; none otherwise (the op then names what does not fit)."""
+    """The quantization attributes of 8-bit caches given with scales (an int8, float8_e4m3fn or
+    float8_e5m2 k_cache: one scale each is per tensor, as vLLM's k_scale/v_scale, more is per
+    channel), as the C++ operator derives them; none otherwise (the op then names what does not
+    fit)."""
     if k_scale is None and v_scale is None:
         return {}
     given = "k_scale" if k_scale is not None else "v_scale"
     name = str(_arrays.dtype_of(k_cache)).removeprefix("torch.")
-    if name not in ("int8", "float8_e4m3fn"):
+    if name not in ("int8", "float8_e4m3fn", "float8_e5m2"):
         raise InvalidArgumentError(
-            f"{given}: scales are for 8-bit caches (int8 or float8_e4m3fn), got a k_cache of "
-            f"{name}; other quantized caches go through PagedGqaVarlenOp")
+            f"{given}: scales are for 8-bit caches (int8, float8_e4m3fn or float8_e5m2), got a "
+            f"k_cache of {name}; other quantized caches go through PagedGqaVarlenOp")
     count = 1
     for d in _arrays.shape_of(k_scale if k_scale is not None else v_scale, given):
         count *= d
@@ -167,9 +168,9 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
 
     q [num_tokens, N, H] (or [num_tokens, N*H]); k_cache, v_cache the block pools
     ([num_blocks, block_size, Nkv, H] for kv_layout "BSNH", [num_blocks, Nkv, block_size, H] for
-    "BNSH"; views of one cache tensor are fine; int8 or float8_e4m3fn with float32 k_scale and
-    v_scale, one each as vLLM's, or Nkv * H per channel: x = stored value * scale, new rows stored
-    as x / scale, docs/gqa-semantics.md); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
+    "BNSH"; views of one cache tensor are fine; int8, float8_e4m3fn or float8_e5m2 with float32
+    k_scale and v_scale, one each as vLLM's, or Nkv * H per channel: x = stored value * scale,
+    new rows stored as x / scale, docs/gqa-semantics.md); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]
     (context lengths including the new tokens); block_table int32 [B, max_blocks]. With k and v
     ([num_tokens, Nkv, H]) the new rows are written into the caches first (where slot_mapping
     says, -1 = not written; otherwise where the table and seq_lens say). k and v have one row per

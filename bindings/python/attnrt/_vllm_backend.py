@@ -8,8 +8,8 @@ so the K and V pools are the strided BNSH views kv.view(B, Hkv, 2, bs, H)[:, :, 
 attnrt reads and writes them in place. (vLLM's own CPU kernels pack K differently inside the slab,
 so a cache is read by the backend that wrote it; both write every row they read.)
 
-An fp8 KV cache (kv_cache_dtype "fp8"/"fp8_e4m3") is the same slab in uint8, read as float8
-e4m3fn with the layer's per-tensor k_scale/v_scale; the step's new rows reach attnrt's writer as
+An fp8 KV cache (kv_cache_dtype "fp8"/"fp8_e4m3", or "fp8_e5m2") is the same slab in uint8, read
+as float8 e4m3fn (or e5m2) with the layer's per-tensor k_scale/v_scale; the step's new rows reach attnrt's writer as
 the values of the codes vLLM's CPU writer would store (fp8_rows_as_vllm) times the scale, so that
 attnrt stores vLLM's bytes (after all of its checks, as any row). Encoder layers
 (ENCODER_ONLY, ENCODER) have no cache of vLLM's: each step's metadata holds scratch BNSH pools in
@@ -150,33 +150,39 @@ def vllm_kernel_p_precision(dtype: torch.dtype, block_size: int, head_size: int,
     return "input" if isa == "amx" else "exact"
 
 
-# vLLM's fp8 KV cache dtypes attnrt serves: float8 e4m3fn with per-layer k_scale/v_scale.
-FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3")
-_FP8_MAX = 448.0
+# vLLM's fp8 KV cache dtypes attnrt serves, each with per-layer k_scale/v_scale: the float8 type
+# of its codes, the largest code, the smallest normal and the subnormals' unit.
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+_FP8_FORMATS = {
+    "fp8": (torch.float8_e4m3fn, 448.0, 2.0**-6, 2.0**-9),
+    "fp8_e4m3": (torch.float8_e4m3fn, 448.0, 2.0**-6, 2.0**-9),
+    "fp8_e5m2": (torch.float8_e5m2, 57344.0, 2.0**-14, 2.0**-16),
+}
 
 
-def fp8_rows_as_vllm(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """x / scale as float8_e4m3fn, byte for byte as vLLM's CPU cache writer
-    (cpu_attn_reshape_and_cache with kv_cache_dtype "fp8") stores it, found by comparing its bytes
-    (tests/bindings/python/test_vllm_backend.py checks every special case against it): q = x times
-    the float32 reciprocal of the float32 scale, in float32; NaN as +448, clamped to +-448; codes
-    of |q| >= 2^-6 rounded toward zero (the float32 mantissa bits past e4m3's three dropped;
-    attnrt's own writer rounds to nearest even), subnormal codes floor((|q| + 2^-6 - 2^-6) * 2^9)
-    with the sum rounded to float32 first; zero stored as +0, a negative q that truncates to zero
-    as -0."""
+def fp8_rows_as_vllm(x: torch.Tensor, scale: float, kv_cache_dtype: str = "fp8") -> torch.Tensor:
+    """x / scale as float8_e4m3fn ("fp8", "fp8_e4m3") or float8_e5m2 ("fp8_e5m2"), byte for byte as
+    vLLM's CPU cache writer (cpu_attn_reshape_and_cache with that kv_cache_dtype) stores it, found
+    by comparing its bytes (tests/bindings/python/test_vllm_backend.py checks every special case
+    against it): q = x times the float32 reciprocal of the float32 scale, in float32; NaN as the
+    largest code (448, 57344), clamped to +-that; codes of |q| at or above the smallest normal
+    (2^-6, 2^-14) rounded toward zero (the float32 mantissa bits past the format's dropped;
+    attnrt's own writer rounds to nearest even), subnormal codes floor((|q| + smallest normal -
+    smallest normal) / unit) with the sum rounded to float32 first; zero stored as +0, a negative q
+    that truncates to zero as -0."""
+    dtype, largest, smallest_normal, unit = _FP8_FORMATS[kv_cache_dtype]
     inverse = torch.tensor(scale, dtype=torch.float32).reciprocal()
-    q = torch.nan_to_num(x.float() * inverse, nan=_FP8_MAX).clamp_(-_FP8_MAX, _FP8_MAX)
+    q = torch.nan_to_num(x.float() * inverse, nan=largest).clamp_(-largest, largest)
     a = q.abs()
-    nearest = a.to(torch.float8_e4m3fn)
-    # Where rounding to nearest went up, the next code toward zero (e4m3's codes of one sign are
+    nearest = a.to(dtype)
+    # Where rounding to nearest went up, the next code toward zero (the codes of one sign are
     # ordered by magnitude).
     codes = nearest.view(torch.uint8) - (nearest.float() > a).to(torch.uint8)
-    smallest_normal = 2.0**-6
-    subnormal = torch.floor(((a + smallest_normal) - smallest_normal) * 512.0).to(torch.uint8)
+    subnormal = torch.floor(((a + smallest_normal) - smallest_normal) / unit).to(torch.uint8)
     codes = torch.where(a < smallest_normal, subnormal, codes)
     codes = torch.where(q < 0, codes | 0x80, codes)
     codes = torch.where(q == 0, torch.zeros_like(codes), codes)
-    return codes.view(torch.float8_e4m3fn)
+    return codes.view(dtype)
 
 
 def _announce(p_precision: str) -> None:
@@ -424,9 +430,9 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
             refuse(f"{attn_type} attention sharing the KV cache of "
                    f"{kv_sharing_target_layer_name!r}")
         if kv_cache_dtype not in ("auto", *FP8_KV_CACHE_DTYPES):
-            refuse(f"kv_cache_dtype {kv_cache_dtype!r} (served: 'auto', the model dtype, and "
-                   f"'fp8'/'fp8_e4m3', float8 e4m3fn with per-layer scales; attnrt has no "
-                   f"float8 e5m2 cache)")
+            refuse(f"kv_cache_dtype {kv_cache_dtype!r} (served: 'auto', the model dtype, "
+                   f"'fp8'/'fp8_e4m3', float8 e4m3fn, and 'fp8_e5m2', float8 e5m2, with "
+                   f"per-layer scales)")
         if not isinstance(head_size, int) or head_size < 1:
             refuse(f"head_size {head_size!r} (expected a positive integer)")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -471,9 +477,10 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
 
     def _set_kv_cache(self, kv_cache: torch.Tensor, dtype: torch.dtype) -> None:
         """The layer's K and V pools: BNSH views of the slab halves (kept while vLLM passes the
-        same cache tensor), float8_e4m3fn views of vLLM's uint8 cache for an fp8 KV cache."""
+        same cache tensor), float8_e4m3fn (float8_e5m2) views of vLLM's uint8 cache for an fp8
+        KV cache."""
         if self.fp8:
-            kv_cache = kv_cache.view(torch.float8_e4m3fn)
+            kv_cache = kv_cache.view(_FP8_FORMATS[self.kv_cache_dtype][0])
         num_blocks, kv_heads, block_size, width = kv_cache.shape
         if width != 2 * self.head_size or kv_heads != self.num_kv_heads:
             raise ValueError(f"attnrt's vLLM backend: KV cache of shape {tuple(kv_cache.shape)}, "
@@ -527,15 +534,17 @@ class AttnrtImpl(AttentionImpl[AttnrtMetadata]):
         """The rows attnrt's writer turns into vLLM's bytes: the values of vLLM's codes
         (fp8_rows_as_vllm) times the scale, in x's dtype. attnrt stores row / scale rounded to
         the nearest code; each of these values is within a dtype rounding (2^-9 relative for
-        bfloat16) of its code times the scale, far inside half a code's spacing (2^-4 relative),
-        so the nearest code is vLLM's: one write path, after all of attnrt's checks."""
-        if x.dtype == torch.float16 and scale < 2.0**-13:
+        bfloat16) of its code times the scale, far inside half a code's spacing (at least 2^-4
+        relative for e4m3, 2^-3 for e5m2), so the nearest code is vLLM's: one write path, after
+        all of attnrt's checks."""
+        unit = _FP8_FORMATS[self.kv_cache_dtype][3]
+        if x.dtype == torch.float16 and scale * unit < 2.0**-22:
             # float16 would hold the smallest codes' values as subnormals too coarse to round
-            # back (a code of 2^-9 times the scale must stay above float16's 2^-24 spacing).
+            # back (the smallest code times the scale must stay 4 spacings of float16's 2^-24).
             raise NotImplementedError(
-                f"attnrt's vLLM backend: an fp8 KV cache with a float16 model and a scale of "
-                f"{scale} (below 2^-13) is not served")
-        return (fp8_rows_as_vllm(x, scale).float() * scale).to(x.dtype)
+                f"attnrt's vLLM backend: a {self.kv_cache_dtype} KV cache with a float16 model "
+                f"and a scale of {scale} (below 2^{math.log2(2.0**-22 / unit):.0f}) is not served")
+        return (fp8_rows_as_vllm(x, scale, self.kv_cache_dtype).float() * scale).to(x.dtype)
 
     def window(self, attn_metadata: AttnrtMetadata) -> tuple[int, int]:
         """FlashAttention-style (left, right) window of this step (called every step: the end-to-end

@@ -180,9 +180,10 @@ def _paged_attention_varlen(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     slot_mapping says (k, v given); cu_seqlens_q int32 [B+1]; seq_lens int32 [B]; block_table int32
     [B, max_blocks]; window_left as FlashAttention's window_size[0] (-1: off); softmax_scale 0:
     1/sqrt(H); p_precision "exact" or "input"; causal False: every query row sees every key of its
-    sequence (None, the default, and True: causal); k_scale/v_scale float32 scales of int8 or
-    float8_e4m3fn caches; cu_seqlens_k int32 [B+1]: k and v rows of their own count, sequence b's
-    [cu_seqlens_k[b], cu_seqlens_k[b+1]) written as its last tokens (cross-attention);
+    sequence (None, the default, and True: causal); k_scale/v_scale float32 scales of int8,
+    float8_e4m3fn or float8_e5m2 caches; cu_seqlens_k int32 [B+1]: k and v rows of their own
+    count, sequence b's [cu_seqlens_k[b], cu_seqlens_k[b+1]) written as its last tokens
+    (cross-attention);
     alibi_slopes float32 [N]: ALiBi; window_right as FlashAttention's window_size[1] (causal=False:
     the keys after each row it sees, -1 all) (attnrt.paged_attention_varlen)."""
     _varlen.paged_attention_varlen(

@@ -312,7 +312,6 @@ def test_impl_sharing_a_kv_cache_reads_it_and_writes_nothing():
     (dict(attn_type="decoder_typo"), "attn_type"),
     (dict(attn_type="encoder_only", kv_sharing_target_layer_name="model.layers.0.attn"),
      "sharing"),
-    (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype 'fp8_e5m2'"),
     (dict(kv_cache_dtype="int8_per_token_head"), "kv_cache_dtype"),
 ])
 def test_impl_refuses_what_it_cannot_serve(kwargs, reason):
@@ -586,19 +585,24 @@ def test_vllm_layers_attnrt_does_not_serve_are_named_in_the_log(vllm_env):
 
 
 FP8_SPECIAL = [500.0, -500.0, 448.0, 460.0, 1e6, math.inf, -math.inf, math.nan, 1e-3, 2**-9, 2**-10,
-               3 * 2**-10, 1e-4, -1e-3, 0.0, -0.0, 0.0019531, 447.9, 449.0, 464.0, 465.0, -0.4375]
+               3 * 2**-10, 1e-4, -1e-3, 0.0, -0.0, 0.0019531, 447.9, 449.0, 464.0, 465.0, -0.4375,
+               # e5m2's: its largest code, the values past it, subnormals (units of 2^-16), ties
+               57344.0, 61440.0, 65504.0, -70000.0, 2**-16, 2**-17, 3 * 2**-17, 1e-7, 1.125,
+               1.375, 1.0625, 1.1875]
 
 
 @needs_vllm
-@pytest.mark.parametrize("scale", [1.0, 0.7, 3.3, 1.7])
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e5m2"])
+@pytest.mark.parametrize("scale", [1.0, 0.7, 3.3, 1.7, 1e-3])
 @pytest.mark.parametrize("dtype, isa", [(torch.float32, "vec"), (torch.bfloat16, "vec"),
                                         (torch.bfloat16, "amx"), (torch.float16, "vec")])
-def test_fp8_rows_are_vllms_bytes(scale, dtype, isa):
+def test_fp8_rows_are_vllms_bytes(scale, dtype, isa, kv_cache_dtype):
     """attnrt's fp8 rows (fp8_rows_as_vllm) are the bytes vLLM's CPU writer stores
-    (cpu_attn_reshape_and_cache, kv_cache_dtype "fp8"), special values included (overflow, inf,
-    NaN, subnormals, signed zeros): V rows where vLLM's vector layout keeps them plain, and the
-    bytes of each [block, kv head] slab as a multiset where vLLM packs them (K, and V under AMX).
-    Round-to-nearest (torch's own conversion) must fail the same comparison."""
+    (cpu_attn_reshape_and_cache, kv_cache_dtype "fp8" or "fp8_e5m2"), special values included
+    (overflow, inf, NaN, subnormals, signed zeros, ties): V rows where vLLM's vector layout keeps
+    them plain, and the bytes of each [block, kv head] slab as a multiset where vLLM packs them
+    (K, and V under AMX). Round-to-nearest (torch's own conversion) must fail the same
+    comparison."""
     from vllm import _custom_ops as ops
 
     from attnrt._vllm_backend import fp8_rows_as_vllm
@@ -608,19 +612,20 @@ def test_fp8_rows_are_vllms_bytes(scale, dtype, isa):
     # bfloat16 rows hit e4m3's codes exactly after the scale (1.0625 / 1.7 = 0.625), where the
     # order of vLLM's float32 operations decides the byte.
     key = 5 * torch.randn(n, NKV, H, generator=g)
+    key.view(-1)[:n * NKV * H // 2] *= torch.logspace(-8, 5, n * NKV * H // 2)  # every exponent
     value = 3 * torch.randn(n, NKV, H, generator=g)
     value.view(-1)[:len(FP8_SPECIAL)] = torch.tensor(FP8_SPECIAL)
     key, value = key.to(dtype), value.to(dtype)
     kv = torch.zeros(2, NKV, bs, 2 * H, dtype=torch.uint8)
     k_cache, v_cache = kv.view(2, NKV, 2 * bs, H).chunk(2, dim=2)
     ops.cpu_attn_reshape_and_cache(key, value, k_cache, v_cache, torch.arange(n), isa,
-                                   k_scale=scale, v_scale=scale, kv_cache_dtype="fp8")
+                                   k_scale=scale, v_scale=scale, kv_cache_dtype=kv_cache_dtype)
 
     def rows(x, convert):
         return convert(x).view(torch.uint8).view(2, bs, NKV, H).transpose(1, 2)  # [blk, h, s, H]
 
-    ours_k = rows(key, lambda x: fp8_rows_as_vllm(x, scale))
-    ours_v = rows(value, lambda x: fp8_rows_as_vllm(x, scale))
+    ours_k = rows(key, lambda x: fp8_rows_as_vllm(x, scale, kv_cache_dtype))
+    ours_v = rows(value, lambda x: fp8_rows_as_vllm(x, scale, kv_cache_dtype))
 
     def multiset(x):
         return x.reshape(2, NKV, -1).sort(-1).values
@@ -629,14 +634,16 @@ def test_fp8_rows_are_vllms_bytes(scale, dtype, isa):
     assert torch.equal(multiset(ours_v), multiset(v_cache))
     if isa == "vec":
         assert torch.equal(ours_v, v_cache)
-    nearest = rows(value, lambda x: (x.float() / scale).to(torch.float8_e4m3fn))
+    fp8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    nearest = rows(value, lambda x: (x.float() / scale).to(fp8))
     assert not torch.equal(multiset(nearest), multiset(v_cache))
 
 
 @needs_vllm
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e5m2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_impl_fp8_cache_matches_vllms_kernel(dtype):
-    """kv_cache_dtype "fp8": a decode and a 9-token chunk over cached rows, attnrt's layer (its
+def test_impl_fp8_cache_matches_vllms_kernel(dtype, kv_cache_dtype):
+    """kv_cache_dtype "fp8" (e4m3) and "fp8_e5m2": a decode and a 9-token chunk over cached rows, attnrt's layer (its
     rows stored as vLLM's bytes, read per tensor with k_scale/v_scale) against vLLM's own fp8
     kernel over vLLM's cache written from the same rows, and against a float64 reference over the
     dequantized rows; a wrong v_scale must fail the comparison."""
@@ -647,10 +654,10 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
 
     g = torch.Generator().manual_seed(29)
     bs, ks, vs = 32, 0.6, 1.7
-    isa = _get_attn_isa(dtype, bs, H, "fp8")
+    isa = _get_attn_isa(dtype, bs, H, kv_cache_dtype)
     print(f"seed 29, vLLM ISA {isa}")
     layer = type("Layer", (), {"_k_scale_float": ks, "_v_scale_float": vs})()
-    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None)
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, kv_cache_dtype, None)
     ctx, q_lens, tables = [70, 40], [1, 9], [[4, 1, 6], [2, 5, 3]]
     seq_lens = [c + q for c, q in zip(ctx, q_lens)]
     num_blocks = 7
@@ -665,10 +672,10 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
         pos = torch.arange(ctx[b])
         ops.cpu_attn_reshape_and_cache(rows_k[b][:ctx[b]], rows_v[b][:ctx[b]], vk, vv,
                                        torch.tensor(slot[b][:ctx[b]]), isa, k_scale=ks,
-                                       v_scale=vs, kv_cache_dtype="fp8")
+                                       v_scale=vs, kv_cache_dtype=kv_cache_dtype)
         blocks = torch.tensor(tables[b])[pos // bs]
-        pools[blocks, :, 0, pos % bs] = fp8_rows_as_vllm(rows_k[b][:ctx[b]], ks).view(torch.uint8)
-        pools[blocks, :, 1, pos % bs] = fp8_rows_as_vllm(rows_v[b][:ctx[b]], vs).view(torch.uint8)
+        pools[blocks, :, 0, pos % bs] = fp8_rows_as_vllm(rows_k[b][:ctx[b]], ks, kv_cache_dtype).view(torch.uint8)
+        pools[blocks, :, 1, pos % bs] = fp8_rows_as_vllm(rows_v[b][:ctx[b]], vs, kv_cache_dtype).view(torch.uint8)
     t = sum(q_lens)
     q = (2 * torch.randn(t, N, H, generator=g)).to(dtype)
     k = torch.cat([rows_k[b][ctx[b]:] for b in range(2)])
@@ -684,24 +691,25 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
     impl.forward(layer, q, k, v, ours, md, out)
 
     ops.cpu_attn_reshape_and_cache(k, v, vk, vv, new_slots, isa, k_scale=ks, v_scale=vs,
-                                   kv_cache_dtype="fp8")
+                                   kv_cache_dtype=kv_cache_dtype)
     metadata = ops.cpu_attn_get_scheduler_metadata(
         num_reqs=2, num_heads=N, num_kv_heads=NKV, head_dim=H, seq_lens=lens, dtype=dtype,
         query_start_loc=qsl, causal=True, sliding_window_size=-1, isa=isa, enable_kv_split=False,
-        kv_cache_dtype="fp8")
+        kv_cache_dtype=kv_cache_dtype)
     expect = torch.empty_like(out)
     ops.cpu_attention_with_kv_cache(
         query=q, key_cache=vk, value_cache=vv, output=expect, query_start_loc=qsl, seq_lens=lens,
         scale=0.125, causal=True, alibi_slopes=None, sliding_window=-1, block_table=table,
         softcap=0.0, scheduler_metadata=metadata, s_aux=None, k_scale=ks, v_scale=vs,
-        kv_cache_dtype="fp8")
+        kv_cache_dtype=kv_cache_dtype)
     # bfloat16: outputs up to about 8 (half an ulp 0.016) and P rounded to bfloat16 (p_precision
     # "input", as vLLM's AMX kernel); measured 0.030 at this seed.
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     diff = (out.float() - expect.float()).abs().max().item()
     # The new rows are vLLM's bytes; the float64 reference over the dequantized cache.
-    pool_k = pools[:, :, 0].view(torch.float8_e4m3fn)
-    pool_v = pools[:, :, 1].view(torch.float8_e4m3fn)
+    fp8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    pool_k = pools[:, :, 0].view(fp8)
+    pool_v = pools[:, :, 1].view(fp8)
     worst = worst_wrong = worst_vllm = 0.0
     for b in range(2):
         pos = torch.arange(seq_lens[b])
@@ -709,7 +717,7 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
         keys = pool_k[blocks, :, pos % bs].double() * ks
         values = pool_v[blocks, :, pos % bs].double() * vs
         assert torch.equal(pools[blocks, :, 0, pos % bs],
-                           fp8_rows_as_vllm(rows_k[b], ks).view(torch.uint8))
+                           fp8_rows_as_vllm(rows_k[b], ks, kv_cache_dtype).view(torch.uint8))
         rows = slice(0, 1) if b == 0 else slice(1, t)
         for i in range(q_lens[b]):
             p = ctx[b] + i
@@ -728,22 +736,26 @@ def test_impl_fp8_cache_matches_vllms_kernel(dtype):
 
 
 @needs_vllm
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e5m2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_fp8_rows_reach_attnrts_writer_as_vllms_codes(dtype):
+def test_fp8_rows_reach_attnrts_writer_as_vllms_codes(dtype, kv_cache_dtype):
     """The fp8 layer hands attnrt's writer each vLLM code's value times the scale (_vllm_rows),
     which attnrt rounds back to that code: the pools hold fp8_rows_as_vllm's bytes for rows over
     the whole code range (each just below a code's value, so vLLM truncates it to the code before:
-    subnormals, +-416, signed zeros) at several scales. 2-D rows [n, Nkv * H] are taken as 3-D
-    ones."""
+    subnormals, the largest codes, signed zeros) at several scales, for e4m3 and e5m2 codes. 2-D
+    rows [n, Nkv * H] are taken as 3-D ones."""
     from attnrt._vllm_backend import AttnrtImpl, AttnrtMetadata, fp8_rows_as_vllm
 
-    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, "fp8", None)
+    impl = AttnrtImpl(N, H, 0.125, NKV, None, None, kv_cache_dtype, None)
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    codes = codes[(codes & 0x7F) != 0x7F]  # vLLM's writer never stores NaN
+    # vLLM's writer never stores NaN (nor e5m2's infinities).
+    e5m2 = kv_cache_dtype == "fp8_e5m2"
+    fp8 = torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn
+    codes = codes[(codes & 0x7F) < 0x7C] if e5m2 else codes[(codes & 0x7F) != 0x7F]
     for scale in (1.0, 0.37, 5.0):
         layer = type("Layer", (), {"_k_scale_float": scale, "_v_scale_float": scale})()
         # The codes' values times the scale, nudged toward zero by less than a code's spacing.
-        values = codes.view(torch.float8_e4m3fn).float() * scale
+        values = codes.view(fp8).float() * scale
         rows = (values * (1 - 2.0**-6)).to(dtype)
         n = 2 * BS
         x = torch.zeros(n * NKV * H)
@@ -760,7 +772,7 @@ def test_fp8_rows_reach_attnrts_writer_as_vllms_codes(dtype):
                      torch.empty(n, N * H, dtype=dtype))
         pools = kv.view(2, NKV, 2, BS, H)
         stored = torch.cat([pools[1, :, 0], pools[0, :, 0]], dim=1).transpose(0, 1)  # [n, Nkv, H]
-        want = fp8_rows_as_vllm(x.view(n, NKV, H), scale).view(torch.uint8)
+        want = fp8_rows_as_vllm(x.view(n, NKV, H), scale, kv_cache_dtype).view(torch.uint8)
         assert torch.equal(stored, want), (dtype, scale)
         assert torch.equal(torch.cat([pools[1, :, 1], pools[0, :, 1]], 1).transpose(0, 1), want)
 

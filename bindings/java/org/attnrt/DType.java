@@ -18,6 +18,8 @@ public enum DType {
   INT64(DTypeCode.INT, 64),
   /** float8 e4m3fn. */
   FLOAT8_E4M3FN(DTypeCode.FLOAT8_E4M3FN, 8),
+  /** float8 e5m2 (ABI 1.11). */
+  FLOAT8_E5M2(DTypeCode.FLOAT8_E5M2, 8),
   /** float8 e8m0fnu (scales). */
   FLOAT8_E8M0FNU(DTypeCode.FLOAT8_E8M0FNU, 8),
   /** Packed signed int4: two nibbles per byte, element 2i in the low nibble. */
