@@ -135,12 +135,48 @@ uint8_t E4M3FnEncode(float x) {
   return static_cast<uint8_t>(sign | best);
 }
 
+double E5M2Value(uint8_t code) {
+  const int exponent = (code >> 2) & 0x1F;
+  const int mantissa = code & 0x3;
+  double v = 0.0;
+  if (exponent == 31) {
+    v = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN()
+                      : std::numeric_limits<double>::infinity();
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(mantissa), -16);  // (m/4) * 2^-14
+  } else {
+    v = std::ldexp(1.0 + mantissa / 4.0, exponent - 15);
+  }
+  return (code & 0x80) ? -v : v;
+}
+
+uint8_t E5M2Encode(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7F);
+  const double ax = std::fabs(static_cast<double>(x));
+  if (ax > 57344.0) return static_cast<uint8_t>(sign | 0x7B);  // saturate (±inf included)
+  // Brute force over the non-negative finite codes 0x00..0x7B, in increasing value order: the
+  // nearest wins; on a tie the even code (even mantissa) wins.
+  uint8_t best = 0;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (int c = 0; c <= 0x7B; ++c) {
+    const double d = std::fabs(E5M2Value(static_cast<uint8_t>(c)) - ax);
+    if (d < best_distance || (d == best_distance && (c & 1) == 0)) {
+      best = static_cast<uint8_t>(c);
+      best_distance = d;
+    }
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
 const char* CacheFormatName(CacheFormat format) {
   switch (format) {
     case CacheFormat::kInt8:
       return "int8";
     case CacheFormat::kInt4:
       return "int4";
+    case CacheFormat::kFloat8E5M2:
+      return "float8_e5m2";
     case CacheFormat::kFloat8E4M3Fn:
       break;
   }
@@ -160,6 +196,8 @@ uint8_t QuantizeElement(CacheFormat format, float x, float scale) {
       const float q = std::clamp(std::nearbyint(y), -8.0f, 7.0f);
       return static_cast<uint8_t>(static_cast<int>(q) + 8);
     }
+    case CacheFormat::kFloat8E5M2:
+      return E5M2Encode(y);
     case CacheFormat::kFloat8E4M3Fn:
       break;
   }
@@ -172,6 +210,8 @@ double DequantizeElement(CacheFormat format, uint8_t code, float scale) {
       return static_cast<double>(static_cast<int8_t>(code)) * scale;
     case CacheFormat::kInt4:
       return static_cast<double>(static_cast<int>(code & 0xF) - 8) * scale;
+    case CacheFormat::kFloat8E5M2:
+      return E5M2Value(code) * scale;
     case CacheFormat::kFloat8E4M3Fn:
       break;
   }

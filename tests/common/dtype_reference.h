@@ -4,6 +4,8 @@
 //   - float16 and bfloat16: round-to-nearest-even from float, by exact power-of-two scaling;
 //   - float8 e4m3fn: a brute-force nearest-value encoder over the 256 codes (ties to an even
 //     mantissa, saturation to ±448, NaN stays NaN);
+//   - float8 e5m2 (OCP E5M2, the top byte of a float16): the same brute-force encoder (ties to an
+//     even mantissa, saturation to ±57344, infinities included, NaN stays NaN);
 //   - the KV-cache quantizer: q = clamp(rint(x · inv), lo, hi) with inv = 1/scale in float32
 //     (scale 0 => inv = 1); int4 packs element 2i in the low nibble with a +8 bias;
 //   - ggml's Q8_0 / Q4_0 blocks (PER_BLOCK_32): its reference quantizers and dequantizers;
@@ -43,9 +45,19 @@ double E4M3FnValue(uint8_t code);
 // |x| > 448 (and ±inf) saturate to ±448; NaN gives 0x7F (0xFF for a negative NaN).
 uint8_t E4M3FnEncode(float x);
 
+// ---- float8 e5m2 --------------------------------------------------------------------------------
+// 1 sign, 5 exponent (bias 15), 2 mantissa bits (OCP E5M2: the top byte of an IEEE binary16);
+// exponent 0: subnormals (m/4) * 2^-14; exponent 31: ±infinity (mantissa 0), NaN (mantissa != 0);
+// max finite 57344.
+double E5M2Value(uint8_t code);
+// Nearest finite code to x (sign kept, so -tiny -> -0 = 0x80); ties go to the code with an even
+// mantissa; |x| > 57344 (and ±inf) saturate to ±57344 (0x7B / 0xFB); NaN gives 0x7F (0xFF for a
+// negative NaN).
+uint8_t E5M2Encode(float x);
+
 // ---- KV-cache quantizer (ONNX Runtime's; docs/gqa-semantics.md for e4m3fn)
 // --------------------
-enum class CacheFormat { kInt8, kInt4, kFloat8E4M3Fn };
+enum class CacheFormat { kInt8, kInt4, kFloat8E4M3Fn, kFloat8E5M2 };
 
 const char* CacheFormatName(CacheFormat format);
 
@@ -54,10 +66,11 @@ float InverseScale(float scale);
 // The stored code of one element x with the given scale:
 //   int8: the int8 value as a byte (two's complement), q = clamp(rint(x·inv), -128, 127);
 //   int4: the biased nibble q + 8 (0..15), q = clamp(rint(x·inv), -8, 7);
-//   e4m3fn: E4M3FnEncode(x·inv).
+//   e4m3fn: E4M3FnEncode(x·inv);
+//   e5m2: E5M2Encode(x·inv).
 // x·inv is a float32 product; rint rounds half to even.
 uint8_t QuantizeElement(CacheFormat format, float x, float scale);
-// The dequantized value of a code: q·scale (e4m3fn: value·scale), in double.
+// The dequantized value of a code: q·scale (e4m3fn, e5m2: value·scale), in double.
 double DequantizeElement(CacheFormat format, uint8_t code, float scale);
 // int4 packing: element 2i (`even`) in the low nibble, element 2i+1 in the high nibble.
 inline uint8_t PackInt4(uint8_t even_nibble, uint8_t odd_nibble) {

@@ -58,6 +58,7 @@ constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 constexpr attnrt_dtype kI64{ATTNRT_DTYPE_CODE_INT, 64, 1};
 constexpr attnrt_dtype kI4{ATTNRT_DTYPE_CODE_INT, 4, 1};
 constexpr attnrt_dtype kF8E4M3{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+constexpr attnrt_dtype kF8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 constexpr attnrt_dtype kF8E8M0{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1};
 // Not known to attnrt: float64, an odd bit width, two lanes, an undefined code.
 constexpr attnrt_dtype kF64{ATTNRT_DTYPE_CODE_FLOAT, 64, 1};
@@ -470,7 +471,9 @@ void Decode(Choices& c, Case* k) {
     cache_dtype = c.OneIn(8) ? kI8 : kU8;
     Hc = H / 32 * (a.kv_cache_bit_width == 4 ? 18 : 34);
   } else if (quantized) {
-    cache_dtype = a.kv_cache_bit_width == 4 ? kU8 : c.OneIn(4) ? kF8E4M3 : kI8;
+    cache_dtype = a.kv_cache_bit_width == 4 ? kU8
+                  : c.OneIn(4)              ? (c.OneIn(2) ? kF8E5M2 : kF8E4M3)
+                                            : kI8;
     if (a.kv_cache_bit_width == 4) Hc = H / 2;
   }
 

@@ -4,10 +4,10 @@
 // Each input is decoded with FuzzedDataProvider into one mostly consistent call: attributes
 // (num_heads, kv_num_heads, head_size 8 to 128, block_size, kv_layout, scale, softcap,
 // local_window_size, causal (0 now and then: non-causal), smooth_softmax, head_sink, p_precision;
-// float32, float16 or bfloat16 queries over caches of that dtype, int8, float8_e4m3fn or int4, per
-// tensor or per channel, or Q8_0/Q4_0 blocks; ABI 1.9: now and then a value_cache of a type of its
-// own, float32, float16, bfloat16, Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid or
-// not, and key and value head sizes that are no multiple of 8, Hv != H among them), 0 to 8
+// float32, float16 or bfloat16 queries over caches of that dtype, int8, float8_e4m3fn/e5m2 or int4,
+// per tensor or per channel, or Q8_0/Q4_0 blocks; ABI 1.9: now and then a value_cache of a type of
+// its own, float32, float16, bfloat16, Q8_0 or Q4_0, beside a key_cache of T, Q8_0 or Q4_0, valid
+// or not, and key and value head sizes that are no multiple of 8, Hv != H among them), 0 to 8
 // sequences of 0 to 40 new rows over a context of up to 48 earlier tokens (query_start_loc,
 // seq_lens), padding rows past query_start_loc[B], a block table of shuffled physical blocks with
 // -1 in unused slots, optional key/value (the new rows) and slot_mapping (consistent, with -1 rows,
@@ -75,6 +75,7 @@ constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kF8E4M3{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+constexpr attnrt_dtype kF8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
 constexpr attnrt_dtype kI64{ATTNRT_DTYPE_CODE_INT, 64, 1};
 
@@ -245,17 +246,22 @@ void FillFloat(Buffer& b, attnrt_dtype dtype, Rng& rng) {
   }
 }
 
-// Random codes; float8_e4m3fn without its NaN (0x7F, 0xFF).
+// Random codes; float8_e4m3fn without its NaN (0x7F, 0xFF), float8_e5m2 without its infinities and
+// NaNs (exponent 31).
 // Q8_0/Q4_0 pools: every byte below 0x3C, so that any two bytes read as a block's float16 scale are
 // a finite value in [0, 1) (and codes stay within 0..59).
 void FillBlockBytes(Buffer& b, Rng& rng) {
   for (size_t i = 0; i < b.bytes; ++i) b.data[i] = static_cast<unsigned char>(rng.Next() % 0x3C);
 }
 
-void FillCodes(Buffer& b, bool fp8, Rng& rng) {
+void FillCodes(Buffer& b, attnrt_dtype dtype, Rng& rng) {
+  const bool e4m3 = dtype.code == ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN;
+  const bool e5m2 = dtype.code == ATTNRT_DTYPE_CODE_FLOAT8_E5M2;
   for (size_t i = 0; i < b.bytes; ++i) {
     auto c = static_cast<unsigned char>(rng.Next());
-    if (fp8 && (c & 0x7F) == 0x7F) c = static_cast<unsigned char>(c & 0xF0);
+    if ((e4m3 && (c & 0x7F) == 0x7F) || (e5m2 && (c & 0x7C) == 0x7C)) {
+      c = static_cast<unsigned char>(c & 0xF0);
+    }
     b.data[i] = c;
   }
 }
@@ -286,7 +292,7 @@ struct Case {
   attnrt_paged_gqa_attributes attributes;
   int64_t heads = 1, kv_heads = 1, head_size = 8, block_size = 4, cache_row = 8;
   attnrt_dtype t_dtype = kF32, cache_dtype = kF32;
-  int quant = 0;  // 0 none, 1 int8, 2 float8_e4m3fn, 3 int4, 4 Q8_0 blocks, 5 Q4_0 blocks
+  int quant = 0;  // 0 none, 1 int8, 2 float8 (e4m3fn or e5m2), 3 int4, 4 Q8_0, 5 Q4_0 blocks
   // value_cache: its head size Hv, row and type, key_cache's unless two_types (ABI 1.9:
   // v_cache_own_type = 1; v_quant 0 is then a float type of its own, v_cache_dtype) or Hv != H.
   int64_t v_head_size = 8, v_cache_row = 8;
@@ -493,7 +499,9 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
     a.k_quant_type = a.v_quant_type =
         fdp.ConsumeBool() ? ATTNRT_GQA_QUANT_PER_CHANNEL : ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = c->quant == 3 ? 4 : 8;
-    c->cache_dtype = c->quant == 1 ? kI8 : c->quant == 2 ? kF8E4M3 : kU8;
+    c->cache_dtype = c->quant == 1   ? kI8
+                     : c->quant == 2 ? (fdp.ConsumeBool() ? kF8E5M2 : kF8E4M3)
+                                     : kU8;
   }
   c->cache_row = CacheRow(c->quant, c->head_size);
   c->has_kv = fdp.ConsumeIntegralInRange<int>(0, 7) != 0;
@@ -799,7 +807,7 @@ void Build(Call& k, Rng& rng) {
     else if (quant == 0)
       FillFloat(b, key_pool ? c.cache_dtype : c.v_cache_dtype, rng);
     else
-      FillCodes(b, quant == 2, rng);
+      FillCodes(b, key_pool ? c.cache_dtype : c.v_cache_dtype, rng);
   }
   k.pools_initial[0] = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE]->buffer->Copy();
   k.pools_initial[1] = k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE]->buffer->Copy();
@@ -943,7 +951,9 @@ double Tolerance(const Call& k) {
       const double code = quant == 4 ? 127 : 8;
       max = std::max(code, 1.01 * MaxAbs(rows));
     } else {
-      const double code = quant == 1 ? 128 : quant == 2 ? 448 : 8;
+      const bool e5m2 =
+          (p == 0 ? c.cache_dtype : c.v_cache_dtype).code == ATTNRT_DTYPE_CODE_FLOAT8_E5M2;
+      const double code = quant == 1 ? 128 : quant == 2 ? (e5m2 ? 57344 : 448) : 8;
       max = code * MaxAbs(k.in[p == 0 ? ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE
                                       : ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE]
                               .get());

@@ -482,7 +482,7 @@ def test_causal_false_sees_every_key_and_refuses_a_later_key_window_when_causal(
     assert torch.equal(again, call["out"])
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.int8])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.int8])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_quantized_caches_through_the_operator(cache_dtype, per_channel):
     """8-bit caches with k_scale/v_scale (the schema's last arguments) through the C++ operator:

@@ -267,16 +267,17 @@ def test_non_causal_through_the_python_path_matches_the_operator():
                                           causal="no")
 
 
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
 @pytest.mark.parametrize("kernel", varlen_kernels())
-def test_every_fp8_code_decodes_exactly(kernel):
-    """A float8_e4m3fn value cache holding every code once (subnormals, signed zeros, +-448, NaN)
-    read by one query over one key: the output is the value row itself, so each kernel's decode of
-    each code must be torch's float8 to float32 conversion exactly (NaN as NaN), times the v_scale of
-    1.0."""
+def test_every_fp8_code_decodes_exactly(kernel, fp8):
+    """A float8_e4m3fn (float8_e5m2) value cache holding every code once (subnormals, signed
+    zeros, +-448 (+-57344, infinities), NaN) read by one query over one key: the output is the
+    value row itself, so each kernel's decode of each code must be torch's float8 to float32
+    conversion exactly (NaN as NaN), times the v_scale of 1.0."""
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     pools = torch.zeros(2, 2, BS, NKV, 128, dtype=torch.uint8)  # [K|V, block, slot, kv head, H]
     pools[1, 0, 0] = codes.view(NKV, 128)
-    k_cache, v_cache = (p.view(torch.float8_e4m3fn) for p in pools)
+    k_cache, v_cache = (p.view(fp8) for p in pools)
     q = torch.zeros(1, N, 128)
     one = torch.tensor([1.0])
     with attnrt.Runtime(kernel=kernel, num_threads=1) as rt:
@@ -287,7 +288,7 @@ def test_every_fp8_code_decodes_exactly(kernel):
                 k_scale=one, v_scale=one)
         except attnrt.UnsupportedError as e:
             pytest.skip(f"{kernel} declines: {str(e).split(kernel + ': ')[-1].split(';')[0]}")
-    want = codes.view(torch.float8_e4m3fn).float().view(NKV, 128)
+    want = codes.view(fp8).float().view(NKV, 128)
     for h in range(N):
         got = out[0, h]
         expect = want[h // (N // NKV)]

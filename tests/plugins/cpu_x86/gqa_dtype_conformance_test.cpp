@@ -1,9 +1,9 @@
 // Dtype conformance of every GQA kernel the cpu_x86 plugin registers (and of the runtime's own
 // choice, "auto"): float16 and bfloat16 queries with a cache of the same type, and quantized caches
-// (int8, int4 packed in uint8, float8 e4m3fn) with PER_TENSOR and PER_CHANNEL scales, each with
-// float32, float16 and bfloat16 queries, over a representative subset of the float32 suite's cases
-// (gqa_conformance_test.cpp). Block-quantized caches (PER_BLOCK_32: ggml Q8_0 / Q4_0) have suites
-// of their own: gqa_block_quant_test.cpp, gqa_block_quant_window_cache_test.cpp,
+// (int8, int4 packed in uint8, float8 e4m3fn, float8 e5m2) with PER_TENSOR and PER_CHANNEL scales,
+// each with float32, float16 and bfloat16 queries, over a representative subset of the float32
+// suite's cases (gqa_conformance_test.cpp). Block-quantized caches (PER_BLOCK_32: ggml Q8_0 / Q4_0)
+// have suites of their own: gqa_block_quant_test.cpp, gqa_block_quant_window_cache_test.cpp,
 // paged_gqa_block_quant_test.cpp and gqa_block_quant_errors_test.cpp.
 //
 // Method (independent of the kernels; tests/common/dtype_reference.h):
@@ -11,8 +11,8 @@
 //   - RoPE is computed in float from those rounded inputs and rounded to T (ONNX Runtime's rule,
 //     docs/gqa-semantics.md "Quantize-on-write of rotated K"); for float32 nothing is rounded;
 //   - quantized caches: every new K row (after that RoPE) and V row is quantized by the test's own
-//     quantizer (q = clamp(rint(x · inv), lo, hi), int4 low nibble first with +8, e4m3fn saturating
-//     RNE); the expected present bytes come from it and must match byte for byte;
+//     quantizer (q = clamp(rint(x · inv), lo, hi), int4 low nibble first with +8, e4m3fn and e5m2
+//     saturating RNE); the expected present bytes come from it and must match byte for byte;
 //   - the float64 reference (gqa_reference.h) runs on these rounded, rotated and, for quantized
 //     caches, dequantized (q · scale) values; its present layout is reused on the element
 //     codes to place the expected bytes.
@@ -55,6 +55,7 @@ constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kF8E4M3Fn{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+constexpr attnrt_dtype kF8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr uint8_t kBytePoison = 0xA5;
@@ -95,7 +96,8 @@ std::vector<Dtypes> DtypeCombos() {
                ATTNRT_GQA_QUANT_NONE});
   const std::pair<CacheFormat, const char*> caches[] = {{CacheFormat::kInt8, "int8"},
                                                         {CacheFormat::kInt4, "int4"},
-                                                        {CacheFormat::kFloat8E4M3Fn, "fp8e4m3"}};
+                                                        {CacheFormat::kFloat8E4M3Fn, "fp8e4m3"},
+                                                        {CacheFormat::kFloat8E5M2, "fp8e5m2"}};
   const std::pair<int32_t, const char*> quants[] = {{ATTNRT_GQA_QUANT_PER_TENSOR, "per_tensor"},
                                                     {ATTNRT_GQA_QUANT_PER_CHANNEL, "per_channel"}};
   const std::pair<FloatFormat, const char*> queries[] = {{FloatFormat::kFloat32, "f32"},
@@ -137,6 +139,8 @@ attnrt_dtype CacheDtype(const Dtypes& d) {
       return kI8;
     case CacheFormat::kInt4:
       return kU8;  // two elements per byte, H/2 bytes per row
+    case CacheFormat::kFloat8E5M2:
+      return kF8E5M2;
     case CacheFormat::kFloat8E4M3Fn:
       break;
   }
@@ -309,7 +313,8 @@ struct Built {
   // Reference values (float, exact): what the kernel sees, rotated in float and rounded to T;
   // quantized caches dequantized. NaN marks poisoned past rows of a float cache.
   std::vector<float> q, k, v, past_k, past_v, bias, sink;
-  // Quantized caches: the element codes (int8 byte, int4 biased nibble, e4m3fn byte) as floats.
+  // Quantized caches: the element codes (int8 byte, int4 biased nibble, e4m3fn or e5m2 byte) as
+  // floats.
   std::vector<float> k_code, v_code, past_k_code, past_v_code;
 };
 
@@ -421,12 +426,17 @@ Built Build(const Case& c, const Dtypes& d, std::mt19937_64& rng) {
   rotate_rows(k_rot, L, Nkv);
 
   // Scales (quantized): PER_TENSOR one value, PER_CHANNEL Nkv*H values around the base, with one
-  // zero-scale channel for the integer formats (inv = 1, dequantized to 0, as ONNX Runtime).
+  // zero-scale channel for the integer formats and float8 e5m2 (inv = 1, dequantized to 0, as ONNX
+  // Runtime for the integer ones; e5m2's writer is documented with the same inverse scale). The
+  // float8 bases put |x| ~ 3.5 at the format's largest finite value (e4m3fn 448 = 3.5 * 128, e5m2
+  // 57344 = 3.5 * 16384), so the tails of N(0,1) rows saturate, more often with the per-channel
+  // spread.
   std::vector<float> k_scale, v_scale;
   if (d.quantized) {
-    const float base = d.cache == CacheFormat::kInt8   ? 3.0f / 127.0f
-                       : d.cache == CacheFormat::kInt4 ? 2.5f / 7.0f
-                                                       : 1.0f / 128.0f;
+    const float base = d.cache == CacheFormat::kInt8         ? 3.0f / 127.0f
+                       : d.cache == CacheFormat::kInt4       ? 2.5f / 7.0f
+                       : d.cache == CacheFormat::kFloat8E5M2 ? 1.0f / 16384.0f
+                                                             : 1.0f / 128.0f;
     const int64_t count = d.quant == ATTNRT_GQA_QUANT_PER_TENSOR ? 1 : Nkv * H;
     std::uniform_real_distribution<float> spread(0.5f, 1.5f);
     for (auto* scales : {&k_scale, &v_scale}) {
@@ -505,6 +515,12 @@ Built Build(const Case& c, const Dtypes& d, std::mt19937_64& rng) {
             do {
               code = static_cast<uint8_t>(byte(rng));
             } while ((code & 0x7F) == 0x7F);
+            if (!readable(i)) code = 0x7F;  // NaN
+            break;
+          case CacheFormat::kFloat8E5M2:
+            do {  // finite codes only: no infinity (0x7C, 0xFC) nor NaN (0x7D..0x7F, 0xFD..0xFF)
+              code = static_cast<uint8_t>(byte(rng));
+            } while ((code & 0x7F) >= 0x7C);
             if (!readable(i)) code = 0x7F;  // NaN
             break;
         }
@@ -954,6 +970,56 @@ TEST(DtypeReferenceSelfCheck, E4M3FnEncodesNearestEvenSaturating) {
   }
 }
 
+TEST(DtypeReferenceSelfCheck, E5M2EncodesNearestEvenSaturating) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(E5M2Value(0x7B), 57344.0);
+  EXPECT_EQ(E5M2Value(0x3C), 1.0);
+  EXPECT_EQ(E5M2Value(0x01), std::ldexp(1.0, -16));  // smallest subnormal: (1/4) * 2^-14
+  EXPECT_EQ(E5M2Value(0x04), std::ldexp(1.0, -14));  // smallest normal
+  EXPECT_EQ(E5M2Value(0x03), std::ldexp(3.0, -16));  // largest subnormal
+  EXPECT_EQ(E5M2Value(0xBE), -1.5);
+  EXPECT_EQ(E5M2Value(0x7C), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(E5M2Value(0xFC), -std::numeric_limits<double>::infinity());
+  for (int c : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) {
+    EXPECT_TRUE(std::isnan(E5M2Value(static_cast<uint8_t>(c)))) << c;
+  }
+  EXPECT_EQ(E5M2Encode(1.0f), 0x3C);
+  EXPECT_EQ(E5M2Encode(-1.0f), 0xBC);
+  EXPECT_EQ(E5M2Encode(57344.0f), 0x7B);
+  EXPECT_EQ(E5M2Encode(57345.0f), 0x7B);  // saturates
+  EXPECT_EQ(E5M2Encode(1e6f), 0x7B);
+  EXPECT_EQ(E5M2Encode(-1e6f), 0xFB);
+  EXPECT_EQ(E5M2Encode(kInf), 0x7B);  // an infinity saturates too
+  EXPECT_EQ(E5M2Encode(-kInf), 0xFB);
+  EXPECT_EQ(E5M2Encode(1.125f), 0x3C);                  // tie between 1 and 1.25: even mantissa (1)
+  EXPECT_EQ(E5M2Encode(1.375f), 0x3E);                  // tie between 1.25 and 1.5: even (1.5)
+  EXPECT_EQ(E5M2Encode(1.126f), 0x3D);                  // above the tie: 1.25
+  EXPECT_EQ(E5M2Encode(1.874f), 0x3F);                  // below the tie between 1.75 and 2: 1.75
+  EXPECT_EQ(E5M2Encode(1.875f), 0x40);                  // the tie: even (2, the next binade)
+  EXPECT_EQ(E5M2Encode(-1.375f), 0xBE);                 // ties keep the sign
+  EXPECT_EQ(E5M2Encode(std::ldexp(1.0f, -17)), 0x00);   // half the smallest subnormal: 0
+  EXPECT_EQ(E5M2Encode(std::ldexp(3.0f, -17)), 0x02);   // 1.5 subnormal steps: even (2)
+  EXPECT_EQ(E5M2Encode(std::ldexp(7.0f, -17)), 0x04);   // 3.5 steps: even, the smallest normal
+  EXPECT_EQ(E5M2Encode(-std::ldexp(1.0f, -20)), 0x80);  // -tiny: -0
+  EXPECT_EQ(E5M2Encode(-0.0f), 0x80);
+  EXPECT_EQ(E5M2Encode(kNaN), 0x7F);
+  EXPECT_EQ(E5M2Encode(-kNaN), 0xFF);
+  for (int c = 0; c < 256; ++c) {  // every finite code round-trips
+    if ((c & 0x7F) >= 0x7C) continue;
+    EXPECT_EQ(E5M2Encode(static_cast<float>(E5M2Value(static_cast<uint8_t>(c)))), c);
+  }
+  // e5m2 is the top byte of a float16: for every finite float16 value h, the encoder must agree
+  // with the integer round-to-nearest-even of h's bits to their top byte (a carry out of the
+  // mantissa is the next exponent), saturated at 0x7B.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    if ((bits & 0x7C00) == 0x7C00) continue;  // infinities and NaNs
+    const uint32_t rounded = (bits + 0x7F + ((bits >> 8) & 1)) >> 8;
+    const uint32_t sign = rounded & 0x80;
+    const uint32_t want = std::min<uint32_t>(rounded & 0x7F, 0x7B) | sign;
+    ASSERT_EQ(E5M2Encode(Float16Value(static_cast<uint16_t>(bits))), want) << bits;
+  }
+}
+
 TEST(DtypeReferenceSelfCheck, IntegerQuantizer) {
   // rint half to even (as ORT): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2; clamps; scale 0 -> inv 1.
   EXPECT_EQ(QuantizeElement(CacheFormat::kInt8, 0.5f, 1.0f), 0);
@@ -972,6 +1038,13 @@ TEST(DtypeReferenceSelfCheck, IntegerQuantizer) {
   EXPECT_EQ(DequantizeElement(CacheFormat::kInt8, 0xFF, 0.5f), -0.5);
   EXPECT_EQ(DequantizeElement(CacheFormat::kFloat8E4M3Fn, 0x38, 0.5f), 0.5);
   EXPECT_EQ(QuantizeElement(CacheFormat::kFloat8E4M3Fn, 1.0f, 1.0f / 128.0f), 0x70);  // 128
+  EXPECT_EQ(DequantizeElement(CacheFormat::kFloat8E5M2, 0x3C, 0.5f), 0.5);
+  EXPECT_EQ(DequantizeElement(CacheFormat::kFloat8E5M2, 0xBE, 0.25f), -0.375);
+  EXPECT_EQ(QuantizeElement(CacheFormat::kFloat8E5M2, 1.0f, 1.0f / 16384.0f), 0x74);  // 2^14
+  EXPECT_EQ(QuantizeElement(CacheFormat::kFloat8E5M2, 3.0f, 0.0f), 0x42);  // scale 0: inv 1, 3
+  EXPECT_EQ(QuantizeElement(CacheFormat::kFloat8E5M2, 10.0f, 1.0f / 16384.0f), 0x7B);  // saturates
+  EXPECT_EQ(QuantizeElement(CacheFormat::kFloat8E5M2, -1e-9f, 1.0f), 0x80);            // -0
+  EXPECT_EQ(std::string(CacheFormatName(CacheFormat::kFloat8E5M2)), "float8_e5m2");
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 //  - bitwise equality with GroupQueryAttention over a contiguous cache holding the same tokens,
 //    same algorithm (paged_gqa.naive.<isa> vs gqa.naive.<isa>), outputs and output_qk, for what
 //    the paged flash kernels decline (softcap, smooth_softmax, head_sink, qk_output 1 and 2,
-//    float16 and bfloat16 caches, int4/int8/float8 caches with softcap), both block layouts, block
-//    sizes 1, 7, 16, 33, 256 and 1024, blocks in random order, decode, prompts and a ragged batch;
-//    the new rows in the pools equal the present rows byte for byte;
+//    float16 and bfloat16 caches, int4/int8/float8 e4m3fn/float8 e5m2 caches with softcap), both
+//    block layouts, block sizes 1, 7, 16, 33, 256 and 1024, blocks in random order, decode, prompts
+//    and a ragged batch; the new rows in the pools equal the present rows byte for byte;
 //  - one case against the float64 reference of tests/common;
 //  - the runtime's own choice: paged flash where it accepts, paged naive otherwise, with reasons;
 //  - a workspace smaller than the plan's: an error, pools and outputs untouched.
@@ -37,11 +37,21 @@ constexpr attnrt_dtype kBF16Dtype{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
 constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
 constexpr attnrt_dtype kE4M3{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 
 // T, the element type of query, key, value, the float caches and the outputs.
 enum class Type { kF32, kF16, kBF16 };
 // The cache: T itself, or quantized.
-enum class Quant { kNone, kInt8PerChannel, kInt4PerTensor, kE4M3PerTensor };
+enum class Quant {
+  kNone,
+  kInt8PerChannel,
+  kInt4PerTensor,
+  kE4M3PerTensor,
+  kE5M2PerTensor,
+  kE5M2PerChannel
+};
+bool IsE5M2(Quant q) { return q == Quant::kE5M2PerTensor || q == Quant::kE5M2PerChannel; }
+bool PerChannel(Quant q) { return q == Quant::kInt8PerChannel || q == Quant::kE5M2PerChannel; }
 
 struct Case {
   std::string name;
@@ -77,6 +87,8 @@ int64_t RowBytes(const Case& c) {
       return c.H * static_cast<int64_t>(TypeBytes(c.type));
     case Quant::kInt8PerChannel:
     case Quant::kE4M3PerTensor:
+    case Quant::kE5M2PerTensor:
+    case Quant::kE5M2PerChannel:
       return c.H;
     case Quant::kInt4PerTensor:
       break;
@@ -92,6 +104,9 @@ attnrt_dtype CacheDtype(const Case& c) {
       return kI8;
     case Quant::kE4M3PerTensor:
       return kE4M3;
+    case Quant::kE5M2PerTensor:
+    case Quant::kE5M2PerChannel:
+      return kE5M2;
     case Quant::kInt4PerTensor:
       break;
   }
@@ -111,8 +126,11 @@ attnrt_gqa_attributes Attributes(const Case& c) {
   } else if (c.quant == Quant::kInt4PerTensor) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
     a.kv_cache_bit_width = 4;
-  } else if (c.quant == Quant::kE4M3PerTensor) {
+  } else if (c.quant == Quant::kE4M3PerTensor || c.quant == Quant::kE5M2PerTensor) {
     a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
+    a.kv_cache_bit_width = 8;
+  } else if (c.quant == Quant::kE5M2PerChannel) {
+    a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
     a.kv_cache_bit_width = 8;
   }
   return a;
@@ -159,8 +177,9 @@ Tensor FilledT(Type type, std::vector<int64_t> shape, float value) {
   return t;
 }
 
-// Fills a cache tensor: N(0,1) values of T, or random bytes for the quantized types (float8 codes
-// 0x7F and 0xFF, its NaNs, avoided).
+// Fills a cache tensor: N(0,1) values of T, or random bytes for the quantized types (float8 e4m3fn
+// codes 0x7F and 0xFF, its NaNs, avoided; float8 e5m2 codes 0x7C..0x7F and 0xFC..0xFF, its
+// infinities and NaNs, avoided).
 void FillCache(Tensor& t, const Case& c, std::mt19937_64& rng) {
   if (c.quant == Quant::kNone) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -171,6 +190,7 @@ void FillCache(Tensor& t, const Case& c, std::mt19937_64& rng) {
   for (size_t i = 0; i < t.bytes(); ++i) {
     p[i] = static_cast<unsigned char>(rng());
     if (c.quant == Quant::kE4M3PerTensor && (p[i] & 0x7F) == 0x7F) p[i] &= 0x7E;
+    if (IsE5M2(c.quant) && (p[i] & 0x7F) >= 0x7C) p[i] &= 0xFB;  // 0x7C..0x7F -> 0x78..0x7B
   }
 }
 
@@ -251,7 +271,7 @@ PagedCall MakePagedCall(const Case& c, std::mt19937_64& rng) {
   if (c.bias) g[ATTNRT_GQA_INPUT_ATTENTION_BIAS] = MakeT(c.type, {c.B, c.N, c.S, T}, rng);
   if (c.head_sink) g[ATTNRT_GQA_INPUT_HEAD_SINK] = MakeT(c.type, {c.N}, rng);
   if (c.quant != Quant::kNone) {
-    const int64_t count = c.quant == Quant::kInt8PerChannel ? c.Nkv * c.H : 1;
+    const int64_t count = PerChannel(c.quant) ? c.Nkv * c.H : 1;
     std::uniform_real_distribution<float> scale(0.01f, 0.05f);
     for (auto i : {ATTNRT_GQA_INPUT_K_SCALE, ATTNRT_GQA_INPUT_V_SCALE}) {
       g[i] = F32({count});
@@ -448,6 +468,26 @@ std::vector<Case> Cases() {
     c.type = Type::kBF16;
     c.quant = Quant::kE4M3PerTensor;
     c.smooth_softmax = 1;
+    v.push_back(c);
+  }
+  {
+    Case c = decode;
+    c.name = "decode_bf16_query_e5m2_cache_smooth_softmax_bs16";
+    c.type = Type::kBF16;
+    c.quant = Quant::kE5M2PerTensor;
+    c.smooth_softmax = 1;
+    v.push_back(c);
+  }
+  {
+    Case c;  // quantize-on-write of rotated K rows into an e5m2 cache, per-channel scales
+    c.name = "chunked_prompt_f16_query_e5m2_per_channel_softcap_rotary_bs7";
+    c.S = 21;
+    c.seqlens = {110};
+    c.block_size = 7;
+    c.type = Type::kF16;
+    c.quant = Quant::kE5M2PerChannel;
+    c.softcap = 20.0f;
+    c.rotary = true;
     v.push_back(c);
   }
   {

@@ -1,15 +1,15 @@
 // Shared pieces of paged_gqa_non_causal_test.cpp (NON-CAUSAL attention, attnrt_gqa_attributes
 // causal = 0, through ATTNRT_OP_PAGED_GQA and ATTNRT_OP_PAGED_GQA_VARLEN): the cache types under
-// test with their row codecs (the unquantized cache of T, int8/int4 PER_TENSOR/PER_CHANNEL with
-// k_scale/v_scale, PER_BLOCK_32 Q8_0/Q4_0), the attributes of a call, and the test's own float64
-// attention reference with its error bound.
+// test with their row codecs (the unquantized cache of T, int8/int4/float8 e5m2 PER_TENSOR/
+// PER_CHANNEL with k_scale/v_scale, PER_BLOCK_32 Q8_0/Q4_0), the attributes of a call, and the
+// test's own float64 attention reference with its error bound.
 //
 // Written from abi/attnrt/ops/gqa.h, paged_gqa.h, paged_gqa_varlen.h, docs/gqa-semantics.md and
 // docs/paged-gqa.md only (no kernel code, no other reference of the suite). The element codecs are
 // the tests' own (tests/common/dtype_reference.h: float16/bfloat16 rounding, ONNX Runtime's
-// int8/int4 quantizer, ggml's Q8_0/Q4_0 quantizer); the pools, block tables, guarded tensors and
-// the loop over every kernel are paged_gqa_mixed_kv_types_support.h's and
-// paged_gqa_head_size_support.h's.
+// int8/int4 quantizer, the float8 e5m2 encoder, ggml's Q8_0/Q4_0 quantizer); the pools, block
+// tables, guarded tensors and the loop over every kernel are paged_gqa_mixed_kv_types_support.h's
+// and paged_gqa_head_size_support.h's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,9 +40,23 @@ inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // kT: the pools hold T itself (float32, float16 or bfloat16, as the query). The int8/int4 caches
 // hold ONNX Runtime's codes q = clamp(rint(x * (1/scale))) (int8 dtype; int4 two codes + 8 per
 // uint8 byte, element 2i in the low nibble), element value q * scale with scale k_scale/v_scale:
-// one value (PER_TENSOR) or Nkv * H values (PER_CHANNEL, kv head h element d at h * H + d).
+// one value (PER_TENSOR) or Nkv * H values (PER_CHANNEL, kv head h element d at h * H + d). The
+// float8 e5m2 caches hold the code of x * (1/scale) rounded to nearest even, saturated to ±57344
+// (float8_e5m2 dtype), element value(code) * scale, with the same scales.
 // kQ8_0/kQ4_0: ggml's blocks of 32 (abi/attnrt/ops/gqa.h, PER_BLOCK_32), no k_scale/v_scale.
-enum class Cache { kT, kInt8Tensor, kInt8Channel, kInt4Tensor, kInt4Channel, kQ8_0, kQ4_0 };
+enum class Cache {
+  kT,
+  kInt8Tensor,
+  kInt8Channel,
+  kInt4Tensor,
+  kInt4Channel,
+  kE5M2Tensor,
+  kE5M2Channel,
+  kQ8_0,
+  kQ4_0
+};
+
+inline constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
 
 inline const char* CacheName(Cache c) {
   switch (c) {
@@ -56,6 +70,10 @@ inline const char* CacheName(Cache c) {
       return "int4_per_tensor";
     case Cache::kInt4Channel:
       return "int4_per_channel";
+    case Cache::kE5M2Tensor:
+      return "e5m2_per_tensor";
+    case Cache::kE5M2Channel:
+      return "e5m2_per_channel";
     case Cache::kQ8_0:
       return "q8_0";
     case Cache::kQ4_0:
@@ -67,11 +85,16 @@ inline const char* CacheName(Cache c) {
 inline bool IsBlock(Cache c) { return c == Cache::kQ8_0 || c == Cache::kQ4_0; }
 inline bool IsInt4(Cache c) { return c == Cache::kInt4Tensor || c == Cache::kInt4Channel; }
 inline bool IsInt8(Cache c) { return c == Cache::kInt8Tensor || c == Cache::kInt8Channel; }
-inline bool HasScales(Cache c) { return IsInt4(c) || IsInt8(c); }
-inline bool PerChannel(Cache c) { return c == Cache::kInt8Channel || c == Cache::kInt4Channel; }
+inline bool IsE5M2(Cache c) { return c == Cache::kE5M2Tensor || c == Cache::kE5M2Channel; }
+// One byte per element: int8 and float8 e5m2.
+inline bool IsByte(Cache c) { return IsInt8(c) || IsE5M2(c); }
+inline bool HasScales(Cache c) { return IsInt4(c) || IsInt8(c) || IsE5M2(c); }
+inline bool PerChannel(Cache c) {
+  return c == Cache::kInt8Channel || c == Cache::kInt4Channel || c == Cache::kE5M2Channel;
+}
 
-// One pool's codec: its cache type, the query type T, the head size and, for int8/int4, the scales
-// (k_scale or v_scale).
+// One pool's codec: its cache type, the query type T, the head size and, for int8/int4/e5m2, the
+// scales (k_scale or v_scale).
 struct Codec {
   Cache cache = Cache::kT;
   FloatFormat t = FloatFormat::kFloat32;
@@ -83,9 +106,12 @@ struct Codec {
     if (cache == Cache::kQ4_0) return mixed_kv::CacheType::kQ4_0;
     return mixed_kv::FloatType(t);
   }
-  CacheFormat IntFormat() const { return IsInt4(cache) ? CacheFormat::kInt4 : CacheFormat::kInt8; }
+  CacheFormat ScaledFormat() const {
+    if (IsE5M2(cache)) return CacheFormat::kFloat8E5M2;
+    return IsInt4(cache) ? CacheFormat::kInt4 : CacheFormat::kInt8;
+  }
   int64_t RowBytes() const {
-    if (IsInt8(cache)) return H;
+    if (IsByte(cache)) return H;
     if (IsInt4(cache)) return H / 2;
     return mixed_kv::RowBytes(FloatOrBlock(), H);
   }
@@ -93,6 +119,7 @@ struct Codec {
   int64_t LastDim() const { return cache == Cache::kT ? H : RowBytes(); }
   attnrt_dtype Dtype() const {
     if (cache == Cache::kT) return block_quant::QueryDtype(t);
+    if (IsE5M2(cache)) return kE5M2;
     return IsInt8(cache) ? block_quant::kI8 : block_quant::kU8;
   }
   float Scale(int64_t h, int64_t d) const {
@@ -102,8 +129,8 @@ struct Codec {
   void Encode(const float* x, int64_t h, uint8_t* out) const {
     if (!HasScales(cache)) return mixed_kv::EncodeRow(FloatOrBlock(), x, H, out);
     for (int64_t d = 0; d < H; ++d) {
-      const uint8_t code = QuantizeElement(IntFormat(), x[d], Scale(h, d));
-      if (IsInt8(cache)) {
+      const uint8_t code = QuantizeElement(ScaledFormat(), x[d], Scale(h, d));
+      if (IsByte(cache)) {
         out[d] = code;
       } else if (d % 2 == 0) {
         out[d / 2] = code;
@@ -122,26 +149,26 @@ struct Codec {
     }
     for (int64_t d = 0; d < H; ++d) {
       const uint8_t code =
-          IsInt8(cache) ? in[d]
+          IsByte(cache) ? in[d]
                         : static_cast<uint8_t>(d % 2 == 0 ? in[d / 2] & 0xF : in[d / 2] >> 4);
-      out[d] = DequantizeElement(IntFormat(), code, Scale(h, d));
+      out[d] = DequantizeElement(ScaledFormat(), code, Scale(h, d));
     }
   }
-  // A row no kernel may read: NaN elements (T), NaN block scales (Q8_0/Q4_0); an int8/int4 code
-  // cannot be NaN, so those rows hold the largest code everywhere (elements 127 or 7 times the
-  // scale, far outside the values of readable rows: a key that dominates or vanishes, a value that
-  // moves the output far beyond the bound).
+  // A row no kernel may read: NaN elements (T; float8 e5m2 code 0x7F), NaN block scales
+  // (Q8_0/Q4_0); an int8/int4 code cannot be NaN, so those rows hold the largest code everywhere
+  // (elements 127 or 7 times the scale, far outside the values of readable rows: a key that
+  // dominates or vanishes, a value that moves the output far beyond the bound).
   void Poison(std::mt19937_64& rng, uint8_t* out) const {
     if (!HasScales(cache)) return mixed_kv::PoisonRow(FloatOrBlock(), H, rng, out);
-    std::memset(out, IsInt8(cache) ? 0x7F : 0xFF, static_cast<size_t>(RowBytes()));
+    std::memset(out, IsByte(cache) ? 0x7F : 0xFF, static_cast<size_t>(RowBytes()));
   }
 };
 
-// Scales of an int8/int4 pool: per tensor the base (int8 3/127, int4 2.5/7: N(0,1) values within
-// the code range), per channel Nkv * H values within [0.5, 1.5] times it.
+// Scales of an int8/int4/e5m2 pool: per tensor the base (int8 3/127, int4 2.5/7, e5m2 3/57344:
+// N(0,1) values within the code range), per channel Nkv * H values within [0.5, 1.5] times it.
 inline std::vector<float> MakeScales(Cache c, int64_t Nkv, int64_t H, std::mt19937_64& rng) {
   if (!HasScales(c)) return {};
-  const float base = IsInt8(c) ? 3.0f / 127.0f : 2.5f / 7.0f;
+  const float base = IsInt8(c) ? 3.0f / 127.0f : IsE5M2(c) ? 3.0f / 57344.0f : 2.5f / 7.0f;
   if (!PerChannel(c)) return {base};
   std::uniform_real_distribution<float> spread(0.5f, 1.5f);
   std::vector<float> s(static_cast<size_t>(Nkv * H));
@@ -194,6 +221,12 @@ inline attnrt_paged_gqa_attributes Attributes(Cache cache, int64_t N, int64_t Nk
       break;
     case Cache::kInt4Channel:
       quant = ATTNRT_GQA_QUANT_PER_CHANNEL, bits = 4;
+      break;
+    case Cache::kE5M2Tensor:
+      quant = ATTNRT_GQA_QUANT_PER_TENSOR, bits = 8;
+      break;
+    case Cache::kE5M2Channel:
+      quant = ATTNRT_GQA_QUANT_PER_CHANNEL, bits = 8;
       break;
     case Cache::kQ8_0:
       quant = ATTNRT_GQA_QUANT_PER_BLOCK_32, bits = 8;

@@ -94,8 +94,9 @@ std::vector<TypePair> AllTypes() {
   std::vector<TypePair> v;
   const FloatFormat ts[] = {FloatFormat::kFloat32, FloatFormat::kFloat16, FloatFormat::kBFloat16};
   for (FloatFormat t : ts) v.push_back({t, Cache::kT});
+  // float8 e5m2 last, so the cases before it keep their index (and features).
   for (Cache c : {Cache::kInt8Tensor, Cache::kInt8Channel, Cache::kInt4Tensor, Cache::kInt4Channel,
-                  Cache::kQ8_0, Cache::kQ4_0}) {
+                  Cache::kQ8_0, Cache::kQ4_0, Cache::kE5M2Tensor, Cache::kE5M2Channel}) {
     for (FloatFormat t : ts) v.push_back({t, c});
   }
   return v;

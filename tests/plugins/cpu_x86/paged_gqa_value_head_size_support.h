@@ -4,11 +4,12 @@
 // every registered kernel of an op and on the runtime's own choice.
 //
 // Written from the headers' text alone: Hv is value_cache's last dimension (Hv elements; Hv bytes
-// for int8, Hv/2 for int4, Hv/32 blocks of 34 (Q8_0) or 18 (Q4_0) bytes), value rows and output
-// head rows have Hv elements, a per-channel v_scale has Nkv*Hv values (channel h*Hv + d), and the
-// scores stay scale * q·k over the H elements of q and k, scale 0 meaning 1/sqrt(H). The
-// quantizers are the tests' own (tests/common/dtype_reference.h: ONNX Runtime's int8/int4 rule and
-// ggml's Q8_0/Q4_0 reference quantizers), never the plugin's.
+// for int8 and float8 e5m2, Hv/2 for int4, Hv/32 blocks of 34 (Q8_0) or 18 (Q4_0) bytes), value
+// rows and output head rows have Hv elements, a per-channel v_scale has Nkv*Hv values (channel
+// h*Hv + d), and the scores stay scale * q·k over the H elements of q and k, scale 0 meaning
+// 1/sqrt(H). The quantizers are the tests' own (tests/common/dtype_reference.h: ONNX Runtime's
+// int8/int4 rule, the saturating round-to-nearest-even float8 e5m2 encoder and ggml's Q8_0/Q4_0
+// reference quantizers), never the plugin's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -52,6 +53,8 @@ inline constexpr bool kReduced = false;
 // The unit roundoff of float32, in which every CPU kernel computes.
 inline constexpr double kU32 = 0x1p-24;
 
+inline constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+
 // ---- head sizes and cache formats
 // -----------------------------------------------------------------
 struct HeadSizes {
@@ -64,7 +67,16 @@ inline std::vector<HeadSizes> AllHeadSizes() {
   return {{192, 128}, {96, 64}, {64, 128}, {72, 64}, {64, 72}, {128, 256}, {128, 128}};
 }
 
-enum class Cache { kFloat, kInt8PerTensor, kInt8PerChannel, kInt4PerChannel, kQ8_0, kQ4_0 };
+enum class Cache {
+  kFloat,
+  kInt8PerTensor,
+  kInt8PerChannel,
+  kInt4PerChannel,
+  kE5M2PerTensor,
+  kE5M2PerChannel,
+  kQ8_0,
+  kQ4_0
+};
 
 inline const char* CacheName(Cache c) {
   switch (c) {
@@ -76,6 +88,10 @@ inline const char* CacheName(Cache c) {
       return "int8_per_channel";
     case Cache::kInt4PerChannel:
       return "int4_per_channel";
+    case Cache::kE5M2PerTensor:
+      return "e5m2_per_tensor";
+    case Cache::kE5M2PerChannel:
+      return "e5m2_per_channel";
     case Cache::kQ8_0:
       return "q8_0";
     case Cache::kQ4_0:
@@ -85,11 +101,13 @@ inline const char* CacheName(Cache c) {
 }
 
 inline bool IsBlock(Cache c) { return c == Cache::kQ8_0 || c == Cache::kQ4_0; }
+inline bool IsE5M2(Cache c) { return c == Cache::kE5M2PerTensor || c == Cache::kE5M2PerChannel; }
 inline BlockFormat Block(Cache c) {
   return c == Cache::kQ8_0 ? BlockFormat::kQ8_0 : BlockFormat::kQ4_0;
 }
 
-// The formats a pair takes: PER_BLOCK_32 only when both H and Hv are multiples of 32.
+// The formats a pair takes: PER_BLOCK_32 only when both H and Hv are multiples of 32; float8 e5m2
+// (PER_TENSOR and PER_CHANNEL) always.
 inline std::vector<Cache> CachesFor(const HeadSizes& hs) {
   std::vector<Cache> v = {Cache::kFloat, Cache::kInt8PerTensor, Cache::kInt8PerChannel,
                           Cache::kInt4PerChannel};
@@ -97,6 +115,8 @@ inline std::vector<Cache> CachesFor(const HeadSizes& hs) {
     v.push_back(Cache::kQ8_0);
     v.push_back(Cache::kQ4_0);
   }
+  v.push_back(Cache::kE5M2PerTensor);
+  v.push_back(Cache::kE5M2PerChannel);
   return v;
 }
 
@@ -109,6 +129,8 @@ inline int64_t RowBytes(Cache c, FloatFormat t, int64_t n) {
       return n * static_cast<int64_t>(TypeBytes(t));
     case Cache::kInt8PerTensor:
     case Cache::kInt8PerChannel:
+    case Cache::kE5M2PerTensor:
+    case Cache::kE5M2PerChannel:
       return n;
     case Cache::kInt4PerChannel:
       return n / 2;
@@ -131,6 +153,9 @@ inline attnrt_dtype CacheDtype(Cache c, FloatFormat t) {
     case Cache::kInt8PerTensor:
     case Cache::kInt8PerChannel:
       return block_quant::kI8;
+    case Cache::kE5M2PerTensor:
+    case Cache::kE5M2PerChannel:
+      return kE5M2;
     default:
       break;
   }
@@ -154,6 +179,14 @@ inline void SetQuantization(Cache c, attnrt_gqa_attributes& a) {
       a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
       a.kv_cache_bit_width = 4;
       return;
+    case Cache::kE5M2PerTensor:
+      a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
+      a.kv_cache_bit_width = 8;
+      return;
+    case Cache::kE5M2PerChannel:
+      a.k_quant_type = a.v_quant_type = ATTNRT_GQA_QUANT_PER_CHANNEL;
+      a.kv_cache_bit_width = 8;
+      return;
     case Cache::kQ8_0:
     case Cache::kQ4_0:
       break;
@@ -164,15 +197,21 @@ inline void SetQuantization(Cache c, attnrt_gqa_attributes& a) {
 
 // k_scale/v_scale values: none (float and PER_BLOCK_32 caches), one (PER_TENSOR) or Nkv * n
 // (PER_CHANNEL; channel h * n + d), sized for N(0,1) rows: int8 about 4/127 (codes up to ~127 for
-// |x| ~ 4), int4 about 2.5/7, each channel drawn from [0.5, 1.5] of that.
+// |x| ~ 4), int4 about 2.5/7, float8 e5m2 about 4/57344 (|x| ~ 4 at its largest finite value,
+// beyond it saturated), each channel drawn from [0.5, 1.5] of that.
 inline std::vector<float> MakeScales(Cache c, int64_t Nkv, int64_t n, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> spread(0.5f, 1.5f);
   switch (c) {
     case Cache::kInt8PerTensor:
       return {4.0f / 127.0f};
+    case Cache::kE5M2PerTensor:
+      return {4.0f / 57344.0f};
     case Cache::kInt8PerChannel:
-    case Cache::kInt4PerChannel: {
-      const float base = c == Cache::kInt8PerChannel ? 4.0f / 127.0f : 2.5f / 7.0f;
+    case Cache::kInt4PerChannel:
+    case Cache::kE5M2PerChannel: {
+      const float base = c == Cache::kInt8PerChannel   ? 4.0f / 127.0f
+                         : c == Cache::kE5M2PerChannel ? 4.0f / 57344.0f
+                                                       : 2.5f / 7.0f;
       std::vector<float> v(static_cast<size_t>(Nkv * n));
       for (float& x : v) x = base * spread(rng);
       return v;
@@ -218,6 +257,12 @@ inline void EncodeRow(Cache c, FloatFormat t, const float* x, int64_t n,
                      QuantizeElement(CacheFormat::kInt4, x[i + 1], ScaleOf(scales, h, n, i + 1)));
       }
       return;
+    case Cache::kE5M2PerTensor:
+    case Cache::kE5M2PerChannel:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = QuantizeElement(CacheFormat::kFloat8E5M2, x[i], ScaleOf(scales, h, n, i));
+      }
+      return;
     case Cache::kQ8_0:
     case Cache::kQ4_0:
       break;
@@ -254,6 +299,13 @@ inline void DecodeRow(Cache c, FloatFormat t, const uint8_t* in, int64_t n,
             DequantizeElement(CacheFormat::kInt4, nibble, ScaleOf(scales, h, n, i)));
       }
       return;
+    case Cache::kE5M2PerTensor:
+    case Cache::kE5M2PerChannel:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = static_cast<float>(
+            DequantizeElement(CacheFormat::kFloat8E5M2, in[i], ScaleOf(scales, h, n, i)));
+      }
+      return;
     case Cache::kQ8_0:
     case Cache::kQ4_0:
       break;
@@ -261,11 +313,13 @@ inline void DecodeRow(Cache c, FloatFormat t, const uint8_t* in, int64_t n,
   DequantizeBlockRow(Block(c), in, n, out);
 }
 
-// A row no kernel may read: NaN for float caches and block formats (a NaN d), the most negative
-// code for int8/int4 (element -128 or -8 times the scale, which moves any score or output it
-// reaches far beyond the bounds).
+// A row no kernel may read: NaN for float caches and block formats (a NaN d), the NaN code 0x7F
+// for float8 e5m2, the most negative code for int8/int4 (element -128 or -8 times the scale, which
+// moves any score or output it reaches far beyond the bounds).
 inline void PoisonRow(Cache c, FloatFormat t, int64_t n, std::mt19937_64& rng, uint8_t* out) {
-  if (c == Cache::kFloat) {
+  if (IsE5M2(c)) {
+    std::memset(out, 0x7F, static_cast<size_t>(RowBytes(c, t, n)));
+  } else if (c == Cache::kFloat) {
     const std::vector<float> nan(static_cast<size_t>(n), kNaN);
     EncodeRow(c, t, nan.data(), n, {}, 0, out);
   } else if (IsBlock(c)) {
