@@ -14,7 +14,8 @@ outside the timing). Both run interleaved (A B A B ...), medians of --reps calls
 vLLM's time / attnrt's (> 1: attnrt faster); geometric means per thread count. A third callable in
 the same rotation reads as many bytes as the step's K/V (an int64 sum over a copy of the cache):
 the memory floor of the cell, which neither backend can beat. --kv-cache-dtype fp8: both caches
-float8 e4m3fn (vLLM's kv_cache_dtype "fp8", per-tensor scales of 1.0 as vLLM's default), vLLM's
+float8 e4m3fn (vLLM's kv_cache_dtype "fp8", per-tensor scales of 1.0 as vLLM's default; fp8_e5m2:
+float8 e5m2), vLLM's
 written by its writer, attnrt's holding the same bytes in its layout (attnrt.vllm's writer), read
 through vLLM's fp8 kernel and attnrt's k_scale/v_scale; the floor then reads the fp8 bytes.
 --alibi: both given Bloom's ALiBi slopes (2^(-8 (h + 1) / N) per query head).
@@ -104,7 +105,7 @@ def non_amx_isa(isa):
 
 
 def fp8():
-    return KV_CACHE_DTYPE == "fp8"
+    return KV_CACHE_DTYPE in ("fp8", "fp8_e5m2")
 
 
 def vllm_isa(dtype, block_size):
@@ -213,7 +214,8 @@ class Cell:
         self.vllm_k, self.vllm_v = vk, vv
         pools = self.attnrt_kv.view(num_blocks, NUM_KV_HEADS, 2, block_size, HEAD_SIZE)
         if fp8():
-            pools = pools.view(torch.float8_e4m3fn)
+            pools = pools.view(torch.float8_e5m2 if KV_CACHE_DTYPE == "fp8_e5m2"
+                               else torch.float8_e4m3fn)
             self.k_scale = self.v_scale = torch.tensor([FP8_SCALE], dtype=torch.float32)
         self.attnrt_k, self.attnrt_v = pools[:, :, 0], pools[:, :, 1]
         self.isa = vllm_isa(dtype, block_size)
@@ -228,11 +230,11 @@ class Cell:
                 from attnrt._vllm_backend import fp8_rows_as_vllm
 
                 ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, self.isa, k_scale=FP8_SCALE,
-                                               v_scale=FP8_SCALE, kv_cache_dtype="fp8")
+                                               v_scale=FP8_SCALE, kv_cache_dtype=KV_CACHE_DTYPE)
                 pools.view(torch.uint8)[blocks, :, 0, off] = \
-                    fp8_rows_as_vllm(k, FP8_SCALE).view(torch.uint8)
+                    fp8_rows_as_vllm(k, FP8_SCALE, KV_CACHE_DTYPE).view(torch.uint8)
                 pools.view(torch.uint8)[blocks, :, 1, off] = \
-                    fp8_rows_as_vllm(v, FP8_SCALE).view(torch.uint8)
+                    fp8_rows_as_vllm(v, FP8_SCALE, KV_CACHE_DTYPE).view(torch.uint8)
                 continue
             ops.cpu_attn_reshape_and_cache(k, v, vk, vv, slots, self.isa)
             self.attnrt_k[blocks, :, off] = k
@@ -260,8 +262,8 @@ class Cell:
             query_start_loc=self.query_start_loc, seq_lens=self.seq_lens, scale=self.scale,
             causal=True, alibi_slopes=self.alibi, sliding_window=-1, block_table=self.block_table,
             softcap=0.0, scheduler_metadata=metadata, s_aux=None,
-            **({"k_scale": FP8_SCALE, "v_scale": FP8_SCALE, "kv_cache_dtype": "fp8"} if fp8()
-               else {}))
+            **({"k_scale": FP8_SCALE, "v_scale": FP8_SCALE, "kv_cache_dtype": KV_CACHE_DTYPE}
+               if fp8() else {}))
 
     def read_kv(self):
         """Reads as many bytes as the step's K/V once (a sum, as int64 words, of a copy of attnrt's
@@ -588,9 +590,9 @@ def main():
     p.add_argument("--no-amx", action="store_true",
                    help="both sides as on a host without AMX: vLLM's ISA amx -> vec, attnrt with "
                         f"ATTNRT_DISABLE={AMX_GLOB} (end to end too)")
-    p.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto",
+    p.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e5m2"), default="auto",
                    help="fp8: both caches float8 e4m3fn (vLLM's kv_cache_dtype fp8, scales 1.0; "
-                        "kernel tables only)")
+                        "fp8_e5m2: float8 e5m2; kernel tables only)")
     p.add_argument("--alibi", action="store_true",
                    help="Bloom's ALiBi slopes on both sides (kernel tables only)")
     p.add_argument("--p-precision", default="exact",
