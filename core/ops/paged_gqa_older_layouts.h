@@ -36,6 +36,8 @@ inline constexpr uint32_t kAlibiMinor = 10;
 inline constexpr uint32_t kNonCausalWindowMinor = 10;
 // A float8_e5m2 KV cache (a dtype code, no struct change; every GroupQueryAttention op).
 inline constexpr uint32_t kFloat8E5M2Minor = 11;
+// Causal sequences with fewer keys than query rows (the varlen op; known at run only).
+inline constexpr uint32_t kBottomRightCausalMinor = 11;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {

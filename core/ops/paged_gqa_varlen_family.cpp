@@ -8,6 +8,7 @@
 #include "core/ops/paged_gqa_family.h"
 #include "core/ops/paged_gqa_older_layouts.h"
 #include "core/ops/paged_gqa_varlen_validation.h"
+#include "core/ops/tensor_checks.h"
 #include "core/plugin_call.h"
 
 namespace attnrt::core {
@@ -75,6 +76,21 @@ class PagedGqaVarlenProblem final : public Problem {
                                                          outputs.count, &args, &seqlens_k));
     // No sequence has a query row: nothing to read or write.
     if (args.max_query_len == 0) return Status::Ok();
+    // A causal sequence with fewer keys than query rows (ABI 1.11): a kernel built before it
+    // assumed T_b >= q_len_b; only the run's seq_lens say, so it is refused here.
+    if (problem_.paged.gqa.attributes.causal != 0 &&
+        kernel.plugin->abi_minor < paged_gqa_layouts::kBottomRightCausalMinor) {
+      for (size_t b = 0; b < seqlens_k.size(); ++b) {
+        const int64_t q_len = int64_t{args.query_start_loc[b + 1]} - args.query_start_loc[b];
+        if (int64_t{seqlens_k[b]} + 1 < q_len) {
+          return Unsupported(StrCat(
+              kernel.name, ": plugin '", kernel.plugin->name, "' was built for ABI 1.",
+              kernel.plugin->abi_minor, ", and causal rows that outnumber their context (seq_lens[",
+              b, "] = ", int64_t{seqlens_k[b]} + 1, " < ", q_len, " query rows) need ABI 1.",
+              paged_gqa_layouts::kBottomRightCausalMinor));
+        }
+      }
+    }
     args.paged.gqa.workspace = workspace;
     args.paged.gqa.workspace_size = workspace_size;
     args.paged.gqa.stream = stream;

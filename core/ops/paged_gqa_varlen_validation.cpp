@@ -310,7 +310,6 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
                                ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC))
                                : nullptr;
   if (key_starts != nullptr) ATTNRT_RETURN_IF_ERROR(StartsAtZero(key_starts, "key_start_loc"));
-  const bool causal = paged.gqa.attributes.causal != 0;
   seqlens_k->assign(static_cast<size_t>(B), 0);
   int64_t max_total = 1;
   int64_t max_query_len = 0;
@@ -332,10 +331,11 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
                  " (the context includes the sequence's ", k_len, " new key rows, key_start_loc[",
                  b + 1, "] - key_start_loc[", b, "])"));
     }
-    // Causal rows sit at the end of the context; non-causal ones see all of it whatever their
-    // number (cross-attention), provided the rows written are part of it.
+    // Causal rows sit at the end of the context (FlashAttention's bottom-right alignment: with
+    // fewer keys than rows, ABI 1.11, the first rows see none); non-causal ones see all of it
+    // whatever their number (cross-attention). Either way the rows written are part of it.
     const int64_t least =
-        std::max<int64_t>(1, causal || (writes && key_starts == nullptr) ? q_len : int64_t{0});
+        std::max<int64_t>(1, writes && key_starts == nullptr ? q_len : int64_t{0});
     if (t_b < least) {
       return InvalidArgument(StrCat("seq_lens[", b, "] = ", t_b, " must be at least ", least,
                                     " (the context includes the sequence's ", q_len,

@@ -27,8 +27,10 @@ KeyRange RowKeys(const GqaRun& r, int64_t total, int64_t past, int64_t s) {
     const int64_t hi = r.window_right >= 0 ? std::min(rows, p + r.window_right + 1) : rows;
     return {std::min(lo, hi), hi};
   }
+  // A row before the first key (a causal sequence with fewer keys than rows: past < 0) sees none.
   const int64_t end = past + s + 1;
-  return {r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0, std::min(end, rows)};
+  const int64_t hi = std::max<int64_t>(0, std::min(end, rows));
+  return {std::min(hi, r.window >= 0 ? std::max<int64_t>(0, end - r.window) : 0), hi};
 }
 
 // Rows [j, j + n) of a paged source lie in one cache block. With BNSH blocks (stride ==

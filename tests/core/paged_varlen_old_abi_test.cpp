@@ -563,6 +563,45 @@ TEST_P(PagedVarlenOldAbi, KeyStartLocAndAlibiAreRefusedWithTheReason) {
   }
 }
 
+// ---- Causal rows that outnumber their context (ABI 1.11): known at run only -------------------
+
+// A call that writes no rows may have a causal sequence with fewer keys than query rows; a kernel
+// built before ABI 1.11 assumed T_b >= q_len_b, so the run is refused (UNSUPPORTED, naming the
+// sequence and the version) and nothing is written. With T_b >= q_len_b the same plan runs.
+TEST_P(PagedVarlenOldAbi, CausalRowsOutnumberingTheContextAreRefusedAtRun) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  RuntimePtr runtime = OldAbiRuntime(abi, VarlenKernel(abi).c_str());
+  ASSERT_TRUE(runtime);
+  OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT);
+  ASSERT_TRUE(op);
+  Call call(false);
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = nullptr;
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = nullptr;
+  attnrt_plan* raw = nullptr;
+  attnrt_status s =
+      attnrt_op_plan(op.get(), call.in.data(), call.in.size(), call.outputs(), 1, &raw);
+  PlanPtr plan(raw);
+  ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+  Tensor short_lens = I32({2, 9}, {2});  // sequence 0: 3 query rows over 2 keys
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = short_lens.get();
+  s = attnrt_plan_run(plan.get(), call.in.data(), call.in.size(), call.outputs(), 1, nullptr, 0,
+                      nullptr);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find(VarlenKernel(abi) + ": plugin '" + abi.plugin + "' was built for ABI 1." +
+                         std::to_string(abi.minor) +
+                         ", and causal rows that outnumber their context (seq_lens[0] = 2 < 3 "
+                         "query rows) need ABI 1.11"),
+            std::string::npos)
+      << message;
+  for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(call.output.f32()[i], -7.0f) << i;
+  call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = call.seq_lens.get();
+  s = attnrt_plan_run(plan.get(), call.in.data(), call.in.size(), call.outputs(), 1, nullptr, 0,
+                      nullptr);
+  EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
+}
+
 // ---- float8_e5m2 caches (ABI 1.11): a dtype code older plugins do not know --------------------
 
 // A kernel built before ABI 1.11 is not offered a float8_e5m2 cache (explain says why, planning

@@ -61,10 +61,14 @@
  *
  * Query row i of sequence b is token P_b + i with P_b = T_b - q_len_b: it sees keys [0, P_b + i]
  * (causal; within local_window_size of it when set), so its new tokens are causal among
- * themselves and a decode is a sequence with q_len_b = 1. With the GQA attribute causal = 0
- * (local_window_size then -1) every row of sequence b sees keys [0, T_b), the later new tokens'
- * rows included: the encoders' non-causal self-attention, and cross-attention, whose q_len_b may
- * then exceed T_b (a causal call needs T_b >= q_len_b). The new K/V rows are written into the
+ * themselves and a decode is a sequence with q_len_b = 1. A causal sequence may have fewer keys
+ * than query rows (ABI 1.11; only when its new K/V rows are its key_start_loc run, or when the call
+ * writes none): the alignment stays at the end (FlashAttention's bottom-right causal mask), so
+ * rows i < q_len_b - T_b (P_b + i < 0) see no key and give zero rows; kernels of plugins built for
+ * ABI 1.10 or older are not run on such a call (UNSUPPORTED at run). With the GQA attribute
+ * causal = 0 (local_window_size then -1) every row of sequence b sees keys [0, T_b), the later new
+ * tokens' rows included: the encoders' non-causal self-attention, and cross-attention, whose
+ * q_len_b may then exceed T_b too. The new K/V rows are written into the
  * blocks the table names before attention reads them; a block written by this call must belong to
  * one sequence, as for the paged op. Everything is checked before the first write
  * (INVALID_ARGUMENT naming the input).

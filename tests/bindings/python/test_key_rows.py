@@ -48,7 +48,8 @@ CAUSAL_SEQS = (
     (0, 3, 12),    # key rows only, no query row
     (4, 0, 10),    # several query rows, no new row
 )
-# causal=False only: decoder rows over fewer encoder tokens (q_len > seq_len).
+# More query rows than keys (q_len > seq_len): cross-attention (causal=False), and causal calls
+# aligned at the end as FlashAttention aligns them (bottom-right), the first rows seeing no key.
 CROSS_SEQS = CAUSAL_SEQS + ((9, 4, 4), (5, 0, 3))
 # k_len == q_len: runs without cu_seqlens_k.
 TODAY_SEQS = ((1, 1, 37), (5, 5, 21), (7, 7, 7), (0, 0, 12), (3, 3, 16), (1, 1, 1), (4, 4, 30))
@@ -83,6 +84,7 @@ CONFIGS = {
                                                softcap=5.0, sinks=True),
     "noncausal_gqa_bs1_scale": Config(CAUSAL_SEQS, False, 8, 2, 64, 1, scale=0.1),
     "cross_mha_bs16_slots": Config(CROSS_SEQS, False, 4, 4, 128, 16, slots=True),
+    "bottom_right_causal_gqa_bs16_slots": Config(CROSS_SEQS, True, 8, 2, 64, 16, slots=True),
 }
 TODAY_CONFIGS = {
     True: Config(TODAY_SEQS, True, 8, 2, 64, 16, slots=True),
@@ -98,7 +100,7 @@ def attend(q, keys, values, pos0, causal, scale, softcap=0.0, sinks=None):
     Query row i sits at position pos0 + i; causal: it sees keys [0, pos0 + i], else all T keys.
     Scores scale * q.k (then softcap * tanh(s / softcap) when softcap > 0); sinks [N]: one more
     logit per head in the softmax's denominator. Query head n reads kv head n // (N / Nkv). A row
-    that sees no key comes out NaN."""
+    that sees no key (pos0 + i < 0, causal) is zero, as FlashAttention gives it."""
     length, n, _ = q.shape
     t, nkv, _ = keys.shape
     group = n // nkv
@@ -124,7 +126,7 @@ def attend(q, keys, values, pos0, causal, scale, softcap=0.0, sinks=None):
             if sinks is not None:
                 denom = denom + np.exp(sinks[head] - m)
             p = e / denom
-        p[~visible.any(axis=1)] = np.nan
+        p[~visible.any(axis=1)] = 0.0
         out[:, head] = p @ vh
     return out
 
@@ -315,7 +317,7 @@ def run_and_check(d, framework, kernel=None, controls=True):
             pytest.skip(f"{kernel} declines: {str(e).split(kernel + ': ')[-1].split(';')[0]}")
         except attnrt.InvalidArgumentError as e:
             # q_len > seq_len under causal=False (cross-attention) may be refused by name.
-            if cross and "seq_lens" in str(e) and not re.search(CUK, str(e)):
+            if cross and not cfg.causal and "seq_lens" in str(e) and not re.search(CUK, str(e)):
                 assert unchanged(d), seeded("a refused call wrote the caches or out")
                 pytest.xfail(f"cross-attention (q_len > seq_len, causal=False) refused: {e}")
             raise
@@ -385,9 +387,15 @@ def test_reference_self_check():
     want = torch.einsum("nqt,tnh->qnh", p, vr).numpy()
     got = attend(q.numpy(), keys.numpy(), values.numpy(), 6, True, 0.3, 2.0, sinks.numpy())
     assert np.abs(got - want).max() < 1e-12, seeded("softcap + sinks")
-    # A row that sees no key is NaN (the negative controls count it as a miss).
-    assert np.isnan(attend(q.numpy(), keys.numpy(), values.numpy(), -1, True, 0.3)[0]).all()
-    assert not np.isnan(attend(q.numpy(), keys.numpy(), values.numpy(), -1, True, 0.3)[1]).any()
+    # More rows than keys, causal, aligned at the end (pos0 = 3 - 5): rows 0 and 1 see no key and
+    # are zero (FlashAttention's rule), the others as PyTorch's attention with that mask.
+    got = attend(q.numpy(), keys[:3].numpy(), values[:3].numpy(), -2, True, 0.3)
+    assert (got[:2] == 0).all(), seeded("rows before the first key")
+    mask = torch.arange(3)[None, :] <= (-2 + torch.arange(5))[:, None]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q[2:].transpose(0, 1), kr[:3].transpose(0, 1), vr[:3].transpose(0, 1),
+        attn_mask=mask[2:], scale=0.3).transpose(0, 1).numpy()
+    assert np.abs(got[2:] - want).max() < 1e-12, seeded("bottom-right causal")
 
 
 def test_expected_caches_self_check():
@@ -466,7 +474,8 @@ def test_key_rows(framework, kv_layout, dtype, config):
 
 @pytest.mark.parametrize("kernel", varlen_kernels())
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("config", ["causal_gqa_bs16_slots", "cross_mha_bs16_slots"])
+@pytest.mark.parametrize("config", ["causal_gqa_bs16_slots", "cross_mha_bs16_slots",
+                                    "bottom_right_causal_gqa_bs16_slots"])
 def test_key_rows_every_kernel(kernel, dtype, config):
     d = make_data(CONFIGS[config], "BNSH", DTYPES[dtype], SEED)
     run_and_check(d, "torch", kernel=kernel)
