@@ -2,9 +2,10 @@
 # Sets up, builds and runs every test: the GoogleTest, Java and example suites (ctest), then the
 # onnxruntime parity suite (with libattnrt_onnxruntime.so in onnxruntime sessions, its headers
 # fetched by scripts/setup-onnxruntime-headers.sh) and the Python binding tests (pytest, in a venv
-# under the build folder), then the library under ONNX Runtime GenAI (scripts/test-genai.sh), then
-# the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite under
-# qemu (scripts/test-arm.sh), then llama.cpp with attnrt's ggml backend against its CPU backend
+# under the build folder), then a slice of FlashAttention's own forward tests over attnrt
+# (scripts/test-flash-attn.sh), then the library under ONNX Runtime GenAI (scripts/test-genai.sh),
+# then the wheel (scripts/test-wheel.sh), then the aarch64 cross build and its GoogleTest suite
+# under qemu (scripts/test-arm.sh), then llama.cpp with attnrt's ggml backend against its CPU backend
 # (scripts/test-ggml.sh), then vLLM with attnrt as its attention backend against vLLM's own
 # (scripts/test-vllm.sh).
 #   scripts/test.sh            release build in build/
@@ -66,6 +67,8 @@ if [ "$sanitize" = 0 ] && [ -f "$root/tests/python/requirements.txt" ]; then
     ATTNRT_BUILD_DIR="$root/$build_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
       "$root/$suite"
   done
+  # FlashAttention's own forward tests over attnrt (a slice; its sdist fetched once into a cache).
+  BUILD_DIR="$root/$build_dir" "$root/scripts/test-flash-attn.sh"
   # The library under ONNX Runtime GenAI: a model exported by its model builder (its own venv).
   "$root/scripts/test-genai.sh" "$build_dir"
 fi
