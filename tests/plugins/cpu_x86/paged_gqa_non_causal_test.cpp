@@ -94,11 +94,15 @@ std::vector<TypePair> AllTypes() {
   std::vector<TypePair> v;
   const FloatFormat ts[] = {FloatFormat::kFloat32, FloatFormat::kFloat16, FloatFormat::kBFloat16};
   for (FloatFormat t : ts) v.push_back({t, Cache::kT});
-  // float8 e5m2 last, so the cases before it keep their index (and features).
   for (Cache c : {Cache::kInt8Tensor, Cache::kInt8Channel, Cache::kInt4Tensor, Cache::kInt4Channel,
-                  Cache::kQ8_0, Cache::kQ4_0, Cache::kE5M2Tensor, Cache::kE5M2Channel}) {
+                  Cache::kQ8_0, Cache::kQ4_0}) {
     for (FloatFormat t : ts) v.push_back({t, c});
   }
+  // float8 e5m2 last, so the cases before it keep their index (and features); with bfloat16
+  // queries only (vLLM's fp8_e5m2 cache under its default dtype), which keeps the suite inside its
+  // time limit under qemu; the other query types meet e5m2 in the dtype conformance suite.
+  for (Cache c : {Cache::kE5M2Tensor, Cache::kE5M2Channel})
+    v.push_back({FloatFormat::kBFloat16, c});
   return v;
 }
 
