@@ -247,64 +247,82 @@ TEST(PagedVarlenAbi14, InputProblemIsRefusedWithTheReason) {
 
 // ABI 1.7's PER_BLOCK_32 caches are not offered to the ABI 1.4 kernel: its attributes have the
 // field, but an int8/int4 reading of the blocks would be wrong. Nothing is written.
+// A quantized cache (`quant`, `bits`; pools of `cache_dtype` with rows of `row_length`, head size
+// `head_size`; float32 k_scale/v_scale when `scales`) that the fixture's plugin was built too old
+// for: explain gives the runtime's reason, planning fails UNSUPPORTED naming `feature` and the
+// version it needs, and nothing is written.
+void ExpectCacheRefused(const OldAbi& abi, attnrt_dtype cache_dtype, int64_t row_length,
+                        int64_t head_size, int32_t quant, int32_t bits, bool scales,
+                        const std::string& feature, int needs_minor) {
+  SCOPED_TRACE(feature);
+  RuntimePtr runtime = OldAbiRuntime(abi);
+  ASSERT_TRUE(runtime);
+  Tensor key_cache(cache_dtype, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_length});
+  Tensor value_cache(cache_dtype, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_length});
+  Tensor query = F32({kTokens, kHeads * head_size});
+  Tensor key = F32({kTokens, kKvHeads * head_size});
+  Tensor value = F32({kTokens, kKvHeads * head_size});
+  Tensor query_start_loc = I32({0, 3, 4}, {3});
+  Tensor seq_lens = I32({5, 9}, {2});
+  Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
+  Tensor k_scale = F32({1});
+  Tensor v_scale = F32({1});
+  Tensor output = F32({kTokens, kHeads * head_size});
+  for (Tensor* t : {&key_cache, &value_cache}) std::memset(t->data(), 0, t->bytes());
+  for (Tensor* t : {&query, &key, &value, &k_scale, &v_scale}) t->Fill(0.5f);
+  output.Fill(-7.0f);
+  std::vector<const attnrt_tensor*> in(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
+  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
+  if (scales) {
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE] = k_scale.get();
+    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE] = v_scale.get();
+  }
+  const attnrt_tensor* out = output.get();
+
+  attnrt_paged_gqa_attributes a;
+  attnrt_paged_gqa_attributes_init(&a);
+  a.gqa.num_heads = kHeads;
+  a.gqa.kv_num_heads = kKvHeads;
+  a.gqa.k_quant_type = quant;
+  a.gqa.v_quant_type = quant;
+  a.gqa.kv_cache_bit_width = bits;
+  a.block_size = kBlockSizeValue;
+  a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+  attnrt_op* raw_op = nullptr;
+  attnrt_status s = attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
+  ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
+  OpPtr op(raw_op);
+  const std::vector<Candidate> candidates = Explain(op.get(), in.data(), in.size(), &out, 1);
+  ASSERT_EQ(candidates.size(), 1u);
+  EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason, Refusal(abi, feature, needs_minor));
+  attnrt_plan* raw = nullptr;
+  s = attnrt_op_plan(op.get(), in.data(), in.size(), &out, 1, &raw);
+  PlanPtr plan(raw);
+  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
+  const std::string message = attnrt_last_error_message();
+  EXPECT_NE(message.find(feature + " needs ABI 1." + std::to_string(needs_minor)),
+            std::string::npos)
+      << message;
+  for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(output.f32()[i], -7.0f) << i;
+}
+
 TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
-  RuntimePtr runtime = OldAbiRuntime(kAbi14);
-  ASSERT_TRUE(runtime);
+  constexpr int64_t kBlockHeadSize = 32;
   for (int32_t bits : {8, 4}) {
-    SCOPED_TRACE(bits == 8 ? "Q8_0" : "Q4_0");
-    constexpr int64_t kBlockHeadSize = 32;
     const int64_t row_bytes =
         bits == 8 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
-    const attnrt_dtype u8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-    Tensor key_cache(u8, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_bytes});
-    Tensor value_cache(u8, {kNumBlocksValue, kKvHeads, kBlockSizeValue, row_bytes});
-    Tensor query = F32({kTokens, kHeads * kBlockHeadSize});
-    Tensor key = F32({kTokens, kKvHeads * kBlockHeadSize});
-    Tensor value = F32({kTokens, kKvHeads * kBlockHeadSize});
-    Tensor query_start_loc = I32({0, 3, 4}, {3});
-    Tensor seq_lens = I32({5, 9}, {2});
-    Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
-    Tensor output = F32({kTokens, kHeads * kBlockHeadSize});
-    for (Tensor* t : {&key_cache, &value_cache}) std::memset(t->data(), 0, t->bytes());
-    for (Tensor* t : {&query, &key, &value}) t->Fill(0.5f);
-    output.Fill(-7.0f);
-    std::vector<const attnrt_tensor*> in(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
-    in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
-    const attnrt_tensor* out = output.get();
-
-    attnrt_paged_gqa_attributes a;
-    attnrt_paged_gqa_attributes_init(&a);
-    a.gqa.num_heads = kHeads;
-    a.gqa.kv_num_heads = kKvHeads;
-    a.gqa.k_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
-    a.gqa.v_quant_type = ATTNRT_GQA_QUANT_PER_BLOCK_32;
-    a.gqa.kv_cache_bit_width = bits;
-    a.block_size = kBlockSizeValue;
-    a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
-    attnrt_op* raw_op = nullptr;
-    attnrt_status s = attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
-    ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
-    OpPtr op(raw_op);
-    const std::string feature =
-        std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache";
-    const std::vector<Candidate> candidates = Explain(op.get(), in.data(), in.size(), &out, 1);
-    ASSERT_EQ(candidates.size(), 1u);
-    EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason, Refusal(kAbi14, feature, 7));
-    attnrt_plan* raw = nullptr;
-    s = attnrt_op_plan(op.get(), in.data(), in.size(), &out, 1, &raw);
-    PlanPtr plan(raw);
-    EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
-    const std::string message = attnrt_last_error_message();
-    EXPECT_NE(message.find(feature + " needs ABI 1.7"), std::string::npos) << message;
-    for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(output.f32()[i], -7.0f) << i;
+    ExpectCacheRefused(
+        kAbi14, {ATTNRT_DTYPE_CODE_UINT, 8, 1}, row_bytes, kBlockHeadSize,
+        ATTNRT_GQA_QUANT_PER_BLOCK_32, bits, false,
+        std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache", 7);
   }
 }
 
@@ -608,61 +626,8 @@ TEST_P(PagedVarlenOldAbi, CausalRowsOutnumberingTheContextAreRefusedAtRun) {
 // fails UNSUPPORTED naming it, nothing is written).
 TEST_P(PagedVarlenOldAbi, Float8E5M2CacheIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
-  const OldAbi& abi = GetParam();
-  RuntimePtr runtime = OldAbiRuntime(abi);
-  ASSERT_TRUE(runtime);
-  const attnrt_dtype e5m2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
-  Tensor key_cache(e5m2, {kNumBlocksValue, kKvHeads, kBlockSizeValue, kHeadSize});
-  Tensor value_cache(e5m2, {kNumBlocksValue, kKvHeads, kBlockSizeValue, kHeadSize});
-  Tensor query = F32({kTokens, kHeads * kHeadSize});
-  Tensor key = F32({kTokens, kKvHeads * kHeadSize});
-  Tensor value = F32({kTokens, kKvHeads * kHeadSize});
-  Tensor query_start_loc = I32({0, 3, 4}, {3});
-  Tensor seq_lens = I32({5, 9}, {2});
-  Tensor block_table = I32({0, 1, -1, 2, 3, 4}, {2, kSlots});
-  Tensor k_scale = F32({1});
-  Tensor v_scale = F32({1});
-  Tensor output = F32({kTokens, kHeads * kHeadSize});
-  for (Tensor* t : {&key_cache, &value_cache}) std::memset(t->data(), 0, t->bytes());
-  for (Tensor* t : {&query, &key, &value, &k_scale, &v_scale}) t->Fill(0.5f);
-  output.Fill(-7.0f);
-  std::vector<const attnrt_tensor*> in(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS, nullptr);
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY] = query.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] = key.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE] = value.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE] = key_cache.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE] = value_cache.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC] = query_start_loc.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS] = seq_lens.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE] = block_table.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE] = k_scale.get();
-  in[ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE] = v_scale.get();
-  const attnrt_tensor* out = output.get();
-
-  attnrt_paged_gqa_attributes a;
-  attnrt_paged_gqa_attributes_init(&a);
-  a.gqa.num_heads = kHeads;
-  a.gqa.kv_num_heads = kKvHeads;
-  a.gqa.k_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
-  a.gqa.v_quant_type = ATTNRT_GQA_QUANT_PER_TENSOR;
-  a.gqa.kv_cache_bit_width = 8;
-  a.block_size = kBlockSizeValue;
-  a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
-  attnrt_op* raw_op = nullptr;
-  attnrt_status s = attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
-  ASSERT_EQ(s, ATTNRT_OK) << LastError(s);
-  OpPtr op(raw_op);
-  const std::string feature = "a float8_e5m2 KV cache";
-  const std::vector<Candidate> candidates = Explain(op.get(), in.data(), in.size(), &out, 1);
-  ASSERT_EQ(candidates.size(), 1u);
-  EXPECT_EQ(candidates[0].kernel + ": " + candidates[0].reason, Refusal(abi, feature, 11));
-  attnrt_plan* raw = nullptr;
-  s = attnrt_op_plan(op.get(), in.data(), in.size(), &out, 1, &raw);
-  PlanPtr plan(raw);
-  EXPECT_EQ(s, ATTNRT_ERROR_UNSUPPORTED) << LastError(s);
-  const std::string message = attnrt_last_error_message();
-  EXPECT_NE(message.find(feature + " needs ABI 1.11"), std::string::npos) << message;
-  for (int i = 0; i < kOutCount; ++i) EXPECT_EQ(output.f32()[i], -7.0f) << i;
+  ExpectCacheRefused(GetParam(), {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1}, kHeadSize, kHeadSize,
+                     ATTNRT_GQA_QUANT_PER_TENSOR, 8, true, "a float8_e5m2 KV cache", 11);
 }
 
 // The fixture's kernel, pinned, is not offered the case: explain gives the runtime's reason (a
