@@ -47,7 +47,7 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 11
+#define ATTNRT_ABI_VERSION_MINOR 12
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 

@@ -55,11 +55,13 @@ static_assert(offsetof(attnrt_paged_gqa_varlen_problem, num_tokens) ==
               offsetof(PagedGqaVarlenProblem18, num_tokens) + 8);
 
 // The args structs kept every field where it was (only their problem pointers are redirected for
-// older kernels); ABI 1.10 appended key_start_loc to the varlen args, past what older kernels read.
+// older kernels); ABI 1.10 appended key_start_loc to the varlen args, ABI 1.12 position_ids, past
+// what older kernels read (ABI 1.11's args were 296 bytes).
 static_assert(sizeof(attnrt_gqa_args) == 192);
 static_assert(sizeof(attnrt_paged_gqa_args) == 232);
 static_assert(offsetof(attnrt_paged_gqa_args, gqa) == 16);
-static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 296);
+static_assert(sizeof(attnrt_paged_gqa_varlen_args) == 312);
+static_assert(offsetof(attnrt_paged_gqa_varlen_args, position_ids) == 296);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, paged) == 16);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, max_query_len) == 272);
 static_assert(offsetof(attnrt_paged_gqa_varlen_args, key_start_loc) == 280);

@@ -38,6 +38,10 @@ inline constexpr uint32_t kNonCausalWindowMinor = 10;
 inline constexpr uint32_t kFloat8E5M2Minor = 11;
 // Causal sequences with fewer keys than query rows (the varlen op; known at run only).
 inline constexpr uint32_t kBottomRightCausalMinor = 11;
+// Rotary embedding in the varlen op (cos_cache, sin_cache, position_ids, key_position_ids) and the
+// attribute alibi_form.
+inline constexpr uint32_t kVarlenRotaryMinor = 12;
+inline constexpr uint32_t kAlibiFormMinor = 12;
 
 // attnrt_paged_gqa_problem of ABI 1.2-1.4: the ABI 1.5 struct without p_precision.
 struct PagedGqaProblem14 {

@@ -539,6 +539,19 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
                  " (a window of non-causal attention is the varlen op's, with causal = 0), got ",
                  a.local_window_right));
     }
+    // ABI 1.2-1.11 callers end before alibi_form (ABI 1.10-1.11's struct of 112 bytes, the last 4
+    // padding: reserved_1_11).
+    constexpr size_t kAlibiFormEnd =
+        offsetof(attnrt_paged_gqa_attributes, alibi_form) + sizeof(int32_t);
+    static_assert(kAlibiFormEnd > 112, "ABI 1.11's attnrt_paged_gqa_attributes was 112 bytes");
+    if (struct_size < kAlibiFormEnd) a.alibi_form = ATTNRT_ALIBI_FORM_SIGNED;
+    if (a.alibi_form != ATTNRT_ALIBI_FORM_SIGNED &&
+        (!varlen || a.alibi_form != ATTNRT_ALIBI_FORM_SYMMETRIC)) {
+      return InvalidArgument(StrCat(
+          "alibi_form must be 0 (SIGNED, slope * (j - p))",
+          varlen ? " or 1 (SYMMETRIC, -slope * |j - p|)" : " for the paged op (it has no ALiBi)",
+          ", got ", a.alibi_form));
+    }
     a.struct_size = sizeof(attnrt_paged_gqa_attributes);
     // GroupQueryAttention's checks know one cache type: with independent types they see the key
     // cache's (v_quant_type as k_quant_type); value_cache's type is checked below.

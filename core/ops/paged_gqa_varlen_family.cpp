@@ -49,7 +49,7 @@ class PagedGqaVarlenProblem final : public Problem {
   int32_t device_type() const override { return problem_.paged.gqa.device_type; }
   // The 1.4 layout has no p_precision (EXACT problems only), neither 1.4 nor 1.7 v_head_size, none
   // value_cache's own type; before 1.10 a kernel reads key rows by query_start_loc and adds no
-  // ALiBi.
+  // ALiBi; before 1.12 it rotates nothing and knows one ALiBi form.
   AbiNeed abi_need() const override {
     AbiNeed need = PagedProblemNeed(problem_.paged);
     if (problem_.has_key_start_loc) {
@@ -59,6 +59,12 @@ class PagedGqaVarlenProblem final : public Problem {
       need = NewerNeed(need, {paged_gqa_layouts::kAlibiMinor, "alibi_slopes"});
     }
     const attnrt_gqa_attributes& a = problem_.paged.gqa.attributes;
+    if (a.do_rotary == 1) {
+      need = NewerNeed(need, {paged_gqa_layouts::kVarlenRotaryMinor, "rotary embedding"});
+    }
+    if (problem_.alibi_form != ATTNRT_ALIBI_FORM_SIGNED) {
+      need = NewerNeed(need, {paged_gqa_layouts::kAlibiFormMinor, "alibi_form SYMMETRIC"});
+    }
     if (a.causal == 0 && (a.local_window_size != -1 || problem_.local_window_right != -1)) {
       need = NewerNeed(
           need, {paged_gqa_layouts::kNonCausalWindowMinor, "a window of non-causal attention"});
@@ -98,6 +104,8 @@ class PagedGqaVarlenProblem final : public Problem {
     // here, as alibi_slopes: abi_need() offered it no problem with either).
     if (kernel.plugin->abi_minor < paged_gqa_layouts::kKeyStartLocMinor) {
       args.struct_size = offsetof(attnrt_paged_gqa_varlen_args, key_start_loc);
+    } else if (kernel.plugin->abi_minor < paged_gqa_layouts::kVarlenRotaryMinor) {
+      args.struct_size = offsetof(attnrt_paged_gqa_varlen_args, position_ids);
     }
     if (kernel.plugin->abi_minor < paged_gqa_layouts::kPPrecisionMinor) {
       paged_gqa_layouts::PointArgsAt(abi14_, &args);
@@ -133,8 +141,9 @@ class PagedGqaVarlenFamily final : public OpFamily {
   std::span<const size_t> HostReadInputs() const override {
     static constexpr size_t kInputs[] = {
         ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC, ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS,
-        ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE, ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING,
-        ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC};
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE,     ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING,
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC,   ATTNRT_PAGED_GQA_VARLEN_INPUT_POSITION_IDS,
+        ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_POSITION_IDS};
     return kInputs;
   }
   std::span<const size_t> WrittenInputs() const override {

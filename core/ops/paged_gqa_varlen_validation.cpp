@@ -14,9 +14,10 @@ namespace attnrt::core::paged_gqa_varlen {
 namespace {
 
 constexpr const char* kInputNames[ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS] = {
-    "query",           "key",      "value",         "key_cache",    "value_cache",
-    "query_start_loc", "seq_lens", "block_table",   "slot_mapping", "head_sink",
-    "k_scale",         "v_scale",  "key_start_loc", "alibi_slopes"};
+    "query",           "key",          "value",           "key_cache",    "value_cache",
+    "query_start_loc", "seq_lens",     "block_table",     "slot_mapping", "head_sink",
+    "k_scale",         "v_scale",      "key_start_loc",   "alibi_slopes", "cos_cache",
+    "sin_cache",       "position_ids", "key_position_ids"};
 constexpr const char* kOp = "PagedGroupQueryAttentionVarlen";
 
 const attnrt_tensor* In(const attnrt_tensor* const* inputs, attnrt_paged_gqa_varlen_input i) {
@@ -27,7 +28,7 @@ Status CheckCounts(size_t num_inputs, size_t num_outputs) {
   if (num_inputs != ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS) {
     return InvalidArgument(StrCat(kOp, " expects ",
                                   static_cast<int>(ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS),
-                                  " inputs (query ... alibi_slopes), got ", num_inputs));
+                                  " inputs (query ... key_position_ids), got ", num_inputs));
   }
   if (num_outputs != ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS) {
     return InvalidArgument(StrCat(kOp, " expects 1 output (output), got ", num_outputs));
@@ -90,6 +91,73 @@ Status RunLength(const void* starts, const char* name, int64_t b, int64_t limit,
                                   "] = ", begin, ", ", limit_name, " = ", limit, limit_note, "]"));
   }
   *length = end - begin;
+  return Status::Ok();
+}
+
+// Rotary caches (ABI 1.12): with do_rotary = 1, cos_cache and sin_cache T [M, R/2] beside the
+// query, 2 <= R <= head_size; without it, absent. `rotary_half` is R/2 (0 without).
+Status CheckRotaryCaches(const attnrt_paged_gqa_attributes& a, const attnrt_tensor* const* in,
+                         const attnrt_tensor& query, int64_t head_size, int64_t* rotary_half) {
+  const attnrt_tensor* cos = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE);
+  const attnrt_tensor* sin = In(in, ATTNRT_PAGED_GQA_VARLEN_INPUT_SIN_CACHE);
+  *rotary_half = 0;
+  if (a.gqa.do_rotary != 1) {
+    if (cos != nullptr || sin != nullptr) {
+      return InvalidArgument(StrCat("Input '", cos != nullptr ? "cos_cache" : "sin_cache",
+                                    "' is given with gqa.do_rotary = 0, expected do_rotary = 1 "
+                                    "or the rotary caches absent"));
+    }
+    return Status::Ok();
+  }
+  if (cos == nullptr || sin == nullptr) {
+    return InvalidArgument(
+        StrCat("cos_cache and sin_cache must be provided when do_rotary is 1, got cos_cache ",
+               cos == nullptr ? "absent" : "present", " and sin_cache ",
+               sin == nullptr ? "absent" : "present"));
+  }
+  for (const attnrt_tensor* t : {cos, sin}) {
+    const char* name = t == cos ? "cos_cache" : "sin_cache";
+    ATTNRT_RETURN_IF_ERROR(CheckWellFormed(*t, name));
+    ATTNRT_RETURN_IF_ERROR(CheckCompact(*t, name));
+    ATTNRT_RETURN_IF_ERROR(CheckDtype(*t, name, query.dtype, "the dtype of query"));
+    ATTNRT_RETURN_IF_ERROR(CheckRank(*t, name, 2));
+    if (!SameDevice(t->device, query.device)) {
+      return InvalidArgument(StrCat(name, ": must be on the device of query (",
+                                    DeviceString(query.device), "), got ",
+                                    DeviceString(t->device)));
+    }
+    if (t->shape[1] < 1 || 2 * t->shape[1] > head_size || t->shape[0] < 1) {
+      return InvalidArgument(StrCat(name,
+                                    ": expected [max_position >= 1, rotary_dim / 2] with 1 <= "
+                                    "rotary_dim / 2 <= head_size / 2 = ",
+                                    head_size / 2, ", got ", ShapeString(*t)));
+    }
+  }
+  if (cos->shape[0] != sin->shape[0] || cos->shape[1] != sin->shape[1]) {
+    return InvalidArgument(StrCat("cos_cache and sin_cache must have one shape, got ",
+                                  ShapeString(*cos), " and ", ShapeString(*sin)));
+  }
+  *rotary_half = cos->shape[1];
+  return Status::Ok();
+}
+
+// The rotary positions of `count` rows of sequence b starting at packed row `begin`: ids[row] when
+// `ids` is given, else first_position + i (their token positions); each must lie in [0, rows of
+// cos_cache).
+Status CheckRotaryPositions(const void* ids, const char* ids_name, const char* what, int64_t begin,
+                            int64_t count, int64_t first_position, int64_t b, int64_t rotary_len) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t position = ids != nullptr ? ReadInt64(ids, begin + i) : first_position + i;
+    if (position >= 0 && position < rotary_len) continue;
+    if (ids != nullptr) {
+      return InvalidArgument(StrCat(ids_name, "[", begin + i, "] = ", position,
+                                    " must lie in [0, cos_cache rows = ", rotary_len, ")"));
+    }
+    return InvalidArgument(StrCat(
+        what, " row ", begin + i, " (row ", i, " of sequence ", b, ") is rotated at its position ",
+        position, ", expected one in [0, cos_cache rows = ", rotary_len, ")",
+        position < 0 ? "; give its position in " : "", position < 0 ? ids_name : ""));
+  }
   return Status::Ok();
 }
 
@@ -227,6 +295,8 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
                                     DeviceString(slopes->device)));
     }
   }
+  int64_t rotary_half = 0;
+  ATTNRT_RETURN_IF_ERROR(CheckRotaryCaches(a, inputs, *query, head_size, &rotary_half));
   const attnrt_tensor* output = outputs[ATTNRT_PAGED_GQA_VARLEN_OUTPUT_OUTPUT];
   if (output == nullptr) return InvalidArgument("Output 'output' is required but absent");
   ATTNRT_RETURN_IF_ERROR(
@@ -258,20 +328,59 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
           "Input 'slot_mapping' is given without key and value: there are no rows to write");
     }
   }
+  // Rotary positions (ABI 1.12): one per query row, one per key row.
+  const attnrt_tensor* position_ids = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_POSITION_IDS);
+  const attnrt_tensor* key_position_ids =
+      In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_POSITION_IDS);
+  for (const attnrt_tensor* ids : {position_ids, key_position_ids}) {
+    if (ids != nullptr && a.gqa.do_rotary != 1) {
+      return InvalidArgument(StrCat("Input '",
+                                    ids == position_ids ? "position_ids" : "key_position_ids",
+                                    "' is given with gqa.do_rotary = 0: they are rotary positions, "
+                                    "expected do_rotary = 1 or the input absent"));
+    }
+  }
+  if (position_ids != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(
+        CheckHostVector(position_ids, "position_ids", kInt64, num_tokens, "num_tokens"));
+  }
+  if (key_position_ids != nullptr) {
+    if (key == nullptr) {
+      return InvalidArgument(
+          "Input 'key_position_ids' is given without key and value: there are no rows to rotate");
+    }
+    ATTNRT_RETURN_IF_ERROR(
+        CheckHostVector(key_position_ids, "key_position_ids", kInt64, num_key_tokens,
+                        key_start_loc != nullptr ? "num_key_tokens, key's rows" : "num_tokens"));
+  }
 
   StandIns s;
   MakeStandIns(inputs, batch, num_tokens, heads, kv_heads, head_size, v_head_size,
                key != nullptr && num_key_tokens > 0, &s);
   attnrt_paged_gqa_varlen_problem p{};
   p.struct_size = sizeof(p);
-  ATTNRT_RETURN_IF_ERROR(
-      paged_gqa::ValidateShapes(a, s.in, ATTNRT_PAGED_GQA_NUM_INPUTS, s.out, 1, &p.paged));
+  // The stand-in has no rotary caches (they were checked above, by the varlen op's rules).
+  attnrt_paged_gqa_attributes stand_in_attributes = a;
+  stand_in_attributes.gqa.do_rotary = 0;
+  ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateShapes(
+      stand_in_attributes, s.in, ATTNRT_PAGED_GQA_NUM_INPUTS, s.out, 1, &p.paged));
+  if (a.gqa.do_rotary == 1) {
+    attnrt_gqa_problem& gqa = p.paged.gqa;
+    gqa.attributes.do_rotary = 1;
+    gqa.attributes.rotary_interleaved = a.gqa.rotary_interleaved;
+    gqa.has_rotary_cache = true;
+    gqa.rotary_cache_length = In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE)->shape[0];
+    gqa.rotary_dim = 2 * rotary_half;
+  }
   p.num_tokens = num_tokens;
   p.has_slot_mapping = slots != nullptr;
   p.num_key_tokens = num_key_tokens;
   p.has_key_start_loc = key_start_loc != nullptr;
   p.has_alibi_slopes = slopes != nullptr;
   p.local_window_right = a.local_window_right;
+  p.alibi_form = a.alibi_form;
+  p.has_position_ids = position_ids != nullptr;
+  p.has_key_position_ids = key_position_ids != nullptr;
   *out = p;
   return Status::Ok();
 }
@@ -310,6 +419,14 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
                                ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC))
                                : nullptr;
   if (key_starts != nullptr) ATTNRT_RETURN_IF_ERROR(StartsAtZero(key_starts, "key_start_loc"));
+  // Rotary positions (ABI 1.12), each checked against the rows of cos_cache.
+  const bool rotary = paged.gqa.attributes.do_rotary == 1;
+  const int64_t rotary_len = paged.gqa.rotary_cache_length;
+  const void* position_ids =
+      p.has_position_ids ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_POSITION_IDS)) : nullptr;
+  const void* key_position_ids =
+      p.has_key_position_ids ? DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_POSITION_IDS))
+                             : nullptr;
   seqlens_k->assign(static_cast<size_t>(B), 0);
   int64_t max_total = 1;
   int64_t max_query_len = 0;
@@ -346,6 +463,16 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
       return InvalidArgument(StrCat("block_table: too short for seq_lens[", b, "] = ", t_b, ": ",
                                     (t_b + block_size - 1) / block_size, " blocks of ", block_size,
                                     " needed, a row has max_blocks_per_seq ", slots, " slots"));
+    }
+    if (rotary) {
+      const int64_t q_begin = ReadInt32(starts, b);
+      const int64_t k_begin = key_starts != nullptr ? ReadInt32(key_starts, b) : q_begin;
+      ATTNRT_RETURN_IF_ERROR(CheckRotaryPositions(position_ids, "position_ids", "query", q_begin,
+                                                  q_len, t_b - q_len, b, rotary_len));
+      if (writes) {
+        ATTNRT_RETURN_IF_ERROR(CheckRotaryPositions(key_position_ids, "key_position_ids", "key",
+                                                    k_begin, k_len, t_b - k_len, b, rotary_len));
+      }
     }
     (*seqlens_k)[static_cast<size_t>(b)] = static_cast<int32_t>(t_b - 1);
     rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - k_len : t_b};
@@ -444,6 +571,12 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   args.max_query_len = max_query_len;
   args.key_start_loc = static_cast<const int32_t*>(key_starts);
   args.alibi_slopes = static_cast<const float*>(p.has_alibi_slopes ? DataOf(slopes) : nullptr);
+  if (rotary) {
+    g.cos_cache = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE));
+    g.sin_cache = DataOf(In(inputs, ATTNRT_PAGED_GQA_VARLEN_INPUT_SIN_CACHE));
+  }
+  args.position_ids = static_cast<const int64_t*>(position_ids);
+  args.key_position_ids = static_cast<const int64_t*>(key_position_ids);
   *out = args;
   return Status::Ok();
 }
@@ -453,11 +586,6 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
 Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* out) {
   attnrt_paged_gqa_attributes a{};
   ATTNRT_RETURN_IF_ERROR(paged_gqa::ValidateAttributes(attributes, &a, /*varlen=*/true));
-  if (a.gqa.do_rotary != 0) {
-    return InvalidArgument(StrCat("gqa.do_rotary must be 0 for ", kOp,
-                                  " (rotate query and key before the call), got ",
-                                  a.gqa.do_rotary));
-  }
   if (a.gqa.qk_output != 0) {
     return InvalidArgument(
         StrCat("gqa.qk_output must be 0 for ", kOp, " (no output_qk), got ", a.gqa.qk_output));

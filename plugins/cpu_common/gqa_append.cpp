@@ -83,7 +83,8 @@ void AppendSide(const GqaRun& r, const CacheSide& side, int64_t b, int64_t kvh) 
   for (int64_t l = 0; l < r.kv_seq && past + l < side.rows; ++l) {
     const void* src = ElementAddress(side.fresh, r.element_bytes,
                                      (b * r.kv_seq + l) * r.new_kv_token_stride + kvh * h);
-    GqaWriteCacheRow(r, src, side.rotate, b, l, scale, ElementAddress(dst, row_bytes, past + l),
+    const int64_t position = side.rotate ? GqaRotaryPosition(r, b, l) : 0;
+    GqaWriteCacheRow(r, src, side.rotate, position, scale, ElementAddress(dst, row_bytes, past + l),
                      side.value_row);
   }
   // A shared present keeps its other rows: only the new rows belong to this step.
@@ -123,6 +124,8 @@ void gqa_driver::AppendKvUnits(void* user, size_t begin, size_t end) {
 }
 
 int64_t GqaRotaryPosition(const GqaRun& r, int64_t b, int64_t s) noexcept {
+  if (r.query_positions != nullptr) return r.query_positions[GqaQueryRow(r, b, s)];
+  if (r.query_start_loc != nullptr) return r.seqlens_k[b] + 1 - GqaQueryLength(r, b) + s;
   if (r.rotary_first_prompt) return (r.position_ids != nullptr ? r.position_ids[0] : 0) + s;
   if (r.position_ids != nullptr) return r.position_ids[b * r.position_ids_stride + s];
   return r.rotary_seqlens_k[b] + 1 - r.seq + s;
@@ -132,7 +135,7 @@ void GqaRotateRow(const GqaRun& r, const void* x, float* y, int64_t position) no
   RotateElements(r, x, position, 0, r.head_size, y);
 }
 
-void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, int64_t l,
+void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t position,
                       const float* scale, void* row, bool value_row) noexcept {
   const int64_t h = value_row ? r.v_head_size : r.head_size;
   const GqaCacheType type = value_row ? r.value_cache_type : r.cache_type;
@@ -142,7 +145,6 @@ void GqaWriteCacheRow(const GqaRun& r, const void* src, bool rotate, int64_t b, 
   }
   // The rotated K row is rounded to T (ONNX Runtime rotates into a T buffer), then stored or
   // quantized from that value.
-  const int64_t position = rotate ? GqaRotaryPosition(r, b, l) : 0;
   float chunk[kRowChunk];
   for (int64_t first = 0; first < h; first += kRowChunk) {
     const int64_t n = std::min(kRowChunk, h - first);

@@ -250,8 +250,8 @@ void SoftmaxBlock(const FlashJob& job, const TaskSpan& span, const HeadTile& hea
         // ALiBi (the varlen op's alibi_slopes): slope_n * (key position - query position).
         if (r.alibi_slopes != nullptr) {
           const float slope = r.alibi_slopes[head.kvh * group + g];
-          const int64_t offset = br.ja - (span.past + s);
-          for (int64_t j = a; j < e; ++j) x[j] += slope * static_cast<float>(offset + j);
+          const int64_t position = span.past + s - br.ja;
+          for (int64_t j = a; j < e; ++j) x[j] += GqaAlibiBias(r, slope, j, position);
         }
         row_max = ops.max(x + a, e - a);
       }

@@ -41,6 +41,7 @@ void AppendUnits(void* user, size_t begin, size_t end) {
     // A packed sequence's new rows are its query rows, or its key_start_loc run: the last k_len_b
     // tokens of its context; a padded batch has L per sequence.
     const bool own_rows = r.key_start_loc != nullptr;
+    const bool varlen = own_rows || r.query_start_loc != nullptr;
     const int64_t key_begin = own_rows ? r.key_start_loc[b] : 0;
     const int64_t new_rows = own_rows                       ? r.key_start_loc[b + 1] - key_begin
                              : r.query_start_loc != nullptr ? GqaQueryLength(r, b)
@@ -59,10 +60,16 @@ void AppendUnits(void* user, size_t begin, size_t end) {
       if (r.slot_mapping != nullptr && r.slot_mapping[row] == -1) continue;
       const int64_t key_offset = row * r.new_kv_token_stride + kvh * h;
       const int64_t value_offset = row * r.new_value_token_stride + kvh * hv;
-      GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, key_offset), r.rotary, b, l,
-                       k_scale, PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l),
-                       false);
-      GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, value_offset), false, b, l,
+      // A packed row's rotary position (ABI 1.12): key_positions[row], else its token position;
+      // a padded batch's follows ONNX Runtime's rule.
+      const int64_t position = !r.rotary                    ? 0
+                               : r.key_positions != nullptr ? r.key_positions[row]
+                               : varlen                     ? past + l
+                                                            : GqaRotaryPosition(r, b, l);
+      GqaWriteCacheRow(r, ElementAddress(r.new_key, r.element_bytes, key_offset), r.rotary,
+                       position, k_scale,
+                       PoolRow(r.key_cache, r.key_strides, *job.args, b, kvh, past + l), false);
+      GqaWriteCacheRow(r, ElementAddress(r.new_value, r.element_bytes, value_offset), false, 0,
                        v_scale,
                        PoolRow(r.value_cache, r.value_strides, *job.args, b, kvh, past + l), true);
     }
@@ -176,6 +183,9 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.slot_mapping = input.slot_mapping;
   r.key_start_loc = input.key_start_loc;
   r.alibi_slopes = input.alibi_slopes;
+  r.alibi_symmetric = input.alibi_symmetric;
+  r.query_positions = input.query_positions;
+  r.key_positions = input.key_positions;
   r.window_right = input.window_right;
   if (input.query_start_loc != nullptr) r.seq = input.max_query_len;
   const int64_t capacity = p.max_blocks_per_seq * p.block_size;

@@ -52,6 +52,9 @@ struct PagedStageInput {
   const float* alibi_slopes;       // varlen: ALiBi slope of each query head; NULL: none
   int64_t max_query_len;           // varlen: the longest sequence's query rows
   int64_t window_right = -1;       // varlen, causal = 0: local_window_right (-1: none)
+  bool alibi_symmetric = false;    // varlen: alibi_form SYMMETRIC (ABI 1.12)
+  const int64_t* query_positions = nullptr;  // varlen: position_ids (ABI 1.12); NULL: none
+  const int64_t* key_positions = nullptr;    // varlen: key_position_ids (ABI 1.12); NULL: none
 };
 
 // GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is a PagedStageInput. Resolves

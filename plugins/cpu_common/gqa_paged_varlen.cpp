@@ -67,7 +67,10 @@ struct PagedCall {
               KeyStartLoc(a),
               a.problem->has_alibi_slopes ? a.alibi_slopes : nullptr,
               a.max_query_len,
-              a.problem->local_window_right} {
+              a.problem->local_window_right,
+              a.problem->alibi_form == ATTNRT_ALIBI_FORM_SYMMETRIC,
+              a.problem->has_position_ids ? a.position_ids : nullptr,
+              a.problem->has_key_position_ids ? a.key_position_ids : nullptr} {
     if (AllDecode(a)) {
       paged.problem = &decode;
       paged.gqa.problem = &decode.gqa;

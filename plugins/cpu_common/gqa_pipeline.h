@@ -210,7 +210,7 @@ void AttendRow(const GqaRun& r, int64_t unit, float* scores, float* q_row, float
   if (r.alibi_slopes != nullptr) {
     const float slope = r.alibi_slopes[n];
     const int64_t position = past + s;
-    for (int64_t j = begin; j < end; ++j) scores[j] += slope * static_cast<float>(j - position);
+    for (int64_t j = begin; j < end; ++j) scores[j] += GqaAlibiBias(r, slope, j, position);
   }
   if (r.qk_output == ATTNRT_GQA_QK_OUTPUT_BEFORE_SOFTMAX) {
     WriteQkRow<Ops>(r, b, n, s, scores, begin, end);

@@ -202,6 +202,12 @@ struct GqaRun {
   // Varlen only (ABI 1.10): float32 ALiBi slope of each query head; NULL: none. The row pipeline
   // adds slope * (j - position) to the score of key j.
   const float* alibi_slopes;
+  // Varlen only (ABI 1.12): the bias is -slope * |j - position| (alibi_form SYMMETRIC).
+  bool alibi_symmetric;
+  // Varlen only (ABI 1.12), with rotary: the rotary position of each query row (packed row index)
+  // and of each new K/V row (key row index); NULL: the row's token position.
+  const int64_t* query_positions;
+  const int64_t* key_positions;
 
   // The paged ops' p_precision INPUT with a 16-bit T (attnrt/ops/paged_gqa.h): each probability
   // p = exp(s - m) is rounded to T (to nearest even) before it multiplies V; the softmax sum adds
@@ -291,15 +297,23 @@ GqaRun GqaStagePresentKv(const attnrt_host_services& host, const attnrt_gqa_args
 // layout are left zero (the paged kernels fill them).
 GqaRun GqaResolveRun(const attnrt_gqa_args& args) noexcept;
 
-// Writes new K/V row l of batch b (`src`, a T row of H elements, Hv for a value row) into the
-// cache row `row`: RoPE at token l's position when `rotate` (then rounded to T; key rows only),
-// quantized with `scale` (this kv head's scales) when not NULL, else stored as T. What the
-// prologue stores for every new row.
-void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t b, int64_t l,
+// Writes a new K/V row (`src`, a T row of H elements, Hv for a value row) into the cache row
+// `row`: RoPE at `position` when `rotate` (then rounded to T; key rows only), quantized with
+// `scale` (this kv head's scales) when not NULL, else stored as T. What the prologue stores for
+// every new row.
+void GqaWriteCacheRow(const GqaRun& run, const void* src, bool rotate, int64_t position,
                       const float* scale, void* row, bool value_row) noexcept;
 
-// Rotary position of token s of batch b (ONNX Runtime's rotary rule).
+// Rotary position of query token s of batch b: ONNX Runtime's rotary rule; for a packed varlen
+// batch (ABI 1.12) query_positions[its row], else its token position P_b + s.
 int64_t GqaRotaryPosition(const GqaRun& run, int64_t b, int64_t s) noexcept;
+
+// ALiBi's bias of key j for the query row at `position` (the varlen op's alibi_slopes): slope *
+// (j - position), or -slope * |j - position| with alibi_symmetric.
+inline float GqaAlibiBias(const GqaRun& run, float slope, int64_t j, int64_t position) noexcept {
+  const int64_t d = j - position;
+  return slope * static_cast<float>(run.alibi_symmetric && d > 0 ? -d : d);
+}
 
 // Key rows of a batch with T_b = `total` that exist: T_b, except after the first prompt without a
 // past buffer, where only the L new rows do (docs/gqa-semantics.md, "No past, not the first

@@ -171,6 +171,13 @@ typedef enum attnrt_p_precision {
   ATTNRT_P_PRECISION_INPUT = 1  /* P rounded to the query type T before P·V */
 } attnrt_p_precision;
 
+/** ALiBi's bias of key j for a query row at position p (the varlen op's alibi_slopes, ABI 1.12):
+ *  the two forms agree on every key a causal row sees (j <= p). */
+typedef enum attnrt_alibi_form {
+  ATTNRT_ALIBI_FORM_SIGNED = 0,   /* slope * (j - p): the ALiBi paper's, vLLM's (default) */
+  ATTNRT_ALIBI_FORM_SYMMETRIC = 1 /* -slope * |j - p|: FlashAttention's */
+} attnrt_alibi_form;
+
 /** Smallest and largest block_size (tokens per block). */
 #define ATTNRT_PAGED_GQA_MIN_BLOCK_SIZE 1
 #define ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE 1024
@@ -201,11 +208,18 @@ typedef struct attnrt_paged_gqa_attributes {
    * (0 is accepted there as FlashAttention's causal (left, 0) and read as -1). A caller whose
    * struct_size ends before it (built against ABI 1.2-1.9) gets -1. */
   int32_t local_window_right;
+  /* Never read (ABI 1.12): ABI 1.10-1.11's struct ended with local_window_right, but its sizeof
+   * counted these 4 bytes of padding. */
+  int32_t reserved_1_11;
+  /* ABI 1.12, the varlen op with alibi_slopes (attnrt/ops/paged_gqa_varlen.h, "ALiBi"):
+   * attnrt_alibi_form; default SIGNED. Must be SIGNED for the paged op. A caller whose struct_size
+   * ends before it (built against ABI 1.2-1.11) gets SIGNED. */
+  int32_t alibi_form;
 } attnrt_paged_gqa_attributes;
 
 /** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0,
- *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0, v_cache_bit_width = 0 and
- *  local_window_right = -1. */
+ *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0, v_cache_bit_width = 0,
+ *  local_window_right = -1 and alibi_form = SIGNED. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
   a->struct_size = sizeof(attnrt_paged_gqa_attributes);
   attnrt_gqa_attributes_init(&a->gqa);
@@ -215,6 +229,8 @@ static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes*
   a->v_cache_own_type = 0;
   a->v_cache_bit_width = 0;
   a->local_window_right = -1;
+  a->reserved_1_11 = 0;
+  a->alibi_form = ATTNRT_ALIBI_FORM_SIGNED;
 }
 
 /**

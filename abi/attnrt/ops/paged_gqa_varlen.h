@@ -29,6 +29,10 @@
  *   key_start_loc  int32 [B + 1] host, optional (ABI 1.10; FlashAttention's cu_seqlens_k): the
  *                  new K/V rows of each sequence, when they are not its query rows (below)
  *   alibi_slopes   float32 [N], optional (ABI 1.10): ALiBi (below)
+ *   cos_cache,     T [M, R/2] (ABI 1.12), with gqa.do_rotary = 1: rotary embedding (below)
+ *   sin_cache
+ *   position_ids   int64 [num_tokens] host, optional (ABI 1.12): each query row's rotary position
+ *   key_position_ids int64 [num_(key_)tokens] host, optional (ABI 1.12): each new K/V row's
  *
  *   output         T [num_tokens, N * H]    rows past query_start_loc[B] (an engine's padding)
  *                                           are neither read nor written
@@ -54,7 +58,22 @@
  * FlashAttention take it): the score of query row i of sequence b (position p = P_b + i) and key j
  * gets slope_n * (j - p) added, n the query head, after scale and softcap and before the mask and
  * the softmax; non-causal rows too (keys after p get a positive bias, as vLLM's CPU kernel adds
- * it). The slopes are read from the device of query and must be finite.
+ * it). The slopes are read from the device of query and must be finite. With the attribute
+ * alibi_form = ATTNRT_ALIBI_FORM_SYMMETRIC (ABI 1.12) the bias is -slope_n * |j - p| instead,
+ * FlashAttention's form: the same on every key a causal row sees, the negative distance on both
+ * sides of p without the causal mask.
+ *
+ * Rotary embedding (gqa.do_rotary = 1, ABI 1.12; GroupQueryAttention's RoPE: cos_cache and
+ * sin_cache T [M, R/2] with 2 <= R <= H, R even, the first R dimensions rotated, half-split or
+ * interleaved pairs as gqa.rotary_interleaved says, the rest copied; each rotated value rounded
+ * to T): query rows are rotated before attention, new K/V rows' keys before they are stored (the
+ * cache holds rotated keys; rows already in it are not touched). Query row i of sequence b is
+ * rotated at position_ids[its row] when given, else at its token position P_b + i; new K/V row l
+ * at key_position_ids[its row] when given, else at its token position T_b - k_len_b + l
+ * (vLLM's positions, and FlashAttention's flash_attn_with_kvcache when its k has q's length).
+ * Every position a call rotates at must lie in [0, M) (INVALID_ARGUMENT naming the row);
+ * position_ids and key_position_ids need do_rotary = 1, key_position_ids needs key. cos_cache and
+ * sin_cache have query's dtype and device and are compact.
  *
  * With a value head size Hv != H (ABI 1.8; value_cache's last dimension, attnrt/ops/paged_gqa.h)
  * value is T [num_tokens, Nkv * Hv] and output T [num_tokens, N * Hv].
@@ -73,9 +92,8 @@
  * one sequence, as for the paged op. Everything is checked before the first write
  * (INVALID_ARGUMENT naming the input).
  *
- * Not supported (rejected at op creation, or at plan for an input): rotary embedding
- * (do_rotary = 1: engines rotate Q and K before attention), attention_bias, position_ids,
- * qk_output, packed QKV, sliding_window_cache = 1.
+ * Not supported (rejected at op creation, or at plan for an input): attention_bias, qk_output,
+ * packed QKV, sliding_window_cache = 1.
  *
  * Pure C11; only <stddef.h>, <stdint.h>, <stdbool.h> and the attnrt headers.
  */
@@ -91,21 +109,25 @@ extern "C" {
 
 /** Input positions. Absent optional inputs are NULL. */
 typedef enum attnrt_paged_gqa_varlen_input {
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY = 0,           /* T [num_tokens, N*H] */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY = 1,             /* T [num_(key_)tokens, Nkv*H] or NULL */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE = 2,           /* T [num_(key_)tokens, Nkv*H] or NULL */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE = 3,       /* block pool; written */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE = 4,     /* block pool; written */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC = 5, /* int32 [B+1], host; required */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS = 6,        /* int32 [B], host; required */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE = 7,     /* int32 [B, max_blocks], host; required */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING = 8,    /* int64 [num_(key_)tokens], host; opt. */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK = 9,       /* T [N]; optional */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE = 10,        /* as GQA; quantized caches */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE = 11,        /* as GQA; quantized caches */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC = 12,  /* int32 [B+1], host; optional (ABI 1.10) */
-  ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES = 13,   /* float32 [N]; optional (ABI 1.10) */
-  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 14
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY = 0,             /* T [num_tokens, N*H] */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY = 1,               /* T [num_(key_)tokens, Nkv*H] or NULL */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE = 2,             /* T [num_(key_)tokens, Nkv*H] or NULL */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_CACHE = 3,         /* block pool; written */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_VALUE_CACHE = 4,       /* block pool; written */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY_START_LOC = 5,   /* int32 [B+1], host; required */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_SEQ_LENS = 6,          /* int32 [B], host; required */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_BLOCK_TABLE = 7,       /* int32 [B, max_blocks], host; required */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_SLOT_MAPPING = 8,      /* int64 [num_(key_)tokens], host; opt. */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_HEAD_SINK = 9,         /* T [N]; optional */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_K_SCALE = 10,          /* as GQA; quantized caches */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_V_SCALE = 11,          /* as GQA; quantized caches */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_START_LOC = 12,    /* int32 [B+1], host; optional (ABI 1.10) */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES = 13,     /* float32 [N]; optional (ABI 1.10) */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE = 14,        /* T [M, R/2]; do_rotary = 1 (ABI 1.12) */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_SIN_CACHE = 15,        /* T [M, R/2]; do_rotary = 1 (ABI 1.12) */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_POSITION_IDS = 16,     /* int64 [num_tokens], host; opt. (1.12) */
+  ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_POSITION_IDS = 17, /* int64 [num_(key_)tokens], host; opt. */
+  ATTNRT_PAGED_GQA_VARLEN_NUM_INPUTS = 18
 } attnrt_paged_gqa_varlen_input;
 
 typedef enum attnrt_paged_gqa_varlen_output {
@@ -113,8 +135,8 @@ typedef enum attnrt_paged_gqa_varlen_output {
   ATTNRT_PAGED_GQA_VARLEN_NUM_OUTPUTS = 1
 } attnrt_paged_gqa_varlen_output;
 
-/* Attributes: attnrt_paged_gqa_attributes (attnrt/ops/paged_gqa.h), with do_rotary = 0 and
- * qk_output = 0; p_precision (ABI 1.5) as the paged op's. */
+/* Attributes: attnrt_paged_gqa_attributes (attnrt/ops/paged_gqa.h), with qk_output = 0;
+ * p_precision (ABI 1.5) as the paged op's; do_rotary = 1 and alibi_form (ABI 1.12) as above. */
 
 /**
  * The validated problem kernels receive. `paged` describes the call as a paged op over a padded
@@ -132,6 +154,10 @@ typedef enum attnrt_paged_gqa_varlen_output {
  * ABI 1.10 appended num_key_tokens, has_key_start_loc, has_alibi_slopes and local_window_right
  * (the attribute; -1 unless causal = 0): plugins built for ABI 1.9 or older are offered problems
  * with none of key_start_loc, alibi_slopes or a window of non-causal attention only.
+ * ABI 1.12 appended alibi_form (the attribute) and has_position_ids, has_key_position_ids: plugins
+ * built for ABI 1.11 or older are offered problems without rotary embedding (paged.gqa.attributes
+ * .do_rotary = 0) and with alibi_form SIGNED only. The rotary fields of paged.gqa
+ * (has_rotary_cache, rotary_cache_length, rotary_dim) describe cos_cache.
  */
 typedef struct attnrt_paged_gqa_varlen_problem {
   size_t struct_size;
@@ -143,6 +169,9 @@ typedef struct attnrt_paged_gqa_varlen_problem {
   bool has_key_start_loc;
   bool has_alibi_slopes;      /* ABI 1.10 */
   int32_t local_window_right; /* ABI 1.10: the attribute, -1 unless causal = 0 */
+  int32_t alibi_form;         /* ABI 1.12: the attribute (attnrt_alibi_form) */
+  bool has_position_ids;      /* ABI 1.12 */
+  bool has_key_position_ids;  /* ABI 1.12 */
 } attnrt_paged_gqa_varlen_problem;
 
 /**
@@ -150,8 +179,9 @@ typedef struct attnrt_paged_gqa_varlen_problem {
  * points to T_b - 1 per sequence (seq_lens - 1), paged.gqa.phase is
  * ATTNRT_GQA_PHASE_SUBSEQUENT_PROMPT (the causal offset of sequence b is T_b - q_len_b),
  * paged.gqa.total_sequence_length is the largest T_b, query/key/value/output point at the packed
- * rows. max_query_len is the largest q_len_b. key_start_loc and alibi_slopes (ABI 1.10) are NULL
- * unless given.
+ * rows. max_query_len is the largest q_len_b. key_start_loc and alibi_slopes (ABI 1.10),
+ * position_ids and key_position_ids (ABI 1.12) are NULL unless given; with do_rotary = 1,
+ * paged.gqa.cos_cache and paged.gqa.sin_cache point at the rotary caches.
  */
 typedef struct attnrt_paged_gqa_varlen_args {
   size_t struct_size;
@@ -161,8 +191,10 @@ typedef struct attnrt_paged_gqa_varlen_args {
   const int32_t* seq_lens;
   const int64_t* slot_mapping; /* NULL when absent */
   int64_t max_query_len;
-  const int32_t* key_start_loc; /* ABI 1.10; NULL: sequence b's key rows are its query rows */
-  const float* alibi_slopes;    /* ABI 1.10; float32 [N], NULL: no ALiBi */
+  const int32_t* key_start_loc;    /* ABI 1.10; NULL: sequence b's key rows are its query rows */
+  const float* alibi_slopes;       /* ABI 1.10; float32 [N], NULL: no ALiBi */
+  const int64_t* position_ids;     /* ABI 1.12; [num_tokens], NULL: token positions */
+  const int64_t* key_position_ids; /* ABI 1.12; [num_(key_)tokens], NULL: token positions */
 } attnrt_paged_gqa_varlen_args;
 
 #ifdef __cplusplus

@@ -22,8 +22,10 @@ class PagedGqaVarlenOp(Op):
     call, as a serving engine makes it per layer.
 
     Attributes: PagedGqaOp's (num_heads, kv_num_heads, block_size, kv_layout, p_precision, scale,
-    softcap, local_window_size, smooth_softmax, quantization, v_cache_bit_width), without rotary or
-    qk_output, and local_window_right (with causal=0: the keys after each row it sees, -1 all).
+    softcap, local_window_size, smooth_softmax, quantization, v_cache_bit_width, do_rotary,
+    rotary_interleaved), without qk_output, and local_window_right (with causal=0: the keys after
+    each row it sees, -1 all) and alibi_form ("signed": slope * (j - p), vLLM's, the default;
+    "symmetric": -slope * |j - p|, FlashAttention's).
 
     Inputs (PAGED_GQA_VARLEN_INPUTS): query [num_tokens, N*H] (or [num_tokens, N, H]); key, value
     [num_tokens, Nkv*H] (the new rows, or both None); key_cache, value_cache (block pools, compact
@@ -32,7 +34,10 @@ class PagedGqaVarlenOp(Op):
     [num_tokens] (optional, -1 = row not written); head_sink [N]; k_scale, v_scale;
     key_start_loc int32 [B+1] (optional: key/value rows of their own count, sequence b's
     [key_start_loc[b], key_start_loc[b+1]) written as its last tokens; slot_mapping then has one
-    slot per key row); alibi_slopes float32 [N] (optional: ALiBi). Output:
+    slot per key row); alibi_slopes float32 [N] (optional: ALiBi); cos_cache, sin_cache [M, R/2]
+    like query (with do_rotary=1); position_ids int64 [num_tokens], key_position_ids int64
+    [key rows] (optional: the rotary positions of query and new key rows, else their token
+    positions). Output:
     output [num_tokens, N*H] like query; rows past query_start_loc[B] are left as they are.
     """
 
@@ -41,13 +46,14 @@ class PagedGqaVarlenOp(Op):
     INPUTS = PAGED_GQA_VARLEN_INPUTS
     OUTPUTS = PAGED_GQA_VARLEN_OUTPUTS
     HOST_INTS = {"query_start_loc": np.int32, "seq_lens": np.int32, "block_table": np.int32,
-                 "slot_mapping": np.int64, "key_start_loc": np.int32}
+                 "slot_mapping": np.int64, "key_start_loc": np.int32, "position_ids": np.int64,
+                 "key_position_ids": np.int64}
     WRITTEN_INPUTS = ("key_cache", "value_cache")
 
     def __init__(self, runtime, num_heads: int, kv_num_heads: int, block_size: int,
                  kv_layout: str | int = "BSNH", p_precision: str | int = "exact",
                  v_cache_bit_width: int | None = None, local_window_right: int = -1,
-                 **attributes):
+                 alibi_form: str | int = "signed", **attributes):
         native = _c.PagedGqaAttributes()
         set_gqa_attributes(native.gqa, {"num_heads": num_heads, "kv_num_heads": kv_num_heads,
                                         **attributes}, self.TITLE)
@@ -61,9 +67,11 @@ class PagedGqaVarlenOp(Op):
         self.attributes: dict[str, Any] = {n: getattr(native.gqa, n) for n in GQA_ATTRIBUTES}
         native.p_precision = p_precision_value(p_precision)
         native.local_window_right = _arrays.integer(local_window_right, "local_window_right", 32)
+        native.alibi_form = alibi_form_value(alibi_form)
         self.attributes.update(block_size=native.block_size, kv_layout=native.kv_layout,
                                p_precision=native.p_precision,
-                               local_window_right=native.local_window_right)
+                               local_window_right=native.local_window_right,
+                               alibi_form=native.alibi_form)
         self._cache_types = set_value_cache_type(native, self.attributes, v_cache_bit_width)
         super().__init__(runtime, native, True)
 
@@ -81,6 +89,21 @@ class PagedGqaVarlenOp(Op):
         outputs = self.allocate_outputs(inputs, {"output": output})
         self.run(inputs, outputs)
         return outputs["output"]
+
+
+ALIBI_FORMS = {"signed": 0, "symmetric": 1}
+
+
+def alibi_form_value(alibi_form) -> int:
+    """ALiBi's form as the attribute: "signed" (0, slope * (j - p)) or "symmetric" (1,
+    -slope * |j - p|), by name or number."""
+    if isinstance(alibi_form, str) and alibi_form.lower() in ALIBI_FORMS:
+        return ALIBI_FORMS[alibi_form.lower()]
+    if (isinstance(alibi_form, (int, np.integer)) and not isinstance(alibi_form, bool)
+            and int(alibi_form) in ALIBI_FORMS.values()):
+        return int(alibi_form)
+    raise InvalidArgumentError(
+        f"alibi_form: expected 'signed' or 'symmetric', got {alibi_form!r}")
 
 
 def _window(window_size, causal: bool = True) -> tuple[int, int]:
@@ -163,7 +186,9 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
                            causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                            sinks=None, slot_mapping=None, out=None, kv_layout: str = "BSNH",
                            block_size: int | None = None, k_scale=None, v_scale=None,
-                           p_precision: str = "exact"):
+                           p_precision: str = "exact", alibi_form: str = "signed",
+                           rotary_cos=None, rotary_sin=None, rotary_interleaved: bool = False,
+                           position_ids=None, key_position_ids=None):
     """Paged attention over a packed batch, FlashAttention/vLLM style, in one call; no copies.
 
     q [num_tokens, N, H] (or [num_tokens, N*H]); k_cache, v_cache the block pools
@@ -183,7 +208,14 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
     FlashAttention's: a row at position p sees keys [p - left, p + right] (-1: that side open;
     right 0 or -1 when causal); softcap > 0 caps the scores; alibi_slopes
     float32 [N] adds slope * (key position - query position) to the scores (ALiBi, as vLLM and
-    FlashAttention take it; after softcap); sinks [N] are per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
+    FlashAttention take it; after softcap; alibi_form "symmetric" adds -slope * |key position -
+    query position| instead, FlashAttention's form, which differs only without the causal mask);
+    rotary_cos, rotary_sin [M, R/2] (q's dtype) rotate the first R dimensions of every query row
+    and of every new key row before it is stored (RoPE, half-split or, with
+    rotary_interleaved=True, interleaved pairs), at position_ids (int64 [num_tokens]) and
+    key_position_ids (int64, one per k row) when given, else at each row's token position (query
+    row i of sequence b: seq_lens[b] - q_len_b + i; key row l: seq_lens[b] - k_len_b + l); sinks
+    [N] are per-head sink logits. p_precision "exact" (default) keeps the softmax probabilities in float32
     for P·V; "input" rounds each to q's dtype first, as FlashAttention and vLLM's AMX CPU kernel do
     (docs/gqa-semantics.md, "Probability precision"; the same as "exact" for float32). Returns out
     (allocated like q unless given).
@@ -195,7 +227,10 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
         raise InvalidArgumentError(f"causal: expected True or False, got {causal!r}")
     causal = bool(causal)
     precision = p_precision_value(p_precision)
-    if _torch_lib.for_tensor(q):
+    # Rotary embedding and the symmetric ALiBi form (ABI 1.12) go through the Python path.
+    newer = (rotary_cos is not None or rotary_sin is not None or position_ids is not None
+             or key_position_ids is not None or alibi_form_value(alibi_form) != 0)
+    if not newer and _torch_lib.for_tensor(q):
         default = window_size is None or (type(window_size) is tuple and window_size == (-1, -1))
         window, right = (-1, -1) if default else _window(window_size, causal)
         done = _torch_lib.varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
@@ -210,7 +245,10 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
         cu_seqlens_k=cu_seqlens_k, alibi_slopes=alibi_slopes, softmax_scale=softmax_scale,
         causal=causal, window_size=window_size, softcap=softcap,
         sinks=sinks, slot_mapping=slot_mapping, out=out, kv_layout=kv_layout,
-        block_size=block_size, k_scale=k_scale, v_scale=v_scale, p_precision=p_precision)
+        block_size=block_size, k_scale=k_scale, v_scale=v_scale, p_precision=p_precision,
+        alibi_form=alibi_form, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        rotary_interleaved=rotary_interleaved, position_ids=position_ids,
+        key_position_ids=key_position_ids)
 
 
 def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
@@ -220,7 +258,10 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
                                   window_size=(-1, -1),
                                   softcap: float = 0.0, sinks=None, slot_mapping=None, out=None,
                                   kv_layout: str = "BSNH", block_size: int | None = None,
-                                  k_scale=None, v_scale=None, p_precision: str = "exact"):
+                                  k_scale=None, v_scale=None, p_precision: str = "exact",
+                                  alibi_form: str = "signed", rotary_cos=None, rotary_sin=None,
+                                  rotary_interleaved: bool = False, position_ids=None,
+                                  key_position_ids=None):
     """paged_attention_varlen through PagedGqaVarlenOp (SWIG, DLPack): numpy, DLPack and torch
     inputs alike, quantized caches too (the path the C++ operator shortens for torch tensors)."""
     num_heads, kv_heads, cache_block_size = _heads(q, k_cache, kv_layout)
@@ -229,7 +270,17 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     window, right = _window(window_size, causal)
     attributes = {"local_window_size": window, "local_window_right": right, "causal": int(causal),
                   "softcap": _arrays.attribute(softcap, float, "softcap"),
-                  "p_precision": p_precision_value(p_precision)}
+                  "p_precision": p_precision_value(p_precision),
+                  "alibi_form": alibi_form_value(alibi_form)}
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise InvalidArgumentError(
+            "rotary_cos and rotary_sin: expected both or neither, got "
+            + ("rotary_cos only" if rotary_sin is None else "rotary_sin only"))
+    if rotary_cos is not None:
+        if not isinstance(rotary_interleaved, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                f"rotary_interleaved: expected True or False, got {rotary_interleaved!r}")
+        attributes.update(do_rotary=1, rotary_interleaved=int(bool(rotary_interleaved)))
     if softmax_scale is not None:
         attributes["scale"] = _arrays.attribute(softmax_scale, float, "softmax_scale")
     attributes.update(_quantization(k_cache, k_scale, v_scale))
@@ -238,5 +289,7 @@ def paged_attention_varlen_python(runtime, q, k_cache, v_cache, cu_seqlens_q, se
     inputs = {"query": q, "key": k, "value": v, "key_cache": k_cache, "value_cache": v_cache,
               "query_start_loc": cu_seqlens_q, "seq_lens": seq_lens, "block_table": block_table,
               "slot_mapping": slot_mapping, "head_sink": sinks, "k_scale": k_scale,
-              "v_scale": v_scale, "key_start_loc": cu_seqlens_k, "alibi_slopes": alibi_slopes}
+              "v_scale": v_scale, "key_start_loc": cu_seqlens_k, "alibi_slopes": alibi_slopes,
+              "cos_cache": rotary_cos, "sin_cache": rotary_sin, "position_ids": position_ids,
+              "key_position_ids": key_position_ids}
     return op(output=out, **inputs)

@@ -4,10 +4,12 @@ attnrt.paged_attention_varlen (scripts/test-flash-attn.sh). Keys and values give
 written into scratch block pools through cu_seqlens_k (attnrt's key_start_loc) and attended in the
 same call; flash_attn_with_kvcache's caches are read where they lie (BSNH blocks).
 
-What attnrt does not do is refused by name (NotImplementedError): dropout, rotary embedding in
-the call, cache_leftpad, and ALiBi without the causal mask (FlashAttention's bias there is
--slope * |i + seqlen_k - seqlen_q - j|, attnrt's slope * (j - p), vLLM's form). softmax_lse is not
-computed: return_attn_probs / return_softmax_lse give None in its place."""
+Rotary embedding in flash_attn_with_kvcache is attnrt's (rotary_cos/rotary_sin with
+FlashAttention's positions as position_ids/key_position_ids); cache_leftpad starts each sequence's
+block table at its pad (blocks of one row); ALiBi takes FlashAttention's form, alibi_form
+"symmetric" (-slope * |i + seqlen_k - seqlen_q - j|). Dropout is refused by name
+(NotImplementedError). softmax_lse is not computed: return_attn_probs / return_softmax_lse give
+None in its place."""
 from .flash_attn_interface import (flash_attn_func, flash_attn_kvpacked_func,  # noqa: F401
                                    flash_attn_qkvpacked_func, flash_attn_varlen_func,
                                    flash_attn_varlen_kvpacked_func,

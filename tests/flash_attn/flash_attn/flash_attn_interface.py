@@ -23,13 +23,9 @@ def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     raise NotImplementedError("attnrt: dropout is not served (no attention probabilities)")
 
 
-def _check(dropout_p, rotary=False, leftpad=False):
+def _check(dropout_p):
     if dropout_p:
         raise NotImplementedError("attnrt: dropout is not served")
-    if rotary:
-        raise NotImplementedError("attnrt: rotary embedding in the call is not served")
-    if leftpad:
-        raise NotImplementedError("attnrt: cache_leftpad is not served")
 
 
 def _window(window_size, causal):
@@ -44,20 +40,21 @@ def _per_sequence_slopes(alibi_slopes, batch):
 
 
 def _attend(q, k_cache, v_cache, cu_q, seq_lens, table, *, causal, window, softcap, scale,
-            alibi, k=None, v=None, cu_k=None):
-    """One attnrt call, or one per sequence when ALiBi slopes differ between sequences."""
-    if alibi is not None and not causal:
-        raise NotImplementedError(
-            "attnrt: ALiBi without the causal mask adds slope * (j - p) (vLLM's form), not "
-            "FlashAttention's -slope * |j - p|")
+            alibi, k=None, v=None, cu_k=None, rotary=None, position_ids=None,
+            key_position_ids=None):
+    """One attnrt call, or one per sequence when ALiBi slopes differ between sequences. ALiBi
+    takes FlashAttention's form, -slope * |j - p|; rotary is (cos, sin, interleaved) or None."""
     kwargs = dict(causal=causal, window_size=_window(window, causal), softcap=softcap,
-                  softmax_scale=scale, kv_layout="BSNH")
+                  softmax_scale=scale, kv_layout="BSNH", alibi_form="symmetric")
+    if rotary is not None:
+        kwargs.update(rotary_cos=rotary[0], rotary_sin=rotary[1], rotary_interleaved=rotary[2])
     batch = seq_lens.numel()
     slopes = _per_sequence_slopes(alibi, batch) if alibi is not None else None
     if slopes is None or all(torch.equal(s, slopes[0]) for s in slopes):
         return attnrt.paged_attention_varlen(
             _runtime(), q, k_cache, v_cache, cu_q, seq_lens, table, k=k, v=v, cu_seqlens_k=cu_k,
-            alibi_slopes=None if slopes is None else slopes[0].contiguous(), **kwargs)
+            alibi_slopes=None if slopes is None else slopes[0].contiguous(),
+            position_ids=position_ids, key_position_ids=key_position_ids, **kwargs)
     out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype)
     for b in range(batch):
         q0, q1 = int(cu_q[b]), int(cu_q[b + 1])
@@ -68,7 +65,11 @@ def _attend(q, k_cache, v_cache, cu_q, seq_lens, table, *, causal, window, softc
             table[b:b + 1], k=None if k is None else k[k0:k1].contiguous(),
             v=None if v is None else v[k0:k1].contiguous(),
             cu_seqlens_k=None if cu_k is None else torch.tensor([0, k1 - k0], dtype=torch.int32),
-            alibi_slopes=slopes[b].contiguous(), **kwargs)
+            alibi_slopes=slopes[b].contiguous(),
+            position_ids=None if position_ids is None else position_ids[q0:q1].contiguous(),
+            key_position_ids=(None if key_position_ids is None
+                              else key_position_ids[k0:k1].contiguous()),
+            **kwargs)
     return out
 
 
@@ -177,35 +178,55 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             alibi_slopes=None, num_splits=0, return_softmax_lse=False):
     """The caches are read (and k/v appended at cache_seqlens) where they lie: a paged cache
     [num_blocks, page_block_size, Nkv, H] through block_table, a contiguous one [B_cache, S, Nkv,
-    H] as one block of S rows per batch entry (cache_batch_idx choosing the entry)."""
-    _check(0.0, rotary=rotary_cos is not None, leftpad=cache_leftpad is not None)
+    H] as one block of S rows per batch entry (cache_batch_idx choosing the entry). With
+    cache_leftpad, entry b's keys start at row cache_leftpad[b]: the contiguous cache is read as
+    blocks of one row, and sequence b's table starts at that row (so its positions, for the causal
+    mask, windows and ALiBi, count from it; FlashAttention's rotary positions stay the cache's
+    rows, given as position_ids and key_position_ids)."""
     b, sq, n, _ = q.shape
-    if block_table is None:
-        # Entry e's S rows as S / bs blocks of bs rows (attnrt's blocks hold at most 1024 rows).
-        entries_total, s = k_cache.shape[0], k_cache.shape[1]
-        bs = math.gcd(s, 256)
-        k_cache = k_cache.view(entries_total * (s // bs), bs, *k_cache.shape[2:])
-        v_cache = v_cache.view(entries_total * (s // bs), bs, *v_cache.shape[2:])
-        entries = (torch.arange(b, dtype=torch.int32) if cache_batch_idx is None
-                   else cache_batch_idx.to(torch.int32).cpu())
-        table = (entries.view(b, 1) * (s // bs) + torch.arange(s // bs, dtype=torch.int32)).to(
-            torch.int32)
-    else:
-        table = block_table.to(torch.int32).cpu()
     if cache_seqlens is None:
         cached = torch.full((b,), k_cache.shape[1] if block_table is None else 0, dtype=torch.int32)
     elif isinstance(cache_seqlens, int):
         cached = torch.full((b,), cache_seqlens, dtype=torch.int32)
     else:
         cached = cache_seqlens.to(torch.int32).cpu()
+    leftpad = (torch.zeros(b, dtype=torch.int32) if cache_leftpad is None
+               else cache_leftpad.to(torch.int32).cpu())
+    if block_table is None:
+        # Entry e's S rows as S / bs blocks of bs rows (attnrt's blocks hold at most 1024 rows);
+        # blocks of one row when the entries start at a left pad.
+        entries_total, s = k_cache.shape[0], k_cache.shape[1]
+        bs = math.gcd(s, 256) if cache_leftpad is None else 1
+        k_cache = k_cache.view(entries_total * (s // bs), bs, *k_cache.shape[2:])
+        v_cache = v_cache.view(entries_total * (s // bs), bs, *v_cache.shape[2:])
+        entries = (torch.arange(b, dtype=torch.int32) if cache_batch_idx is None
+                   else cache_batch_idx.to(torch.int32).cpu())
+        first = entries.view(b, 1) * (s // bs) + (leftpad.view(b, 1) // bs)
+        # Rows past the entry's end repeat its last block: a table's unused slots are never read.
+        table = torch.minimum(first + torch.arange(s // bs, dtype=torch.int32),
+                              entries.view(b, 1) * (s // bs) + s // bs - 1).to(torch.int32)
+    else:
+        table = block_table.to(torch.int32).cpu()
     new = 0 if k is None else k.shape[1]
-    seq_lens = (cached + new).to(torch.int32)
+    seq_lens = (cached - leftpad + new).to(torch.int32)
     cu_q = torch.arange(b + 1, dtype=torch.int32) * sq
     kwargs = {}
     if k is not None:
         kwargs = dict(k=k.detach().reshape(b * new, k.shape[2], -1).contiguous(),
                       v=v.detach().reshape(b * new, v.shape[2], -1).contiguous(),
                       cu_k=torch.arange(b + 1, dtype=torch.int32) * new)
+    if rotary_cos is not None:
+        # FlashAttention's rotary positions: the new keys at cache_seqlens + l; the queries at
+        # cache_seqlens + i when causal or local, else all at cache_seqlens.
+        local = tuple(int(w) for w in window_size) != (-1, -1)
+        steps = torch.arange(sq, dtype=torch.int64) if causal or local else torch.zeros(
+            sq, dtype=torch.int64)
+        kwargs.update(
+            rotary=(rotary_cos.detach().contiguous(), rotary_sin.detach().contiguous(),
+                    bool(rotary_interleaved)),
+            position_ids=(cached.view(b, 1).to(torch.int64) + steps).reshape(-1),
+            key_position_ids=(cached.view(b, 1).to(torch.int64)
+                              + torch.arange(new, dtype=torch.int64)).reshape(-1))
     out = _attend(q.detach().reshape(b * sq, n, -1).contiguous(), k_cache, v_cache, cu_q, seq_lens,
                   table, causal=causal, window=window_size, softcap=softcap, scale=softmax_scale,
                   alibi=alibi_slopes, **kwargs)

@@ -1,6 +1,8 @@
 """flash_attn.layers.rotary's apply_rotary_emb for FlashAttention's tests' references: its own
 PyTorch implementation (apply_rotary_emb_torch, read from the sdist FLASH_ATTN_SDIST names; the
-Triton kernel it normally calls does not run on CPU), with seqlen_offsets applied per sequence."""
+Triton kernel it normally calls does not run on CPU), with seqlen_offsets applied per sequence and
+the Triton kernel's arithmetic: x, cos and sin loaded as float32, rotated, stored once in x's dtype
+(apply_rotary_emb_torch on float16 inputs would round each product and the sum)."""
 from __future__ import annotations
 
 import os
@@ -26,7 +28,8 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     out = torch.empty_like(x)
     for i in range(b):
         o = int(offsets[i])
-        out[i:i + 1] = apply_rotary_emb_torch(x[i:i + 1], cos[o:o + s], sin[o:o + s], interleaved)
+        out[i:i + 1] = apply_rotary_emb_torch(x[i:i + 1].float(), cos[o:o + s].float(),
+                                              sin[o:o + s].float(), interleaved).to(x.dtype)
     if inplace:
         x.copy_(out)
         return x
