@@ -17,17 +17,22 @@ version=2.7.4.post1
 sdist="$cache/flash_attn-$version.tar.gz"
 stage="$build_dir/flash-attn"
 
-# The slice the README's test command runs (about 5 minutes on 2 cores, 644 cases): the output
+# The slice the README's test command runs (about 7 minutes on 2 cores): the output
 # tests of the padded and varlen interfaces (GQA, float16, K/V not packed) at head sizes 128 and 59
 # (no multiple of 8), causal or not, local windows or not, ALiBi or not, softcap or not, sequence
 # lengths up to 512 (queries longer than keys among them), dropout 0, one of the two
 # `deterministic` values (attnrt is deterministic either way); and the varlen causal tests at head
-# size 128 (queries longer than keys, paged keys through block_table).
+# size 128 (queries longer than keys, paged keys through block_table); and flash_attn_with_kvcache
+# (GQA, one split) over 64 queries and 256 cached rows at head size 59 and single-token decodes over
+# 128 at head size 128: rotary embedding in the call (half or all of the head, interleaved or not),
+# cache_leftpad, paged caches, new K/V rows of q's length or fewer, causal or not, local windows,
+# ALiBi.
 slice="(test_flash_attn_output or test_flash_attn_varlen_output) and -gqa-dtype0-False"
 slice="$slice and not -0.17- and not -True-gqa-"
 slice="$slice and (-128-True- or -128-False- or -59-True- or -59-False-)"
 slice="(($slice) or (test_flash_attn_varlen_causal and -128- and dtype0))"
 for long in 768 799 800 1023 1024 1025 2048; do slice="$slice and not -$long-"; done
+slice="($slice) or (test_flash_attn_kvcache and (64-256-59- or 1-128-128-) and -gqa-1-)"
 
 mkdir -p "$cache"
 if [ ! -f "$sdist" ]; then

@@ -581,6 +581,56 @@ TEST_P(PagedVarlenOldAbi, KeyStartLocAndAlibiAreRefusedWithTheReason) {
   }
 }
 
+// ---- Rotary embedding and alibi_form SYMMETRIC (ABI 1.12) -------------------------------------
+
+// A kernel built before ABI 1.12 rotates nothing in a varlen call and adds ALiBi as slope * (j -
+// p): it is not offered a call with do_rotary = 1 or alibi_form SYMMETRIC (explain says why,
+// planning fails UNSUPPORTED naming it, nothing is written).
+TEST_P(PagedVarlenOldAbi, RotaryAndSymmetricAlibiAreRefusedWithTheReason) {
+  CleanAttnrtEnv env;
+  const OldAbi& abi = GetParam();
+  RuntimePtr runtime = OldAbiRuntime(abi, VarlenKernel(abi).c_str());
+  ASSERT_TRUE(runtime);
+  Tensor cos_cache = F32({16, kHeadSize / 2});
+  Tensor sin_cache = F32({16, kHeadSize / 2});
+  cos_cache.Fill(1.0f);
+  sin_cache.Fill(0.0f);
+  Tensor alibi_slopes = F32({kHeads});
+  alibi_slopes.Fill(0.5f);
+  for (const char* feature : {"rotary embedding", "alibi_form SYMMETRIC"}) {
+    SCOPED_TRACE(feature);
+    const bool rotary = std::string(feature) == "rotary embedding";
+    attnrt_paged_gqa_attributes a;
+    attnrt_paged_gqa_attributes_init(&a);
+    a.gqa.num_heads = kHeads;
+    a.gqa.kv_num_heads = kKvHeads;
+    a.block_size = kBlockSizeValue;
+    a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
+    if (rotary) {
+      a.gqa.do_rotary = 1;
+    } else {
+      a.alibi_form = ATTNRT_ALIBI_FORM_SYMMETRIC;
+    }
+    attnrt_op* raw_op = nullptr;
+    const attnrt_status created =
+        attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
+    OpPtr op(raw_op);
+    ASSERT_EQ(created, ATTNRT_OK) << LastError(created);
+    Call call(false);
+    if (rotary) {
+      call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE] = cos_cache.get();
+      call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_SIN_CACHE] = sin_cache.get();
+    } else {
+      call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES] = alibi_slopes.get();
+    }
+    const std::vector<std::string> explained = ExplainVarlen(op.get(), call);
+    ASSERT_EQ(explained.size(), 1u);
+    EXPECT_EQ(explained[0], Refusal(abi, feature, 12));
+    ExpectPlanUnsupported(op.get(), call, Refusal(abi, feature, 12));
+    EXPECT_EQ(call.output.f32()[0], -7.0f);
+  }
+}
+
 // ---- Causal rows that outnumber their context (ABI 1.11): known at run only -------------------
 
 // A call that writes no rows may have a causal sequence with fewer keys than query rows; a kernel

@@ -37,8 +37,25 @@ public enum PagedGqaVarlenInput {
   KEY_START_LOC(12),
   /** Position 13: {@code alibi_slopes} (ABI 1.10): float32 ALiBi slope of each query head. */
   ALIBI_SLOPES(13),
-  /** Number of positions (14). */
-  NUM_INPUTS(14);
+  /**
+   * Position 14: {@code cos_cache} (ABI 1.12): rotary embedding's cosines, {@code [M, R/2]} of the
+   * query's type, with the attribute do_rotary = 1.
+   */
+  COS_CACHE(14),
+  /** Position 15: {@code sin_cache} (ABI 1.12): rotary embedding's sines, as cos_cache. */
+  SIN_CACHE(15),
+  /**
+   * Position 16: {@code position_ids} (ABI 1.12): int64 rotary position of each query row, else
+   * its token position.
+   */
+  POSITION_IDS(16),
+  /**
+   * Position 17: {@code key_position_ids} (ABI 1.12): int64 rotary position of each new key row,
+   * else its token position.
+   */
+  KEY_POSITION_IDS(17),
+  /** Number of positions (18). */
+  NUM_INPUTS(18);
 
   private final int value;
 

@@ -9,15 +9,16 @@ package org.attnrt;
  * sequence's context length T_b including its new rows. Query row i of sequence b is token
  * T_b - q_len_b + i and sees keys up to itself. The new K/V rows ({@code key}, {@code value}
  * [num_tokens, Nkv*H]) are written into the blocks {@code block_table} names before attention
- * reads them. Not supported: rotary embedding, attention_bias, position_ids, qk_output.
+ * reads them. With do_rotary = 1 (ABI 1.12) query rows and new key rows are rotated with
+ * {@code cos_cache}/{@code sin_cache} at their token positions, or at {@code position_ids} and
+ * {@code key_position_ids}. Not supported: attention_bias, qk_output.
  */
 public class PagedGqaVarlenOp extends Op {
   /**
    * Creates the op from validated attributes.
    *
    * @param runtime the runtime whose kernels run it
-   * @param attributes GQA attributes, block size and kv layout (copied); do_rotary and qk_output
-   *     must be 0
+   * @param attributes GQA attributes, block size and kv layout (copied); qk_output must be 0
    * @throws AttnrtException INVALID_ARGUMENT naming the attribute with the expected and actual
    *     values
    */
@@ -26,7 +27,7 @@ public class PagedGqaVarlenOp extends Op {
   }
 
   /**
-   * An empty list of the op's 12 input positions ({@link PagedGqaVarlenInput}).
+   * An empty list of the op's 18 input positions ({@link PagedGqaVarlenInput}).
    *
    * @return a new list, to be closed
    */
