@@ -21,8 +21,11 @@
 // kv_layout 2, num_heads not a multiple of kv_num_heads, head_size 12 but over unquantized caches,
 // p_precision 2), and now and then key_start_loc (ABI 1.10): query_start_loc's values (the same
 // rows) or malformed, alibi_slopes, valid or not, and local_window_right (a window of non-causal
-// attention; refused with causal attention or below -1). Tensor contents come from a hash of the
-// input. The call runs attnrt_op_create
+// attention; refused with causal attention or below -1), and now and then (ABI 1.12) rotary
+// embedding (cos_cache/sin_cache [M, R/2] with R up to head_size, half-split or interleaved, at the
+// rows' token positions or at position_ids / key_position_ids; refused: positions past M, cos of
+// another dtype, position_ids without rotary) and alibi_form SYMMETRIC (refused: 2). Tensor
+// contents come from a hash of the input. The call runs attnrt_op_create
 // -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
 // again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
 // heap buffer of exactly the bytes it describes (the two halves of a shared pool: the one tensor's
@@ -35,13 +38,14 @@
 //   - both runtimes give the same run status when both plan (validation precedes the kernel);
 //   - a failing run leaves the pools and every output byte untouched;
 //   - a call with two cache types whose attributes do not describe its pools (or whose key_cache
-//     is int8, float8 or int4 with scales) does not run, nor one with a malformed key_start_loc
-//     or alibi_slopes;
+//     is int8, float8 or int4 with scales) does not run, nor one with a malformed key_start_loc,
+//     alibi_slopes or rotary input;
 //   - a successful run writes every element of the output rows before query_start_loc[B] (the
 //     poison, all bits set, is gone), leaves the padding rows after them untouched, changes no pool
 //     byte but the rows of the new tokens (slot_mapping -1 rows excepted; each pool with its own
 //     element size and row), and, over unquantized caches, those rows hold the key and value rows
-//     bit for bit (a value_cache of a float type of its own: rounded to it to nearest even);
+//     bit for bit (a value_cache of a float type of its own: rounded to it to nearest even; key
+//     rows rotated with rotary embedding: any content);
 //   - when both runtimes succeed, the pools are bitwise equal and the outputs agree within a bound
 //     of float32 rounding derived from the inputs (Tolerance below), plus one rounding of a 16-bit
 //     output.
@@ -94,7 +98,7 @@ struct Stats {
   int64_t op_refused = 0, plan_refused = 0, run_refused = 0, compared = 0, empty_steps = 0,
           decode_steps = 0, mixed_steps = 0, shared_pools = 0, slot_mappings = 0;
   std::map<std::string, int64_t> ran;
-  Tally two_types, own_one_type, odd_heads, invalid_types;
+  Tally two_types, own_one_type, odd_heads, invalid_types, rotary, symmetric_alibi;
 };
 Stats g_stats;
 
@@ -128,6 +132,8 @@ void PrintStats() {
   PrintTally("two cache types", s.two_types);
   PrintTally("v_cache_own_type 1, one type", s.own_one_type);
   PrintTally("head size no multiple of 8", s.odd_heads);
+  PrintTally("rotary embedding (ABI 1.12)", s.rotary);
+  PrintTally("alibi_form SYMMETRIC with slopes", s.symmetric_alibi);
   PrintTally("invalid value cache type", s.invalid_types);
 }
 
@@ -313,6 +319,12 @@ struct Case {
   int key_rows = 0;
   // alibi_slopes (ABI 1.10): 0 absent; 1 float32 [N] in [-1, 1); refused: 2 [N + 1], 3 float16.
   int alibi = 0;
+  // Rotary embedding (ABI 1.12): 0 none; 1 cos/sin of M = 96 rows (every default position fits);
+  // 2 with position_ids and key_position_ids in [0, 96); refused: 3 M = 4 (positions past it,
+  // unless every sequence is short), 4 cos_cache of another dtype, 5 position_ids without rotary.
+  int rotary = 0;
+  int64_t rotary_half = 1;
+  bool rotary_interleaved = false;
 };
 
 // Lays out the two pools: compact tensors, or the halves of one tensor whose axes (block, K/V,
@@ -631,6 +643,18 @@ void Decode(FuzzedDataProvider& fdp, Rng& rng, Case* c) {
   } else if (right == 15) {
     c->attributes.local_window_right = 3;
   }
+  // Rotary embedding and alibi_form (ABI 1.12), decoded last.
+  const int rotary = fdp.ConsumeIntegralInRange<int>(0, 15);
+  c->rotary = rotary < 9 ? 0 : rotary < 12 ? rotary - 8 : rotary == 12 ? 1 : rotary - 10;
+  if (c->rotary > 5) c->rotary = 0;
+  c->rotary_half = fdp.ConsumeIntegralInRange<int64_t>(1, std::max<int64_t>(1, c->head_size / 2));
+  c->rotary_interleaved = fdp.ConsumeBool();
+  if (c->rotary >= 1 && c->rotary <= 4) {
+    c->attributes.gqa.do_rotary = 1;
+    c->attributes.gqa.rotary_interleaved = c->rotary_interleaved ? 1 : 0;
+  }
+  const int form = fdp.ConsumeIntegralInRange<int>(0, 7);
+  c->attributes.alibi_form = form < 4 ? 0 : form < 7 ? 1 : 2;
 }
 
 void Describe(const Case& c) {
@@ -787,6 +811,26 @@ void Build(Call& k, Rng& rng) {
     if (k.in[static_cast<size_t>(i)])
       FillFloat(*k.in[static_cast<size_t>(i)]->buffer, c.t_dtype, rng);
   }
+  if (c.rotary != 0) {
+    // cos_cache/sin_cache (4: of another dtype than query's), values in [-1, 1).
+    const attnrt_dtype rotary_dtype =
+        c.rotary == 4 ? (c.t_dtype.bits == 32 ? kF16 : kF32) : c.t_dtype;
+    const int64_t rows = c.rotary == 3 ? 4 : 96;
+    for (int i :
+         {ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE, ATTNRT_PAGED_GQA_VARLEN_INPUT_SIN_CACHE}) {
+      if (c.rotary == 5) break;
+      k.in[static_cast<size_t>(i)] = Compact(rotary_dtype, {rows, c.rotary_half});
+      FillFloat(*k.in[static_cast<size_t>(i)]->buffer, rotary_dtype, rng);
+    }
+    if (c.rotary == 2 || c.rotary == 5) {
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (auto& id : ids) id = static_cast<int64_t>((rng.Unit() + 1.0f) * 47.9f);
+      k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_POSITION_IDS] = ints(kI64, {n}, ids.data());
+      if (k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY] && c.rotary == 2) {
+        k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_KEY_POSITION_IDS] = ints(kI64, {n}, ids.data());
+      }
+    }
+  }
   if (c.alibi != 0) {
     const attnrt_dtype slope_dtype = c.alibi == 3 ? kF16 : kF32;
     k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_ALIBI_SLOPES] =
@@ -883,15 +927,17 @@ void CheckSuccess(Call& k, const std::string& kernel) {
               static_cast<size_t>((row * c.kv_heads + n) * head_size[p]) * element;
           const bool same_type =
               pool_dtype[p].code == c.t_dtype.code && pool_dtype[p].bits == c.t_dtype.bits;
+          // Rotated key rows: any content (the two runtimes' pools are compared bitwise).
+          const bool any_content = pool_quant[p] != 0 || (p == 0 && c.rotary != 0);
           for (size_t j = 0; j < cache_row; ++j) {
-            if (pool_quant[p] != 0) {
+            if (any_content) {
               writes[buffer][at + j] = 2;
               continue;
             }
             if (writes[buffer][at + j] < 2) ++writes[buffer][at + j];
             if (same_type) expected[buffer][at + j] = src[j];
           }
-          if (pool_quant[p] == 0 && !same_type) {
+          if (!any_content && !same_type) {
             for (int64_t j = 0; j < head_size[p]; ++j) {
               StoreRounded(ValueAt(src, j, c.t_dtype), pool_dtype[p],
                            expected[buffer].data() + at + static_cast<size_t>(j) * cache_element);
@@ -959,7 +1005,10 @@ double Tolerance(const Call& k) {
                               .get());
     }
   }
-  const double d = scale * h * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY].get()) * kmax;
+  // RoPE with |cos|, |sin| < 1 at most doubles a query or key element.
+  const double rotated = c.rotary != 0 ? 4.0 : 1.0;
+  const double d =
+      rotated * scale * h * MaxAbs(k.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_QUERY].get()) * kmax;
   int64_t keys = 1;
   for (int32_t t : c.lens) keys = std::max<int64_t>(keys, t + 1);
   const double score = (h + 16) * u * d + 8 * u * c.attributes.gqa.softcap;
@@ -991,6 +1040,8 @@ std::vector<Tally*> Tallies(const Case& c) {
   }
   if (c.odd_heads) tallies.push_back(&g_stats.odd_heads);
   if (c.invalid_type) tallies.push_back(&g_stats.invalid_types);
+  if (c.rotary != 0) tallies.push_back(&g_stats.rotary);
+  if (c.attributes.alibi_form == 1 && c.alibi != 0) tallies.push_back(&g_stats.symmetric_alibi);
   return tallies;
 }
 
@@ -1096,6 +1147,10 @@ RunResult RunOn(Call& k, int r) {
   if (c.alibi >= 2) {
     Fail("a call with malformed alibi_slopes (case " + std::to_string(c.alibi) + ") ran on " +
          info.kernel);
+  }
+  if (c.rotary >= 4 || c.attributes.alibi_form == 2) {
+    Fail("a call with a malformed rotary input (case " + std::to_string(c.rotary) +
+         ") or alibi_form " + std::to_string(c.attributes.alibi_form) + " ran on " + info.kernel);
   }
   CheckSuccess(k, info.kernel);
   result.output = k.out->buffer->Copy();
