@@ -145,8 +145,8 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsNeon = {&Scores,    &Accumulate, &Dequantize, &RowMax,
-                                      &RowExpSum, &RowScale,   1,           nullptr};
+const GqaFlashOps kGqaFlashOpsNeon = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
+                                      &RowScale, 1,           nullptr,     nullptr, nullptr};
 
 const GqaFlashOps kGqaFlashOpsDotProdApprox = {&GqaFlashScoresDotProdApprox,
                                                &Accumulate,
@@ -155,6 +155,8 @@ const GqaFlashOps kGqaFlashOpsDotProdApprox = {&GqaFlashScoresDotProdApprox,
                                                &RowExpSum,
                                                &RowScale,
                                                1,
+                                               nullptr,
+                                               nullptr,
                                                nullptr};
 
 }  // namespace attnrt::cpu

@@ -69,6 +69,12 @@ struct GqaFlashOps {
   // before P·V (the paged ops' p_precision INPUT): x[0, n) = float(T(x)) in place, to nearest
   // even.
   void (*round)(float* x, int64_t n, GqaFloatType type);
+  // Optional (NULL: a scalar loop). dst[0, n) = float(src[0, n)), src of type `type` (the query
+  // rows a tile reads).
+  void (*widen)(const void* src, GqaFloatType type, float* dst, int64_t n);
+  // Optional (NULL: a scalar loop). dst[0, n) = T(src[0, n) * inv), the product rounded to
+  // float32, then to T to nearest even (gqa_convert.h's NarrowRow: an output row).
+  void (*narrow)(const float* src, float inv, GqaFloatType type, void* dst, int64_t n);
 };
 
 // Plain C++ loops; baseline ISA, runs on every CPU of the plugin's architecture.

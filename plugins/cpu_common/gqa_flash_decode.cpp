@@ -227,7 +227,7 @@ void MergeRows(void* user, size_t begin, size_t end) {
     }
     if (nan) {
       std::fill(partials + 2, partials + 2 + h, std::numeric_limits<float>::quiet_NaN());
-      WriteOutput(r, partials + 2, 1.0f, offset);
+      WriteOutput(r, *job.ops, partials + 2, 1.0f, offset);
       continue;
     }
     if (m == kNegInf) {
@@ -258,7 +258,7 @@ void MergeRows(void* user, size_t begin, size_t end) {
       const float inv = 1.0f / l;
       for (int64_t d = 0; d < h; ++d) sum[d] *= inv;
     } else {
-      WriteOutput(r, sum, 1.0f / l, offset);
+      WriteOutput(r, *job.ops, sum, 1.0f / l, offset);
     }
   }
 }

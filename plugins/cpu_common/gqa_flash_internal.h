@@ -196,8 +196,8 @@ struct BlockRows {
 // ---- tiles (gqa_flash_tile.cpp) -----------------------------------------------------------------
 
 // Output row at element `offset` of the output = sum[0, H) * inv, rounded to T once (to nearest
-// even). For a narrow T, sum is scaled in place first.
-void WriteOutput(const GqaRun& r, float* sum, float inv, int64_t offset);
+// even), through ops.narrow when the ISA has one. For a narrow T, sum may be scaled in place first.
+void WriteOutput(const GqaRun& r, const GqaFlashOps& ops, float* sum, float inv, int64_t offset);
 
 // The keys of chunk `chunk` that query tokens [s0, s0 + count) of batch b see.
 TaskSpan MakeSpan(const FlashJob& job, int64_t b, int64_t s0, int64_t count, int64_t chunk);

@@ -79,7 +79,7 @@ void Scale(float alpha, float* y, int64_t n) {
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsScalar = {&Scores, &Accumulate, &Dequantize, &Max,
-                                        &ExpSum, &Scale,      1,           nullptr};
+const GqaFlashOps kGqaFlashOpsScalar = {&Scores, &Accumulate, &Dequantize, &Max,    &ExpSum,
+                                        &Scale,  1,           nullptr,     nullptr, nullptr};
 
 }  // namespace attnrt::cpu

@@ -79,8 +79,12 @@ void AddBias(const void* bias, GqaFloatType type, float* x, int64_t a, int64_t e
 
 // Output row at element `offset` of the output = sum[0, Hv) * inv, rounded to T once (to nearest
 // even). For a narrow T, sum is scaled in place first.
-void WriteOutput(const GqaRun& r, float* sum, float inv, int64_t offset) {
+void WriteOutput(const GqaRun& r, const GqaFlashOps& ops, float* sum, float inv, int64_t offset) {
   const int64_t h = r.v_head_size;
+  if (ops.narrow != nullptr) {
+    ops.narrow(sum, inv, r.type, ElementAddress(r.output, r.element_bytes, offset), h);
+    return;
+  }
   if (r.type == GqaFloatType::kFloat32) {
     float* out = static_cast<float*>(r.output) + offset;
     for (int64_t d = 0; d < h; ++d) out[d] = sum[d] * inv;
@@ -160,7 +164,11 @@ HeadTile BeginHead(const FlashJob& job, const TaskSpan& span, const Tile& t, int
         }
       } else {
         // The G heads of a token are adjacent: one widening (a copy for float32) for all of them.
-        WidenRow(src, r.type, dst, group * h);
+        if (job.ops->widen != nullptr) {
+          job.ops->widen(src, r.type, dst, group * h);
+        } else {
+          WidenRow(src, r.type, dst, group * h);
+        }
       }
     }
   }
@@ -312,7 +320,7 @@ void EndHead(const FlashJob& job, const TaskSpan& span, const HeadTile& head) {
       } else {
         inv = 1.0f / l;
       }
-      WriteOutput(r, acc, inv, (GqaQueryRow(r, span.b, s) * r.heads + n) * h);
+      WriteOutput(r, *job.ops, acc, inv, (GqaQueryRow(r, span.b, s) * r.heads + n) * h);
     }
   }
 }

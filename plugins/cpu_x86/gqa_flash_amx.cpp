@@ -33,7 +33,9 @@
 // half of p's bits, of the rest, and the last 8 bits), so three tile products against bfloat16 V
 // give p * v exactly, summed in float32. V is packed 32 keys at a time into pairs of keys per
 // column (the B tiles), the probabilities into their three parts (the A tiles), and each 16-row
-// tile of the accumulator is loaded, added to and stored back. What the split cannot do exactly is
+// tile of the accumulator is loaded, added to and stored back. A chunk whose probabilities are all
+// bfloat16 values (p_precision INPUT rounds them so: vLLM's default configuration) has two zero
+// parts, and takes one tile product instead of three. What the split cannot do exactly is
 // left to float32 FMAs: a chunk of V holding a subnormal (read as zero), an infinity or a NaN
 // (Inf * p must stay Inf when a part of p is 0, and 0 * Inf NaN). A part of p below FLT_MIN (p
 // below about 2^-103) is flushed: an error below 2^-126 * |v| per key. Heads that are not a
@@ -420,9 +422,12 @@ bool PackValues(const unsigned char* data, size_t row_bytes, int64_t n, int64_t 
 // ap[s * rows_p * 16 + r * 16 + i] = part s of the pair (p[r][2i], p[r][2i + 1]) for the n <= 32
 // keys of a chunk (0 past n and for rows [rows, rows_p)): p = hi + mid + lo exactly, each a
 // bfloat16 value (hi the high half of p's bits, mid that of p - hi, lo the rest: 8 + 8 + 8 bits).
-void PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld, int64_t n,
-                       uint32_t* ap) {
+// Returns the number of parts P·V needs: 1 when every p of the chunk is a bfloat16 value (mid and
+// lo all zero: p_precision INPUT rounds P so), else 3.
+int PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld, int64_t n,
+                      uint32_t* ap) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512i low_bits = _mm512_setzero_si512();
   for (int64_t r = 0; r < rows_p; ++r) {
     __m512 x[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     if (r < rows) {
@@ -431,6 +436,7 @@ void PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld,
     }
     __m512i part[3][2];
     for (int k = 0; k < 2; ++k) {
+      low_bits = _mm512_or_si512(low_bits, _mm512_andnot_si512(high, _mm512_castps_si512(x[k])));
       const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x[k]), high));
       const __m512 rest = _mm512_sub_ps(x[k], hi);
       const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), high));
@@ -442,11 +448,14 @@ void PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld,
       _mm512_store_si512(ap + (s * rows_p + r) * 16, HighHalves(part[s][0], part[s][1]));
     }
   }
+  return _mm512_test_epi32_mask(low_bits, low_bits) == 0 ? 1 : 3;
 }
 
-// acc rows [0, 16) (stride `stride` floats) += the three parts of A (tiles 2-4, loaded by the
-// caller) times the B tiles of vt, two column tiles at a time.
-void AccumulateRowTile(const uint32_t* vt, int64_t h, float* acc, size_t stride) {
+// acc rows [0, 16) (stride `stride` floats) += the parts of A (tiles 2-4, loaded by the caller:
+// `parts` 3, or 1 when the other two are zero, p bfloat16 values) times the B tiles of vt, two
+// column tiles at a time. A zero part adds products of +-0 only, which change no sum that is not
+// zero: skipping them gives the same bits there.
+void AccumulateRowTile(const uint32_t* vt, int64_t h, float* acc, size_t stride, int parts) {
   const size_t bytes = stride * sizeof(float);
   for (int64_t c = 0; c < h; c += 32) {
     _tile_loadd(0, acc + c, bytes);
@@ -454,11 +463,13 @@ void AccumulateRowTile(const uint32_t* vt, int64_t h, float* acc, size_t stride)
     _tile_loadd(5, vt + (c / 16) * 256, 64);
     _tile_loadd(6, vt + (c / 16 + 1) * 256, 64);
     _tile_dpbf16ps(0, 2, 5);
-    _tile_dpbf16ps(0, 3, 5);
-    _tile_dpbf16ps(0, 4, 5);
     _tile_dpbf16ps(1, 2, 6);
-    _tile_dpbf16ps(1, 3, 6);
-    _tile_dpbf16ps(1, 4, 6);
+    if (parts == 3) {
+      _tile_dpbf16ps(0, 3, 5);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 3, 6);
+      _tile_dpbf16ps(1, 4, 6);
+    }
     _tile_stored(0, acc + c, bytes);
     _tile_stored(1, acc + c + 16, bytes);
   }
@@ -490,14 +501,16 @@ void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv&
       }
       continue;
     }
-    PackProbabilities(p + j0, rows, rows_p, ld, n, ap);
+    const int parts = PackProbabilities(p + j0, rows, rows_p, ld, n, ap);
     for (int64_t r0 = 0; r0 < rows_p; r0 += kTileRows) {
       ahead.Step();
       _tile_loadd(2, ap + r0 * 16, 64);
-      _tile_loadd(3, ap + (rows_p + r0) * 16, 64);
-      _tile_loadd(4, ap + (2 * rows_p + r0) * 16, 64);
+      if (parts == 3) {
+        _tile_loadd(3, ap + (rows_p + r0) * 16, 64);
+        _tile_loadd(4, ap + (2 * rows_p + r0) * 16, 64);
+      }
       if (r0 < full) {
-        AccumulateRowTile(vt, h, acc + r0 * h, static_cast<size_t>(h));
+        AccumulateRowTile(vt, h, acc + r0 * h, static_cast<size_t>(h), parts);
         continue;
       }
       // The last rows, fewer than a tile: through a tile-sized copy.
@@ -506,7 +519,7 @@ void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv&
         _mm512_store_ps(tail + i,
                         i < rest * h ? _mm512_loadu_ps(acc + r0 * h + i) : _mm512_setzero_ps());
       }
-      AccumulateRowTile(vt, h, tail, static_cast<size_t>(h));
+      AccumulateRowTile(vt, h, tail, static_cast<size_t>(h), parts);
       for (int64_t i = 0; i < rest * h; i += 16) {
         _mm512_storeu_ps(acc + r0 * h + i, _mm512_load_ps(tail + i));
       }
@@ -538,11 +551,32 @@ void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
   kGqaFlashOpsAvx512.dequantize(kv, keys, h, out);
 }
 
+void Widen(const void* src, GqaFloatType type, float* dst, int64_t n) {
+  kGqaFlashOpsAvx512.widen(src, type, dst, n);
+}
+
+void Narrow(const float* src, float inv, GqaFloatType type, void* dst, int64_t n) {
+  kGqaFlashOpsAvx512.narrow(src, inv, type, dst, n);
+}
+
+// p_precision INPUT's rounding of the probabilities, as gqa.flash.avx512's (without it the driver
+// runs a scalar loop: 15 % of a bfloat16 encoder step).
+void Round(float* x, int64_t n, GqaFloatType type) {
+  switch (type) {
+    case GqaFloatType::kBFloat16:
+      return RowRoundBFloat16(x, n);
+    case GqaFloatType::kFloat16:
+      return RowRoundHalf(x, n);
+    case GqaFloatType::kFloat32:
+      return;
+  }
+}
+
 }  // namespace
 
 // tall_split_keys: a key range split over several calls is packed in the same pairs and chunks
 // only where the splits fall on whole chunks.
-const GqaFlashOps kGqaFlashOpsAmx = {&Scores,    &Accumulate, &Dequantize, &RowMax,
-                                     &RowExpSum, &RowScale,   kChunkKeys,  nullptr};
+const GqaFlashOps kGqaFlashOpsAmx = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
+                                     &RowScale, kChunkKeys,  &Round,      &Widen,  &Narrow};
 
 }  // namespace attnrt::cpu

@@ -469,7 +469,7 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
 
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsAvx2 = {&Scores,    &Accumulate, &Dequantize, &RowMax,
-                                      &RowExpSum, &RowScale,   1,           nullptr};
+const GqaFlashOps kGqaFlashOpsAvx2 = {&Scores,   &Accumulate, &Dequantize, &RowMax, &RowExpSum,
+                                      &RowScale, 1,           nullptr,     nullptr, nullptr};
 
 }  // namespace attnrt::cpu

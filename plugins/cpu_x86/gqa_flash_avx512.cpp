@@ -453,9 +453,67 @@ void Round(float* x, int64_t n, GqaFloatType type) {
   }
 }
 
+// Query rows of T as float32, exact.
+void Widen(const void* src, GqaFloatType type, float* dst, int64_t n) {
+  const auto* half = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = Mask16(n - i);
+    __m512 x;
+    switch (type) {
+      case GqaFloatType::kFloat32:
+        x = _mm512_maskz_loadu_ps(mask, static_cast<const float*>(src) + i);
+        break;
+      case GqaFloatType::kFloat16:
+        x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, half + i));
+        break;
+      case GqaFloatType::kBFloat16:
+      default:
+        x = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, half + i)), 16));
+        break;
+    }
+    _mm512_mask_storeu_ps(dst + i, mask, x);
+  }
+}
+
+// An output row: T(src * inv), the product in float32, then to nearest even (bfloat16 by integer
+// rounding, bit for bit gqa_convert.h's FloatToBFloat16, NaN quieted; float16 by VCVTPS2PH, bit for
+// bit FloatToHalf).
+void Narrow(const float* src, float inv, GqaFloatType type, void* dst, int64_t n) {
+  const __m512 scale = _mm512_set1_ps(inv);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i infinity = _mm512_set1_epi32(0x7F800000);
+  auto* half = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = Mask16(n - i);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, src + i), scale);
+    switch (type) {
+      case GqaFloatType::kFloat32:
+        _mm512_mask_storeu_ps(static_cast<float*>(dst) + i, mask, x);
+        break;
+      case GqaFloatType::kFloat16:
+        _mm256_mask_storeu_epi16(half + i, mask,
+                                 _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        break;
+      case GqaFloatType::kBFloat16: {
+        const __m512i u = _mm512_castps_si512(x);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), infinity);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+        r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+        _mm256_mask_storeu_epi16(half + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
-const GqaFlashOps kGqaFlashOpsAvx512 = {
-    &Scores, &GqaFlashAccumulateAvx512, &Dequantize, &RowMax, &RowExpSum, &RowScale, 1, &Round};
+const GqaFlashOps kGqaFlashOpsAvx512 = {&Scores,     &GqaFlashAccumulateAvx512,
+                                        &Dequantize, &RowMax,
+                                        &RowExpSum,  &RowScale,
+                                        1,           &Round,
+                                        &Widen,      &Narrow};
 
 }  // namespace attnrt::cpu
