@@ -41,7 +41,7 @@ void AppendUnits(void* user, size_t begin, size_t end) {
     // A packed sequence's new rows are its query rows, or its key_start_loc run: the last k_len_b
     // tokens of its context; a padded batch has L per sequence.
     const bool own_rows = r.key_start_loc != nullptr;
-    const bool varlen = own_rows || r.query_start_loc != nullptr;
+    const bool varlen = r.varlen_key_positions;
     const int64_t key_begin = own_rows ? r.key_start_loc[b] : 0;
     const int64_t new_rows = own_rows                       ? r.key_start_loc[b + 1] - key_begin
                              : r.query_start_loc != nullptr ? GqaQueryLength(r, b)
@@ -186,6 +186,7 @@ GqaRun PagedGqaStage(const attnrt_host_services& host, const void* user) {
   r.alibi_symmetric = input.alibi_symmetric;
   r.query_positions = input.query_positions;
   r.key_positions = input.key_positions;
+  r.varlen_key_positions = input.varlen;
   r.window_right = input.window_right;
   if (input.query_start_loc != nullptr) r.seq = input.max_query_len;
   const int64_t capacity = p.max_blocks_per_seq * p.block_size;

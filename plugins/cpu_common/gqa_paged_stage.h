@@ -55,6 +55,9 @@ struct PagedStageInput {
   bool alibi_symmetric = false;    // varlen: alibi_form SYMMETRIC (ABI 1.12)
   const int64_t* query_positions = nullptr;  // varlen: position_ids (ABI 1.12); NULL: none
   const int64_t* key_positions = nullptr;    // varlen: key_position_ids (ABI 1.12); NULL: none
+  // A varlen call (its all-decode form too, whose query_start_loc is NULL): a new key row's
+  // default rotary position is its token position, whatever position_ids says of the queries.
+  bool varlen = false;
 };
 
 // GqaFlashPaging::stage and GqaStageFn of the paged kernels; `user` is a PagedStageInput. Resolves

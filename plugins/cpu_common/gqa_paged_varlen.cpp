@@ -70,7 +70,8 @@ struct PagedCall {
               a.problem->local_window_right,
               a.problem->alibi_form == ATTNRT_ALIBI_FORM_SYMMETRIC,
               a.problem->has_position_ids ? a.position_ids : nullptr,
-              a.problem->has_key_position_ids ? a.key_position_ids : nullptr} {
+              a.problem->has_key_position_ids ? a.key_position_ids : nullptr,
+              /*varlen=*/true} {
     if (AllDecode(a)) {
       paged.problem = &decode;
       paged.gqa.problem = &decode.gqa;

@@ -208,6 +208,9 @@ struct GqaRun {
   // and of each new K/V row (key row index); NULL: the row's token position.
   const int64_t* query_positions;
   const int64_t* key_positions;
+  // Varlen only (its all-decode form included): a new key row is rotated at its token position
+  // unless key_positions says otherwise.
+  bool varlen_key_positions;
 
   // The paged ops' p_precision INPUT with a 16-bit T (attnrt/ops/paged_gqa.h): each probability
   // p = exp(s - m) is rounded to T (to nearest even) before it multiplies V; the softmax sum adds

@@ -139,6 +139,10 @@ CONFIGS = {
     "noncausal_decodes_inter_r64_h128_alibi_sym_window": Config(
         DECODES, False, 8, 2, 128, rot=64, interleaved=True, kpos_ids=True, alibi="symmetric",
         window=(5, 3), kv_layout="BNSH", slots=True),
+    # Decodes only, explicit query positions, key rows at their token positions (the all-decode
+    # path must not rotate a new key at its query's position_ids), causal, half-split.
+    "causal_decodes_half_r32_h64_posids_only": Config(
+        DECODES, True, 8, 2, 64, rot=32, pos_ids=True, alibi="signed"),
     # One decode, no padding row: a single-token call (the flash kernels' windows in 16 bits).
     "noncausal_one_decode_half_r64_h64_alibi_sym_window": Config(
         ((1, 1, 23),), False, 8, 2, 64, rot=64, alibi="symmetric", window=(6, 2), padding=0),

@@ -71,7 +71,8 @@
  * rotated at position_ids[its row] when given, else at its token position P_b + i; new K/V row l
  * at key_position_ids[its row] when given, else at its token position T_b - k_len_b + l
  * (vLLM's positions, and FlashAttention's flash_attn_with_kvcache when its k has q's length).
- * Every position a call rotates at must lie in [0, M) (INVALID_ARGUMENT naming the row);
+ * The position of every query and new key row of the call's sequences (slot_mapping -1 rows
+ * included) must lie in [0, M) (INVALID_ARGUMENT naming the row);
  * position_ids and key_position_ids need do_rotary = 1, key_position_ids needs key. cos_cache and
  * sin_cache have query's dtype and device and are compact.
  *
