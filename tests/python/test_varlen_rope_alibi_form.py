@@ -682,6 +682,9 @@ def error_case(kind, d):
         return dict(position_ids=d.position_ids[:-1].clone()), r"position_ids"
     if kind == "alibi_form_bogus":
         return dict(alibi_form="bogus"), r"alibi_form"
+    if kind == "rotary_interleaved_without_rotary":
+        return (dict(rotary_cos=None, rotary_sin=None, position_ids=None, key_position_ids=None,
+                     rotary_interleaved=True), r"rotary_interleaved")
     raise AssertionError(kind)
 
 
@@ -694,7 +697,8 @@ ERRORS = [("position_ids_out_of_range", "float32"), ("negative_position_id", "fl
           ("cos_wrong_dtype", "bfloat16"), ("sin_wrong_dtype", "float32"),
           ("cos_too_wide", "float32"), ("cos_too_wide", "bfloat16"),
           ("cos_sin_shapes_differ", "float32"), ("position_ids_wrong_count", "float32"),
-          ("alibi_form_bogus", "float32"), ("alibi_form_bogus", "bfloat16")]
+          ("alibi_form_bogus", "float32"), ("alibi_form_bogus", "bfloat16"),
+          ("rotary_interleaved_without_rotary", "float32")]
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])

@@ -227,6 +227,11 @@ def paged_attention_varlen(runtime, q, k_cache, v_cache, cu_seqlens_q, seq_lens,
         raise InvalidArgumentError(f"causal: expected True or False, got {causal!r}")
     causal = bool(causal)
     precision = p_precision_value(p_precision)
+    unset = isinstance(rotary_interleaved, (bool, np.bool_)) and not rotary_interleaved
+    if rotary_cos is None and not unset:
+        raise InvalidArgumentError(
+            f"rotary_interleaved: {rotary_interleaved!r} given without rotary_cos and rotary_sin "
+            "(it chooses the pairs they rotate), expected False or the rotary tables")
     # Rotary embedding and the symmetric ALiBi form (ABI 1.12) go through the Python path.
     newer = (rotary_cos is not None or rotary_sin is not None or position_ids is not None
              or key_position_ids is not None or alibi_form_value(alibi_form) != 0)
