@@ -43,9 +43,12 @@ def _attend(q, k_cache, v_cache, cu_q, seq_lens, table, *, causal, window, softc
             alibi, k=None, v=None, cu_k=None, rotary=None, position_ids=None,
             key_position_ids=None):
     """One attnrt call, or one per sequence when ALiBi slopes differ between sequences. ALiBi
-    takes FlashAttention's form, -slope * |j - p|; rotary is (cos, sin, interleaved) or None."""
+    takes FlashAttention's form, -slope * |j - p|: alibi_form "symmetric" where it differs from
+    attnrt's default (without the causal mask; the other calls keep the C++ torch operator's
+    path); rotary is (cos, sin, interleaved) or None."""
     kwargs = dict(causal=causal, window_size=_window(window, causal), softcap=softcap,
-                  softmax_scale=scale, kv_layout="BSNH", alibi_form="symmetric")
+                  softmax_scale=scale, kv_layout="BSNH",
+                  alibi_form="symmetric" if alibi is not None and not causal else "signed")
     if rotary is not None:
         kwargs.update(rotary_cos=rotary[0], rotary_sin=rotary[1], rotary_interleaved=rotary[2])
     batch = seq_lens.numel()
