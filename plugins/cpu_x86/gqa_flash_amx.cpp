@@ -559,18 +559,9 @@ void Narrow(const float* src, float inv, GqaFloatType type, void* dst, int64_t n
   kGqaFlashOpsAvx512.narrow(src, inv, type, dst, n);
 }
 
-// p_precision INPUT's rounding of the probabilities, as gqa.flash.avx512's (without it the driver
+// p_precision INPUT's rounding of the probabilities, gqa.flash.avx512's (without it the driver
 // runs a scalar loop: 15 % of a bfloat16 encoder step).
-void Round(float* x, int64_t n, GqaFloatType type) {
-  switch (type) {
-    case GqaFloatType::kBFloat16:
-      return RowRoundBFloat16(x, n);
-    case GqaFloatType::kFloat16:
-      return RowRoundHalf(x, n);
-    case GqaFloatType::kFloat32:
-      return;
-  }
-}
+void Round(float* x, int64_t n, GqaFloatType type) { kGqaFlashOpsAvx512.round(x, n, type); }
 
 }  // namespace
 

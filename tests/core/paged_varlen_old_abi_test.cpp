@@ -124,14 +124,17 @@ struct Call {
   const attnrt_tensor* out_ = nullptr;
 };
 
-OpPtr VarlenOp(attnrt_runtime* runtime, int32_t p_precision) {
+OpPtr VarlenOp(attnrt_runtime* runtime, int32_t p_precision, int32_t do_rotary = 0,
+               int32_t alibi_form = ATTNRT_ALIBI_FORM_SIGNED) {
   attnrt_paged_gqa_attributes a;
   attnrt_paged_gqa_attributes_init(&a);
   a.gqa.num_heads = kHeads;
   a.gqa.kv_num_heads = kKvHeads;
+  a.gqa.do_rotary = do_rotary;
   a.block_size = kBlockSizeValue;
   a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
   a.p_precision = p_precision;
+  a.alibi_form = alibi_form;
   attnrt_op* op = nullptr;
   const attnrt_status s = attnrt_op_create(runtime, ATTNRT_OP_PAGED_GQA_VARLEN, &a, &op);
   EXPECT_EQ(s, ATTNRT_OK) << LastError(s);
@@ -600,22 +603,9 @@ TEST_P(PagedVarlenOldAbi, RotaryAndSymmetricAlibiAreRefusedWithTheReason) {
   for (const char* feature : {"rotary embedding", "alibi_form SYMMETRIC"}) {
     SCOPED_TRACE(feature);
     const bool rotary = std::string(feature) == "rotary embedding";
-    attnrt_paged_gqa_attributes a;
-    attnrt_paged_gqa_attributes_init(&a);
-    a.gqa.num_heads = kHeads;
-    a.gqa.kv_num_heads = kKvHeads;
-    a.block_size = kBlockSizeValue;
-    a.kv_layout = ATTNRT_PAGED_KV_LAYOUT_BNSH;
-    if (rotary) {
-      a.gqa.do_rotary = 1;
-    } else {
-      a.alibi_form = ATTNRT_ALIBI_FORM_SYMMETRIC;
-    }
-    attnrt_op* raw_op = nullptr;
-    const attnrt_status created =
-        attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA_VARLEN, &a, &raw_op);
-    OpPtr op(raw_op);
-    ASSERT_EQ(created, ATTNRT_OK) << LastError(created);
+    OpPtr op = VarlenOp(runtime.get(), ATTNRT_P_PRECISION_EXACT, rotary ? 1 : 0,
+                        rotary ? ATTNRT_ALIBI_FORM_SIGNED : ATTNRT_ALIBI_FORM_SYMMETRIC);
+    ASSERT_TRUE(op);
     Call call(false);
     if (rotary) {
       call.in[ATTNRT_PAGED_GQA_VARLEN_INPUT_COS_CACHE] = cos_cache.get();
