@@ -73,6 +73,7 @@ CpuFeatures ProbeCpu() {
     f.avx512f = os_avx512 && cpuinfo_has_x86_avx512f();
     f.avx512bw = os_avx512 && cpuinfo_has_x86_avx512bw();
     f.avx512vl = os_avx512 && cpuinfo_has_x86_avx512vl();
+    f.avx512vbmi = os_avx512 && cpuinfo_has_x86_avx512vbmi();
   }
   // The bf16 instructions use the AVX-512 registers: usable only where the OS saves ZMM state.
   const bool cpuid_bf16 = CpuidAvx512Bf16();
@@ -86,6 +87,7 @@ CpuFeatures ProbeCpu() {
   AppendIsa(f.isa, f.avx512f, "avx512f");
   AppendIsa(f.isa, f.avx512bw, "avx512bw");
   AppendIsa(f.isa, f.avx512vl, "avx512vl");
+  AppendIsa(f.isa, f.avx512vbmi, "avx512vbmi");
   AppendIsa(f.isa, f.avx512bf16, "avx512bf16");
   AppendIsa(f.isa, f.amx_bf16, "amx_bf16");
   f.facts = CpuFacts(f.isa, basics,

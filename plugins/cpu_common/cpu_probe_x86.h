@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512vbmi = false;  // VPERMB/VPERMI2B (byte-table lookups), with OS-enabled ZMM state
   bool avx512bf16 = false;  // CPUID.(EAX=7, ECX=1):EAX[5] read directly, and ZMM state saved
   // AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24 and 22) with the tile state enabled in XCR0
   // (bits 17 and 18) and AVX-512 usable. Linux still requires each process to ask before it

@@ -4,7 +4,10 @@
 // file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma); reached
 // only after the kernel's supports() saw all of them usable (CPUID, OS-enabled opmask/ZMM and tile
 // state in XCR0, and the process's permission to use the tile data, which Linux grants on request)
-// and the problem is a bfloat16 query with a bfloat16 cache.
+// and the problem is a bfloat16 query with a bfloat16 cache, or a float8 cache (e4m3fn decode tiles
+// go to gqa_flash_amx_fp8.cpp; every other float8 operation is gqa.flash.avx512's, but for prompt
+// tiles over a dequantized copy whose values are all bfloat16 values, scale 1.0, which take the
+// tile products).
 //
 // Why AMX rather than AVX512_BF16's VDPBF16PS: on the Sapphire Rapids-class cores this was written
 // on, VDPBF16PS retires one instruction per two cycles (32 multiply-adds per instruction), half the
@@ -134,6 +137,18 @@ bool PackQuery(const float* q, int64_t rows, int64_t rows_p, int64_t h, int64_t 
       bad = static_cast<__mmask16>(bad | NotBFloat16Normal(lo) | NotBFloat16Normal(hi));
       _mm512_mask_storeu_epi32(qp + r * hpp + d / 2, Mask16((h - d) / 2), HighHalves(lo, hi));
     }
+  }
+  return bad == 0;
+}
+
+// Whether the h float32 values at `row` are all bfloat16 values, none subnormal: a cheap look at
+// one row before a chunk is packed.
+bool FloatRowIsBFloat16(const unsigned char* row, int64_t h) {
+  __mmask16 bad = 0;
+  for (int64_t d = 0; d < h; d += 32) {
+    __m512i lo, hi;
+    LoadFloats32(row + 4 * d, h - d, &lo, &hi);
+    bad = static_cast<__mmask16>(bad | NotBFloat16Normal(lo) | NotBFloat16Normal(hi));
   }
   return bad == 0;
 }
@@ -288,9 +303,12 @@ void ScoresTall(const float* q, const uint32_t* qp, int64_t rows, int64_t rows_p
     TallPrefetch ahead{v_ahead,
                        Prefetcher(rows_j0 + static_cast<size_t>(n) * k.row_bytes,
                                   static_cast<size_t>(next) * k.row_bytes, row_steps, true)};
-    const bool subnormal = float_rows
-                               ? TransposePairs<true>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys)
-                               : TransposePairs<false>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys);
+    // A float32 chunk whose first row already holds no bfloat16 values (the dequantized copy of a
+    // quantized cache, scales other than 1) goes to float32 before any packing.
+    const bool subnormal =
+        float_rows ? !FloatRowIsBFloat16(rows_j0, h) ||
+                         TransposePairs<true>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys)
+                   : TransposePairs<false>(rows_j0, k.row_bytes, n, h, kt, kChunkKeys);
     if (subnormal) {
       const GqaFlashKv chunk{rows_j0, k.row_bytes, k.type, k.scale, k.per_channel};
       kGqaFlashOpsAvx512.scores(q, rows, chunk, n, h, scale, scores + j0, ld, nullptr, 0);
@@ -301,8 +319,19 @@ void ScoresTall(const float* q, const uint32_t* qp, int64_t rows, int64_t rows_p
   }
 }
 
+// e4m3fn K/V rows of a short (decode) tile: decoded by table lookups (gqa_flash_amx_fp8.cpp).
+// Tall tiles keep gqa.flash.avx512's operations, which decode while they transpose K or block P·V
+// (a decoded piece is a store and a load more per element there: 0.85x), and so do e5m2 rows,
+// whose in-register decode is one shift and VCVTPH2PS.
+bool DecodedE4M3Fn(const GqaFlashKv& kv, int64_t rows, int64_t h) {
+  return kv.type == GqaCacheType::kFloat8E4M3Fn && rows <= kTallRows && h <= kGqaFp8VbmiMaxHead;
+}
+
 void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h, float scale,
             float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  if (DecodedE4M3Fn(k, rows, h)) {
+    return GqaFp8ScoresVbmi(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes);
+  }
   const bool pairs = k.type == GqaCacheType::kBFloat16 || k.type == GqaCacheType::kFloat32;
   const int64_t hpp = RoundUp(h / 2, kTilePairs);
   if (rows <= kTallRows || !pairs || hpp * kChunkKeys > kPairWords) {
@@ -488,9 +517,10 @@ void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv&
   for (int64_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
     const int64_t n = keys - j0 < kChunkKeys ? keys - j0 : kChunkKeys;
     const unsigned char* rows_j0 = data + static_cast<size_t>(j0) * v.row_bytes;
-    const bool exact = v.type == GqaCacheType::kFloat32
-                           ? !PackValues<true>(rows_j0, v.row_bytes, n, h, vt)
-                           : !PackValues<false>(rows_j0, v.row_bytes, n, h, vt);
+    const bool exact =
+        v.type == GqaCacheType::kFloat32
+            ? FloatRowIsBFloat16(rows_j0, h) && !PackValues<true>(rows_j0, v.row_bytes, n, h, vt)
+            : !PackValues<false>(rows_j0, v.row_bytes, n, h, vt);
     if (!exact) {
       if (v.type == GqaCacheType::kFloat32) {
         const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
@@ -529,6 +559,9 @@ void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv&
 
 void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
                 int64_t h, float* acc, const void* prefetch, size_t prefetch_bytes) {
+  if (DecodedE4M3Fn(v, rows, h)) {
+    return GqaFp8AccumulateVbmi(p, rows, ld, v, keys, h, acc, prefetch, prefetch_bytes);
+  }
   const bool pairs = v.type == GqaCacheType::kBFloat16 || v.type == GqaCacheType::kFloat32;
   if (rows <= kTallRows || !pairs || h % 32 != 0 || h > kPvColumns) {
     if (rows <= kTallRows || v.type != GqaCacheType::kBFloat16 || h * 16 > kWideFloats) {
@@ -548,6 +581,7 @@ void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, i
 }
 
 void Dequantize(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
+  if (kv.type == GqaCacheType::kFloat8E4M3Fn) return GqaFp8DequantizeVbmi(kv, keys, h, out);
   kGqaFlashOpsAvx512.dequantize(kv, keys, h, out);
 }
 

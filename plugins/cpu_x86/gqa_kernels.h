@@ -31,9 +31,23 @@ void GqaAttendRowsPagedAvx512(const GqaRun& run, float* scratch, int64_t unit_be
                               int64_t unit_end);
 extern const GqaFlashOps kGqaFlashOpsAvx512;
 
-// Block operations of gqa.flash.amx (tall-tile scores on AMX-BF16, the rest gqa.flash.avx512's):
+// Block operations of gqa.flash.amx (tall-tile scores on AMX-BF16, e4m3fn decode tiles decoded by
+// table lookups, the rest gqa.flash.avx512's):
 // use only when the probe found AVX-512 F/BW/VL, FMA and AMX-BF16 usable and the tile data
 // permission was granted (AmxTileDataReason() empty).
 extern const GqaFlashOps kGqaFlashOpsAmx;
+
+// gqa.flash.amx's scores, P·V and dequantization over float8 (e4m3fn, e5m2) K/V rows of head
+// size h <= kGqaFp8VbmiMaxHead (gqa_flash_amx_fp8.cpp): the GqaFlashOps contracts, the same bits
+// as gqa.flash.avx512's. Execute AVX512-VBMI instructions besides gqa.flash.avx512's: call only
+// where gqa.flash.amx's supports() has accepted the problem.
+constexpr int64_t kGqaFp8VbmiMaxHead = 512;
+void GqaFp8ScoresVbmi(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h,
+                      float scale, float* scores, int64_t ld, const void* prefetch,
+                      size_t prefetch_bytes);
+void GqaFp8AccumulateVbmi(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v,
+                          int64_t keys, int64_t h, float* acc, const void* prefetch,
+                          size_t prefetch_bytes);
+void GqaFp8DequantizeVbmi(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out);
 
 }  // namespace attnrt::cpu

@@ -26,12 +26,13 @@ std::string Avx512DeclineReason(const CpuFeatures& cpu) {
          (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
 }
 
-// gqa_flash_amx.cpp adds -mamx-tile -mamx-bf16 to the AVX-512 flags; the tile data also needs the
-// process's permission (asked for here, once, the first time a kernel needs it).
+// gqa_flash_amx.cpp adds -mamx-tile -mamx-bf16 to the AVX-512 flags and gqa_flash_amx_fp8.cpp
+// -mavx512vbmi (every CPU with AMX-BF16 has it); the tile data also needs the process's permission
+// (asked for here, once, the first time a kernel needs it).
 std::string AmxDeclineReason(const CpuFeatures& cpu) {
-  if (!(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma && cpu.amx_bf16)) {
-    return "requires AVX-512 F/BW/VL, FMA and AMX-TILE/AMX-BF16 with OS-enabled opmask/ZMM and "
-           "tile state; this CPU/OS provides: " +
+  if (!(cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512vbmi && cpu.fma && cpu.amx_bf16)) {
+    return "requires AVX-512 F/BW/VL/VBMI, FMA and AMX-TILE/AMX-BF16 with OS-enabled opmask/ZMM "
+           "and tile state; this CPU/OS provides: " +
            (cpu.isa.empty() ? std::string("the x86-64 baseline only") : cpu.isa);
   }
   return AmxTileDataReason();
@@ -62,16 +63,19 @@ std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& 
          " requires F16C with OS-enabled AVX state; this CPU/OS provides: " + cpu.isa;
 }
 
-// The bfloat16 tile product; gqa.flash.avx512 computes every other problem the same way without it.
+// The bfloat16 tile product, and the float8 caches' table decoding; gqa.flash.avx512 computes every
+// other problem the same way without them.
 std::string BFloat16DeclineReason(const attnrt_gqa_problem& p) {
   GqaFloatType type = GqaFloatType::kFloat32;
   GqaCacheType cache_type = GqaCacheType::kFloat32;
-  if (GqaElementTypes(p, &type, &cache_type) && type == GqaFloatType::kBFloat16 &&
-      cache_type == GqaCacheType::kBFloat16) {
+  if (GqaElementTypes(p, &type, &cache_type) &&
+      ((type == GqaFloatType::kBFloat16 && cache_type == GqaCacheType::kBFloat16) ||
+       cache_type == GqaCacheType::kFloat8E4M3Fn || cache_type == GqaCacheType::kFloat8E5M2)) {
     return {};
   }
-  return "runs a bfloat16 query with a bfloat16 cache only (its scores are AMX-BF16 tile "
-         "products); the other flash kernels and the naive ones run the other dtypes";
+  return "runs a bfloat16 query with a bfloat16 cache (its scores are AMX-BF16 tile products) or "
+         "a float8 cache (e4m3fn, e5m2) only; the other flash kernels and the naive ones run the "
+         "other dtypes";
 }
 
 }  // namespace attnrt::cpu

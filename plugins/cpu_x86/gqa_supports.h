@@ -25,7 +25,8 @@ std::string IsaDeclineReason(Isa isa, const CpuFeatures& cpu);
 // CPU lacks F16C.
 std::string F16cDeclineReason(const CpuFeatures& cpu, const attnrt_gqa_problem& p);
 
-// gqa.flash.amx serves a bfloat16 query with a bfloat16 cache only: empty for those problems.
+// gqa.flash.amx serves a bfloat16 query with a bfloat16 cache, and float8 caches: empty for those
+// problems.
 std::string BFloat16DeclineReason(const attnrt_gqa_problem& p);
 
 // A naive kernel (kFlash false: GqaNaiveDeclineReason) or a flash one (GqaFlashDeclineReason); the

@@ -23,7 +23,8 @@ constexpr int32_t kPaged = ATTNRT_OP_PAGED_GQA;
 constexpr int32_t kVarlen = ATTNRT_OP_PAGED_GQA_VARLEN;
 
 constexpr attnrt_kernel_desc kKernels[] = {
-    // flash, AVX-512 + AMX-BF16 (bfloat16 query with a bfloat16 cache only): 250
+    // flash, AVX-512 + AMX-BF16 + VBMI (bfloat16 query with a bfloat16 cache, or a float8 cache):
+    // 250
     GqaFlashKernelDesc<Supports<Isa::kAmx, true>, kGqaFlashOpsAmx>("cpu_x86.gqa.flash.amx",
                                                                    rank::kFlash + rank::kAmx),
     PagedGqaKernelDesc<kPaged, Supports<Isa::kAmx, true>, kGqaFlashOpsAmx>(

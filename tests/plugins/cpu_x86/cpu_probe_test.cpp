@@ -55,5 +55,27 @@ TEST(CpuProbe, Avx512Bf16FactMatchesTheKernelsCpuFlags) {
   EXPECT_EQ(checked, 2) << "the cpu_x86 and sparse_mla plugins";
 }
 
+// AVX512-VBMI (gqa.flash.amx's float8 table decoding): "avx512vbmi" in the cpu_x86 isa list exactly
+// when /proc/cpuinfo lists it (Linux clears the AVX-512 flags when the OS does not save ZMM state).
+TEST(CpuProbe, Avx512VbmiInTheIsaListMatchesCpuinfo) {
+  bool readable = false;
+  const bool expected = CpuinfoFlag("avx512vbmi", &readable);
+  if (!readable) GTEST_SKIP() << "/proc/cpuinfo has no flags line here";
+  RuntimePtr runtime = CreateRuntime();
+  int checked = 0;
+  for (const auto& plugin : ListPlugins(runtime.get())) {
+    if (plugin.name != "cpu_x86") continue;
+    std::string isa;
+    for (const auto& [key, value] : plugin.facts) {
+      if (key == "isa") isa = "," + value + ",";
+    }
+    SCOPED_TRACE("isa " + isa);
+    EXPECT_EQ(isa.find(",avx512vbmi,") != std::string::npos, expected)
+        << "/proc/cpuinfo avx512vbmi: " << expected;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1) << "the cpu_x86 plugin";
+}
+
 }  // namespace
 }  // namespace attnrt_test

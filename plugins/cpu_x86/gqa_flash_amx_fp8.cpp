@@ -1,0 +1,276 @@
+// gqa.flash.amx's block operations over float8 K/V caches (e4m3fn, e5m2: vLLM's fp8 KV cache
+// formats): every code decoded by byte-table lookups (AVX512-VBMI's VPERMI2B/VPERMT2B, 64 codes in
+// 7 instructions) into a float32 piece of rows in L1, which gqa.flash.avx512's float32 operations
+// then read. gqa.flash.amx sends its e4m3fn decode tiles here (bench/README.md: 1.2-1.4x
+// gqa.flash.avx512 on a decode step); e5m2 codes decode with two instructions in registers, and
+// prompt tiles decode while they transpose, so those keep gqa.flash.avx512's operations. Built with
+// -mavx512f -mavx512bw -mavx512vl -mfma -mavx512vbmi; reached only through gqa.flash.amx, whose
+// supports() checks all of them (every CPU with AMX-BF16 has AVX512-VBMI).
+//
+// Why: gqa.flash.avx512 decodes each code where it is used (the code's bits shifted into
+// float16's places, VCVTPH2PS, a product by 2^8, a blend for NaN: about 11 instructions per 16
+// codes), which made half of a float8 decode step (bench/README.md). The tables give the same
+// float32 values in under 2 instructions per 16 codes.
+//
+// Same bits as gqa.flash.avx512 on every float8 problem: a decoded value is exact (every e4m3fn
+// and e5m2 value is a bfloat16 value: the tables hold its bfloat16 bits, NaNs and infinities as
+// VCVTPH2PS widens them), a dequantized element is that value times its scale rounded to float32
+// (LoadCache16's product), and the scores of short tiles fold the scale into the query rows as
+// gqa.flash.avx512's ScoresShort does, then run the same float32 kernel over the decoded codes.
+//
+// Calls only intrinsics and its own internal functions, never std:: inline or template code (see
+// gqa_flash_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning group (Clang would warn that it does not know it)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <stddef.h>
+#include <stdint.h>
+
+#if !defined(__AVX512VBMI__)
+#error "gqa_flash_amx_fp8.cpp is built with -mavx512vbmi"
+#endif
+
+#include "gqa_flash.h"
+#include "gqa_kernels.h"
+#include "gqa_run.h"
+
+namespace attnrt::cpu {
+namespace {
+
+// As gqa.flash.avx512: tiles of at most this many rows are short (decode) tiles, whose scores
+// fold a quantized K's scale into the query when rows * h fits kFoldedQueryFloats.
+constexpr int64_t kTallRows = 8;
+constexpr int64_t kFoldedQueryFloats = 4096;
+// The decoded piece of K or V rows: at most kPieceKeys rows of h floats (h <= kGqaFp8VbmiMaxHead:
+// at least 16 rows).
+constexpr int64_t kPieceFloats = 8192;
+constexpr int64_t kPieceKeys = 64;
+
+// bfloat16 bits of the magnitude codes 0..127 (the sign is bit 7 of the code, bit 15 here).
+// e4m3fn: exponent bias 7, no infinities, S.1111.111 NaN (float16's quiet NaN widened:
+// 0x7FC0); exponent 0 is m * 2^-9, normalized here (bfloat16 reaches 2^-133).
+constexpr uint16_t E4M3FnBits(int c) {
+  const int e = c >> 3;
+  const int m = c & 7;
+  if (c == 0x7F) return 0x7FC0;
+  if (e == 0) {
+    if (m == 0) return 0;
+    const int top = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m = 2^top + rest
+    return static_cast<uint16_t>(((118 + top) << 7) | ((m - (1 << top)) << (7 - top)));
+  }
+  return static_cast<uint16_t>(((e + 120) << 7) | (m << 4));
+}
+
+// e5m2: float16's top byte (bias 15); exponent 31 is infinity (m = 0) or NaN, which VCVTPH2PS
+// widens to float32 with the quiet bit set and the payload kept: bfloat16 0x7FC0 | m << 5.
+constexpr uint16_t E5M2Bits(int c) {
+  const int e = c >> 2;
+  const int m = c & 3;
+  if (e == 31) return static_cast<uint16_t>(m == 0 ? 0x7F80 : 0x7FC0 | (m << 5));
+  if (e == 0) {
+    if (m == 0) return 0;
+    const int top = m >= 2 ? 1 : 0;  // m * 2^-16
+    return static_cast<uint16_t>(((111 + top) << 7) | ((m - (1 << top)) << (7 - top)));
+  }
+  return static_cast<uint16_t>(((e + 112) << 7) | (m << 5));
+}
+
+// The low and the high bytes of the 128 magnitudes' bfloat16 bits: VPERMI2B's two 64-byte tables
+// each (code bits 0-5 pick a byte, bit 6 the table, bit 7 is ignored).
+struct alignas(64) ByteTables {
+  uint8_t low[128];
+  uint8_t high[128];
+};
+
+constexpr ByteTables MakeTables(bool e5m2) {
+  ByteTables t{};
+  for (int c = 0; c < 128; ++c) {
+    const uint16_t bits = e5m2 ? E5M2Bits(c) : E4M3FnBits(c);
+    t.low[c] = static_cast<uint8_t>(bits & 0xFF);
+    t.high[c] = static_cast<uint8_t>(bits >> 8);
+  }
+  return t;
+}
+
+constexpr ByteTables kE4M3FnTables = MakeTables(false);
+constexpr ByteTables kE5M2Tables = MakeTables(true);
+
+// Output vector s of a 64-code group: byte 4i + 2 of lane i is byte 16s + i of the low-byte
+// lookup (index 16s + i), byte 4i + 3 that of the high-byte one (index 64 + 16s + i); bytes 0 and 1
+// are zeroed by the mask. One VPERMT2B per 16 values, in order.
+struct alignas(64) ByteIndex {
+  uint8_t index[64];
+};
+
+constexpr ByteIndex MakeInterleave(int s) {
+  ByteIndex x{};
+  for (int i = 0; i < 16; ++i) {
+    x.index[4 * i + 2] = static_cast<uint8_t>(16 * s + i);
+    x.index[4 * i + 3] = static_cast<uint8_t>(64 + 16 * s + i);
+  }
+  return x;
+}
+
+constexpr ByteIndex kInterleave[4] = {MakeInterleave(0), MakeInterleave(1), MakeInterleave(2),
+                                      MakeInterleave(3)};
+constexpr uint64_t kHighHalves = 0xCCCCCCCCCCCCCCCCull;
+
+// Byte 4i + b (b < 4) of a 16-code piece reads code i: each code in every byte of its lane.
+constexpr ByteIndex MakeSpread() {
+  ByteIndex x{};
+  for (int i = 0; i < 64; ++i) x.index[i] = static_cast<uint8_t>(i / 4);
+  return x;
+}
+
+constexpr ByteIndex kSpread = MakeSpread();
+
+struct Tables {
+  __m512i low0, low1, high0, high1;
+};
+
+Tables LoadTables(GqaCacheType type) {
+  const ByteTables& t = type == GqaCacheType::kFloat8E5M2 ? kE5M2Tables : kE4M3FnTables;
+  return {_mm512_load_si512(t.low), _mm512_load_si512(t.low + 64), _mm512_load_si512(t.high),
+          _mm512_load_si512(t.high + 64)};
+}
+
+// The 64 codes at `codes` as float32 values: out[s] holds codes 16s .. 16s + 15.
+__attribute__((always_inline)) inline void Decode64(const Tables& t, const uint8_t* codes,
+                                                    __m512 out[4]) {
+  const __m512i x = _mm512_loadu_si512(codes);
+  const __m512i low = _mm512_permutex2var_epi8(t.low0, x, t.low1);
+  // high | (x & 0x80): the sign.
+  const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.high0, x, t.high1), x,
+                                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  for (int s = 0; s < 4; ++s) {
+    out[s] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(
+        kHighHalves, low, _mm512_load_si512(kInterleave[s].index), high));
+  }
+}
+
+// The codes [0, 16) at `codes` (lanes of `mask`; the others read nothing and come back 0).
+__attribute__((always_inline)) inline __m512 Decode16(const Tables& t, const uint8_t* codes,
+                                                      __mmask16 mask) {
+  const __m512i x = _mm512_permutexvar_epi8(
+      _mm512_load_si512(kSpread.index), _mm512_castsi128_si512(_mm_maskz_loadu_epi8(mask, codes)));
+  const __m512i low = _mm512_maskz_permutex2var_epi8(0x4444444444444444ull, t.low0, x, t.low1);
+  const __m512i high = _mm512_maskz_permutex2var_epi8(0x8888888888888888ull, t.high0, x, t.high1);
+  // (low | high) | (x & sign bit): byte 3 of x is the code, its bit 7 the sign.
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+      _mm512_or_si512(low, high), x, _mm512_set1_epi32(static_cast<int>(0x80000000u)), 0xF8));
+}
+
+inline __mmask16 Mask16(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Scale of elements [d, d + 16): scale[0] (per tensor) or scale[d ..] (per channel).
+inline __m512 ScaleOf(const float* scale, bool per_channel, int64_t d, __mmask16 mask) {
+  return per_channel ? _mm512_maskz_loadu_ps(mask, scale + d) : _mm512_set1_ps(*scale);
+}
+
+// out[j * h + d] = element d of row j (j < n, d < h): the decoded code times its scale (rounded
+// to float32), or the code's value alone when scale is NULL.
+void DecodeRows(const Tables& t, const unsigned char* data, size_t row_bytes, int64_t n, int64_t h,
+                const float* scale, bool per_channel, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const unsigned char* row = data + static_cast<size_t>(j) * row_bytes;
+    if (j + 8 < n) _mm_prefetch(reinterpret_cast<const char*>(row + 8 * row_bytes), _MM_HINT_T0);
+    float* o = out + j * h;
+    int64_t d = 0;
+    for (; d + 64 <= h; d += 64) {
+      __m512 x[4];
+      Decode64(t, row + d, x);
+      for (int s = 0; s < 4; ++s) {
+        if (scale != nullptr) {
+          x[s] = _mm512_mul_ps(x[s], ScaleOf(scale, per_channel, d + 16 * s, Mask16(16)));
+        }
+        _mm512_storeu_ps(o + d + 16 * s, x[s]);
+      }
+    }
+    for (; d < h; d += 16) {
+      const __mmask16 mask = Mask16(h - d);
+      __m512 x = Decode16(t, row + d, mask);
+      if (scale != nullptr) x = _mm512_mul_ps(x, ScaleOf(scale, per_channel, d, mask));
+      _mm512_mask_storeu_ps(o + d, mask, x);
+    }
+  }
+}
+
+int64_t PieceKeys(int64_t h) {
+  return kPieceFloats / h < kPieceKeys ? kPieceFloats / h : kPieceKeys;
+}
+
+// This piece's share [b0, b1) of a prefetch range spread over `keys` keys.
+const void* PieceShare(const void* prefetch, size_t bytes, int64_t j0, int64_t n, int64_t keys,
+                       size_t* share) {
+  const size_t b0 = bytes * static_cast<size_t>(j0) / static_cast<size_t>(keys);
+  const size_t b1 = bytes * static_cast<size_t>(j0 + n) / static_cast<size_t>(keys);
+  *share = b1 - b0;
+  return prefetch == nullptr ? nullptr : static_cast<const unsigned char*>(prefetch) + b0;
+}
+
+}  // namespace
+
+void GqaFp8DequantizeVbmi(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
+  DecodeRows(LoadTables(kv.type), static_cast<const unsigned char*>(kv.data), kv.row_bytes, keys, h,
+             kv.scale, kv.per_channel, out);
+}
+
+void GqaFp8ScoresVbmi(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h,
+                      float scale, float* scores, int64_t ld, const void* prefetch,
+                      size_t prefetch_bytes) {
+  const Tables t = LoadTables(k.type);
+  // Short tiles: <q, c * s> as <q * s, c>, as gqa.flash.avx512's ScoresShort.
+  const bool fold = rows <= kTallRows && rows * h <= kFoldedQueryFloats;
+  alignas(64) float folded[kFoldedQueryFloats];
+  if (fold) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t d = 0; d < h; d += 16) {
+        const __mmask16 mask = Mask16(h - d);
+        _mm512_mask_storeu_ps(folded + r * h + d, mask,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, q + r * h + d),
+                                            ScaleOf(k.scale, k.per_channel, d, mask)));
+      }
+    }
+  }
+  alignas(64) float piece[kPieceFloats];
+  const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
+                            nullptr, false};
+  const int64_t step = PieceKeys(h);
+  const auto* data = static_cast<const unsigned char*>(k.data);
+  for (int64_t j0 = 0; j0 < keys; j0 += step) {
+    const int64_t n = keys - j0 < step ? keys - j0 : step;
+    DecodeRows(t, data + static_cast<size_t>(j0) * k.row_bytes, k.row_bytes, n, h,
+               fold ? nullptr : k.scale, k.per_channel, piece);
+    size_t share = 0;
+    const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
+    kGqaFlashOpsAvx512.scores(fold ? folded : q, rows, rows_f32, n, h, scale, scores + j0, ld,
+                              ahead, share);
+  }
+}
+
+void GqaFp8AccumulateVbmi(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v,
+                          int64_t keys, int64_t h, float* acc, const void* prefetch,
+                          size_t prefetch_bytes) {
+  const Tables t = LoadTables(v.type);
+  alignas(64) float piece[kPieceFloats];
+  const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
+                            nullptr, false};
+  const int64_t step = PieceKeys(h);
+  const auto* data = static_cast<const unsigned char*>(v.data);
+  for (int64_t j0 = 0; j0 < keys; j0 += step) {
+    const int64_t n = keys - j0 < step ? keys - j0 : step;
+    DecodeRows(t, data + static_cast<size_t>(j0) * v.row_bytes, v.row_bytes, n, h, v.scale,
+               v.per_channel, piece);
+    size_t share = 0;
+    const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
+    kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, rows_f32, n, h, acc, ahead, share);
+  }
+}
+
+}  // namespace attnrt::cpu
