@@ -480,81 +480,138 @@ int PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld, 
   return _mm512_test_epi32_mask(low_bits, low_bits) == 0 ? 1 : 3;
 }
 
-// acc rows [0, 16) (stride `stride` floats) += the parts of A (tiles 2-4, loaded by the caller:
-// `parts` 3, or 1 when the other two are zero, p bfloat16 values) times the B tiles of vt, two
-// column tiles at a time. A zero part adds products of +-0 only, which change no sum that is not
-// zero: skipping them gives the same bits there.
-void AccumulateRowTile(const uint32_t* vt, int64_t h, float* acc, size_t stride, int parts) {
+// Chunks whose products one pass adds while the accumulator tiles stay loaded: 4 x 32 keys (a
+// cache block of 128 rows in one pass). Before, each chunk loaded and stored every accumulator
+// tile of the rows; the tile loads and stores of the accumulator cost about what its products do.
+constexpr int kGroupChunks = 4;
+
+// Accumulator tile `acc_tile` (a literal, 0-3) += the parts of A (tiles 5-7: `parts` 3, or 1 when
+// mid and lo are zero) times the B tile at `b` (loaded into tile 4). A zero part adds products of
+// +-0 only, which change no sum that is not zero: skipping them gives the same bits there. A macro:
+// the tile intrinsics name their registers in the instruction text, so they take literals only.
+#define ATTNRT_AMX_ADD_PRODUCTS(acc_tile, b, parts) \
+  do {                                              \
+    _tile_loadd(4, (b), 64);                        \
+    _tile_dpbf16ps(acc_tile, 5, 4);                 \
+    if ((parts) == 3) {                             \
+      _tile_dpbf16ps(acc_tile, 6, 4);               \
+      _tile_dpbf16ps(acc_tile, 7, 4);               \
+    }                                               \
+  } while (0)
+
+// The packed chunks of one pass: V as B tiles (PackValues) and the probabilities' parts as A tiles
+// (PackProbabilities), chunk g of `count`, in key order.
+struct PackedChunks {
+  const uint32_t* vt[kGroupChunks];
+  const uint32_t* ap[kGroupChunks];
+  int parts[kGroupChunks];
+  int count;
+};
+
+// acc rows [0, 16) (stride `stride` floats; the rows r0 .. r0 + 15 of the packed A tiles, which
+// hold rows_p rows) += the products of every chunk of `c`, 64 columns at a time: the accumulator
+// tiles loaded once, each chunk's products added in key order (the bits of one chunk at a time).
+void AccumulateRowTile(const PackedChunks& c, int64_t rows_p, int64_t r0, int64_t h, float* acc,
+                       size_t stride) {
   const size_t bytes = stride * sizeof(float);
-  for (int64_t c = 0; c < h; c += 32) {
-    _tile_loadd(0, acc + c, bytes);
-    _tile_loadd(1, acc + c + 16, bytes);
-    _tile_loadd(5, vt + (c / 16) * 256, 64);
-    _tile_loadd(6, vt + (c / 16 + 1) * 256, 64);
-    _tile_dpbf16ps(0, 2, 5);
-    _tile_dpbf16ps(1, 2, 6);
-    if (parts == 3) {
-      _tile_dpbf16ps(0, 3, 5);
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_dpbf16ps(1, 3, 6);
-      _tile_dpbf16ps(1, 4, 6);
+  for (int64_t col = 0; col < h; col += 64) {
+    const bool four = h - col >= 64;  // else 32 columns (h is a multiple of 32)
+    _tile_loadd(0, acc + col, bytes);
+    _tile_loadd(1, acc + col + 16, bytes);
+    if (four) {
+      _tile_loadd(2, acc + col + 32, bytes);
+      _tile_loadd(3, acc + col + 48, bytes);
     }
-    _tile_stored(0, acc + c, bytes);
-    _tile_stored(1, acc + c + 16, bytes);
+    for (int g = 0; g < c.count; ++g) {
+      const int parts = c.parts[g];
+      _tile_loadd(5, c.ap[g] + r0 * 16, 64);
+      if (parts == 3) {
+        _tile_loadd(6, c.ap[g] + (rows_p + r0) * 16, 64);
+        _tile_loadd(7, c.ap[g] + (2 * rows_p + r0) * 16, 64);
+      }
+      const uint32_t* b = c.vt[g] + (col / 16) * 256;
+      ATTNRT_AMX_ADD_PRODUCTS(0, b, parts);
+      ATTNRT_AMX_ADD_PRODUCTS(1, b + 256, parts);
+      if (four) {
+        ATTNRT_AMX_ADD_PRODUCTS(2, b + 512, parts);
+        ATTNRT_AMX_ADD_PRODUCTS(3, b + 768, parts);
+      }
+    }
+    _tile_stored(0, acc + col, bytes);
+    _tile_stored(1, acc + col + 16, bytes);
+    if (four) {
+      _tile_stored(2, acc + col + 32, bytes);
+      _tile_stored(3, acc + col + 48, bytes);
+    }
   }
 }
 
-// P·V of at most kPvRows rows on tiles, 32 keys at a time; a chunk whose V holds a value the split
-// of p cannot multiply exactly goes through AccumulateWidened.
+#undef ATTNRT_AMX_ADD_PRODUCTS
+
+// Adds the packed chunks' products to acc (rows x h, rows_p = rows rounded up to tiles).
+void AddPackedChunks(const PackedChunks& c, int64_t rows, int64_t rows_p, int64_t h, float* acc,
+                     Prefetcher& ahead) {
+  if (c.count == 0) return;
+  alignas(64) float tail[kTileRows * kPvColumns];
+  const int64_t full = rows / kTileRows * kTileRows;
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kTileRows) {
+    for (int g = 0; g < c.count; ++g) ahead.Step();
+    if (r0 < full) {
+      AccumulateRowTile(c, rows_p, r0, h, acc + r0 * h, static_cast<size_t>(h));
+      continue;
+    }
+    // The last rows, fewer than a tile: through a tile-sized copy.
+    const int64_t rest = rows - r0;
+    for (int64_t i = 0; i < kTileRows * h; i += 16) {
+      _mm512_store_ps(tail + i,
+                      i < rest * h ? _mm512_loadu_ps(acc + r0 * h + i) : _mm512_setzero_ps());
+    }
+    AccumulateRowTile(c, rows_p, r0, h, tail, static_cast<size_t>(h));
+    for (int64_t i = 0; i < rest * h; i += 16) {
+      _mm512_storeu_ps(acc + r0 * h + i, _mm512_load_ps(tail + i));
+    }
+  }
+}
+
+// P·V of at most kPvRows rows on tiles, 32 keys a chunk, kGroupChunks chunks a pass; a chunk whose
+// V holds a value the split of p cannot multiply exactly goes through float32 FMAs (after the
+// chunks before it, so keys still add in order).
 void AccumulateTiles(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
                      int64_t h, float* acc, Prefetcher& ahead) {
-  alignas(64) uint32_t vt[kPvColumns * kChunkKeys / 2];
-  alignas(64) uint32_t ap[3 * kPvRows * 16];
-  alignas(64) float tail[kTileRows * kPvColumns];
+  alignas(64) uint32_t vt[kGroupChunks][kPvColumns * kChunkKeys / 2];
+  alignas(64) uint32_t ap[kGroupChunks][3 * kPvRows * 16];
   const int64_t rows_p = RoundUp(rows, kTileRows);
-  const int64_t full = rows / kTileRows * kTileRows;
   const auto* data = static_cast<const unsigned char*>(v.data);
+  PackedChunks packed{};
   for (int64_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
     const int64_t n = keys - j0 < kChunkKeys ? keys - j0 : kChunkKeys;
     const unsigned char* rows_j0 = data + static_cast<size_t>(j0) * v.row_bytes;
+    const int g = packed.count;
     const bool exact =
         v.type == GqaCacheType::kFloat32
-            ? FloatRowIsBFloat16(rows_j0, h) && !PackValues<true>(rows_j0, v.row_bytes, n, h, vt)
-            : !PackValues<false>(rows_j0, v.row_bytes, n, h, vt);
+            ? FloatRowIsBFloat16(rows_j0, h) && !PackValues<true>(rows_j0, v.row_bytes, n, h, vt[g])
+            : !PackValues<false>(rows_j0, v.row_bytes, n, h, vt[g]);
     if (!exact) {
+      AddPackedChunks(packed, rows, rows_p, h, acc, ahead);
+      packed.count = 0;
+      const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
       if (v.type == GqaCacheType::kFloat32) {
-        const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
         kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, chunk, n, h, acc, nullptr, 0);
       } else {
-        const GqaFlashKv chunk{rows_j0, v.row_bytes, v.type, nullptr, false};
         AccumulateWidened(p + j0, rows, ld, chunk, n, h, acc, nullptr, 0);
       }
       continue;
     }
-    const int parts = PackProbabilities(p + j0, rows, rows_p, ld, n, ap);
-    for (int64_t r0 = 0; r0 < rows_p; r0 += kTileRows) {
-      ahead.Step();
-      _tile_loadd(2, ap + r0 * 16, 64);
-      if (parts == 3) {
-        _tile_loadd(3, ap + (rows_p + r0) * 16, 64);
-        _tile_loadd(4, ap + (2 * rows_p + r0) * 16, 64);
-      }
-      if (r0 < full) {
-        AccumulateRowTile(vt, h, acc + r0 * h, static_cast<size_t>(h), parts);
-        continue;
-      }
-      // The last rows, fewer than a tile: through a tile-sized copy.
-      const int64_t rest = rows - r0;
-      for (int64_t i = 0; i < kTileRows * h; i += 16) {
-        _mm512_store_ps(tail + i,
-                        i < rest * h ? _mm512_loadu_ps(acc + r0 * h + i) : _mm512_setzero_ps());
-      }
-      AccumulateRowTile(vt, h, tail, static_cast<size_t>(h), parts);
-      for (int64_t i = 0; i < rest * h; i += 16) {
-        _mm512_storeu_ps(acc + r0 * h + i, _mm512_load_ps(tail + i));
-      }
+    packed.vt[g] = vt[g];
+    packed.ap[g] = ap[g];
+    packed.parts[g] = PackProbabilities(p + j0, rows, rows_p, ld, n, ap[g]);
+    packed.count = g + 1;
+    if (packed.count == kGroupChunks) {
+      AddPackedChunks(packed, rows, rows_p, h, acc, ahead);
+      packed.count = 0;
     }
   }
+  AddPackedChunks(packed, rows, rows_p, h, acc, ahead);
 }
 
 void Accumulate(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v, int64_t keys,
