@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <string>
 
@@ -294,6 +295,10 @@ Status ValidateShapesImpl(const attnrt_paged_gqa_attributes& a, const attnrt_ten
                                     DeviceString(query->device), "), got ",
                                     DeviceString(slopes->device)));
     }
+  } else if (a.alibi_form == ATTNRT_ALIBI_FORM_SYMMETRIC) {
+    return InvalidArgument(
+        "alibi_form = 1 (SYMMETRIC, -slope * |key position - query position|) needs the "
+        "alibi_slopes input, which is absent: without slopes there is no bias to shape");
   }
   int64_t rotary_half = 0;
   ATTNRT_RETURN_IF_ERROR(CheckRotaryCaches(a, inputs, *query, head_size, &rotary_half));
@@ -478,6 +483,24 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
     rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - k_len : t_b};
     max_total = std::max(max_total, t_b);
     max_query_len = std::max(max_query_len, q_len);
+  }
+  // ALiBi's bias, slope * (key position - query position), must stay finite: an overflow to +Inf
+  // would make its rows NaN (Inf - Inf in the softmax). |key - query position| is below
+  // max_total + max_query_len (rows of a sequence with fewer keys than rows sit before its first
+  // key).
+  if (p.has_alibi_slopes && slopes->device.device_type == ATTNRT_DEVICE_CPU) {
+    const auto* values = static_cast<const float*>(DataOf(slopes));
+    const int64_t distance = max_total + max_query_len;
+    for (int64_t n = 0; n < slopes->shape[0]; ++n) {
+      if (std::fabs(static_cast<double>(values[n])) * static_cast<double>(distance) >
+          static_cast<double>(FLT_MAX)) {
+        return InvalidArgument(
+            StrCat("alibi_slopes[", n, "] = ", values[n],
+                   " times the key distances of this call (up to ", distance,
+                   ") overflows float32: slope * (key position - query position) must stay "
+                   "finite"));
+      }
+    }
   }
   if (key_starts != nullptr && ReadInt32(key_starts, B) != p.num_key_tokens) {
     return InvalidArgument(StrCat("key_start_loc[", B, "] = ", ReadInt32(key_starts, B),

@@ -24,7 +24,8 @@
 // attention; refused with causal attention or below -1), and now and then (ABI 1.12) rotary
 // embedding (cos_cache/sin_cache [M, R/2] with R up to head_size, half-split or interleaved, at the
 // rows' token positions or at position_ids / key_position_ids; refused: positions past M, cos of
-// another dtype, position_ids without rotary) and alibi_form SYMMETRIC (refused: 2). Tensor
+// another dtype, position_ids without rotary) and alibi_form SYMMETRIC (refused: 2, and SYMMETRIC
+// without alibi_slopes). Tensor
 // contents come from a hash of the input. The call runs attnrt_op_create
 // -> attnrt_op_explain -> attnrt_op_plan -> attnrt_plan_run on the runtime's choice of kernel and
 // again, from the same pool bytes, on a runtime pinned to the scalar kernels. Every tensor is a
@@ -1147,6 +1148,9 @@ RunResult RunOn(Call& k, int r) {
   if (c.alibi >= 2) {
     Fail("a call with malformed alibi_slopes (case " + std::to_string(c.alibi) + ") ran on " +
          info.kernel);
+  }
+  if (c.attributes.alibi_form == 1 && c.alibi == 0) {
+    Fail(std::string("a call with alibi_form SYMMETRIC and no alibi_slopes ran on ") + info.kernel);
   }
   if (c.rotary >= 4 || c.attributes.alibi_form == 2) {
     Fail("a call with a malformed rotary input (case " + std::to_string(c.rotary) +

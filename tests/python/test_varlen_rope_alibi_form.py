@@ -682,6 +682,19 @@ def error_case(kind, d):
         return dict(position_ids=d.position_ids[:-1].clone()), r"position_ids"
     if kind == "alibi_form_bogus":
         return dict(alibi_form="bogus"), r"alibi_form"
+    if kind == "symmetric_without_slopes":
+        return dict(alibi_form="symmetric", alibi_slopes=None), r"alibi_form.*alibi_slopes"
+    if kind == "slope_overflows":
+        # Finite, but slope * distance overflows float32: +Inf biases would make the rows NaN.
+        slopes = d.slopes.clone()
+        slopes[1] = -3e38
+        return dict(alibi_slopes=slopes), r"alibi_slopes\[1\].*overflows float32"
+    if kind == "float_seq_lens":
+        # A Python list of floats for an integer input: an error, not a truncation.
+        lens = [float(x) + 0.5 for x in d.seq_lens.tolist()]
+        return dict(seq_lens=lens), r"seq_lens: expected integers, element 0"
+    if kind == "bool_seq_lens":
+        return dict(seq_lens=[True] * len(d.seq_lens)), r"seq_lens: expected integers"
     if kind == "rotary_interleaved_without_rotary":
         return (dict(rotary_cos=None, rotary_sin=None, position_ids=None, key_position_ids=None,
                      rotary_interleaved=True), r"rotary_interleaved")
@@ -698,7 +711,10 @@ ERRORS = [("position_ids_out_of_range", "float32"), ("negative_position_id", "fl
           ("cos_too_wide", "float32"), ("cos_too_wide", "bfloat16"),
           ("cos_sin_shapes_differ", "float32"), ("position_ids_wrong_count", "float32"),
           ("alibi_form_bogus", "float32"), ("alibi_form_bogus", "bfloat16"),
-          ("rotary_interleaved_without_rotary", "float32")]
+          ("rotary_interleaved_without_rotary", "float32"),
+          ("symmetric_without_slopes", "float32"), ("slope_overflows", "float32"),
+          ("slope_overflows", "bfloat16"), ("float_seq_lens", "float32"),
+          ("bool_seq_lens", "float32")]
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])

@@ -175,7 +175,7 @@ typedef enum attnrt_p_precision {
  *  the two forms agree on every key a causal row sees (j <= p). */
 typedef enum attnrt_alibi_form {
   ATTNRT_ALIBI_FORM_SIGNED = 0,   /* slope * (j - p): the ALiBi paper's, vLLM's (default) */
-  ATTNRT_ALIBI_FORM_SYMMETRIC = 1 /* -slope * |j - p|: FlashAttention's */
+  ATTNRT_ALIBI_FORM_SYMMETRIC = 1 /* -slope * |j - p|: FlashAttention's; needs alibi_slopes */
 } attnrt_alibi_form;
 
 /** Smallest and largest block_size (tokens per block). */

@@ -150,10 +150,19 @@ def first_int(value: Any, name: str) -> int:
 
 def host_int_array(value: Any, dtype) -> Any:
     """Python ints and lists (host-side integer inputs) as numpy arrays of `dtype`; arrays as they
-    are."""
-    if isinstance(value, (int, np.integer)):
+    are. A list holding anything but integers (floats, bools, strings) is a TypeError naming the
+    first such element, not a silent truncation; values out of `dtype`'s range raise
+    OverflowError."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return np.array([value], dtype=dtype)
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"expected an integer, got the bool {value!r}")
     if isinstance(value, (list, tuple)):
+        flat = np.asarray(value, dtype=object).reshape(-1)
+        for i, x in enumerate(flat):
+            if not isinstance(x, (int, np.integer)) or isinstance(x, (bool, np.bool_)):
+                raise TypeError(f"expected integers, element {i} (flattened) is "
+                                f"{type(x).__name__} {x!r}")
         return np.asarray(value, dtype=dtype)
     return value
 

@@ -93,7 +93,7 @@ class Op:
         if not outputs:
             for name, dtype in self.HOST_INTS.items():
                 i = self._input_index[name]
-                if i < len(out) and isinstance(out[i], (int, np.integer, list, tuple)):
+                if i < len(out) and isinstance(out[i], (int, np.integer, list, tuple, np.bool_)):
                     try:
                         out[i] = _arrays.host_int_array(out[i], dtype)
                     except (TypeError, ValueError, OverflowError) as e:
