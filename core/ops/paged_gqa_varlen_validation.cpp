@@ -435,6 +435,7 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
   seqlens_k->assign(static_cast<size_t>(B), 0);
   int64_t max_total = 1;
   int64_t max_query_len = 0;
+  int64_t max_distance = 0;  // of |key position - query position| over the call's sequences
   std::vector<paged_gqa::SequenceRows> rows(static_cast<size_t>(B));
   const bool writes = paged.gqa.kv_sequence_length > 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -483,22 +484,23 @@ Status ValidateRunImpl(const attnrt_paged_gqa_varlen_problem& p, const attnrt_te
     rows[static_cast<size_t>(b)] = {t_b, writes ? t_b - k_len : t_b};
     max_total = std::max(max_total, t_b);
     max_query_len = std::max(max_query_len, q_len);
+    // Keys sit at [0, T_b), query rows at [T_b - q_len_b, T_b) (before the first key when they
+    // outnumber it): |j - p| reaches max(T_b, q_len_b) - 1.
+    max_distance = std::max(max_distance, std::max(t_b, q_len) - 1);
   }
-  // ALiBi's bias, slope * (key position - query position), must stay finite: an overflow to +Inf
-  // would make its rows NaN (Inf - Inf in the softmax). |key - query position| is below
-  // max_total + max_query_len (rows of a sequence with fewer keys than rows sit before its first
-  // key).
+  // ALiBi's bias, slope * (key position - query position), must be a float32 number: an overflow
+  // to +Inf would make its rows NaN (Inf - Inf in the softmax). A finite bias can still overflow
+  // when added to a score near FLT_MAX, as any float32 sum can.
   if (p.has_alibi_slopes && slopes->device.device_type == ATTNRT_DEVICE_CPU) {
     const auto* values = static_cast<const float*>(DataOf(slopes));
-    const int64_t distance = max_total + max_query_len;
     for (int64_t n = 0; n < slopes->shape[0]; ++n) {
-      if (std::fabs(static_cast<double>(values[n])) * static_cast<double>(distance) >
+      if (std::fabs(static_cast<double>(values[n])) * static_cast<double>(max_distance) >
           static_cast<double>(FLT_MAX)) {
-        return InvalidArgument(
-            StrCat("alibi_slopes[", n, "] = ", values[n],
-                   " times the key distances of this call (up to ", distance,
-                   ") overflows float32: slope * (key position - query position) must stay "
-                   "finite"));
+        return InvalidArgument(StrCat("alibi_slopes[", n, "] = ", values[n],
+                                      " times the largest key distance of this call (",
+                                      max_distance,
+                                      ") overflows float32: slope * (key position - query "
+                                      "position) must stay finite"));
       }
     }
   }

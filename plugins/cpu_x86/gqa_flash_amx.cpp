@@ -1,13 +1,13 @@
 // gqa.flash.amx: gqa.flash.avx512's block operations with the scores and P·V of tall tiles
 // (prompts) on AMX-BF16 (TDPBF16PS: a 16x16 float32 tile += a 16x32 bfloat16 tile times a 32x16
-// one). The only
-// file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma); reached
-// only after the kernel's supports() saw all of them usable (CPUID, OS-enabled opmask/ZMM and tile
-// state in XCR0, and the process's permission to use the tile data, which Linux grants on request)
-// and the problem is a bfloat16 query with a bfloat16 cache, or a float8 cache (e4m3fn decode tiles
-// go to gqa_flash_amx_fp8.cpp; every other float8 operation is gqa.flash.avx512's, but for prompt
-// tiles over a dequantized copy whose values are all bfloat16 values, scale 1.0, which take the
-// tile products).
+// one). The only file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl
+// -mfma); reached only after the kernel's supports() saw all of them and AVX512-VBMI usable (CPUID,
+// OS-enabled opmask/ZMM and tile state in XCR0, and the process's permission to use the tile data,
+// which Linux grants on request) and the problem is a bfloat16 query with a bfloat16 cache, or any
+// query with a float8 cache. Float8: e4m3fn decode tiles go to gqa_flash_amx_fp8.cpp; every other
+// float8 operation is gqa.flash.avx512's, but for prompt tiles over a dequantized copy whose values
+// are all bfloat16 values (a scale of 1.0 or another power of two, for instance): its K rows with
+// a bfloat16 query, and its V rows with any query, take the tile products.
 //
 // Why AMX rather than AVX512_BF16's VDPBF16PS: on the Sapphire Rapids-class cores this was written
 // on, VDPBF16PS retires one instruction per two cycles (32 multiply-adds per instruction), half the
@@ -338,16 +338,22 @@ void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int
     return kGqaFlashOpsAvx512.scores(q, rows, k, keys, h, scale, scores, ld, prefetch,
                                      prefetch_bytes);
   }
-  // Rows in groups whose pairs fit the buffer (every group of a Llama-sized tile: one).
-  const int64_t group_rows = kQueryWords / hpp / (2 * kTileRows) * (2 * kTileRows);
-  const int64_t groups = (rows + group_rows - 1) / group_rows;
+  // Rows in groups whose pairs fit the buffer (every group of a Llama-sized tile: one), of sizes
+  // that differ by one at most: each at least half of max_group (32 or more) rows, so a group that
+  // falls back to gqa.flash.avx512 takes its tall-tile kernel, whose scores do not depend on how
+  // the rows are grouped (a small last group would take its short-tile kernel: other bits).
+  const int64_t max_group = kQueryWords / hpp / (2 * kTileRows) * (2 * kTileRows);
+  const int64_t groups = (rows + max_group - 1) / max_group;
+  const int64_t base = rows / groups;
+  const int64_t extra = rows % groups;
   Prefetcher v_ahead(prefetch, prefetch_bytes,
                      groups * ((keys + kChunkKeys - 1) / kChunkKeys) *
-                         ((group_rows + 2 * kTileRows - 1) / (2 * kTileRows)));
+                         ((max_group + 2 * kTileRows - 1) / (2 * kTileRows)));
   LoadTileConfig();
   alignas(64) uint32_t qp[kQueryWords];
-  for (int64_t r0 = 0; r0 < rows; r0 += group_rows) {
-    const int64_t n = rows - r0 < group_rows ? rows - r0 : group_rows;
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t n = base + (g < extra ? 1 : 0);
     const int64_t rows_p = RoundUp(n, kTileRows);
     const float* qr = q + r0 * h;
     float* out = scores + r0 * ld;
@@ -356,6 +362,7 @@ void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int
     } else {
       kGqaFlashOpsAvx512.scores(qr, n, k, keys, h, scale, out, ld, nullptr, 0);
     }
+    r0 += n;
   }
   _tile_release();
 }

@@ -12,7 +12,8 @@
 // codes), which made half of a float8 decode step (bench/README.md). The tables give the same
 // float32 values in under 2 instructions per 16 codes.
 //
-// Same bits as gqa.flash.avx512 on every float8 problem: a decoded value is exact (every e4m3fn
+// Same bits as gqa.flash.avx512 on every float8 problem (but the sign of a NaN output, which the
+// order of a NaN's operands in the float32 loops decides): a decoded value is exact (every e4m3fn
 // and e5m2 value is a bfloat16 value: the tables hold its bfloat16 bits, NaNs and infinities as
 // VCVTPH2PS widens them), a dequantized element is that value times its scale rounded to float32
 // (LoadCache16's product), and the scores of short tiles fold the scale into the query rows as

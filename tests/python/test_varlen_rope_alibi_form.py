@@ -754,3 +754,32 @@ def test_padding_rows_positions_are_not_read(request, framework):
     assert bool(torch.isnan(d.out[d.cu_q[-1]:]).all())
     err = output_error(d, reference(d, ek, ev))
     assert err <= REL_TOL[d.dtype] * value_scale(d), err
+
+
+@pytest.mark.parametrize("form", ["signed", "symmetric"])
+def test_largest_finite_bias_runs_and_one_past_is_refused(form):
+    """The slope bound is the call's largest key distance, max(T_b, q_len_b) - 1 (999 for one
+    decode row over 1000 keys): a slope just under FLT_MAX / 999 runs (its largest bias is finite:
+    the signed form puts all the weight on key 0, whose bias is the largest; the symmetric one on
+    the row's own key), a slope just over it is refused naming the slope, with nothing written."""
+    t, n, nkv, h, bs = 1000, 2, 1, 16, 128
+    g = torch.Generator().manual_seed(0)
+    nb = (t + bs - 1) // bs
+    kc = torch.randn(nb, bs, nkv, h, generator=g)
+    vc = torch.randn(nb, bs, nkv, h, generator=g)
+    q = torch.randn(1, n, h, generator=g)
+    args = (q, kc, vc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([t], dtype=torch.int32),
+            torch.arange(nb, dtype=torch.int32).view(1, nb))
+    bound = float(np.finfo(np.float32).max) / (t - 1)
+    ok = torch.full((n,), -0.999 * bound if form == "signed" else 0.999 * bound)
+    bad = ok * 1.002
+    with attnrt.Runtime(num_threads=1) as rt:
+        out = attnrt.paged_attention_varlen(rt, *args, alibi_slopes=ok, alibi_form=form)
+        want = vc[0, 0, 0] if form == "signed" else vc[(t - 1) // bs, (t - 1) % bs, 0]
+        for head in range(n):
+            assert torch.equal(out[0, head], want), (form, head)
+        untouched = torch.full_like(out, float("nan"))
+        with pytest.raises(attnrt.InvalidArgumentError, match=r"alibi_slopes\[0\].*overflows"):
+            attnrt.paged_attention_varlen(rt, *args, alibi_slopes=bad, alibi_form=form,
+                                          out=untouched)
+        assert bool(torch.isnan(untouched).all())

@@ -137,34 +137,60 @@ def shape_of(value: Any, name: str) -> tuple[int, ...]:
         f"DLPack producer, got {type(value).__name__}")
 
 
-def first_int(value: Any, name: str) -> int:
-    """The first element of a host integer array (or a Python int) as an int."""
-    if isinstance(value, (int, np.integer)):
-        return int(value)
+def first_int(value: Any, name: str, dtype: Any = np.int32) -> int:
+    """The first element of a host integer array (or a Python int or list) as an int, checked to be
+    an integer of `dtype`'s range (it sizes outputs before the op sees it: a float or a value past
+    the range would otherwise size them wrongly, or ask for terabytes)."""
     if value is None:
         raise InvalidArgumentError(f"{name} is required")
-    if is_torch(value):
-        return int(value.reshape(-1)[0])
-    return int(np.asarray(value).reshape(-1)[0])
+    try:
+        if isinstance(value, (int, np.integer, np.bool_, list, tuple)):
+            return int(host_int_array(value, dtype).reshape(-1)[0])
+        if is_torch(value):
+            if value.dtype.is_floating_point or value.dtype.is_complex or value.numel() == 0:
+                raise TypeError(f"expected a {np.dtype(dtype).name} tensor, got {value.dtype} "
+                                f"of shape {tuple(value.shape)}")
+            return _in_range(int(value.reshape(-1)[0]), dtype, 0)
+        array = np.asarray(value)
+        if array.dtype.kind not in "iu" or array.size == 0:
+            raise TypeError(f"expected a {np.dtype(dtype).name} array, got {array.dtype} of "
+                            f"shape {array.shape}")
+        return _in_range(int(array.reshape(-1)[0]), dtype, 0)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"{name}: {e}") from None
+
+
+def _in_range(x: int, dtype: Any, index: int) -> int:
+    info = np.iinfo(dtype)
+    if not info.min <= x <= info.max:
+        raise OverflowError(f"element {index} (flattened) = {x} does not fit "
+                            f"{np.dtype(dtype).name} [{info.min}, {info.max}]")
+    return x
 
 
 def host_int_array(value: Any, dtype) -> Any:
     """Python ints and lists (host-side integer inputs) as numpy arrays of `dtype`; arrays as they
-    are. A list holding anything but integers (floats, bools, strings) is a TypeError naming the
-    first such element, not a silent truncation; values out of `dtype`'s range raise
-    OverflowError."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return np.array([value], dtype=dtype)
+    are. Anything but integers in a list (floats, bools, strings, rows of different lengths) is a
+    TypeError naming the first such element, not a silent truncation; a value outside `dtype`'s
+    range an OverflowError naming it, not a wrap-around."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"expected an integer, got the bool {value!r}")
-    if isinstance(value, (list, tuple)):
-        flat = np.asarray(value, dtype=object).reshape(-1)
-        for i, x in enumerate(flat):
-            if not isinstance(x, (int, np.integer)) or isinstance(x, (bool, np.bool_)):
-                raise TypeError(f"expected integers, element {i} (flattened) is "
-                                f"{type(x).__name__} {x!r}")
-        return np.asarray(value, dtype=dtype)
-    return value
+    if isinstance(value, (int, np.integer)):
+        value = [value]
+    elif not isinstance(value, (list, tuple)):
+        return value
+    flat = np.asarray(value, dtype=object).reshape(-1)
+    for i, x in enumerate(flat):
+        if isinstance(x, np.ndarray) and x.ndim == 0:
+            x = x.item()  # a 0-d array: its one value
+        if isinstance(x, (list, tuple, np.ndarray)):
+            raise TypeError(f"a nested list whose rows differ in length (element {i} of the "
+                            f"outer list is a row of {len(x)})")
+        if not isinstance(x, (int, np.integer)) or isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"expected integers, element {i} (flattened) is "
+                            f"{type(x).__name__} {x!r}")
+        _in_range(int(x), dtype, i)
+    return np.asarray(value, dtype=dtype)
 
 
 def dtype_of(like: Any, dtype: Any = None) -> Any:

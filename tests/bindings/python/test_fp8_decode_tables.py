@@ -1,9 +1,11 @@
 """cpu_x86.paged_gqa_varlen.flash.amx over float8 caches: its e4m3fn decode tiles decode the codes
 by byte-table lookups (AVX512-VBMI) instead of gqa.flash.avx512's in-register conversion, and must
 give the same bits as cpu_x86.paged_gqa_varlen.flash.avx512 on every problem: e4m3fn and e5m2,
-bfloat16 and float32 queries, per-tensor scales other than 1, head sizes that are not a multiple
-of 64 (the 16-code tail), cache blocks of 16 and 128, p_precision input and exact, and caches that
-hold every code (NaN codes included). Both kernels are checked against PyTorch's
+bfloat16 and float32 queries, per-tensor scales that are not powers of two (with those, prompt
+tiles take AMX tile products), head sizes that are not a multiple of 64 (the 16-code tail), cache
+blocks of 16 and 128, p_precision input and exact, caches that hold every code (NaN codes
+included: a NaN output is NaN in both, its sign may differ), and prompts whose rows per kv head
+leave a short last group of rows (head sizes above 256). Both kernels are checked against PyTorch's
 scaled_dot_product_attention on float64 dequantized caches first (a negative control: a wrong
 scale must fail), so equal bits are equal to a checked output."""
 from __future__ import annotations
@@ -30,8 +32,18 @@ def runtime_or_skip(kernel):
     return rt
 
 
-def make_case(g, fp8, qdt, lens, h, bs, heads=(16, 4), every_code=False):
+def same_bits(a, b) -> bool:
+    """Equal bits, NaN for NaN (the sign of a NaN output is the order of its operands' choice)."""
+    nan = torch.isnan(a.float())
+    if not torch.equal(nan, torch.isnan(b.float())):
+        return False
+    words = torch.int16 if a.element_size() == 2 else torch.int32
+    return torch.equal(a.view(words)[~nan], b.view(words)[~nan])
+
+
+def make_case(g, fp8, qdt, lens, h, bs, heads=(16, 4), every_code=False, q_lens=None):
     n, nkv = heads
+    q_lens = q_lens or [1] * len(lens)  # one decode row per sequence by default
     blocks = [(ln + bs - 1) // bs for ln in lens]
     nb = sum(blocks)
     table = torch.zeros(len(lens), max(blocks), dtype=torch.int32)
@@ -39,8 +51,8 @@ def make_case(g, fp8, qdt, lens, h, bs, heads=(16, 4), every_code=False):
     for b, c in enumerate(blocks):
         table[b, :c] = torch.arange(o, o + c)
         o += c
-    cu = torch.arange(len(lens) + 1, dtype=torch.int32)  # one decode row per sequence
-    q = (torch.randn(len(lens), n, h, generator=g) * 1.5).to(qdt)
+    cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0).to(torch.int32)
+    q = (torch.randn(sum(q_lens), n, h, generator=g) * 1.5).to(qdt)
     if every_code:
         codes = torch.randint(0, 256, (2, nb, nkv, bs, h), generator=g, dtype=torch.int32)
         codes[:, :, :, :, 0] = torch.arange(256, dtype=torch.int32).repeat(nb * nkv * bs)[
@@ -61,37 +73,55 @@ def run(rt, c, prec, k_scale=None):
 
 
 def sdpa_reference(c):
-    """float64 attention of each decode row over its sequence's dequantized rows."""
+    """float64 causal attention of each sequence's rows (the last q_len of its positions) over its
+    dequantized rows."""
     n = c["q"].shape[1]
     nkv = c["k_cache"].shape[1]
     bs = c["k_cache"].shape[2]
     out = torch.empty(c["q"].shape, dtype=torch.float64)
+    cu = c["cu"].tolist()
     for b, ln in enumerate(c["lens"].tolist()):
         rows = [(int(c["table"][b, j // bs]), j % bs) for j in range(ln)]
         k = torch.stack([c["k_cache"][x, :, s].double() for x, s in rows], 1) * float(c["ks"])
         v = torch.stack([c["v_cache"][x, :, s].double() for x, s in rows], 1) * float(c["vs"])
         k = k.repeat_interleave(n // nkv, 0)
         v = v.repeat_interleave(n // nkv, 0)
-        q = c["q"][b].double().unsqueeze(1)
-        out[b] = torch.nn.functional.scaled_dot_product_attention(q, k, v).squeeze(1)
+        q = c["q"][cu[b]:cu[b + 1]].double().transpose(0, 1)  # [n, q_len, h]
+        q_len = q.shape[1]
+        # Row i sits at position ln - q_len + i and sees keys up to it.
+        mask = torch.arange(ln).view(1, ln) <= torch.arange(ln - q_len, ln).view(q_len, 1)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out[cu[b]:cu[b + 1]] = o.transpose(0, 1)
     return out
 
 
+# (name, fp8, query dtype, seq_lens, head size, block size, heads, q_lens or None: decodes)
 CASES = [
-    ("e4m3fn bf16 h128 bs128", torch.float8_e4m3fn, torch.bfloat16, [300, 1, 129], 128, 128),
-    ("e4m3fn f32 h72 bs16", torch.float8_e4m3fn, torch.float32, [77, 40, 16], 72, 16),
-    ("e4m3fn bf16 h200 bs16", torch.float8_e4m3fn, torch.bfloat16, [33, 65], 200, 16),
-    ("e5m2 bf16 h128 bs128", torch.float8_e5m2, torch.bfloat16, [300, 5], 128, 128),
-    ("e5m2 f32 h40 bs16", torch.float8_e5m2, torch.float32, [50, 17], 40, 16),
+    ("e4m3fn bf16 h128 bs128", torch.float8_e4m3fn, torch.bfloat16, [300, 1, 129], 128, 128,
+     (16, 4), None),
+    ("e4m3fn f32 h72 bs16", torch.float8_e4m3fn, torch.float32, [77, 40, 16], 72, 16, (16, 4),
+     None),
+    ("e4m3fn bf16 h200 bs16", torch.float8_e4m3fn, torch.bfloat16, [33, 65], 200, 16, (16, 4),
+     None),
+    ("e5m2 bf16 h128 bs128", torch.float8_e5m2, torch.bfloat16, [300, 5], 128, 128, (16, 4), None),
+    ("e5m2 f32 h40 bs16", torch.float8_e5m2, torch.float32, [50, 17], 40, 16, (16, 4), None),
+    # Prompts of 7 tokens x 5 heads on one kv head (35 rows: more than one group of rows at head
+    # sizes above 256) and 10 x 7 at head size 200, beside a decode.
+    ("prompt e4m3fn f32 h384", torch.float8_e4m3fn, torch.float32, [67, 20], 384, 16, (5, 1),
+     [7, 1]),
+    ("prompt e5m2 bf16 h512", torch.float8_e5m2, torch.bfloat16, [67], 512, 33, (5, 1), [7]),
+    ("prompt e4m3fn bf16 h200", torch.float8_e4m3fn, torch.bfloat16, [40], 200, 16, (7, 1), [10]),
 ]
 
 
 @pytest.mark.parametrize("prec", ["input", "exact"])
-@pytest.mark.parametrize("name,fp8,qdt,lens,h,bs", CASES, ids=[c[0] for c in CASES])
-def test_amx_fp8_decode_equals_avx512_and_the_reference(name, fp8, qdt, lens, h, bs, prec):
+@pytest.mark.parametrize("name,fp8,qdt,lens,h,bs,heads,q_lens", CASES,
+                         ids=[c[0] for c in CASES])
+def test_amx_fp8_equals_avx512_and_the_reference(name, fp8, qdt, lens, h, bs, heads, q_lens,
+                                                 prec):
     print("seed", SEED)
     g = torch.Generator().manual_seed(SEED)
-    c = make_case(g, fp8, qdt, lens, h, bs)
+    c = make_case(g, fp8, qdt, lens, h, bs, heads=heads, q_lens=q_lens)
     with runtime_or_skip(AMX) as amx, runtime_or_skip(AVX512) as avx512:
         try:
             got = run(amx, c, prec)
@@ -106,16 +136,17 @@ def test_amx_fp8_decode_equals_avx512_and_the_reference(name, fp8, qdt, lens, h,
         # Negative control: a key scale off by 10 % must fail the same comparison.
         wrong = run(avx512, c, prec, k_scale=c["ks"] * 1.1)
         assert (wrong.double() - ref).abs().max().item() > tol * max(1.0, ref.abs().max().item())
-        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), name
+        assert same_bits(got, want), name
 
 
+@pytest.mark.parametrize("heads", [(16, 4), (3, 1), (8, 1)])
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
-def test_amx_fp8_decode_every_code_same_bits(fp8):
+def test_amx_fp8_decode_every_code_same_bits(fp8, heads):
     """Caches of random codes with every code (NaN and, for e5m2, infinities included) in them: the
-    rows that meet a NaN or an infinity come out NaN or infinite alike, bit for bit."""
+    rows that meet a NaN or an infinity come out NaN or infinite alike, the others bit for bit."""
     print("seed", SEED)
     g = torch.Generator().manual_seed(SEED)
-    c = make_case(g, fp8, torch.bfloat16, [256, 300], 96, 16, every_code=True)
+    c = make_case(g, fp8, torch.bfloat16, [256, 300], 96, 16, heads=heads, every_code=True)
     with runtime_or_skip(AMX) as amx, runtime_or_skip(AVX512) as avx512:
         try:
             got = run(amx, c, "input")
@@ -123,4 +154,4 @@ def test_amx_fp8_decode_every_code_same_bits(fp8):
             pytest.skip(f"{AMX} declines here: {e}")
         want = run(avx512, c, "input")
     assert torch.isnan(want.float()).any()
-    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert same_bits(got, want)
