@@ -488,8 +488,8 @@ int PackProbabilities(const float* p, int64_t rows, int64_t rows_p, int64_t ld, 
 }
 
 // Chunks whose products one pass adds while the accumulator tiles stay loaded: 4 x 32 keys (a
-// cache block of 128 rows in one pass). Before, each chunk loaded and stored every accumulator
-// tile of the rows; the tile loads and stores of the accumulator cost about what its products do.
+// cache block of 128 rows in one pass). Loading and storing the accumulator tiles per chunk would
+// cost about what the chunk's products do.
 constexpr int kGroupChunks = 4;
 
 // Accumulator tile `acc_tile` (a literal, 0-3) += the parts of A (tiles 5-7: `parts` 3, or 1 when

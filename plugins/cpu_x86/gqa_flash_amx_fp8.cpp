@@ -1,5 +1,5 @@
-// gqa.flash.amx's block operations over float8 K/V caches (e4m3fn, e5m2: vLLM's fp8 KV cache
-// formats): every code decoded by byte-table lookups (AVX512-VBMI's VPERMI2B/VPERMT2B, 64 codes in
+// gqa.flash.amx's block operations over e4m3fn K/V caches (vLLM's default fp8 KV cache format):
+// every code decoded by byte-table lookups (AVX512-VBMI's VPERMI2B/VPERMT2B, 64 codes in
 // 7 instructions) into a float32 piece of rows in L1, which gqa.flash.avx512's float32 operations
 // then read. gqa.flash.amx sends its e4m3fn decode tiles here (bench/README.md: 1.2-1.4x
 // gqa.flash.avx512 on a decode step); e5m2 codes decode with two instructions in registers, and
@@ -12,15 +12,15 @@
 // codes), which made half of a float8 decode step (bench/README.md). The tables give the same
 // float32 values in under 2 instructions per 16 codes.
 //
-// Same bits as gqa.flash.avx512 on every float8 problem (but the sign of a NaN output, which the
+// Same bits as gqa.flash.avx512 on every e4m3fn problem (but the sign of a NaN output, which the
 // order of a NaN's operands in the float32 loops decides): a decoded value is exact (every e4m3fn
-// and e5m2 value is a bfloat16 value: the tables hold its bfloat16 bits, NaNs and infinities as
-// VCVTPH2PS widens them), a dequantized element is that value times its scale rounded to float32
-// (LoadCache16's product), and the scores of short tiles fold the scale into the query rows as
-// gqa.flash.avx512's ScoresShort does, then run the same float32 kernel over the decoded codes.
+// value is a bfloat16 value: the tables hold its bfloat16 bits, NaN as VCVTPH2PS widens it), a
+// dequantized element is that value times its scale rounded to float32 (LoadCache16's product), and
+// the scores of short tiles fold the scale into the query rows as gqa.flash.avx512's ScoresShort
+// does, then run the same float32 kernel over the decoded codes.
 //
-// Calls only intrinsics and its own internal functions, never std:: inline or template code (see
-// gqa_flash_avx512.cpp).
+// Calls only intrinsics and its own internal functions and templates, never std:: inline or
+// template code (see gqa_flash_avx512.cpp).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)  // a GCC-only warning group (Clang would warn that it does not know it)
@@ -35,17 +35,16 @@
 #error "gqa_flash_amx_fp8.cpp is built with -mavx512vbmi"
 #endif
 
+#include "gqa_avx512_cache.h"
+#include "gqa_avx512_math.h"
 #include "gqa_flash.h"
+#include "gqa_flash_avx512_rows.h"
 #include "gqa_kernels.h"
 #include "gqa_run.h"
 
 namespace attnrt::cpu {
 namespace {
 
-// As gqa.flash.avx512: tiles of at most this many rows are short (decode) tiles, whose scores
-// fold a quantized K's scale into the query when rows * h fits kFoldedQueryFloats.
-constexpr int64_t kTallRows = 8;
-constexpr int64_t kFoldedQueryFloats = 4096;
 // The decoded piece of K or V rows: at most kPieceKeys rows of h floats (h <= kGqaFp8VbmiMaxHead:
 // at least 16 rows).
 constexpr int64_t kPieceFloats = 8192;
@@ -66,20 +65,6 @@ constexpr uint16_t E4M3FnBits(int c) {
   return static_cast<uint16_t>(((e + 120) << 7) | (m << 4));
 }
 
-// e5m2: float16's top byte (bias 15); exponent 31 is infinity (m = 0) or NaN, which VCVTPH2PS
-// widens to float32 with the quiet bit set and the payload kept: bfloat16 0x7FC0 | m << 5.
-constexpr uint16_t E5M2Bits(int c) {
-  const int e = c >> 2;
-  const int m = c & 3;
-  if (e == 31) return static_cast<uint16_t>(m == 0 ? 0x7F80 : 0x7FC0 | (m << 5));
-  if (e == 0) {
-    if (m == 0) return 0;
-    const int top = m >= 2 ? 1 : 0;  // m * 2^-16
-    return static_cast<uint16_t>(((111 + top) << 7) | ((m - (1 << top)) << (7 - top)));
-  }
-  return static_cast<uint16_t>(((e + 112) << 7) | (m << 5));
-}
-
 // The low and the high bytes of the 128 magnitudes' bfloat16 bits: VPERMI2B's two 64-byte tables
 // each (code bits 0-5 pick a byte, bit 6 the table, bit 7 is ignored).
 struct alignas(64) ByteTables {
@@ -87,18 +72,17 @@ struct alignas(64) ByteTables {
   uint8_t high[128];
 };
 
-constexpr ByteTables MakeTables(bool e5m2) {
+constexpr ByteTables MakeTables() {
   ByteTables t{};
   for (int c = 0; c < 128; ++c) {
-    const uint16_t bits = e5m2 ? E5M2Bits(c) : E4M3FnBits(c);
+    const uint16_t bits = E4M3FnBits(c);
     t.low[c] = static_cast<uint8_t>(bits & 0xFF);
     t.high[c] = static_cast<uint8_t>(bits >> 8);
   }
   return t;
 }
 
-constexpr ByteTables kE4M3FnTables = MakeTables(false);
-constexpr ByteTables kE5M2Tables = MakeTables(true);
+constexpr ByteTables kE4M3FnTables = MakeTables();
 
 // Output vector s of a 64-code group: byte 4i + 2 of lane i is byte 16s + i of the low-byte
 // lookup (index 16s + i), byte 4i + 3 that of the high-byte one (index 64 + 16s + i); bytes 0 and 1
@@ -133,8 +117,8 @@ struct Tables {
   __m512i low0, low1, high0, high1;
 };
 
-Tables LoadTables(GqaCacheType type) {
-  const ByteTables& t = type == GqaCacheType::kFloat8E5M2 ? kE5M2Tables : kE4M3FnTables;
+Tables LoadTables() {
+  const ByteTables& t = kE4M3FnTables;
   return {_mm512_load_si512(t.low), _mm512_load_si512(t.low + 64), _mm512_load_si512(t.high),
           _mm512_load_si512(t.high + 64)};
 }
@@ -165,15 +149,6 @@ __attribute__((always_inline)) inline __m512 Decode16(const Tables& t, const uin
       _mm512_or_si512(low, high), x, _mm512_set1_epi32(static_cast<int>(0x80000000u)), 0xF8));
 }
 
-inline __mmask16 Mask16(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-}
-
-// Scale of elements [d, d + 16): scale[0] (per tensor) or scale[d ..] (per channel).
-inline __m512 ScaleOf(const float* scale, bool per_channel, int64_t d, __mmask16 mask) {
-  return per_channel ? _mm512_maskz_loadu_ps(mask, scale + d) : _mm512_set1_ps(*scale);
-}
-
 // out[j * h + d] = element d of row j (j < n, d < h): the decoded code times its scale (rounded
 // to float32), or the code's value alone when scale is NULL.
 void DecodeRows(const Tables& t, const unsigned char* data, size_t row_bytes, int64_t n, int64_t h,
@@ -188,7 +163,7 @@ void DecodeRows(const Tables& t, const unsigned char* data, size_t row_bytes, in
       Decode64(t, row + d, x);
       for (int s = 0; s < 4; ++s) {
         if (scale != nullptr) {
-          x[s] = _mm512_mul_ps(x[s], ScaleOf(scale, per_channel, d + 16 * s, Mask16(16)));
+          x[s] = _mm512_mul_ps(x[s], Scale16(scale, per_channel, d + 16 * s, Mask16(16)));
         }
         _mm512_storeu_ps(o + d + 16 * s, x[s]);
       }
@@ -196,7 +171,7 @@ void DecodeRows(const Tables& t, const unsigned char* data, size_t row_bytes, in
     for (; d < h; d += 16) {
       const __mmask16 mask = Mask16(h - d);
       __m512 x = Decode16(t, row + d, mask);
-      if (scale != nullptr) x = _mm512_mul_ps(x, ScaleOf(scale, per_channel, d, mask));
+      if (scale != nullptr) x = _mm512_mul_ps(x, Scale16(scale, per_channel, d, mask));
       _mm512_mask_storeu_ps(o + d, mask, x);
     }
   }
@@ -215,17 +190,38 @@ const void* PieceShare(const void* prefetch, size_t bytes, int64_t j0, int64_t n
   return prefetch == nullptr ? nullptr : static_cast<const unsigned char*>(prefetch) + b0;
 }
 
+// Decodes keys [0, keys) of kv a piece at a time into float32 rows (times their scale when
+// `scaled`) and calls f(j0, n, rows, prefetch, prefetch_bytes) on each: the piece's first key, its
+// length, its rows as a float32 GqaFlashKv, and its share of the prefetch range.
+template <class F>
+void ForEachPiece(const GqaFlashKv& kv, int64_t keys, int64_t h, bool scaled, const void* prefetch,
+                  size_t prefetch_bytes, const F& f) {
+  const Tables t = LoadTables();
+  alignas(64) float piece[kPieceFloats];
+  const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
+                            nullptr, false};
+  const int64_t step = PieceKeys(h);
+  const auto* data = static_cast<const unsigned char*>(kv.data);
+  for (int64_t j0 = 0; j0 < keys; j0 += step) {
+    const int64_t n = keys - j0 < step ? keys - j0 : step;
+    DecodeRows(t, data + static_cast<size_t>(j0) * kv.row_bytes, kv.row_bytes, n, h,
+               scaled ? kv.scale : nullptr, kv.per_channel, piece);
+    size_t share = 0;
+    const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
+    f(j0, n, rows_f32, ahead, share);
+  }
+}
+
 }  // namespace
 
 void GqaFp8DequantizeVbmi(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out) {
-  DecodeRows(LoadTables(kv.type), static_cast<const unsigned char*>(kv.data), kv.row_bytes, keys, h,
+  DecodeRows(LoadTables(), static_cast<const unsigned char*>(kv.data), kv.row_bytes, keys, h,
              kv.scale, kv.per_channel, out);
 }
 
 void GqaFp8ScoresVbmi(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h,
                       float scale, float* scores, int64_t ld, const void* prefetch,
                       size_t prefetch_bytes) {
-  const Tables t = LoadTables(k.type);
   // Short tiles: <q, c * s> as <q * s, c>, as gqa.flash.avx512's ScoresShort.
   const bool fold = rows <= kTallRows && rows * h <= kFoldedQueryFloats;
   alignas(64) float folded[kFoldedQueryFloats];
@@ -235,43 +231,26 @@ void GqaFp8ScoresVbmi(const float* q, int64_t rows, const GqaFlashKv& k, int64_t
         const __mmask16 mask = Mask16(h - d);
         _mm512_mask_storeu_ps(folded + r * h + d, mask,
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, q + r * h + d),
-                                            ScaleOf(k.scale, k.per_channel, d, mask)));
+                                            Scale16(k.scale, k.per_channel, d, mask)));
       }
     }
   }
-  alignas(64) float piece[kPieceFloats];
-  const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
-                            nullptr, false};
-  const int64_t step = PieceKeys(h);
-  const auto* data = static_cast<const unsigned char*>(k.data);
-  for (int64_t j0 = 0; j0 < keys; j0 += step) {
-    const int64_t n = keys - j0 < step ? keys - j0 : step;
-    DecodeRows(t, data + static_cast<size_t>(j0) * k.row_bytes, k.row_bytes, n, h,
-               fold ? nullptr : k.scale, k.per_channel, piece);
-    size_t share = 0;
-    const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
-    kGqaFlashOpsAvx512.scores(fold ? folded : q, rows, rows_f32, n, h, scale, scores + j0, ld,
-                              ahead, share);
-  }
+  ForEachPiece(
+      k, keys, h, !fold, prefetch, prefetch_bytes,
+      [&](int64_t j0, int64_t n, const GqaFlashKv& piece, const void* ahead, size_t share) {
+        kGqaFlashOpsAvx512.scores(fold ? folded : q, rows, piece, n, h, scale, scores + j0, ld,
+                                  ahead, share);
+      });
 }
 
 void GqaFp8AccumulateVbmi(const float* p, int64_t rows, int64_t ld, const GqaFlashKv& v,
                           int64_t keys, int64_t h, float* acc, const void* prefetch,
                           size_t prefetch_bytes) {
-  const Tables t = LoadTables(v.type);
-  alignas(64) float piece[kPieceFloats];
-  const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
-                            nullptr, false};
-  const int64_t step = PieceKeys(h);
-  const auto* data = static_cast<const unsigned char*>(v.data);
-  for (int64_t j0 = 0; j0 < keys; j0 += step) {
-    const int64_t n = keys - j0 < step ? keys - j0 : step;
-    DecodeRows(t, data + static_cast<size_t>(j0) * v.row_bytes, v.row_bytes, n, h, v.scale,
-               v.per_channel, piece);
-    size_t share = 0;
-    const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
-    kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, rows_f32, n, h, acc, ahead, share);
-  }
+  ForEachPiece(
+      v, keys, h, true, prefetch, prefetch_bytes,
+      [&](int64_t j0, int64_t n, const GqaFlashKv& piece, const void* ahead, size_t share) {
+        kGqaFlashOpsAvx512.accumulate(p + j0, rows, ld, piece, n, h, acc, ahead, share);
+      });
 }
 
 }  // namespace attnrt::cpu

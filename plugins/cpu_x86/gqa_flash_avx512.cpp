@@ -208,9 +208,7 @@ void ScoresShortOf(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, 
 // Short tiles of a quantized K: <q, k * s> is computed as <q * s, k>, the scale folded into the
 // (at most kTallRows) query rows once per block instead of into every K vector of it. The query
 // stays float32 (only the order of two float32 multiplications changes); a score does not depend
-// on how the keys were blocked.
-constexpr int64_t kFoldedQueryFloats = 4096;
-
+// on how the keys were blocked (kFoldedQueryFloats: gqa_flash_avx512_rows.h).
 template <class Kv>
 void ScoresShort(const float* q, int64_t rows, Kv k, int64_t keys, int64_t h, float scale,
                  float* scores, int64_t ld, Prefetcher& ahead) {

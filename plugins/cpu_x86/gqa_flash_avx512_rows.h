@@ -37,6 +37,9 @@ constexpr __mmask16 kLow8 = 0x00FF;
 // kFusedRows), and those are decode tiles, where the K rows are read once and a transpose would
 // only add work.
 constexpr int64_t kTallRows = 8;
+// Short tiles of a quantized K fold its scale into the query rows when rows * h fits this many
+// floats (ScoresShort; gqa_flash_amx_fp8.cpp folds the same rows, for the same bits).
+constexpr int64_t kFoldedQueryFloats = 4096;
 
 // The K or V rows of a block for cache type kType: row j at data + j * row_bytes. Scale(d, mask)
 // is the dequantization scale of elements [d, d + 16), loaded once per 16 columns for all rows of

@@ -37,8 +37,8 @@ extern const GqaFlashOps kGqaFlashOpsAvx512;
 // permission was granted (AmxTileDataReason() empty).
 extern const GqaFlashOps kGqaFlashOpsAmx;
 
-// gqa.flash.amx's scores, P·V and dequantization over float8 (e4m3fn, e5m2) K/V rows of head
-// size h <= kGqaFp8VbmiMaxHead (gqa_flash_amx_fp8.cpp): the GqaFlashOps contracts, the same bits
+// gqa.flash.amx's scores, P·V and dequantization over e4m3fn K/V rows of head size
+// h <= kGqaFp8VbmiMaxHead (gqa_flash_amx_fp8.cpp): the GqaFlashOps contracts, the same bits
 // as gqa.flash.avx512's. Execute AVX512-VBMI instructions besides gqa.flash.avx512's: call only
 // where gqa.flash.amx's supports() has accepted the problem.
 constexpr int64_t kGqaFp8VbmiMaxHead = 512;
