@@ -1,13 +1,15 @@
 // gqa.flash.amx: gqa.flash.avx512's block operations with the scores and P·V of tall tiles
 // (prompts) on AMX-BF16 (TDPBF16PS: a 16x16 float32 tile += a 16x32 bfloat16 tile times a 32x16
-// one). The only file built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl
-// -mfma); reached only after the kernel's supports() saw all of them and AVX512-VBMI usable (CPUID,
-// OS-enabled opmask/ZMM and tile state in XCR0, and the process's permission to use the tile data,
-// which Linux grants on request) and the problem is a bfloat16 query with a bfloat16 cache, or any
-// query with a float8 cache. Float8: e4m3fn decode tiles go to gqa_flash_amx_fp8.cpp; every other
-// float8 operation is gqa.flash.avx512's, but for prompt tiles over a dequantized copy whose values
-// are all bfloat16 values (a scale of 1.0 or another power of two, for instance): its K rows with
-// a bfloat16 query, and its V rows with any query, take the tile products.
+// one). Built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma), as is
+// gqa_flash_amx_decode.cpp; reached only after the kernel's supports() saw all of them and
+// AVX512-VBMI usable (CPUID, OS-enabled opmask/ZMM and tile state in XCR0, and the process's
+// permission to use the tile data, which Linux grants on request) and the problem is a bfloat16 query with a bfloat16 cache, or any
+// query with a float8 cache. Float8: e4m3fn decode tiles are scored on tiles where their query
+// rows are bfloat16 values (gqa_flash_amx_decode.cpp), else, and for their P·V, decoded by
+// gqa_flash_amx_fp8.cpp; every other float8 operation is gqa.flash.avx512's, but for prompt tiles
+// over a dequantized copy whose values are all bfloat16 values (a scale of 1.0 or another power of
+// two, for instance): its K rows with a bfloat16 query, and its V rows with any query, take the
+// tile products.
 //
 // Why AMX rather than AVX512_BF16's VDPBF16PS: on the Sapphire Rapids-class cores this was written
 // on, VDPBF16PS retires one instruction per two cycles (32 multiply-adds per instruction), half the
@@ -44,7 +46,8 @@
 // below about 2^-103) is flushed: an error below 2^-126 * |v| per key. Heads that are not a
 // multiple of 32 (or above 256) widen each piece of V to float32 once (exact) into a buffer in L1
 // and run gqa.flash.avx512's register-blocked P·V on it: the same bits as gqa.flash.avx512. Short
-// tiles (decode: memory-bound) and every other operation are gqa.flash.avx512's, unchanged.
+// tiles (decode: memory-bound) and every other operation are gqa.flash.avx512's, unchanged, but for
+// e4m3fn decode tiles (gqa_flash_amx_decode.cpp, gqa_flash_amx_fp8.cpp).
 //
 // Calls only intrinsics and its own internal functions, never std:: inline or template code (see
 // gqa_flash_avx512.cpp).
@@ -67,6 +70,7 @@
 #error "gqa_flash_amx.cpp is built with -mamx-tile -mamx-bf16"
 #endif
 
+#include "gqa_amx_tiles.h"
 #include "gqa_avx512_math.h"
 #include "gqa_flash.h"
 #include "gqa_kernels.h"
@@ -85,35 +89,6 @@ constexpr int64_t kPairWords = 8192;
 constexpr int64_t kQueryWords = 8192;
 constexpr int64_t kWideFloats = 8192;
 constexpr int64_t kWideKeys = 64;
-
-// Lanes of 16 float32 values (as bits) that are no bfloat16 value (a nonzero low half) or a
-// subnormal.
-inline __mmask16 NotBFloat16Normal(__m512i bits) {
-  const __mmask16 low_half = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0xFFFF));
-  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
-  // 0 < magnitude < 0x00800000, as magnitude - 1 < 0x007FFFFF unsigned.
-  const __mmask16 subnormal = _mm512_cmplt_epu32_mask(
-      _mm512_sub_epi32(magnitude, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007FFFFF));
-  return low_half | subnormal;
-}
-
-// Lanes of 32 bfloat16 values that are subnormal.
-inline __mmask32 SubnormalBFloat16(__m512i bits) {
-  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi16(0x7FFF));
-  return _mm512_cmplt_epu16_mask(_mm512_sub_epi16(magnitude, _mm512_set1_epi16(1)),
-                                 _mm512_set1_epi16(0x7F));
-}
-
-// The high halves of 32 float32 values, lo (elements 0..15) then hi (16..31), in order: the 32
-// bfloat16 values, 32-bit lane i holding elements 2i (low half) and 2i + 1.
-inline __m512i HighHalves(__m512i lo, __m512i hi) {
-  // 16-bit lane k takes 16-bit lane 2k + 1 of (lo, hi).
-  const __m512i index =
-      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
-                        0x001B0019, 0x001F001D, 0x00230021, 0x00270025, 0x002B0029, 0x002F002D,
-                        0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
-  return _mm512_permutex2var_epi16(lo, index, hi);
-}
 
 // 32 float32 values from x (bits), the lanes at or past n zero.
 inline void LoadFloats32(const void* x, int64_t n, __m512i* lo, __m512i* hi) {
@@ -204,27 +179,6 @@ struct TallPrefetch {
     k_next.Step();
   }
 };
-
-// LDTILECFG's operand, palette 1: every tile 16 rows of 64 bytes (16 float32 scores, or 16 pairs
-// of bfloat16).
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t bytes_per_row[16];
-  uint8_t rows[16];
-};
-
-// Every tile 16 rows of 64 bytes.
-void LoadTileConfig() {
-  TileConfig config = {};
-  config.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  _tile_loadconfig(&config);
-}
 
 // Tiles: accumulators 0-3 (rows r0 and r0 + 16 x keys 0-15 and 16-31), query rows 4-5, keys 6-7.
 constexpr int64_t kTileRows = 16;
@@ -329,6 +283,10 @@ bool DecodedE4M3Fn(const GqaFlashKv& kv, int64_t rows, int64_t h) {
 
 void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h, float scale,
             float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
+  if (rows <= kTallRows &&
+      GqaAmxScoresShort(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes)) {
+    return;
+  }
   if (DecodedE4M3Fn(k, rows, h)) {
     return GqaFp8ScoresVbmi(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes);
   }

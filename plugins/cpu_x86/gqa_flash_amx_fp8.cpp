@@ -12,7 +12,11 @@
 // codes), which made half of a float8 decode step (bench/README.md). The tables give the same
 // float32 values in under 2 instructions per 16 codes.
 //
-// Same bits as gqa.flash.avx512 on every e4m3fn problem (but the sign of a NaN output, which the
+// Where gqa.flash.amx does not score a decode tile on tiles (gqa_flash_amx_decode.cpp: a query
+// that holds no bfloat16 values, a per-channel scale, a head size that is no multiple of 32 or
+// above 256), its scores come from here, and so does every P·V of an e4m3fn decode tile (a
+// per-tensor scale of 1 skips the products, which change no value). Same bits as
+// gqa.flash.avx512 on every such problem (but the sign of a NaN output, which the
 // order of a NaN's operands in the float32 loops decides): a decoded value is exact (every e4m3fn
 // value is a bfloat16 value: the tables hold its bfloat16 bits, NaN as VCVTPH2PS widens it), a
 // dequantized element is that value times its scale rounded to float32 (LoadCache16's product), and
@@ -37,6 +41,7 @@
 
 #include "gqa_avx512_cache.h"
 #include "gqa_avx512_math.h"
+#include "gqa_e4m3fn_tables.h"
 #include "gqa_flash.h"
 #include "gqa_flash_avx512_rows.h"
 #include "gqa_kernels.h"
@@ -49,40 +54,6 @@ namespace {
 // at least 16 rows).
 constexpr int64_t kPieceFloats = 8192;
 constexpr int64_t kPieceKeys = 64;
-
-// bfloat16 bits of the magnitude codes 0..127 (the sign is bit 7 of the code, bit 15 here).
-// e4m3fn: exponent bias 7, no infinities, S.1111.111 NaN (float16's quiet NaN widened:
-// 0x7FC0); exponent 0 is m * 2^-9, normalized here (bfloat16 reaches 2^-133).
-constexpr uint16_t E4M3FnBits(int c) {
-  const int e = c >> 3;
-  const int m = c & 7;
-  if (c == 0x7F) return 0x7FC0;
-  if (e == 0) {
-    if (m == 0) return 0;
-    const int top = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m = 2^top + rest
-    return static_cast<uint16_t>(((118 + top) << 7) | ((m - (1 << top)) << (7 - top)));
-  }
-  return static_cast<uint16_t>(((e + 120) << 7) | (m << 4));
-}
-
-// The low and the high bytes of the 128 magnitudes' bfloat16 bits: VPERMI2B's two 64-byte tables
-// each (code bits 0-5 pick a byte, bit 6 the table, bit 7 is ignored).
-struct alignas(64) ByteTables {
-  uint8_t low[128];
-  uint8_t high[128];
-};
-
-constexpr ByteTables MakeTables() {
-  ByteTables t{};
-  for (int c = 0; c < 128; ++c) {
-    const uint16_t bits = E4M3FnBits(c);
-    t.low[c] = static_cast<uint8_t>(bits & 0xFF);
-    t.high[c] = static_cast<uint8_t>(bits >> 8);
-  }
-  return t;
-}
-
-constexpr ByteTables kE4M3FnTables = MakeTables();
 
 // Output vector s of a 64-code group: byte 4i + 2 of lane i is byte 16s + i of the low-byte
 // lookup (index 16s + i), byte 4i + 3 that of the high-byte one (index 64 + 16s + i); bytes 0 and 1
@@ -113,27 +84,13 @@ constexpr ByteIndex MakeSpread() {
 
 constexpr ByteIndex kSpread = MakeSpread();
 
-struct Tables {
-  __m512i low0, low1, high0, high1;
-};
-
-Tables LoadTables() {
-  const ByteTables& t = kE4M3FnTables;
-  return {_mm512_load_si512(t.low), _mm512_load_si512(t.low + 64), _mm512_load_si512(t.high),
-          _mm512_load_si512(t.high + 64)};
-}
-
 // The 64 codes at `codes` as float32 values: out[s] holds codes 16s .. 16s + 15.
 __attribute__((always_inline)) inline void Decode64(const Tables& t, const uint8_t* codes,
                                                     __m512 out[4]) {
-  const __m512i x = _mm512_loadu_si512(codes);
-  const __m512i low = _mm512_permutex2var_epi8(t.low0, x, t.low1);
-  // high | (x & 0x80): the sign.
-  const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.high0, x, t.high1), x,
-                                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  const CodeBytes b = LookUp(t, _mm512_loadu_si512(codes));
   for (int s = 0; s < 4; ++s) {
     out[s] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(
-        kHighHalves, low, _mm512_load_si512(kInterleave[s].index), high));
+        kHighHalves, b.low, _mm512_load_si512(kInterleave[s].index), b.high));
   }
 }
 
@@ -197,6 +154,9 @@ template <class F>
 void ForEachPiece(const GqaFlashKv& kv, int64_t keys, int64_t h, bool scaled, const void* prefetch,
                   size_t prefetch_bytes, const F& f) {
   const Tables t = LoadTables();
+  // A per-tensor scale of 1 (vLLM's default) changes no value: the products are skipped.
+  const bool unit = kv.scale != nullptr && !kv.per_channel && kv.scale[0] == 1.0f;
+  const float* row_scale = scaled && !unit ? kv.scale : nullptr;
   alignas(64) float piece[kPieceFloats];
   const GqaFlashKv rows_f32{piece, static_cast<size_t>(h) * sizeof(float), GqaCacheType::kFloat32,
                             nullptr, false};
@@ -204,8 +164,8 @@ void ForEachPiece(const GqaFlashKv& kv, int64_t keys, int64_t h, bool scaled, co
   const auto* data = static_cast<const unsigned char*>(kv.data);
   for (int64_t j0 = 0; j0 < keys; j0 += step) {
     const int64_t n = keys - j0 < step ? keys - j0 : step;
-    DecodeRows(t, data + static_cast<size_t>(j0) * kv.row_bytes, kv.row_bytes, n, h,
-               scaled ? kv.scale : nullptr, kv.per_channel, piece);
+    DecodeRows(t, data + static_cast<size_t>(j0) * kv.row_bytes, kv.row_bytes, n, h, row_scale,
+               kv.per_channel, piece);
     size_t share = 0;
     const void* ahead = PieceShare(prefetch, prefetch_bytes, j0, n, keys, &share);
     f(j0, n, rows_f32, ahead, share);

@@ -50,4 +50,17 @@ void GqaFp8AccumulateVbmi(const float* p, int64_t rows, int64_t ld, const GqaFla
                           size_t prefetch_bytes);
 void GqaFp8DequantizeVbmi(const GqaFlashKv& kv, int64_t keys, int64_t h, float* out);
 
+// gqa.flash.amx's scores of a short (decode) tile of rows <= kGqaAmxShortRows query rows over
+// bfloat16 or e4m3fn (per-tensor scale) K rows of head size h, a multiple of 32 up to
+// kGqaAmxShortMaxHead, on AMX-BF16 tiles (gqa_flash_amx_decode.cpp): the GqaFlashOps scores
+// contract, each score the same bits under any split of the keys. False, with nothing written,
+// when the problem is not one of those or a query element is no bfloat16 value or a subnormal one.
+// Executes AMX and AVX512-VBMI instructions: call only where gqa.flash.amx's supports() has
+// accepted the problem.
+constexpr int64_t kGqaAmxShortRows = 8;
+constexpr int64_t kGqaAmxShortMaxHead = 256;
+bool GqaAmxScoresShort(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h,
+                       float scale, float* scores, int64_t ld, const void* prefetch,
+                       size_t prefetch_bytes);
+
 }  // namespace attnrt::cpu
