@@ -53,11 +53,16 @@ constexpr int64_t kPassKeys = 32;
 // Elements of a head one A tile (and one B tile of query pairs) covers.
 constexpr int64_t kTileElements = 32;
 
+// The largest magnitude of an e4m3fn value.
+constexpr float kE4M3FnMax = 448.0f;
+
 // qt[i * 16 + r] = pair i (elements 2i and 2i + 1) of query row r as bfloat16, for i < h / 2 and
 // r < rows; 0 for rows [rows, 16): the B tiles, one per 32 elements. False when an element is no
-// bfloat16 value or a subnormal one.
-bool PackQueryPairs(const float* q, int64_t rows, int64_t h, uint32_t* qt) {
+// bfloat16 value or a subnormal one, or one whose magnitude exceeds `largest` (an infinity too).
+bool PackQueryPairs(const float* q, int64_t rows, int64_t h, float largest, uint32_t* qt) {
   __mmask16 bad = 0;
+  const __m512 limit = _mm512_set1_ps(largest);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
   for (int64_t d = 0; d < h; d += kTileElements) {
     __m512 r[16];
 #pragma GCC unroll 16
@@ -69,6 +74,13 @@ bool PackQueryPairs(const float* q, int64_t rows, int64_t h, uint32_t* qt) {
       const __m512i lo = _mm512_castps_si512(_mm512_loadu_ps(q + i * h + d));
       const __m512i hi = _mm512_castps_si512(_mm512_loadu_ps(q + i * h + d + 16));
       bad = static_cast<__mmask16>(bad | NotBFloat16Normal(lo) | NotBFloat16Normal(hi));
+      // |x| > largest (a NaN compares false: it stays, and makes its scores NaN as it should).
+      bad = static_cast<__mmask16>(
+          bad |
+          _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(lo, magnitude)), limit,
+                             _CMP_GT_OQ) |
+          _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(hi, magnitude)), limit,
+                             _CMP_GT_OQ));
       r[i] = _mm512_castsi512_ps(HighHalves(lo, hi));
     }
     Transpose16x16(r);
@@ -126,17 +138,19 @@ void DecodeRowsBFloat16(const Tables& t, const unsigned char* data, size_t row_b
   }
 }
 
-// scores[r * ld + j] = factor * column r of the accumulator rows c[j * 16 ..], for r < rows and
-// j < n (n <= 16).
-void StoreScores(const float* c, int64_t rows, int64_t n, float factor, float* scores, int64_t ld) {
+// scores[r * ld + j] = (column r of the accumulator rows c[j * 16 ..] * k_scale) * scale, for
+// r < rows and j < n (n <= 16).
+void StoreScores(const float* c, int64_t rows, int64_t n, float k_scale, float scale, float* scores,
+                 int64_t ld) {
   __m512 r[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(c + i * 16);
   Transpose16x16(r);
-  const __m512 f = _mm512_set1_ps(factor);
+  const __m512 ks = _mm512_set1_ps(k_scale);
+  const __m512 s = _mm512_set1_ps(scale);
   const __mmask16 mask = Mask16(n);
   for (int64_t i = 0; i < rows; ++i) {
-    _mm512_mask_storeu_ps(scores + i * ld, mask, _mm512_mul_ps(f, r[i]));
+    _mm512_mask_storeu_ps(scores + i * ld, mask, _mm512_mul_ps(s, _mm512_mul_ps(r[i], ks)));
   }
 }
 
@@ -150,9 +164,20 @@ bool GqaAmxScoresShort(const float* q, int64_t rows, const GqaFlashKv& k, int64_
       k.per_channel) {
     return false;
   }
+  // The scale multiplies the sum, not each element as in gqa.flash.avx512; so that this changes
+  // nothing but rounding, the sum must neither overflow where the scaled one would not (the query
+  // at most FLT_MAX / (448 h) in magnitude: no sum of h products reaches FLT_MAX), nor lose
+  // flushed partial sums (below FLT_MIN) that a large scale would have made visible (|k_scale| at
+  // most 2^64: a flushed part stays below h 2^-62 after it), and the scale must be a normal finite
+  // number (0, a subnormal, an infinity or NaN take gqa.flash.avx512's products).
+  const float k_scale = k.scale[0];
+  uint32_t bits;
+  __builtin_memcpy(&bits, &k_scale, sizeof bits);
+  const uint32_t exponent = bits >> 23 & 0xFF;
+  if (exponent == 0 || exponent > 127 + 64) return false;
   alignas(64) uint32_t qt[kGqaAmxShortMaxHead / 2 * 16];
-  if (!PackQueryPairs(q, rows, h, qt)) return false;
-  const float factor = scale * k.scale[0];
+  const float largest = 3.40282347e38f / (kE4M3FnMax * static_cast<float>(h));
+  if (!PackQueryPairs(q, rows, h, largest, qt)) return false;
   const Tables tables = LoadTables();
   alignas(64) uint16_t rows_bf16[kPassKeys * kGqaAmxShortMaxHead];
   alignas(64) float c[kPassKeys * 16];
@@ -179,10 +204,11 @@ bool GqaAmxScoresShort(const float* q, int64_t rows, const GqaFlashKv& k, int64_
       }
     }
     _tile_stored(0, c, 64);
-    StoreScores(c, rows, two ? kTileKeys : n, factor, scores + j0, ld);
+    StoreScores(c, rows, two ? kTileKeys : n, k_scale, scale, scores + j0, ld);
     if (two) {
       _tile_stored(1, c + kTileKeys * 16, 64);
-      StoreScores(c + kTileKeys * 16, rows, n - kTileKeys, factor, scores + j0 + kTileKeys, ld);
+      StoreScores(c + kTileKeys * 16, rows, n - kTileKeys, k_scale, scale, scores + j0 + kTileKeys,
+                  ld);
     }
   }
   _tile_release();

@@ -235,3 +235,59 @@ def test_amx_e4m3fn_tile_scores_split_invariant_and_exact(h, heads):
     for o in outs[1:]:
         assert same_bits(o, outs[0])
     assert (want.double() - outs[0].double()).abs().max().item() <= tol
+
+
+def _extreme_case(kind):
+    """One decode row over one kv head (head size 64, 16 keys, block 16) whose K scale sits at an
+    edge where the tile scores, which apply k_scale to the sum rather than to each key element,
+    would differ from the scaled products if they took the problem: an infinite k_scale (every
+    score NaN), a query near 2^120 with k_scale 2^-20 (the unscaled sums overflow, the scaled
+    ones do not), k_scale 0 with a query of 2^126 (Inf * 0), and e4m3fn subnormal codes with a
+    query of 2^-120 and k_scale 2^125 (the unscaled products are flushed below FLT_MIN)."""
+    g = torch.Generator().manual_seed(SEED)
+    h, n = 64, 16
+    q = torch.randint(1, 4, (1, 1, h), generator=g).float()
+    codes = torch.randint(0x30, 0x50, (1, 1, n, h), generator=g, dtype=torch.int32)
+    if kind == "inf":
+        q, k_scale = torch.ones(1, 1, h), float("inf")
+        codes[..., 0::2] = 0x38  # 1.0
+        codes[..., 1::2] = 0xB8  # -1.0: each key holds +Inf and -Inf after the scale
+    elif kind == "overflow":
+        q, k_scale = q * 2.0**120, 2.0**-20
+        codes[:] = 0x7E  # 448
+    elif kind == "zero":
+        q, k_scale = torch.full((1, 1, h), 2.0**126), 0.0
+        codes[:] = 0x7E
+    else:  # "underflow"
+        q, k_scale = q * 2.0**-120, 2.0**125
+        codes = torch.randint(1, 4, (1, 1, n, h), generator=g, dtype=torch.int32)
+        codes[..., ::2] |= 0x80
+    kc = codes.to(torch.uint8).view(torch.float8_e4m3fn)
+    vc = torch.randn(1, 1, n, h, generator=g).to(torch.float8_e4m3fn)
+    return dict(q=q, k_cache=kc, v_cache=vc, cu=torch.tensor([0, 1], dtype=torch.int32),
+                lens=torch.tensor([n], dtype=torch.int32), table=torch.tensor([[0]], dtype=torch.int32),
+                ks=torch.tensor([k_scale]), vs=torch.tensor([1.0]))
+
+
+@pytest.mark.parametrize("kind", ["inf", "overflow", "zero", "underflow"])
+def test_amx_e4m3fn_extreme_k_scales(kind):
+    """The tile scores take only k_scales and queries under which applying the scale to the sum
+    changes nothing but rounding; these edges go to the scaled products and give what
+    gqa.flash.avx512 and the float64 reference give (NaN rows where every score is NaN)."""
+    print("seed", SEED)
+    c = _extreme_case(kind)
+    with runtime_or_skip(AMX) as amx, runtime_or_skip(AVX512) as avx512:
+        try:
+            got = run(amx, c, "exact")
+        except attnrt.UnsupportedError as e:
+            pytest.skip(f"{AMX} declines here: {e}")
+        want = run(avx512, c, "exact")
+    assert same_bits(got, want), kind
+    if kind == "inf":
+        assert torch.isnan(got).all()
+        return
+    k = c["k_cache"][0, 0].double() * float(c["ks"])
+    v = c["v_cache"][0, 0].double()
+    s = (k @ c["q"][0, 0].double()) / 8.0
+    ref = torch.softmax(s, 0) @ v
+    assert (got[0, 0].double() - ref).abs().max().item() <= 1e-5 * max(1.0, ref.abs().max().item())
