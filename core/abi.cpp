@@ -72,16 +72,59 @@ Status NullArgument(const char* name) {
                                        ": expected a non-NULL pointer, got NULL");
 }
 
+// The struct_size of an output struct as this library's headers declare it: the end of its last
+// field (ATTNRT_STRUCT_SIZE). None has grown since it was released, so that is also the least a
+// caller may give.
+template <typename T>
+constexpr size_t OutStructSize();
+template <>
+constexpr size_t OutStructSize<attnrt_plugin_info>() {
+  return ATTNRT_PLUGIN_INFO_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_kernel_info>() {
+  return ATTNRT_KERNEL_INFO_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_diagnostic>() {
+  return ATTNRT_DIAGNOSTIC_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_plan_info>() {
+  return ATTNRT_PLAN_INFO_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_plan_cache_info>() {
+  return ATTNRT_PLAN_CACHE_INFO_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_candidate>() {
+  return ATTNRT_CANDIDATE_STRUCT_SIZE;
+}
+template <>
+constexpr size_t OutStructSize<attnrt_block_pool_stats>() {
+  return ATTNRT_BLOCK_POOL_STATS_STRUCT_SIZE;
+}
+
 // Output structs carry the caller's struct_size: it must cover what this library writes.
 template <typename T>
 Status CheckOutStruct(const T* out, const char* name) {
   if (out == nullptr) return NullArgument(name);
-  if (out->struct_size < sizeof(T)) {
-    return attnrt::core::AbiMismatch(
-        std::string(name) + "->struct_size: expected at least " + std::to_string(sizeof(T)) +
-        ", got " + std::to_string(out->struct_size) + "; set it to sizeof the struct");
+  if (out->struct_size < OutStructSize<T>()) {
+    return attnrt::core::AbiMismatch(std::string(name) + "->struct_size: expected at least " +
+                                     std::to_string(OutStructSize<T>()) + ", got " +
+                                     std::to_string(out->struct_size) +
+                                     "; set it to the struct's ATTNRT_*_STRUCT_SIZE (or sizeof)");
   }
   return Status::Ok();
+}
+
+// Writes `value` into the caller's struct, its struct_size kept, and no byte past that size (the
+// caller's object may end there: ATTNRT_STRUCT_SIZE leaves out the tail padding).
+template <typename T>
+void WriteOut(T* out, T value) {
+  value.struct_size = out->struct_size;
+  std::memcpy(static_cast<void*>(out), &value, std::min(out->struct_size, sizeof(T)));
 }
 
 Status IndexNotFound(const char* what, size_t index, size_t count) {
@@ -237,18 +280,17 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtim
     const auto& plugins = runtime->state->plugins();
     if (index >= plugins.size()) return IndexNotFound("plugin", index, plugins.size());
     const auto& p = *plugins[index];
-    const size_t struct_size = out_info->struct_size;
-    *out_info = attnrt_plugin_info{};
-    out_info->struct_size = struct_size;
-    out_info->name = p.name.c_str();
-    out_info->path = p.path.c_str();
-    out_info->version = p.version.c_str();
-    out_info->abi_major = p.abi_major;
-    out_info->abi_minor = p.abi_minor;
-    out_info->available = p.available ? 1 : 0;
-    out_info->reason = p.reason.c_str();
-    out_info->num_facts = p.facts.size();
-    out_info->num_kernels = p.kernels.size();
+    attnrt_plugin_info value{};
+    value.name = p.name.c_str();
+    value.path = p.path.c_str();
+    value.version = p.version.c_str();
+    value.abi_major = p.abi_major;
+    value.abi_minor = p.abi_minor;
+    value.available = p.available ? 1 : 0;
+    value.reason = p.reason.c_str();
+    value.num_facts = p.facts.size();
+    value.num_kernels = p.kernels.size();
+    WriteOut(out_info, value);
     return Status::Ok();
   });
 }
@@ -284,14 +326,13 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runt
     if (kernel_index >= kernels.size())
       return IndexNotFound("kernel", kernel_index, kernels.size());
     const auto& k = kernels[kernel_index];
-    const size_t struct_size = out_info->struct_size;
-    *out_info = attnrt_kernel_info{};
-    out_info->struct_size = struct_size;
-    out_info->name = k.name.c_str();
-    out_info->plugin = k.plugin->name.c_str();
-    out_info->op_kind = k.op_kind;
-    out_info->device_type = k.device_type;
-    out_info->priority = k.priority;
+    attnrt_kernel_info value{};
+    value.name = k.name.c_str();
+    value.plugin = k.plugin->name.c_str();
+    value.op_kind = k.op_kind;
+    value.device_type = k.device_type;
+    value.priority = k.priority;
+    WriteOut(out_info, value);
     return Status::Ok();
   });
 }
@@ -313,11 +354,10 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_diagnostic, "out_diagnostic"));
     const auto& diagnostics = runtime->state->diagnostics();
     if (index >= diagnostics.size()) return IndexNotFound("diagnostic", index, diagnostics.size());
-    const size_t struct_size = out_diagnostic->struct_size;
-    *out_diagnostic = attnrt_diagnostic{};
-    out_diagnostic->struct_size = struct_size;
-    out_diagnostic->path = diagnostics[index].path.c_str();
-    out_diagnostic->message = diagnostics[index].message.c_str();
+    attnrt_diagnostic value{};
+    value.path = diagnostics[index].path.c_str();
+    value.message = diagnostics[index].message.c_str();
+    WriteOut(out_diagnostic, value);
     return Status::Ok();
   });
 }
@@ -359,13 +399,12 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(plan);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
-    const size_t struct_size = out_info->struct_size;
-    *out_info = attnrt_plan_info{};
-    out_info->struct_size = struct_size;
-    out_info->kernel = plan->impl->kernel_name().c_str();
-    out_info->workspace_size = plan->impl->workspace_size;
-    out_info->workspace_alignment = attnrt::core::PlanImpl::kWorkspaceAlignment;
-    out_info->signature = plan->impl->description.c_str();
+    attnrt_plan_info value{};
+    value.kernel = plan->impl->kernel_name().c_str();
+    value.workspace_size = plan->impl->workspace_size;
+    value.workspace_alignment = attnrt::core::PlanImpl::kWorkspaceAlignment;
+    value.signature = plan->impl->description.c_str();
+    WriteOut(out_info, value);
     return Status::Ok();
   });
 }
@@ -397,9 +436,8 @@ ATTNRT_API attnrt_status attnrt_op_plan_cache_info(const attnrt_op* op,
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(op);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
-    const size_t struct_size = out_info->struct_size;
-    *out_info = op->impl->CacheInfo();
-    out_info->struct_size = struct_size;
+    auto value = op->impl->CacheInfo();
+    WriteOut(out_info, value);
     return Status::Ok();
   });
 }
@@ -440,13 +478,12 @@ ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* 
     const auto& candidates = explanation->candidates;
     if (index >= candidates.size()) return IndexNotFound("candidate", index, candidates.size());
     const auto& c = candidates[index];
-    const size_t struct_size = out_candidate->struct_size;
-    *out_candidate = attnrt_candidate{};
-    out_candidate->struct_size = struct_size;
-    out_candidate->kernel = c.kernel->name.c_str();
-    out_candidate->priority = c.kernel->priority;
-    out_candidate->status = c.status;
-    out_candidate->reason = c.reason.c_str();
+    attnrt_candidate value{};
+    value.kernel = c.kernel->name.c_str();
+    value.priority = c.kernel->priority;
+    value.status = c.status;
+    value.reason = c.reason.c_str();
+    WriteOut(out_candidate, value);
     return Status::Ok();
   });
 }
@@ -460,11 +497,11 @@ ATTNRT_API attnrt_status attnrt_block_pool_create(const attnrt_block_pool_option
   return PoolGuard("attnrt_block_pool_create", [&]() -> Status {
     ATTNRT_REQUIRE(options);
     ATTNRT_REQUIRE(out_pool);
-    if (options->struct_size < sizeof(attnrt_block_pool_options)) {
+    if (options->struct_size < ATTNRT_BLOCK_POOL_OPTIONS_STRUCT_SIZE) {
       return attnrt::core::AbiMismatch("options->struct_size: expected at least " +
-                                       std::to_string(sizeof(attnrt_block_pool_options)) +
+                                       std::to_string(ATTNRT_BLOCK_POOL_OPTIONS_STRUCT_SIZE) +
                                        ", got " + std::to_string(options->struct_size) +
-                                       "; set it to sizeof(attnrt_block_pool_options)");
+                                       "; set it to ATTNRT_BLOCK_POOL_OPTIONS_STRUCT_SIZE");
     }
     auto pool = std::make_unique<attnrt_block_pool>();
     ATTNRT_RETURN_IF_ERROR(
@@ -542,7 +579,9 @@ ATTNRT_API attnrt_status attnrt_block_pool_get_stats(const attnrt_block_pool* po
   return PoolGuard("attnrt_block_pool_get_stats", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_stats, "out_stats"));
-    pool->impl->Stats(out_stats);
+    attnrt_block_pool_stats value{};
+    pool->impl->Stats(&value);
+    WriteOut(out_stats, value);
     return Status::Ok();
   });
 }

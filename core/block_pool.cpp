@@ -1,6 +1,7 @@
 #include "core/block_pool.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -130,9 +131,9 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
                            std::to_string(num_tokens) + " would exceed " +
                            std::to_string(kMaxLength) + " (seqlens_k is int32)");
   }
-  if (out_copy != nullptr && out_copy->struct_size < sizeof(attnrt_block_copy)) {
+  if (out_copy != nullptr && out_copy->struct_size < ATTNRT_BLOCK_COPY_STRUCT_SIZE) {
     return AbiMismatch("out_copy->struct_size: expected at least " +
-                       std::to_string(sizeof(attnrt_block_copy)) + ", got " +
+                       std::to_string(ATTNRT_BLOCK_COPY_STRUCT_SIZE) + ", got " +
                        std::to_string(out_copy->struct_size));
   }
   const int64_t new_length = seq.length + num_tokens;
@@ -169,7 +170,10 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
   for (int64_t i = have; i < need; ++i) seq.blocks.push_back(Allocate());
   seq.length = new_length;
   tokens_held_ += num_tokens;
-  if (out_copy != nullptr) *out_copy = copy;
+  if (out_copy != nullptr) {  // its struct_size kept, no byte past it written
+    copy.struct_size = out_copy->struct_size;
+    std::memcpy(static_cast<void*>(out_copy), &copy, std::min(out_copy->struct_size, sizeof copy));
+  }
   return Status::Ok();
 }
 

@@ -20,8 +20,24 @@
  *
  * Versioning: ATTNRT_ABI_VERSION_MAJOR changes break compatibility; MINOR changes only append
  * fields or functions. Every struct that crosses the ABI begins with `size_t struct_size`, set by
- * the caller to sizeof(the struct as it knows it), so either side can grow a struct (the PJRT C API
- * pattern). attnrt_tensor is the one exception: its layout is DLPack's DLTensor, frozen by DLPack.
+ * its writer to the size of the struct as the writer's headers declare it, so either side can grow
+ * a struct (the PJRT C API pattern). attnrt_tensor is the one exception: its layout is DLPack's
+ * DLTensor, frozen by DLPack. The rules that keep this safe (ABI 1.13):
+ *   - The size is where the struct's last field ends, ATTNRT_STRUCT_SIZE(type, last field); each
+ *     struct has its constant (ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE, ...), which the init functions
+ *     use. sizeof(type), what programs built against ABI 1.0-1.12 pass, is accepted too.
+ *   - A reader uses a field only when struct_size covers its end; a writer of a struct another side
+ *     owns (an output struct) writes no byte past its struct_size.
+ *   - A field appended to a released struct starts at or after that release's sizeof (an explicit
+ *     reserved member fills any gap), so a sizeof from an older release never covers a field that
+ *     release did not have.
+ *   - A new struct does not contain a versioned struct by value (it points to it), so appending to
+ *     the inner struct cannot move the outer one's fields. attnrt_gqa_problem inside
+ *     attnrt_paged_gqa_problem and attnrt_paged_gqa_attributes (and the paged problem inside the
+ *     varlen one) predate this rule and stay: the library hands each plugin the layout its ABI
+ *     version declares (docs/plugins.md, "The plugin ABI").
+ *   - An array of structs is passed with its stride in bytes (attnrt_sparse_mla_args.batch_stride),
+ *     so its element may grow.
  *
  * Thread safety: a runtime, its ops and plans may be used from several threads at once (plan and
  * run are safe concurrently). Destroying a handle while another thread uses it is not.
@@ -47,7 +63,12 @@ extern "C" {
 
 /** ABI version of these headers. A plugin or host with another MAJOR is refused. */
 #define ATTNRT_ABI_VERSION_MAJOR 1
-#define ATTNRT_ABI_VERSION_MINOR 12
+#define ATTNRT_ABI_VERSION_MINOR 13
+
+/** The struct_size of a versioned struct: the end of its last field (ABI 1.13). Unlike sizeof, it
+ *  leaves out the tail padding, so it names exactly the fields the writer's headers declare. */
+#define ATTNRT_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
@@ -239,6 +260,9 @@ typedef struct attnrt_runtime_options {
    */
   int32_t allow_insecure_plugins;
 } attnrt_runtime_options;
+/** ATTNRT_STRUCT_SIZE of attnrt_runtime_options (ABI 1.13). */
+#define ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_runtime_options, allow_insecure_plugins)
 
 /**
  * Sets struct_size to `struct_size` and every default the first `struct_size` bytes hold; writes
@@ -252,7 +276,7 @@ ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_option
 /** Sets struct_size and every default of the struct as the caller's header declares it. The size
  *  is the type's, not the argument's, so NULL (C) and nullptr (C++) compile and are refused. */
 #define attnrt_runtime_options_init(options) \
-  attnrt_runtime_options_init_sized((options), sizeof(attnrt_runtime_options))
+  attnrt_runtime_options_init_sized((options), ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE)
 
 /** The function of ABI 1.0 and 1.1, kept for programs built against them: fills the fields up to
  *  log_user_data only. `(attnrt_runtime_options_init)(options)` calls it. */
@@ -295,6 +319,8 @@ typedef struct attnrt_plugin_info {
   size_t num_facts;
   size_t num_kernels;
 } attnrt_plugin_info;
+/** ATTNRT_STRUCT_SIZE of attnrt_plugin_info (ABI 1.13). */
+#define ATTNRT_PLUGIN_INFO_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_plugin_info, num_kernels)
 
 /** A registered kernel. name is "<plugin>.<op>.<algorithm>.<isa>". */
 typedef struct attnrt_kernel_info {
@@ -305,6 +331,8 @@ typedef struct attnrt_kernel_info {
   int32_t device_type; /* attnrt_device_type */
   int32_t priority;    /* higher runs first */
 } attnrt_kernel_info;
+/** ATTNRT_STRUCT_SIZE of attnrt_kernel_info (ABI 1.13). */
+#define ATTNRT_KERNEL_INFO_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_kernel_info, priority)
 
 /** Something skipped during discovery: the file and why. */
 typedef struct attnrt_diagnostic {
@@ -312,6 +340,8 @@ typedef struct attnrt_diagnostic {
   const char* path;
   const char* message;
 } attnrt_diagnostic;
+/** ATTNRT_STRUCT_SIZE of attnrt_diagnostic (ABI 1.13). */
+#define ATTNRT_DIAGNOSTIC_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_diagnostic, message)
 
 ATTNRT_API attnrt_status attnrt_runtime_plugin_count(const attnrt_runtime* runtime,
                                                      size_t* out_count);
@@ -403,6 +433,8 @@ typedef struct attnrt_plan_info {
   size_t workspace_alignment;
   const char* signature; /* the shape signature the plan was made for, human-readable */
 } attnrt_plan_info;
+/** ATTNRT_STRUCT_SIZE of attnrt_plan_info (ABI 1.13). */
+#define ATTNRT_PLAN_INFO_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_plan_info, signature)
 
 ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_plan_info* out_info);
 
@@ -439,6 +471,8 @@ typedef struct attnrt_plan_cache_info {
   uint64_t size;      /* plans cached now */
   uint64_t capacity;  /* the most plans kept: the runtime's plan_cache_size */
 } attnrt_plan_cache_info;
+/** ATTNRT_STRUCT_SIZE of attnrt_plan_cache_info (ABI 1.13). */
+#define ATTNRT_PLAN_CACHE_INFO_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_plan_cache_info, capacity)
 
 /** Errors: INVALID_ARGUMENT (NULL), ABI_MISMATCH when out_info->struct_size is too small. */
 ATTNRT_API attnrt_status attnrt_op_plan_cache_info(const attnrt_op* op,
@@ -464,6 +498,8 @@ typedef struct attnrt_candidate {
   int32_t status;     /* attnrt_candidate_status */
   const char* reason; /* "" for SELECTED and ELIGIBLE */
 } attnrt_candidate;
+/** ATTNRT_STRUCT_SIZE of attnrt_candidate (ABI 1.13). */
+#define ATTNRT_CANDIDATE_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_candidate, reason)
 
 /** "selected", "eligible", "declined", "disabled", "not-pinned", "unavailable", "wrong-device". */
 ATTNRT_API const char* attnrt_candidate_status_name(int32_t status);

@@ -48,12 +48,16 @@ typedef struct attnrt_block_pool attnrt_block_pool;
 /** Largest num_blocks: block ids are int32 in the block table. */
 #define ATTNRT_BLOCK_POOL_MAX_BLOCKS 2147483647
 
-/** Creation parameters; set struct_size = sizeof(attnrt_block_pool_options). */
+/** Creation parameters; set struct_size = ATTNRT_BLOCK_POOL_OPTIONS_STRUCT_SIZE (sizeof is
+ * accepted). */
 typedef struct attnrt_block_pool_options {
   size_t struct_size;
   int64_t num_blocks; /* blocks in the pool, in [1, ATTNRT_BLOCK_POOL_MAX_BLOCKS] */
   int32_t block_size; /* tokens per block, in [1, 1024] (ATTNRT_PAGED_GQA_MAX_BLOCK_SIZE) */
 } attnrt_block_pool_options;
+/** ATTNRT_STRUCT_SIZE of attnrt_block_pool_options (ABI 1.13). */
+#define ATTNRT_BLOCK_POOL_OPTIONS_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_block_pool_options, block_size)
 
 /**
  * Creates a pool with every block free. Errors: INVALID_ARGUMENT (NULL, num_blocks or block_size
@@ -89,6 +93,8 @@ typedef struct attnrt_block_copy {
   int32_t dst_block;
   int32_t num_tokens;
 } attnrt_block_copy;
+/** ATTNRT_STRUCT_SIZE of attnrt_block_copy (ABI 1.13). */
+#define ATTNRT_BLOCK_COPY_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_block_copy, num_tokens)
 
 /**
  * Grows `sequence` by num_tokens >= 0 tokens, allocating the blocks they need. When the sequence's
@@ -148,6 +154,9 @@ typedef struct attnrt_block_pool_stats {
   /* unfilled rows of the used blocks / (blocks_used * block_size); 0 when no block is used */
   double internal_fragmentation;
 } attnrt_block_pool_stats;
+/** ATTNRT_STRUCT_SIZE of attnrt_block_pool_stats (ABI 1.13). */
+#define ATTNRT_BLOCK_POOL_STATS_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_block_pool_stats, internal_fragmentation)
 
 /** Fills *out_stats (set out_stats->struct_size first; it is kept). O(sequences) time and
  *  memory, independent of num_blocks. */

@@ -65,6 +65,8 @@ typedef struct attnrt_host_services {
   void* (*alloc)(void* host_context, size_t size, size_t alignment);
   void (*free)(void* host_context, void* ptr);
 } attnrt_host_services;
+/** ATTNRT_STRUCT_SIZE of attnrt_host_services (ABI 1.13). */
+#define ATTNRT_HOST_SERVICES_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_host_services, free)
 
 /** One probe fact, e.g. {"isa", "avx2,fma,f16c"} or {"l2_cache_bytes", "1048576"}. */
 typedef struct attnrt_plugin_fact {
@@ -80,6 +82,8 @@ typedef struct attnrt_probe_result {
   const attnrt_plugin_fact* facts;
   size_t num_facts;
 } attnrt_probe_result;
+/** ATTNRT_STRUCT_SIZE of attnrt_probe_result (ABI 1.13). */
+#define ATTNRT_PROBE_RESULT_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_probe_result, num_facts)
 
 /**
  * One kernel. problem/args point to the op's structs (for ATTNRT_OP_GQA: attnrt_gqa_problem and
@@ -101,6 +105,8 @@ typedef struct attnrt_kernel_desc {
   /** Computes the op. Returns an attnrt_status; on failure writes a message to `error`. */
   int32_t (*run)(void* plugin_context, const void* args, char* error, size_t error_capacity);
 } attnrt_kernel_desc;
+/** ATTNRT_STRUCT_SIZE of attnrt_kernel_desc (ABI 1.13). */
+#define ATTNRT_KERNEL_DESC_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_kernel_desc, run)
 
 /** The table a plugin returns. Append-only: new members go at the end (struct_size tells). */
 typedef struct attnrt_plugin_api {
@@ -120,6 +126,8 @@ typedef struct attnrt_plugin_api {
   /** Releases the context; called once, when nothing made from it is alive any more. */
   void (*shutdown)(void* plugin_context);
 } attnrt_plugin_api;
+/** ATTNRT_STRUCT_SIZE of attnrt_plugin_api (ABI 1.13). */
+#define ATTNRT_PLUGIN_API_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_plugin_api, shutdown)
 
 /** Signature of the entry symbol. Returns NULL if the plugin cannot serve this host at all. */
 typedef const attnrt_plugin_api* (*attnrt_plugin_query_fn)(uint32_t host_abi_major,

@@ -7,6 +7,7 @@
 // actual value.
 #include "core/ops/gqa_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -200,14 +201,16 @@ Status ValidateAttributes(const void* attributes, attnrt_gqa_attributes* out) {
     if (out == nullptr) return InvalidArgument("GroupQueryAttention: out must not be NULL");
     size_t struct_size;
     std::memcpy(&struct_size, attributes, sizeof struct_size);
-    if (struct_size < sizeof(attnrt_gqa_attributes)) {
+    if (struct_size < ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE) {
       return AbiMismatch(StrCat("attnrt_gqa_attributes struct_size must be at least ",
-                                sizeof(attnrt_gqa_attributes), " (ABI ", ATTNRT_ABI_VERSION_MAJOR,
-                                ".", ATTNRT_ABI_VERSION_MINOR, "), got ", struct_size));
+                                ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE, " (ABI ",
+                                ATTNRT_ABI_VERSION_MAJOR, ".", ATTNRT_ABI_VERSION_MINOR, "), got ",
+                                struct_size));
     }
-    // Fields appended by a newer minor version lie beyond sizeof and are ignored.
-    attnrt_gqa_attributes a;
-    std::memcpy(&a, attributes, sizeof a);
+    // Fields appended by a newer minor version lie beyond the last field and are ignored; nothing
+    // past the caller's struct_size is read (ATTNRT_STRUCT_SIZE leaves out the tail padding).
+    attnrt_gqa_attributes a{};
+    std::memcpy(&a, attributes, std::min(struct_size, sizeof a));
     a.struct_size = sizeof(attnrt_gqa_attributes);
     ATTNRT_RETURN_IF_ERROR(CheckAttributeValues(a));
     // Normalized so that kernels can test flags plainly: the reference enables these only with

@@ -5,6 +5,7 @@
 // it leaves room (docs/sparse-mla.md).
 #include "core/ops/sparse_mla_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -146,11 +147,12 @@ using namespace detail;
 Status ValidateAttributes(const void* attributes, attnrt_sparse_mla_attributes* out) {
   if (attributes == nullptr) return InvalidArgument("attributes: must not be NULL");
   const size_t size = *static_cast<const size_t*>(attributes);
-  if (size < sizeof(attnrt_sparse_mla_attributes)) {
+  if (size < ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE) {
     return AbiMismatch(StrCat("attributes.struct_size: expected at least ",
-                              sizeof(attnrt_sparse_mla_attributes), ", got ", size));
+                              ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE, ", got ", size));
   }
-  std::memcpy(out, attributes, sizeof(attnrt_sparse_mla_attributes));
+  *out = attnrt_sparse_mla_attributes{};
+  std::memcpy(out, attributes, std::min(size, sizeof(attnrt_sparse_mla_attributes)));
   out->struct_size = sizeof(attnrt_sparse_mla_attributes);
   return CheckAttributeValues(*out);
 }

@@ -122,6 +122,23 @@ static int Introspect(attnrt_runtime* runtime) {
       CALL(attnrt_runtime_plugin_kernel(runtime, p, k, &kernel.value));
       EXPECT(GuardIntact(kernel.guard), "attnrt_runtime_plugin_kernel wrote past struct_size %zu",
              sizeof kernel.value);
+#ifdef ATTNRT_KERNEL_INFO_STRUCT_SIZE
+      /* ABI 1.13: struct_size the end of the last field, which leaves out the tail padding (4
+       * bytes here): nothing is written past it either. */
+      memset(&kernel, 0xA5, sizeof kernel);
+      kernel.value.struct_size = ATTNRT_KERNEL_INFO_STRUCT_SIZE;
+      CALL(attnrt_runtime_plugin_kernel(runtime, p, k, &kernel.value));
+      for (size_t b = ATTNRT_KERNEL_INFO_STRUCT_SIZE; b < sizeof kernel; ++b) {
+        EXPECT(((const unsigned char*)&kernel)[b] == 0xA5,
+               "attnrt_runtime_plugin_kernel wrote byte %zu past struct_size %zu", b,
+               (size_t)ATTNRT_KERNEL_INFO_STRUCT_SIZE);
+      }
+      EXPECT(kernel.value.struct_size == ATTNRT_KERNEL_INFO_STRUCT_SIZE &&
+                 kernel.value.name != NULL,
+             "kernel info at struct_size %zu: struct_size %zu, name %p",
+             (size_t)ATTNRT_KERNEL_INFO_STRUCT_SIZE, kernel.value.struct_size,
+             (const void*)kernel.value.name);
+#endif
       EXPECT(kernel.value.name != NULL && strncmp(kernel.value.name, info.value.name,
                                                   strlen(info.value.name)) == 0,
              "kernel %zu of plugin %s is named %s", k, info.value.name,
@@ -298,8 +315,13 @@ int main(void) {
 
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
-  EXPECT(options.struct_size == sizeof options, "options.struct_size %zu, expected %zu",
-         options.struct_size, sizeof options);
+#ifdef ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE /* ABI 1.13: the end of the last field */
+  const size_t options_size = ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE;
+#else
+  const size_t options_size = sizeof options;
+#endif
+  EXPECT(options.struct_size == options_size, "options.struct_size %zu, expected %zu",
+         options.struct_size, options_size);
   options.num_threads = 2;
   attnrt_runtime* runtime = NULL;
   CALL(attnrt_runtime_create(&options, &runtime));

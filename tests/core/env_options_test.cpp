@@ -210,7 +210,7 @@ TEST_F(EnvOptionsTest, NoDebugLinesByDefault) {
 TEST_F(EnvOptionsTest, OptionsInitSetsDefaults) {
   attnrt_runtime_options options;
   attnrt_runtime_options_init(&options);
-  EXPECT_EQ(options.struct_size, sizeof(attnrt_runtime_options));
+  EXPECT_EQ(options.struct_size, ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE);
   EXPECT_EQ(options.plugin_paths, nullptr);
   EXPECT_EQ(options.num_plugin_paths, 0u);
   EXPECT_EQ(options.search_default_paths, 1);
@@ -272,7 +272,7 @@ TEST_F(EnvOptionsTest, OptionsInitRefusesNullAndTooSmallSizes) {
 
   EXPECT_EQ(attnrt_runtime_options_init(options), ATTNRT_OK);
   EXPECT_STREQ(attnrt_last_error_message(), "");
-  EXPECT_EQ(options->struct_size, sizeof(attnrt_runtime_options));
+  EXPECT_EQ(options->struct_size, ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE);
 }
 
 }  // namespace

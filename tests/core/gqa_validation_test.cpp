@@ -224,11 +224,16 @@ TEST(GqaAttributes, RejectsNullPointers) {
 
 TEST(GqaAttributes, RejectsSmallStructSize) {
   Gqa g(2, 1);
-  g.attrs.struct_size = sizeof(attnrt_gqa_attributes) - 4;
+  g.attrs.struct_size = ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE - 4;
   attnrt_gqa_attributes out;
   ExpectError(ValidateAttributes(&g.attrs, &out), ATTNRT_ERROR_ABI_MISMATCH,
-              {"struct_size", std::to_string(sizeof(attnrt_gqa_attributes)),
-               std::to_string(sizeof(attnrt_gqa_attributes) - 4)});
+              {"struct_size", std::to_string(ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE),
+               std::to_string(ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE - 4)});
+  // The end of the last field is enough (sizeof adds the tail padding), and so is sizeof.
+  for (const size_t size : {ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE, sizeof(attnrt_gqa_attributes)}) {
+    g.attrs.struct_size = size;
+    EXPECT_EQ(ValidateAttributes(&g.attrs, &out).code, ATTNRT_OK) << size;
+  }
 }
 
 TEST(GqaAttributes, RejectsEachInvalidValue) {

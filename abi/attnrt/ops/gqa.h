@@ -111,10 +111,12 @@ typedef struct attnrt_gqa_attributes {
                                  4 Q4_0); default 0 */
   float qk_norm_epsilon;      /* epsilon of q/k RMS norm (CUDA only in the reference); 1e-6 */
 } attnrt_gqa_attributes;
+/** ATTNRT_STRUCT_SIZE of attnrt_gqa_attributes (ABI 1.13). */
+#define ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_gqa_attributes, qk_norm_epsilon)
 
 /** Fills struct_size and the reference defaults; num_heads and kv_num_heads are set to 0. */
 static inline void attnrt_gqa_attributes_init(attnrt_gqa_attributes* a) {
-  a->struct_size = sizeof(attnrt_gqa_attributes);
+  a->struct_size = ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE;
   a->num_heads = 0;
   a->kv_num_heads = 0;
   a->causal = 1;
@@ -167,6 +169,8 @@ typedef struct attnrt_gqa_problem {
   int64_t v_scale_count;
   bool has_output_qk;
 } attnrt_gqa_problem;
+/** ATTNRT_STRUCT_SIZE of attnrt_gqa_problem (ABI 1.13). */
+#define ATTNRT_GQA_PROBLEM_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_gqa_problem, has_output_qk)
 
 /** Phase of one run, from S, T and the past (ONNX Runtime's phases). */
 typedef enum attnrt_gqa_phase {
@@ -207,6 +211,8 @@ typedef struct attnrt_gqa_args {
   size_t workspace_size;
   void* stream;
 } attnrt_gqa_args;
+/** ATTNRT_STRUCT_SIZE of attnrt_gqa_args (ABI 1.13). */
+#define ATTNRT_GQA_ARGS_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_gqa_args, stream)
 
 #ifdef __cplusplus
 } /* extern "C" */

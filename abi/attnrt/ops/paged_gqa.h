@@ -216,12 +216,15 @@ typedef struct attnrt_paged_gqa_attributes {
    * ends before it (built against ABI 1.2-1.11) gets SIGNED. */
   int32_t alibi_form;
 } attnrt_paged_gqa_attributes;
+/** ATTNRT_STRUCT_SIZE of attnrt_paged_gqa_attributes (ABI 1.13). */
+#define ATTNRT_PAGED_GQA_ATTRIBUTES_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_paged_gqa_attributes, alibi_form)
 
 /** Fills struct_size, the GQA defaults (attnrt_gqa_attributes_init), block_size = 0,
  *  kv_layout = BSNH, p_precision = EXACT, v_cache_own_type = 0, v_cache_bit_width = 0,
  *  local_window_right = -1 and alibi_form = SIGNED. */
 static inline void attnrt_paged_gqa_attributes_init(attnrt_paged_gqa_attributes* a) {
-  a->struct_size = sizeof(attnrt_paged_gqa_attributes);
+  a->struct_size = ATTNRT_PAGED_GQA_ATTRIBUTES_STRUCT_SIZE;
   attnrt_gqa_attributes_init(&a->gqa);
   a->block_size = 0;
   a->kv_layout = ATTNRT_PAGED_KV_LAYOUT_BSNH;
@@ -272,6 +275,9 @@ typedef struct attnrt_paged_gqa_problem {
   attnrt_dtype value_cache_dtype;
   int32_t v_cache_bit_width;
 } attnrt_paged_gqa_problem;
+/** ATTNRT_STRUCT_SIZE of attnrt_paged_gqa_problem (ABI 1.13). */
+#define ATTNRT_PAGED_GQA_PROBLEM_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_paged_gqa_problem, v_cache_bit_width)
 
 /**
  * What a kernel's run() receives. `gqa` holds the resolved GroupQueryAttention arguments
@@ -287,6 +293,8 @@ typedef struct attnrt_paged_gqa_args {
   void* value_cache;
   const int32_t* block_table;
 } attnrt_paged_gqa_args;
+/** ATTNRT_STRUCT_SIZE of attnrt_paged_gqa_args (ABI 1.13). */
+#define ATTNRT_PAGED_GQA_ARGS_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_paged_gqa_args, block_table)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -174,6 +174,9 @@ typedef struct attnrt_paged_gqa_varlen_problem {
   bool has_position_ids;      /* ABI 1.12 */
   bool has_key_position_ids;  /* ABI 1.12 */
 } attnrt_paged_gqa_varlen_problem;
+/** ATTNRT_STRUCT_SIZE of attnrt_paged_gqa_varlen_problem (ABI 1.13). */
+#define ATTNRT_PAGED_GQA_VARLEN_PROBLEM_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_paged_gqa_varlen_problem, has_key_position_ids)
 
 /**
  * What a kernel's run() receives. `paged` holds the resolved paged arguments: paged.gqa.seqlens_k
@@ -197,6 +200,9 @@ typedef struct attnrt_paged_gqa_varlen_args {
   const int64_t* position_ids;     /* ABI 1.12; [num_tokens], NULL: token positions */
   const int64_t* key_position_ids; /* ABI 1.12; [num_(key_)tokens], NULL: token positions */
 } attnrt_paged_gqa_varlen_args;
+/** ATTNRT_STRUCT_SIZE of attnrt_paged_gqa_varlen_args (ABI 1.13). */
+#define ATTNRT_PAGED_GQA_VARLEN_ARGS_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_paged_gqa_varlen_args, key_position_ids)
 
 #ifdef __cplusplus
 } /* extern "C" */

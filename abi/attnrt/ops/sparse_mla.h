@@ -171,10 +171,13 @@ typedef struct attnrt_sparse_mla_attributes {
   int32_t topk_value_mode;    /* 1, 2 or 3 (ABI 1.6); default 1 */
   int32_t return_softmax_lse; /* 0 or 1; default 0 */
 } attnrt_sparse_mla_attributes;
+/** ATTNRT_STRUCT_SIZE of attnrt_sparse_mla_attributes (ABI 1.13). */
+#define ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_sparse_mla_attributes, return_softmax_lse)
 
 /** Fills struct_size and the defaults above; quant_mode is set to 0 (must be chosen). */
 static inline void attnrt_sparse_mla_attributes_init(attnrt_sparse_mla_attributes* a) {
-  a->struct_size = sizeof(attnrt_sparse_mla_attributes);
+  a->struct_size = ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE;
   a->quant_mode = 0;
   a->rope_head_dim = ATTNRT_SPARSE_MLA_ROPE_DIM;
   a->softmax_scale = 0.04419417382415922f; /* 1/sqrt(512) */
@@ -240,6 +243,9 @@ typedef struct attnrt_sparse_mla_problem {
   int64_t cmp_block_stride; /* PA_BBND with cmp_kv: bytes between cmp_kv blocks; else 0 */
   int64_t ori_topk; /* topk_value_mode 3: W, entries per row of ori_sparse_indices; else 0 */
 } attnrt_sparse_mla_problem;
+/** ATTNRT_STRUCT_SIZE of attnrt_sparse_mla_problem (ABI 1.13). */
+#define ATTNRT_SPARSE_MLA_PROBLEM_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_sparse_mla_problem, ori_topk)
 
 /**
  * Per-batch lengths the core resolves and checks at run (CANN's effective lengths), shared with
@@ -283,6 +289,9 @@ typedef struct attnrt_sparse_mla_args {
   /* ABI 1.6 */
   const int32_t* ori_sparse_indices; /* topk_value_mode 3: (rows, ori_topk) slot ids; else NULL */
 } attnrt_sparse_mla_args;
+/** ATTNRT_STRUCT_SIZE of attnrt_sparse_mla_args (ABI 1.13). */
+#define ATTNRT_SPARSE_MLA_ARGS_STRUCT_SIZE \
+  ATTNRT_STRUCT_SIZE(attnrt_sparse_mla_args, ori_sparse_indices)
 
 /* ---- encoders (implemented in libattnrt) ----------------------------------------------------- */
 
