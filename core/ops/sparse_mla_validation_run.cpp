@@ -295,6 +295,7 @@ Status ValidateRun(const attnrt_sparse_mla_problem& p, const attnrt_tensor* cons
     args->struct_size = sizeof(attnrt_sparse_mla_args);
     args->problem = &p;
     args->batches = batches->data();
+    args->batch_stride = sizeof(attnrt_sparse_mla_batch);
     args->metadata = md;
     auto ptr = [&](int i) -> const void* {
       const attnrt_tensor* x = t.in[i];

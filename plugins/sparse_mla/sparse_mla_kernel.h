@@ -132,7 +132,7 @@ inline int64_t PhysicalToLogical(const attnrt_sparse_mla_args& a, int64_t b, int
   const attnrt_sparse_mla_problem& p = *a.problem;
   const int64_t bs = p.cmp_block_size;
   const int64_t block = slot / bs;
-  const int64_t used = (int64_t{a.batches[b].cmp_len} + bs - 1) / bs;
+  const int64_t used = (int64_t{attnrt_sparse_mla_batch_at(&a, b)->cmp_len} + bs - 1) / bs;
   const int32_t* table = a.cmp_block_table + b * p.cmp_max_blocks;
   for (int64_t col = 0; col < used; ++col) {
     if (table[col] == block) return col * bs + slot % bs;
@@ -201,7 +201,7 @@ class Worker {
       WriteZero(row, h0, h1);
       return;
     }
-    Select(&r, i, a_.batches[r.b]);
+    Select(&r, i, Batch(r.b));
     const int64_t hp = PadHeads(h1 - h0);
     SplitPart whole;
     whole.state = {o_.data(), state_.data(), state_.data() + hp};
@@ -220,7 +220,7 @@ class Worker {
     Row r;
     int64_t i = 0;
     if (!Locate(row, &r, &i)) return false;
-    Select(&r, i, a_.batches[r.b]);
+    Select(&r, i, Batch(r.b));
     const int64_t n = NumKeys(r);
     const int64_t tiles = (n + kTile - 1) / kTile;
     const int64_t k0 = std::min(n, tiles * part / parts * kTile);
@@ -275,7 +275,7 @@ class Worker {
   void Compute(int64_t row, const Row& r, int64_t h0, int64_t h1, int64_t k0, int64_t k1,
                bool with_sink, const float* m_start, Pass pass, SplitPart& split) {
     const Partial st = split.state;
-    const attnrt_sparse_mla_batch& x = a_.batches[r.b];
+    const attnrt_sparse_mla_batch& x = Batch(r.b);
     const int64_t n_ori = r.hi - r.lo;
     const int nh = static_cast<int>(h1 - h0);
     const int hp = static_cast<int>(PadHeads(nh));
@@ -405,21 +405,21 @@ class Worker {
       int64_t lo = 0, hi = p_.batch_size;
       while (hi - lo > 1) {
         const int64_t mid = (lo + hi) / 2;
-        if (a_.batches[mid].q_start <= row)
+        if (Batch(mid).q_start <= row)
           lo = mid;
         else
           hi = mid;
       }
       // Empty batches share a start: skip forward to the one that holds the row.
       b = lo;
-      while (b < p_.batch_size && a_.batches[b].q_start + a_.batches[b].q_capacity <= row) ++b;
-      if (b >= p_.batch_size || a_.batches[b].q_start > row) return false;
-      i = row - a_.batches[b].q_start;
+      while (b < p_.batch_size && Batch(b).q_start + Batch(b).q_capacity <= row) ++b;
+      if (b >= p_.batch_size || Batch(b).q_start > row) return false;
+      i = row - Batch(b).q_start;
     } else {
       b = row / p_.q_rows;
       i = row % p_.q_rows;
     }
-    const attnrt_sparse_mla_batch& x = a_.batches[b];
+    const attnrt_sparse_mla_batch& x = Batch(b);
     if (i >= x.s1) return false;
     if (slots_) {  // global slot ids: no mask; Select fills the window [0, ori entries)
       r->b = b;
@@ -603,6 +603,10 @@ class Worker {
     std::fill(dst, dst + kD, bits);
   }
 
+  // Entry b of the run's batches (through batch_stride, ABI 1.13).
+  const attnrt_sparse_mla_batch& Batch(int64_t b) const {
+    return *attnrt_sparse_mla_batch_at(&a_, b);
+  }
   const attnrt_sparse_mla_args& a_;
   const attnrt_sparse_mla_problem& p_;
   const attnrt_sparse_mla_attributes& attr_;

@@ -288,10 +288,24 @@ typedef struct attnrt_sparse_mla_args {
   void* stream;
   /* ABI 1.6 */
   const int32_t* ori_sparse_indices; /* topk_value_mode 3: (rows, ori_topk) slot ids; else NULL */
+  /* ABI 1.13. Bytes from one entry of `batches` to the next: the library's
+   * sizeof(attnrt_sparse_mla_batch), so that the entry may grow. A kernel reads entry b at
+   * (const char*)batches + b * batch_stride, and uses sizeof(attnrt_sparse_mla_batch) when
+   * struct_size does not cover this field. */
+  size_t batch_stride;
 } attnrt_sparse_mla_args;
 /** ATTNRT_STRUCT_SIZE of attnrt_sparse_mla_args (ABI 1.13). */
-#define ATTNRT_SPARSE_MLA_ARGS_STRUCT_SIZE \
-  ATTNRT_STRUCT_SIZE(attnrt_sparse_mla_args, ori_sparse_indices)
+#define ATTNRT_SPARSE_MLA_ARGS_STRUCT_SIZE ATTNRT_STRUCT_SIZE(attnrt_sparse_mla_args, batch_stride)
+
+/** Entry b of args->batches (ABI 1.13: through batch_stride where the args carry it). */
+static inline const attnrt_sparse_mla_batch* attnrt_sparse_mla_batch_at(
+    const attnrt_sparse_mla_args* args, int64_t b) {
+  const size_t stride =
+      args->struct_size >= ATTNRT_SPARSE_MLA_ARGS_STRUCT_SIZE && args->batch_stride != 0
+          ? args->batch_stride
+          : sizeof(attnrt_sparse_mla_batch);
+  return (const attnrt_sparse_mla_batch*)((const char*)args->batches + (size_t)b * stride);
+}
 
 /* ---- encoders (implemented in libattnrt) ----------------------------------------------------- */
 
