@@ -97,9 +97,9 @@ inline char* host_data(const attnrt_tensor* t) {
   return static_cast<char*>(t->data) + t->byte_offset;
 }
 
-constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
-constexpr attnrt_dtype kUint8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+constexpr attnrt_dtype kInt32 = ATTNRT_DTYPE_INT32;
+constexpr attnrt_dtype kInt64 = ATTNRT_DTYPE_INT64;
+constexpr attnrt_dtype kUint8 = ATTNRT_DTYPE_UINT8;
 
 // The kv rows of an encoder call: float32 or bfloat16 [num_tokens, 512] (or [512]: one token).
 inline const attnrt_tensor* encoder_rows(const TensorList& list, int64_t* num_tokens) {
@@ -109,8 +109,9 @@ inline const attnrt_tensor* encoder_rows(const TensorList& list, int64_t* num_to
     return nullptr;
   }
   const bool bf16 = t->dtype.code == ATTNRT_DTYPE_CODE_BFLOAT && t->dtype.bits == 16;
-  const attnrt_dtype dtype =
-      bf16 ? attnrt_dtype{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1} : attnrt_dtype{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+  constexpr attnrt_dtype kBFloat16 = ATTNRT_DTYPE_BFLOAT16;
+  constexpr attnrt_dtype kFloat32 = ATTNRT_DTYPE_FLOAT32;
+  const attnrt_dtype dtype = bf16 ? kBFloat16 : kFloat32;
   if (!bf16 && !(t->dtype.code == ATTNRT_DTYPE_CODE_FLOAT && t->dtype.bits == 32)) {
     fail(ATTNRT_ERROR_INVALID_ARGUMENT,
          std::string("kv: expected float32 or bfloat16, got ") + attnrt_dtype_name(t->dtype));

@@ -145,6 +145,31 @@ typedef struct attnrt_dtype {
   uint16_t lanes; /* always 1 */
 } attnrt_dtype;
 
+/** The element types above as attnrt_dtype initializers, for C and C++ alike (ABI 1.13):
+ *  `attnrt_dtype t = ATTNRT_DTYPE_BFLOAT16;` */
+#define ATTNRT_DTYPE_FLOAT32 \
+  { ATTNRT_DTYPE_CODE_FLOAT, 32, 1 }
+#define ATTNRT_DTYPE_FLOAT16 \
+  { ATTNRT_DTYPE_CODE_FLOAT, 16, 1 }
+#define ATTNRT_DTYPE_BFLOAT16 \
+  { ATTNRT_DTYPE_CODE_BFLOAT, 16, 1 }
+#define ATTNRT_DTYPE_INT8 \
+  { ATTNRT_DTYPE_CODE_INT, 8, 1 }
+#define ATTNRT_DTYPE_UINT8 \
+  { ATTNRT_DTYPE_CODE_UINT, 8, 1 }
+#define ATTNRT_DTYPE_INT32 \
+  { ATTNRT_DTYPE_CODE_INT, 32, 1 }
+#define ATTNRT_DTYPE_INT64 \
+  { ATTNRT_DTYPE_CODE_INT, 64, 1 }
+#define ATTNRT_DTYPE_INT4 \
+  { ATTNRT_DTYPE_CODE_INT, 4, 1 }
+#define ATTNRT_DTYPE_FLOAT8_E4M3FN \
+  { ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1 }
+#define ATTNRT_DTYPE_FLOAT8_E5M2 \
+  { ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1 }
+#define ATTNRT_DTYPE_FLOAT8_E8M0FNU \
+  { ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1 }
+
 /**
  * A borrowed tensor; same layout as DLPack's DLTensor, so DLPack producers convert without copies.
  * shape: ndim extents (int64). strides: ndim strides in elements, or NULL for compact row-major.

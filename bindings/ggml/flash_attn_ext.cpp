@@ -104,7 +104,7 @@ struct CallTensors {
 
   CallTensors(const NodeShape& s, int64_t batch, int64_t q_rows, int64_t keys) {
     const attnrt_device host = {ATTNRT_DEVICE_CPU, 0};
-    const attnrt_dtype i32 = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+    const attnrt_dtype i32 = ATTNRT_DTYPE_INT32;
     auto make = [&](attnrt_tensor* t, int32_t ndim, const int64_t* shape, attnrt_dtype dtype,
                     const int64_t* strides = nullptr) {
       t->device = host;

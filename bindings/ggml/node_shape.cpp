@@ -24,18 +24,18 @@ struct CacheTypes {
 };
 
 bool CacheTypesOf(ggml_type type, CacheTypes* out) {
-  constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-  constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+  constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+  constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
   switch (type) {
     case GGML_TYPE_F32:
       *out = {kF32, kF32, 0};
       return true;
     case GGML_TYPE_F16:
-      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      out->dtype = out->cache_dtype = ATTNRT_DTYPE_FLOAT16;
       out->kv_bits = 0;
       return true;
     case GGML_TYPE_BF16:
-      out->dtype = out->cache_dtype = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      out->dtype = out->cache_dtype = ATTNRT_DTYPE_BFLOAT16;
       out->kv_bits = 0;
       return true;
     case GGML_TYPE_Q8_0:
@@ -135,7 +135,7 @@ bool Describe(const ggml_tensor* node, NodeShape* s, std::string* reason) {
   // F32, BF16 or block V holds (values below float16's normal range, its 11 bits).
   if (s->two_types) {
     if (types.dtype.bits == 16) s->q_rounding = types.dtype;
-    s->dtype = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+    s->dtype = ATTNRT_DTYPE_FLOAT32;
   }
   if (node->type != GGML_TYPE_F32 || !ggml_is_contiguous(node)) {
     *reason = "the output is not a contiguous f32 tensor";

@@ -64,31 +64,31 @@ std::string AttnrtError(attnrt_status status) {
 bool ToDtype(ONNXTensorElementDataType type, attnrt_dtype* out) {
   switch (type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+      *out = ATTNRT_DTYPE_FLOAT32;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      *out = ATTNRT_DTYPE_FLOAT16;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:
-      *out = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      *out = ATTNRT_DTYPE_BFLOAT16;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8:
-      *out = {ATTNRT_DTYPE_CODE_INT, 8, 1};
+      *out = ATTNRT_DTYPE_INT8;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8:
-      *out = {ATTNRT_DTYPE_CODE_UINT, 8, 1};
+      *out = ATTNRT_DTYPE_UINT8;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32:
-      *out = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+      *out = ATTNRT_DTYPE_INT32;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
-      *out = {ATTNRT_DTYPE_CODE_INT, 64, 1};
+      *out = ATTNRT_DTYPE_INT64;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+      *out = ATTNRT_DTYPE_FLOAT8_E4M3FN;
       return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2:
-      *out = {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+      *out = ATTNRT_DTYPE_FLOAT8_E5M2;
       return true;
     default:
       return false;

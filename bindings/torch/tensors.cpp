@@ -16,23 +16,23 @@ namespace attnrt_torch {
 attnrt_dtype Dtype(const at::Tensor& t, const char* name) {
   switch (t.scalar_type()) {
     case at::kFloat:
-      return {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+      return ATTNRT_DTYPE_FLOAT32;
     case at::kHalf:
-      return {ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+      return ATTNRT_DTYPE_FLOAT16;
     case at::kBFloat16:
-      return {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+      return ATTNRT_DTYPE_BFLOAT16;
     case at::kInt:
-      return {ATTNRT_DTYPE_CODE_INT, 32, 1};
+      return ATTNRT_DTYPE_INT32;
     case at::kLong:
-      return {ATTNRT_DTYPE_CODE_INT, 64, 1};
+      return ATTNRT_DTYPE_INT64;
     case at::kChar:
-      return {ATTNRT_DTYPE_CODE_INT, 8, 1};
+      return ATTNRT_DTYPE_INT8;
     case at::kByte:
-      return {ATTNRT_DTYPE_CODE_UINT, 8, 1};
+      return ATTNRT_DTYPE_UINT8;
     case at::kFloat8_e4m3fn:
-      return {ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+      return ATTNRT_DTYPE_FLOAT8_E4M3FN;
     case at::kFloat8_e5m2:
-      return {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+      return ATTNRT_DTYPE_FLOAT8_E5M2;
     default:
       ATTNRT_TORCH_CHECK_ARG(
           false, name, ": dtype ", t.scalar_type(),
@@ -84,7 +84,7 @@ attnrt_tensor HostInt32(const int32_t* data, const int64_t* shape, const int64_t
   t.data = const_cast<int32_t*>(data);  // read only as an input; written as metadata's output
   t.device = {ATTNRT_DEVICE_CPU, 0};
   t.ndim = 1;
-  t.dtype = {ATTNRT_DTYPE_CODE_INT, 32, 1};
+  t.dtype = ATTNRT_DTYPE_INT32;
   t.shape = shape;
   t.strides = strides;
   return t;

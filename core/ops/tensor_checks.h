@@ -55,17 +55,17 @@ inline int64_t ReadInt64(const void* base, int64_t index) {
 }
 
 // The element types of attnrt.h.
-inline constexpr attnrt_dtype kFloat32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-inline constexpr attnrt_dtype kFloat16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-inline constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-inline constexpr attnrt_dtype kInt8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-inline constexpr attnrt_dtype kUInt8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-inline constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-inline constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
-inline constexpr attnrt_dtype kFloat8E4M3FN{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
-inline constexpr attnrt_dtype kFloat8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
-inline constexpr attnrt_dtype kFloat8E8M0FNU{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1};
-inline constexpr attnrt_dtype kInt4{ATTNRT_DTYPE_CODE_INT, 4, 1};
+inline constexpr attnrt_dtype kFloat32 = ATTNRT_DTYPE_FLOAT32;
+inline constexpr attnrt_dtype kFloat16 = ATTNRT_DTYPE_FLOAT16;
+inline constexpr attnrt_dtype kBFloat16 = ATTNRT_DTYPE_BFLOAT16;
+inline constexpr attnrt_dtype kInt8 = ATTNRT_DTYPE_INT8;
+inline constexpr attnrt_dtype kUInt8 = ATTNRT_DTYPE_UINT8;
+inline constexpr attnrt_dtype kInt32 = ATTNRT_DTYPE_INT32;
+inline constexpr attnrt_dtype kInt64 = ATTNRT_DTYPE_INT64;
+inline constexpr attnrt_dtype kFloat8E4M3FN = ATTNRT_DTYPE_FLOAT8_E4M3FN;
+inline constexpr attnrt_dtype kFloat8E5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
+inline constexpr attnrt_dtype kFloat8E8M0FNU = ATTNRT_DTYPE_FLOAT8_E8M0FNU;
+inline constexpr attnrt_dtype kInt4 = ATTNRT_DTYPE_INT4;
 
 // Largest extent of one dimension. Kernels index rows and columns with 32-bit integers and every
 // run-time length (seqlens_k, total_sequence_length) is int32, so larger extents are rejected.

@@ -89,9 +89,9 @@ std::string SeedTrace();
 
 // ---- tensors
 // ----------------------------------------------------------------------------------------
-inline constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-inline constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-inline constexpr attnrt_dtype kI64{ATTNRT_DTYPE_CODE_INT, 64, 1};
+inline constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+inline constexpr attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
+inline constexpr attnrt_dtype kI64 = ATTNRT_DTYPE_INT64;
 
 // An owning, 64-byte aligned host tensor. Copies share storage (use Clone for a deep copy), which
 // is how a present output aliases the past buffer.

@@ -388,16 +388,16 @@ TEST(AbiNames, StatusNames) {
 
 TEST(AbiNames, DtypeNames) {
   const std::pair<attnrt_dtype, const char*> names[] = {
-      {{ATTNRT_DTYPE_CODE_FLOAT, 32, 1}, "float32"},
-      {{ATTNRT_DTYPE_CODE_FLOAT, 16, 1}, "float16"},
-      {{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1}, "bfloat16"},
-      {{ATTNRT_DTYPE_CODE_INT, 8, 1}, "int8"},
-      {{ATTNRT_DTYPE_CODE_UINT, 8, 1}, "uint8"},
-      {{ATTNRT_DTYPE_CODE_INT, 32, 1}, "int32"},
-      {{ATTNRT_DTYPE_CODE_INT, 64, 1}, "int64"},
-      {{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1}, "float8_e4m3fn"},
-      {{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1}, "float8_e8m0fnu"},
-      {{ATTNRT_DTYPE_CODE_INT, 4, 1}, "int4"},
+      {ATTNRT_DTYPE_FLOAT32, "float32"},
+      {ATTNRT_DTYPE_FLOAT16, "float16"},
+      {ATTNRT_DTYPE_BFLOAT16, "bfloat16"},
+      {ATTNRT_DTYPE_INT8, "int8"},
+      {ATTNRT_DTYPE_UINT8, "uint8"},
+      {ATTNRT_DTYPE_INT32, "int32"},
+      {ATTNRT_DTYPE_INT64, "int64"},
+      {ATTNRT_DTYPE_FLOAT8_E4M3FN, "float8_e4m3fn"},
+      {ATTNRT_DTYPE_FLOAT8_E8M0FNU, "float8_e8m0fnu"},
+      {ATTNRT_DTYPE_INT4, "int4"},
       {{ATTNRT_DTYPE_CODE_FLOAT, 13, 1}, "unknown"},
   };
   for (const auto& [dtype, name] : names) EXPECT_STREQ(attnrt_dtype_name(dtype), name);

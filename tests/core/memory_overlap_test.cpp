@@ -14,9 +14,9 @@
 namespace attnrt::core {
 namespace {
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
 
 struct Desc {
   std::vector<int64_t> shape, strides;

@@ -323,9 +323,8 @@ TEST(PagedVarlenAbi14, BlockQuantizedCacheIsRefusedWithTheReason) {
     const int64_t row_bytes =
         bits == 8 ? ATTNRT_GQA_QUANT_Q8_0_BLOCK_BYTES : ATTNRT_GQA_QUANT_Q4_0_BLOCK_BYTES;
     ExpectCacheRefused(
-        kAbi14, {ATTNRT_DTYPE_CODE_UINT, 8, 1}, row_bytes, kBlockHeadSize,
-        ATTNRT_GQA_QUANT_PER_BLOCK_32, bits, false,
-        std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache", 7);
+        kAbi14, ATTNRT_DTYPE_UINT8, row_bytes, kBlockHeadSize, ATTNRT_GQA_QUANT_PER_BLOCK_32, bits,
+        false, std::string("a PER_BLOCK_32 (") + (bits == 8 ? "Q8_0" : "Q4_0") + ") KV cache", 7);
   }
 }
 
@@ -362,10 +361,10 @@ TEST_P(PagedVarlenBeforeAbi18, ValueHeadSizeIsRefusedWithTheReason) {
 
 // ---- Cache types (ABI 1.9): value_cache may have a type of its own ------------------------------
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBf16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
 
 // One pool's type: its quant type and bit width (the attributes') and its dtype.
 struct PoolType {
@@ -666,7 +665,7 @@ TEST_P(PagedVarlenOldAbi, CausalRowsOutnumberingTheContextAreRefusedAtRun) {
 // fails UNSUPPORTED naming it, nothing is written).
 TEST_P(PagedVarlenOldAbi, Float8E5M2CacheIsRefusedWithTheReason) {
   CleanAttnrtEnv env;
-  ExpectCacheRefused(GetParam(), {ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1}, kHeadSize, kHeadSize,
+  ExpectCacheRefused(GetParam(), ATTNRT_DTYPE_FLOAT8_E5M2, kHeadSize, kHeadSize,
                      ATTNRT_GQA_QUANT_PER_TENSOR, 8, true, "a float8_e5m2 KV cache", 11);
 }
 

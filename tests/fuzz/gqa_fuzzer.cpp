@@ -49,17 +49,17 @@
 
 namespace {
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-constexpr attnrt_dtype kI64{ATTNRT_DTYPE_CODE_INT, 64, 1};
-constexpr attnrt_dtype kI4{ATTNRT_DTYPE_CODE_INT, 4, 1};
-constexpr attnrt_dtype kF8E4M3{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
-constexpr attnrt_dtype kF8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
-constexpr attnrt_dtype kF8E8M0{ATTNRT_DTYPE_CODE_FLOAT8_E8M0FNU, 8, 1};
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
+constexpr attnrt_dtype kI64 = ATTNRT_DTYPE_INT64;
+constexpr attnrt_dtype kI4 = ATTNRT_DTYPE_INT4;
+constexpr attnrt_dtype kF8E4M3 = ATTNRT_DTYPE_FLOAT8_E4M3FN;
+constexpr attnrt_dtype kF8E5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
+constexpr attnrt_dtype kF8E8M0 = ATTNRT_DTYPE_FLOAT8_E8M0FNU;
 // Not known to attnrt: float64, an odd bit width, two lanes, an undefined code.
 constexpr attnrt_dtype kF64{ATTNRT_DTYPE_CODE_FLOAT, 64, 1};
 constexpr attnrt_dtype kOddBits{ATTNRT_DTYPE_CODE_INT, 12, 1};

@@ -52,12 +52,12 @@
 
 namespace {
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
 
 attnrt_runtime* g_runtime = nullptr;         // the runtime's own choice
 attnrt_runtime* g_scalar_runtime = nullptr;  // pinned to the scalar kernels

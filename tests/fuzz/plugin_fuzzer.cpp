@@ -233,8 +233,8 @@ void RunGqa(attnrt_runtime* runtime, const std::string& fixture_name) {
   CheckStatus("attnrt_op_create", status);
   if (status != ATTNRT_OK) return;
   // query (1,1,16), key/value (1,1,8), seqlens_k [0], total_sequence_length 1 -> output (1,1,16).
-  const attnrt_dtype f32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-  const attnrt_dtype i32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+  const attnrt_dtype f32 = ATTNRT_DTYPE_FLOAT32;
+  const attnrt_dtype i32 = ATTNRT_DTYPE_INT32;
   const attnrt_device cpu{ATTNRT_DEVICE_CPU, 0};
   std::vector<float> query(16, 0.5f), key(8, 0.25f), value(8, 1.0f), output(16, 0.0f);
   int32_t seqlens_k = 0, total = 1;

@@ -18,11 +18,11 @@
 
 namespace sparse_mla_fuzz {
 
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
 constexpr int kD = ATTNRT_SPARSE_MLA_HEAD_DIM;
 constexpr int kInputs = ATTNRT_SPARSE_MLA_NUM_INPUTS;
 constexpr int kOutputs = ATTNRT_SPARSE_MLA_NUM_OUTPUTS;

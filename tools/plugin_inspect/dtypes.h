@@ -11,13 +11,13 @@
 
 namespace plugin_inspect {
 
-inline constexpr attnrt_dtype kFloat32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-inline constexpr attnrt_dtype kFloat16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-inline constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-inline constexpr attnrt_dtype kInt8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-inline constexpr attnrt_dtype kUInt8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-inline constexpr attnrt_dtype kInt32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-inline constexpr attnrt_dtype kInt64{ATTNRT_DTYPE_CODE_INT, 64, 1};
+inline constexpr attnrt_dtype kFloat32 = ATTNRT_DTYPE_FLOAT32;
+inline constexpr attnrt_dtype kFloat16 = ATTNRT_DTYPE_FLOAT16;
+inline constexpr attnrt_dtype kBFloat16 = ATTNRT_DTYPE_BFLOAT16;
+inline constexpr attnrt_dtype kInt8 = ATTNRT_DTYPE_INT8;
+inline constexpr attnrt_dtype kUInt8 = ATTNRT_DTYPE_UINT8;
+inline constexpr attnrt_dtype kInt32 = ATTNRT_DTYPE_INT32;
+inline constexpr attnrt_dtype kInt64 = ATTNRT_DTYPE_INT64;
 
 inline bool same_dtype(attnrt_dtype a, attnrt_dtype b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;

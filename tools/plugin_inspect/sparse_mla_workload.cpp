@@ -10,11 +10,11 @@
 namespace plugin_inspect {
 namespace {
 
-constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI32{ATTNRT_DTYPE_CODE_INT, 32, 1};
-constexpr attnrt_dtype kF32{ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
+constexpr attnrt_dtype kBf16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
+constexpr attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
 
 // Truncation to bf16 / a float16 conversion are enough for random test data.
 uint16_t to_half_bits(float v, bool fp16) {

@@ -42,10 +42,10 @@ static uint16_t bf16(float x) {
   return (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-static const attnrt_dtype kF32 = {ATTNRT_DTYPE_CODE_FLOAT, 32, 1};
-static const attnrt_dtype kBf16 = {ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-static const attnrt_dtype kI32 = {ATTNRT_DTYPE_CODE_INT, 32, 1};
-static const attnrt_dtype kU8 = {ATTNRT_DTYPE_CODE_UINT, 8, 1};
+static const attnrt_dtype kF32 = ATTNRT_DTYPE_FLOAT32;
+static const attnrt_dtype kBf16 = ATTNRT_DTYPE_BFLOAT16;
+static const attnrt_dtype kI32 = ATTNRT_DTYPE_INT32;
+static const attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
 
 typedef struct {
   attnrt_tensor tensor;

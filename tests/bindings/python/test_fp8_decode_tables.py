@@ -45,14 +45,21 @@ def same_bits(a, b) -> bool:
     return torch.equal(a.view(words)[~nan], b.view(words)[~nan])
 
 
-def close_bits(a, b) -> bool:
-    """NaN where the other is NaN, and finite values within one step of a's type (at b's value)."""
+def close_bits(a, b, prec="exact") -> bool:
+    """NaN where the other is NaN, and finite values one rounding step of a's type apart at most
+    (float32 sums in another order round to neighbouring values), plus a part of b's largest
+    magnitude where an output near 0 is a sum that cancels: 2^-16 for p_precision exact (a score
+    a float32 step off moves each p by about 2^-24 times the score, which a cancelling sum of
+    values near the largest does not shrink: 5e-5 measured at an output of 1e-3 among values up
+    to 17), 2^-8 for input, whose rounding of p to bfloat16 can go the other way for such a p (a
+    step of 2^-8 of it: 2 bfloat16 steps measured at an output of 0.14 among values up to 19)."""
     nan = torch.isnan(a.float())
     if not torch.equal(nan, torch.isnan(b.float())):
         return False
     x, y = a.double()[~nan], b.double()[~nan]
     eps = torch.finfo(a.dtype).eps
-    return bool(((x - y).abs() <= eps * y.abs().clamp_min(torch.finfo(a.dtype).tiny)).all())
+    floor = (2.0**-8 if prec == "input" else 2.0**-16) * (y.abs().max().item() if y.numel() else 0.0)
+    return bool(((x - y).abs() <= eps * torch.maximum(x.abs(), y.abs()) + floor).all())
 
 
 def tile_scores(fp8, qdt, h, q_lens) -> bool:
@@ -159,7 +166,7 @@ def test_amx_fp8_equals_avx512_and_the_reference(name, fp8, qdt, lens, h, bs, he
         assert (wrong.double() - ref).abs().max().item() > tol * max(1.0, ref.abs().max().item())
         if tile_scores(fp8, qdt, h, q_lens):
             # One bfloat16 rounding step of the output apart at most.
-            assert close_bits(got, want), name
+            assert close_bits(got, want, prec), name
         else:
             assert same_bits(got, want), name
 
@@ -180,7 +187,7 @@ def test_amx_fp8_decode_every_code_same_bits(fp8, heads):
         want = run(avx512, c, "input")
     assert torch.isnan(want.float()).any()
     if fp8 == torch.float8_e4m3fn:  # scored on tiles (head size 96)
-        assert close_bits(got, want)
+        assert close_bits(got, want, "input")
     else:
         assert same_bits(got, want)
 

@@ -26,7 +26,7 @@ namespace {
 constexpr char kKernel[] = "cpu_x86.gqa.flash.amx";
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+const attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
 
 // A first prompt of S tokens (B = 1, no past, present outputs), every tensor bfloat16.
 struct Shape {

@@ -16,8 +16,8 @@
 namespace attnrt_test {
 namespace {
 
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
 
 enum class Format { kQ8_0, kQ4_0 };
 

@@ -22,10 +22,10 @@
 namespace attnrt_test {
 namespace block_quant {
 
-inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-inline constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-inline constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-inline constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
+inline constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+inline constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+inline constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+inline constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 inline constexpr uint8_t kBytePoison = 0xA5;
 inline constexpr uint16_t kFloat16NaN = 0x7E00;

@@ -50,12 +50,12 @@
 namespace attnrt_test {
 namespace {
 
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kF8E4M3Fn{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
-constexpr attnrt_dtype kF8E5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kF8E4M3Fn = ATTNRT_DTYPE_FLOAT8_E4M3FN;
+constexpr attnrt_dtype kF8E5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr uint8_t kBytePoison = 0xA5;

@@ -17,9 +17,9 @@ struct Type {
   int min_exp;  // exponent of the smallest normal (-126, -126, -14)
   const char* name;
 };
-constexpr Type kTypeF32{{ATTNRT_DTYPE_CODE_FLOAT, 32, 1}, 24, -126, "float32"};
-constexpr Type kTypeBf16{{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1}, 8, -126, "bfloat16"};
-constexpr Type kTypeF16{{ATTNRT_DTYPE_CODE_FLOAT, 16, 1}, 11, -14, "float16"};
+constexpr Type kTypeF32{ATTNRT_DTYPE_FLOAT32, 24, -126, "float32"};
+constexpr Type kTypeBf16{ATTNRT_DTYPE_BFLOAT16, 8, -126, "bfloat16"};
+constexpr Type kTypeF16{ATTNRT_DTYPE_FLOAT16, 11, -14, "float16"};
 
 // Spacing of T around |x| (at least the subnormal step).
 inline double Step(const Type& t, double x) {

@@ -32,9 +32,9 @@ namespace {
 
 constexpr int64_t kB = 2, kN = 4, kNkv = 2, kBlock = 4, kBlocks = 6, kT = 9, kTokens = 4;
 constexpr int32_t kOps[] = {ATTNRT_OP_PAGED_GQA, ATTNRT_OP_PAGED_GQA_VARLEN};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
 
 // A pool's type: its dtype, its last dimension for rows of n elements, and the attributes.
 enum class Cache {

@@ -32,12 +32,12 @@
 namespace attnrt_test {
 namespace {
 
-constexpr attnrt_dtype kF16Dtype{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-constexpr attnrt_dtype kBF16Dtype{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kE4M3{ATTNRT_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
-constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+constexpr attnrt_dtype kF16Dtype = ATTNRT_DTYPE_FLOAT16;
+constexpr attnrt_dtype kBF16Dtype = ATTNRT_DTYPE_BFLOAT16;
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kE4M3 = ATTNRT_DTYPE_FLOAT8_E4M3FN;
+constexpr attnrt_dtype kE5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
 
 // T, the element type of query, key, value, the float caches and the outputs.
 enum class Type { kF32, kF16, kBF16 };

@@ -56,7 +56,7 @@ enum class Cache {
   kQ4_0
 };
 
-inline constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+inline constexpr attnrt_dtype kE5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
 
 inline const char* CacheName(Cache c) {
   switch (c) {

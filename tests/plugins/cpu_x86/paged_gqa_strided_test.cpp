@@ -30,7 +30,7 @@ namespace {
 constexpr int64_t kHeads = 8;
 constexpr int64_t kKvHeads = 2;
 constexpr int64_t kHeadSize = 64;
-constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr attnrt_dtype kBf16 = ATTNRT_DTYPE_BFLOAT16;
 
 // How the K and V pools sit in one cache tensor: the tensor's element count, and per view its
 // element offset and strides (in kv_layout's dimension order [num_blocks, d1, d2, head_size]).
@@ -167,9 +167,9 @@ struct Call {
     v_query.Set(query.data(), dtype, {B, step.S, kHeads * kHeadSize}, {}, 0);
     v_key.Set(key.data(), dtype, {B, step.S, kKvHeads * kHeadSize}, {}, 0);
     v_value.Set(value.data(), dtype, {B, step.S, kKvHeads * kHeadSize}, {}, 0);
-    v_seqlens.Set(seqlens.data(), {ATTNRT_DTYPE_CODE_INT, 32, 1}, {B}, {}, 0);
-    v_total.Set(total.data(), {ATTNRT_DTYPE_CODE_INT, 32, 1}, {1}, {}, 0);
-    v_table.Set(table.data(), {ATTNRT_DTYPE_CODE_INT, 32, 1}, {B, slots}, {}, 0);
+    v_seqlens.Set(seqlens.data(), ATTNRT_DTYPE_INT32, {B}, {}, 0);
+    v_total.Set(total.data(), ATTNRT_DTYPE_INT32, {1}, {}, 0);
+    v_table.Set(table.data(), ATTNRT_DTYPE_INT32, {B, slots}, {}, 0);
     std::vector<const attnrt_tensor*> in(ATTNRT_PAGED_GQA_NUM_INPUTS, nullptr);
     in[ATTNRT_PAGED_GQA_INPUT_QUERY] = &v_query.t;
     in[ATTNRT_PAGED_GQA_INPUT_KEY] = &v_key.t;

@@ -35,9 +35,9 @@ namespace attnrt_test {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
-constexpr attnrt_dtype kBFloat16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
+constexpr attnrt_dtype kBFloat16 = ATTNRT_DTYPE_BFLOAT16;
 
 // kBF16: the whole op in bfloat16 (query, key, value, cache, output). kQ8_0Block, kQ4_0Block:
 // PER_BLOCK_32 caches (ggml Q8_0 / Q4_0 blocks of 32 elements with a float16 scale each).

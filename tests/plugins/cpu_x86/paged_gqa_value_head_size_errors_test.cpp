@@ -22,8 +22,8 @@
 namespace attnrt_test {
 namespace {
 
-constexpr attnrt_dtype kI8{ATTNRT_DTYPE_CODE_INT, 8, 1};
-constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+constexpr attnrt_dtype kI8 = ATTNRT_DTYPE_INT8;
+constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
 // A decode of 2 sequences (T_b 9 and 6) over blocks of 4: H 96, Hv 64.
 constexpr int64_t kB = 2, kN = 4, kNkv = 2, kH = 96, kHv = 64, kBlock = 4, kBlocks = 6, kT = 9;
 

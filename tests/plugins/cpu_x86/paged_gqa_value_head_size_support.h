@@ -53,7 +53,7 @@ inline constexpr bool kReduced = false;
 // The unit roundoff of float32, in which every CPU kernel computes.
 inline constexpr double kU32 = 0x1p-24;
 
-inline constexpr attnrt_dtype kE5M2{ATTNRT_DTYPE_CODE_FLOAT8_E5M2, 8, 1};
+inline constexpr attnrt_dtype kE5M2 = ATTNRT_DTYPE_FLOAT8_E5M2;
 
 // ---- head sizes and cache formats
 // -----------------------------------------------------------------

@@ -13,7 +13,7 @@
 namespace attnrt_test {
 namespace {
 
-constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
+constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
 
 // Descriptors of a GQA call whose tensors live on cuda:0 (seqlens_k and total_sequence_length
 // stay in host memory, as the ABI requires).

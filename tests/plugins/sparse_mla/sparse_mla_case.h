@@ -139,9 +139,9 @@ struct SparseMlaResult {
 // returns its outputs.
 SparseMlaResult RunSparseMlaCall(SparseMlaCase& c, const std::string& kernel);
 
-inline constexpr attnrt_dtype kBf16{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1};
-inline constexpr attnrt_dtype kF16{ATTNRT_DTYPE_CODE_FLOAT, 16, 1};
-inline constexpr attnrt_dtype kU8{ATTNRT_DTYPE_CODE_UINT, 8, 1};
+inline constexpr attnrt_dtype kBf16 = ATTNRT_DTYPE_BFLOAT16;
+inline constexpr attnrt_dtype kF16 = ATTNRT_DTYPE_FLOAT16;
+inline constexpr attnrt_dtype kU8 = ATTNRT_DTYPE_UINT8;
 
 // Copies the compact PA_BBND cache `input` (ori_kv or cmp_kv) of c into a buffer shared by `layers`
 // interleaved layers (vLLM style): block k of layer l lies at lead_bytes + (k * layers + l) *

@@ -197,7 +197,8 @@ TEST(SparseMlaEncode, OutputsOverlappingTheInputAreRefused) {
                    std::to_string(shift));
       const std::vector<float> rows = Rows(rng, 4);
       std::vector<uint8_t> buffer(4 * kD * sizeof(float) + 4 * 608, 0);
-      const attnrt_dtype dtype = bf16_input ? attnrt_dtype{ATTNRT_DTYPE_CODE_BFLOAT, 16, 1} : kF32;
+      constexpr attnrt_dtype kBF16 = ATTNRT_DTYPE_BFLOAT16;
+      const attnrt_dtype dtype = bf16_input ? kBF16 : kF32;
       if (bf16_input) {
         for (size_t i = 0; i < rows.size(); ++i) {
           uint32_t bits;
