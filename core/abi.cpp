@@ -76,43 +76,28 @@ Status NullArgument(const char* name) {
 // field (ATTNRT_STRUCT_SIZE). None has grown since it was released, so that is also the least a
 // caller may give.
 template <typename T>
-constexpr size_t OutStructSize();
-template <>
-constexpr size_t OutStructSize<attnrt_plugin_info>() {
-  return ATTNRT_PLUGIN_INFO_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_kernel_info>() {
-  return ATTNRT_KERNEL_INFO_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_diagnostic>() {
-  return ATTNRT_DIAGNOSTIC_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_plan_info>() {
-  return ATTNRT_PLAN_INFO_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_plan_cache_info>() {
-  return ATTNRT_PLAN_CACHE_INFO_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_candidate>() {
-  return ATTNRT_CANDIDATE_STRUCT_SIZE;
-}
-template <>
-constexpr size_t OutStructSize<attnrt_block_pool_stats>() {
-  return ATTNRT_BLOCK_POOL_STATS_STRUCT_SIZE;
-}
+struct OutStruct;
+#define ATTNRT_OUT_STRUCT(type, size)     \
+  template <>                             \
+  struct OutStruct<type> {                \
+    static constexpr size_t kSize = size; \
+  }
+ATTNRT_OUT_STRUCT(attnrt_plugin_info, ATTNRT_PLUGIN_INFO_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_kernel_info, ATTNRT_KERNEL_INFO_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_diagnostic, ATTNRT_DIAGNOSTIC_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_plan_info, ATTNRT_PLAN_INFO_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_plan_cache_info, ATTNRT_PLAN_CACHE_INFO_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_candidate, ATTNRT_CANDIDATE_STRUCT_SIZE);
+ATTNRT_OUT_STRUCT(attnrt_block_pool_stats, ATTNRT_BLOCK_POOL_STATS_STRUCT_SIZE);
+#undef ATTNRT_OUT_STRUCT
 
 // Output structs carry the caller's struct_size: it must cover what this library writes.
 template <typename T>
 Status CheckOutStruct(const T* out, const char* name) {
   if (out == nullptr) return NullArgument(name);
-  if (out->struct_size < OutStructSize<T>()) {
+  if (out->struct_size < OutStruct<T>::kSize) {
     return attnrt::core::AbiMismatch(std::string(name) + "->struct_size: expected at least " +
-                                     std::to_string(OutStructSize<T>()) + ", got " +
+                                     std::to_string(OutStruct<T>::kSize) + ", got " +
                                      std::to_string(out->struct_size) +
                                      "; set it to the struct's ATTNRT_*_STRUCT_SIZE (or sizeof)");
   }

@@ -324,11 +324,15 @@ int32_t RunFlash(const PluginContext& context, const attnrt_gqa_args& args, cons
 
   // Flash decoding (docs/gqa-semantics.md: split-KV with a log-sum-exp merge): with S == 1 the
   // tiles are only B x Nkv; when that leaves threads idle, the key range is split into chunks as
-  // well, and merged afterwards. A grouped paged decode's tile is a sequence with all its kv heads
-  // (RunHeadGroup), so its key range is split as soon as the sequences are fewer than the threads.
+  // well, and merged afterwards. The chunks depend on B x Nkv and the threads only, never on how
+  // a paged decode reads its blocks: a grouped one (RunHeadGroup, blocks read for several kv heads
+  // at once) splits its heads into as many groups as keep the threads busy instead, so that paged
+  // and contiguous caches, and blocks of any size, give the same bits (a grouped decode once split
+  // its keys as soon as the sequences were fewer than the threads: other bits than a contiguous
+  // cache at batch 1 with 2 kv heads on 2 threads).
   const bool grouped = paging != nullptr && GroupsHeads(p, *paging, blocks, ops);
   int64_t chunks = 1;
-  const int64_t tiles = grouped ? p.batch_size : p.batch_size * p.kv_num_heads;
+  const int64_t tiles = p.batch_size * p.kv_num_heads;
   if (p.sequence_length == 1 && tiles < threads) {
     chunks =
         std::min({(threads + tiles - 1) / tiles, max_total / kMinChunkKeys, MaxChunks(p, threads)});
