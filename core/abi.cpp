@@ -104,12 +104,19 @@ Status CheckOutStruct(const T* out, const char* name) {
   return Status::Ok();
 }
 
+// A struct to fill, every byte 0 (padding included: what WriteOut copies reaches the caller).
+template <typename T>
+void Zero(T* value) {
+  std::memset(static_cast<void*>(value), 0, sizeof(T));
+}
+
 // Writes `value` into the caller's struct, its struct_size kept, and no byte past that size (the
 // caller's object may end there: ATTNRT_STRUCT_SIZE leaves out the tail padding).
 template <typename T>
-void WriteOut(T* out, T value) {
-  value.struct_size = out->struct_size;
-  std::memcpy(static_cast<void*>(out), &value, std::min(out->struct_size, sizeof(T)));
+void WriteOut(T* out, const T& value) {
+  const size_t size = out->struct_size;
+  std::memcpy(static_cast<void*>(out), &value, std::min(size, sizeof(T)));
+  out->struct_size = size;
 }
 
 Status IndexNotFound(const char* what, size_t index, size_t count) {
@@ -167,7 +174,7 @@ ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_option
   }
   if (struct_size < sizeof(size_t)) {
     return Record(attnrt::core::AbiMismatch(
-        "struct_size: expected at least " + std::to_string(sizeof(size_t)) +
+        "attnrt_runtime_options struct_size: expected at least " + std::to_string(sizeof(size_t)) +
         " (the struct_size field), got " + std::to_string(struct_size)));
   }
   // Each default is written only when the caller's struct holds the whole field.
@@ -265,7 +272,8 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_info(const attnrt_runtime* runtim
     const auto& plugins = runtime->state->plugins();
     if (index >= plugins.size()) return IndexNotFound("plugin", index, plugins.size());
     const auto& p = *plugins[index];
-    attnrt_plugin_info value{};
+    attnrt_plugin_info value;
+    Zero(&value);
     value.name = p.name.c_str();
     value.path = p.path.c_str();
     value.version = p.version.c_str();
@@ -311,7 +319,8 @@ ATTNRT_API attnrt_status attnrt_runtime_plugin_kernel(const attnrt_runtime* runt
     if (kernel_index >= kernels.size())
       return IndexNotFound("kernel", kernel_index, kernels.size());
     const auto& k = kernels[kernel_index];
-    attnrt_kernel_info value{};
+    attnrt_kernel_info value;
+    Zero(&value);
     value.name = k.name.c_str();
     value.plugin = k.plugin->name.c_str();
     value.op_kind = k.op_kind;
@@ -339,7 +348,8 @@ ATTNRT_API attnrt_status attnrt_runtime_diagnostic(const attnrt_runtime* runtime
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_diagnostic, "out_diagnostic"));
     const auto& diagnostics = runtime->state->diagnostics();
     if (index >= diagnostics.size()) return IndexNotFound("diagnostic", index, diagnostics.size());
-    attnrt_diagnostic value{};
+    attnrt_diagnostic value;
+    Zero(&value);
     value.path = diagnostics[index].path.c_str();
     value.message = diagnostics[index].message.c_str();
     WriteOut(out_diagnostic, value);
@@ -384,7 +394,8 @@ ATTNRT_API attnrt_status attnrt_plan_get_info(const attnrt_plan* plan, attnrt_pl
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(plan);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
-    attnrt_plan_info value{};
+    attnrt_plan_info value;
+    Zero(&value);
     value.kernel = plan->impl->kernel_name().c_str();
     value.workspace_size = plan->impl->workspace_size;
     value.workspace_alignment = attnrt::core::PlanImpl::kWorkspaceAlignment;
@@ -421,7 +432,9 @@ ATTNRT_API attnrt_status attnrt_op_plan_cache_info(const attnrt_op* op,
   return Guard([&]() -> Status {
     ATTNRT_REQUIRE(op);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_info, "out_info"));
-    auto value = op->impl->CacheInfo();
+    // Eight-byte fields only: no padding to clear.
+    static_assert(sizeof(attnrt_plan_cache_info) == 6 * sizeof(uint64_t));
+    const attnrt_plan_cache_info value = op->impl->CacheInfo();
     WriteOut(out_info, value);
     return Status::Ok();
   });
@@ -463,7 +476,8 @@ ATTNRT_API attnrt_status attnrt_explanation_candidate(const attnrt_explanation* 
     const auto& candidates = explanation->candidates;
     if (index >= candidates.size()) return IndexNotFound("candidate", index, candidates.size());
     const auto& c = candidates[index];
-    attnrt_candidate value{};
+    attnrt_candidate value;
+    Zero(&value);
     value.kernel = c.kernel->name.c_str();
     value.priority = c.kernel->priority;
     value.status = c.status;
@@ -564,7 +578,8 @@ ATTNRT_API attnrt_status attnrt_block_pool_get_stats(const attnrt_block_pool* po
   return PoolGuard("attnrt_block_pool_get_stats", [&]() -> Status {
     ATTNRT_REQUIRE(pool);
     ATTNRT_RETURN_IF_ERROR(CheckOutStruct(out_stats, "out_stats"));
-    attnrt_block_pool_stats value{};
+    attnrt_block_pool_stats value;
+    Zero(&value);
     pool->impl->Stats(&value);
     WriteOut(out_stats, value);
     return Status::Ok();

@@ -1,8 +1,8 @@
 #include "core/block_pool.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -134,7 +134,8 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
   if (out_copy != nullptr && out_copy->struct_size < ATTNRT_BLOCK_COPY_STRUCT_SIZE) {
     return AbiMismatch("out_copy->struct_size: expected at least " +
                        std::to_string(ATTNRT_BLOCK_COPY_STRUCT_SIZE) + ", got " +
-                       std::to_string(out_copy->struct_size));
+                       std::to_string(out_copy->struct_size) +
+                       "; set it to ATTNRT_BLOCK_COPY_STRUCT_SIZE");
   }
   const int64_t new_length = seq.length + num_tokens;
   const int64_t have = static_cast<int64_t>(seq.blocks.size());
@@ -170,9 +171,15 @@ Status BlockPool::Append(int64_t sequence, int64_t num_tokens, attnrt_block_copy
   for (int64_t i = have; i < need; ++i) seq.blocks.push_back(Allocate());
   seq.length = new_length;
   tokens_held_ += num_tokens;
-  if (out_copy != nullptr) {  // its struct_size kept, no byte past it written
-    copy.struct_size = out_copy->struct_size;
-    std::memcpy(static_cast<void*>(out_copy), &copy, std::min(out_copy->struct_size, sizeof copy));
+  if (out_copy != nullptr) {  // its struct_size kept, no byte past it written, no padding left
+    attnrt_block_copy value;
+    std::memset(static_cast<void*>(&value), 0, sizeof value);
+    value.struct_size = out_copy->struct_size;
+    value.src_block = copy.src_block;
+    value.dst_block = copy.dst_block;
+    value.num_tokens = copy.num_tokens;
+    std::memcpy(static_cast<void*>(out_copy), &value,
+                std::min(out_copy->struct_size, sizeof value));
   }
   return Status::Ok();
 }

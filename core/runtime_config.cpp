@@ -81,11 +81,12 @@ Status ResolveConfig(const attnrt_runtime_options* options, const std::string& d
   if (options == nullptr) options = &defaults;
   constexpr size_t kMinSize = offsetof(attnrt_runtime_options, log_user_data) + sizeof(void*);
   if (options->struct_size < kMinSize) {
-    return AbiMismatch("options.struct_size: expected at least " + std::to_string(kMinSize) +
-                       " (ABI " + std::to_string(ATTNRT_ABI_VERSION_MAJOR) + "." +
-                       std::to_string(ATTNRT_ABI_VERSION_MINOR) + "), got " +
-                       std::to_string(options->struct_size) +
-                       "; call attnrt_runtime_options_init first");
+    return AbiMismatch(
+        "attnrt_runtime_options struct_size: expected at least " + std::to_string(kMinSize) +
+        " (the struct of ABI 1.0; ABI " + std::to_string(ATTNRT_ABI_VERSION_MAJOR) + "." +
+        std::to_string(ATTNRT_ABI_VERSION_MINOR) + "'s is " +
+        std::to_string(ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE) + "), got " +
+        std::to_string(options->struct_size) + "; call attnrt_runtime_options_init first");
   }
   if (options->num_plugin_paths > 0 && options->plugin_paths == nullptr) {
     return InvalidArgument("options.plugin_paths: expected an array of " +

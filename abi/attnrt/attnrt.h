@@ -290,10 +290,12 @@ typedef struct attnrt_runtime_options {
   ATTNRT_STRUCT_SIZE(attnrt_runtime_options, allow_insecure_plugins)
 
 /**
- * Sets struct_size to `struct_size` and every default the first `struct_size` bytes hold; writes
- * nothing beyond them (ABI 1.2). Call it through attnrt_runtime_options_init. Errors (ABI 1.4;
- * before, it returned nothing): INVALID_ARGUMENT for NULL options, ABI_MISMATCH for a struct_size
- * smaller than the struct_size field; nothing is written then.
+ * Sets every default the first `struct_size` bytes hold, and struct_size to the smaller of
+ * `struct_size` and this library's sizeof(attnrt_runtime_options) (a caller built against a newer
+ * minor version sees where the defaults end); writes nothing beyond them (ABI 1.2). Call it through
+ * attnrt_runtime_options_init. Errors (ABI 1.4; before, it returned nothing): INVALID_ARGUMENT for
+ * NULL options, ABI_MISMATCH for a struct_size smaller than the struct_size field; nothing is
+ * written then.
  */
 ATTNRT_API attnrt_status attnrt_runtime_options_init_sized(attnrt_runtime_options* options,
                                                            size_t struct_size);

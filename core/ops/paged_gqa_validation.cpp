@@ -557,7 +557,16 @@ Status ValidateAttributes(const void* attributes, attnrt_paged_gqa_attributes* o
     // cache's (v_quant_type as k_quant_type); value_cache's type is checked below.
     const int32_t v_quant_type = a.gqa.v_quant_type;
     if (IndependentCacheTypes(a)) a.gqa.v_quant_type = a.gqa.k_quant_type;
-    ATTNRT_RETURN_IF_ERROR(gqa::ValidateAttributes(&a.gqa, &a.gqa));
+    {
+      Status st = gqa::ValidateAttributes(&a.gqa, &a.gqa);
+      if (!st.ok()) {  // the caller filled the outer struct: name the member it got wrong
+        st.message = "attnrt_paged_gqa_attributes.gqa: " + st.message +
+                     (st.code == ATTNRT_ERROR_ABI_MISMATCH
+                          ? " (set it with attnrt_paged_gqa_attributes_init, which fills gqa too)"
+                          : "");
+        return st;
+      }
+    }
     if (IndependentCacheTypes(a)) {
       a.gqa.v_quant_type = v_quant_type;
       ATTNRT_RETURN_IF_ERROR(CheckIndependentTypes(a));

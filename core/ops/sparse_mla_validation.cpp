@@ -148,8 +148,9 @@ Status ValidateAttributes(const void* attributes, attnrt_sparse_mla_attributes* 
   if (attributes == nullptr) return InvalidArgument("attributes: must not be NULL");
   const size_t size = *static_cast<const size_t*>(attributes);
   if (size < ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE) {
-    return AbiMismatch(StrCat("attributes.struct_size: expected at least ",
-                              ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE, ", got ", size));
+    return AbiMismatch(StrCat("attnrt_sparse_mla_attributes struct_size: expected at least ",
+                              ATTNRT_SPARSE_MLA_ATTRIBUTES_STRUCT_SIZE, ", got ", size,
+                              "; set it with attnrt_sparse_mla_attributes_init"));
   }
   *out = attnrt_sparse_mla_attributes{};
   std::memcpy(out, attributes, std::min(size, sizeof(attnrt_sparse_mla_attributes)));
