@@ -22,6 +22,7 @@
  * Exit status 0 when all hold; otherwise the first failure is printed.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,16 @@ static int Introspect(attnrt_runtime* runtime) {
     EXPECT(GuardIntact(info.guard), "attnrt_runtime_plugin_info wrote past struct_size %zu",
            sizeof info.value);
     EXPECT(info.value.name != NULL && info.value.name[0] != '\0', "plugin %zu has no name", p);
+#ifdef ATTNRT_PLUGIN_INFO_STRUCT_SIZE
+    /* ABI 1.13: the padding between available and reason comes back 0, not as whatever the
+     * library's stack held. */
+    for (size_t b = offsetof(attnrt_plugin_info, available) + sizeof(int32_t);
+         b < offsetof(attnrt_plugin_info, reason); ++b) {
+      EXPECT(((const unsigned char*)&info.value)[b] == 0,
+             "attnrt_runtime_plugin_info left padding byte %zu as 0x%02x", b,
+             ((const unsigned char*)&info.value)[b]);
+    }
+#endif
     EXPECT(info.value.abi_major == ATTNRT_ABI_VERSION_MAJOR, "plugin %s: ABI major %u",
            info.value.name, (unsigned)info.value.abi_major);
     for (size_t f = 0; f < info.value.num_facts; ++f) {

@@ -1091,6 +1091,16 @@ TEST(PagedGqa, AttributesAreValidated) {
             ATTNRT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attnrt_last_error_message()).find("num_heads must be a multiple"),
             std::string::npos);
+  // A hand-filled struct whose nested gqa member was left zeroed: the message names the member.
+  a.gqa.num_heads = 8;
+  a.gqa.struct_size = 0;
+  EXPECT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA, &a, &op),
+            ATTNRT_ERROR_ABI_MISMATCH);
+  EXPECT_NE(std::string(attnrt_last_error_message()).find("attnrt_paged_gqa_attributes.gqa: "),
+            std::string::npos)
+      << attnrt_last_error_message();
+  EXPECT_EQ(op, nullptr);
+  a.gqa.struct_size = ATTNRT_GQA_ATTRIBUTES_STRUCT_SIZE;
   a.struct_size = sizeof(size_t);
   EXPECT_EQ(attnrt_op_create(runtime.get(), ATTNRT_OP_PAGED_GQA, &a, &op),
             ATTNRT_ERROR_ABI_MISMATCH);
