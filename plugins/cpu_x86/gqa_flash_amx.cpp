@@ -3,13 +3,13 @@
 // one). Built with -mamx-tile -mamx-bf16 (besides -mavx512f -mavx512bw -mavx512vl -mfma), as is
 // gqa_flash_amx_decode.cpp; reached only after the kernel's supports() saw all of them and
 // AVX512-VBMI usable (CPUID, OS-enabled opmask/ZMM and tile state in XCR0, and the process's
-// permission to use the tile data, which Linux grants on request) and the problem is a bfloat16 query with a bfloat16 cache, or any
-// query with a float8 cache. Float8: e4m3fn decode tiles are scored on tiles where their query
-// rows are bfloat16 values (gqa_flash_amx_decode.cpp), else, and for their P·V, decoded by
-// gqa_flash_amx_fp8.cpp; every other float8 operation is gqa.flash.avx512's, but for prompt tiles
-// over a dequantized copy whose values are all bfloat16 values (a scale of 1.0 or another power of
-// two, for instance): its K rows with a bfloat16 query, and its V rows with any query, take the
-// tile products.
+// permission to use the tile data, which Linux grants on request) and the problem is a bfloat16
+// query with a bfloat16 cache, or any query with a float8 cache. Float8: e4m3fn decode tiles are
+// scored on tiles where their query rows are bfloat16 values (gqa_flash_amx_decode.cpp), else, and
+// for their P·V, decoded by gqa_flash_amx_fp8.cpp; every other float8 operation is
+// gqa.flash.avx512's, but for prompt tiles over a dequantized copy whose values are all bfloat16
+// values (a scale of 1.0 or another power of two, for instance): its K rows with a bfloat16 query,
+// and its V rows with any query, take the tile products.
 //
 // Why AMX rather than AVX512_BF16's VDPBF16PS: on the Sapphire Rapids-class cores this was written
 // on, VDPBF16PS retires one instruction per two cycles (32 multiply-adds per instruction), half the
@@ -82,6 +82,7 @@ namespace {
 // As gqa.flash.avx512: tiles taller than this are prompts (the transposed-K score kernel); shorter
 // ones are decode tiles, which gqa.flash.avx512 runs.
 constexpr int64_t kTallRows = 8;
+static_assert(kGqaAmxShortRows == kTallRows, "the tile scores of decode tiles take the short ones");
 // Stack buffers, 32 KiB each: the transposed key chunk (H/2 pairs, rounded up to 16, x 32 keys:
 // H <= 512), the query tile as pairs (row groups of up to kQueryWords / (H/2) rows, rounded to
 // tiles), the widened V piece (kWideKeys keys of H <= 512 floats: at least 16 keys).
@@ -283,10 +284,8 @@ bool DecodedE4M3Fn(const GqaFlashKv& kv, int64_t rows, int64_t h) {
 
 void Scores(const float* q, int64_t rows, const GqaFlashKv& k, int64_t keys, int64_t h, float scale,
             float* scores, int64_t ld, const void* prefetch, size_t prefetch_bytes) {
-  if (rows <= kTallRows &&
-      GqaAmxScoresShort(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes)) {
-    return;
-  }
+  // Decode tiles it takes (it checks the rows, cache type, head size, scale and query itself).
+  if (GqaAmxScoresShort(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes)) return;
   if (DecodedE4M3Fn(k, rows, h)) {
     return GqaFp8ScoresVbmi(q, rows, k, keys, h, scale, scores, ld, prefetch, prefetch_bytes);
   }

@@ -27,7 +27,8 @@ int main(void) {
   }
   attnrt_runtime_options options;
   if (attnrt_runtime_options_init(&options) != ATTNRT_OK ||
-      options.struct_size != ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE || options.allow_insecure_plugins != -1) {
+      options.struct_size != ATTNRT_RUNTIME_OPTIONS_STRUCT_SIZE ||
+      options.allow_insecure_plugins != -1) {
     fprintf(stderr, "attnrt_runtime_options_init(&options) did not set the defaults\n");
     return 1;
   }

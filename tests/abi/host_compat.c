@@ -39,30 +39,29 @@
 
 static int g_failed = 0;
 
-#define EXPECT(cond, ...)                                                         \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      fprintf(stderr, "ABI 1.%d host: %s:%d: ", ATTNRT_ABI_VERSION_MINOR, __FILE__, \
-              __LINE__);                                                          \
-      fprintf(stderr, __VA_ARGS__);                                               \
-      fprintf(stderr, "\n");                                                      \
-      g_failed = 1;                                                               \
-      return 1;                                                                   \
-    }                                                                             \
+#define EXPECT(cond, ...)                                                                      \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "ABI 1.%d host: %s:%d: ", ATTNRT_ABI_VERSION_MINOR, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                                            \
+      fprintf(stderr, "\n");                                                                   \
+      g_failed = 1;                                                                            \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
-#define CALL(call)                                                                   \
-  do {                                                                               \
-    attnrt_status status_ = (call);                                                  \
-    EXPECT(status_ == ATTNRT_OK, "%s returned %s: %s", #call,                        \
-           attnrt_status_name(status_), attnrt_last_error_message());                \
+#define CALL(call)                                                                         \
+  do {                                                                                     \
+    attnrt_status status_ = (call);                                                        \
+    EXPECT(status_ == ATTNRT_OK, "%s returned %s: %s", #call, attnrt_status_name(status_), \
+           attnrt_last_error_message());                                                   \
   } while (0)
 
 /* A struct followed by bytes the library must not write. */
-#define GUARDED(type)            \
-  struct {                       \
-    type value;                  \
-    unsigned char guard[64];     \
+#define GUARDED(type)        \
+  struct {                   \
+    type value;              \
+    unsigned char guard[64]; \
   }
 
 static int GuardIntact(const unsigned char* guard) {
@@ -144,14 +143,14 @@ static int Introspect(attnrt_runtime* runtime) {
                "attnrt_runtime_plugin_kernel wrote byte %zu past struct_size %zu", b,
                (size_t)ATTNRT_KERNEL_INFO_STRUCT_SIZE);
       }
-      EXPECT(kernel.value.struct_size == ATTNRT_KERNEL_INFO_STRUCT_SIZE &&
-                 kernel.value.name != NULL,
-             "kernel info at struct_size %zu: struct_size %zu, name %p",
-             (size_t)ATTNRT_KERNEL_INFO_STRUCT_SIZE, kernel.value.struct_size,
-             (const void*)kernel.value.name);
+      EXPECT(
+          kernel.value.struct_size == ATTNRT_KERNEL_INFO_STRUCT_SIZE && kernel.value.name != NULL,
+          "kernel info at struct_size %zu: struct_size %zu, name %p",
+          (size_t)ATTNRT_KERNEL_INFO_STRUCT_SIZE, kernel.value.struct_size,
+          (const void*)kernel.value.name);
 #endif
-      EXPECT(kernel.value.name != NULL && strncmp(kernel.value.name, info.value.name,
-                                                  strlen(info.value.name)) == 0,
+      EXPECT(kernel.value.name != NULL &&
+                 strncmp(kernel.value.name, info.value.name, strlen(info.value.name)) == 0,
              "kernel %zu of plugin %s is named %s", k, info.value.name,
              kernel.value.name != NULL ? kernel.value.name : "(NULL)");
       ++kernels_seen;
@@ -248,9 +247,10 @@ static int RunGqa(attnrt_runtime* runtime, unsigned seed) {
   EXPECT(info.value.kernel != NULL && info.value.kernel[0] != '\0', "the plan names no kernel");
   void* workspace = NULL;
   if (info.value.workspace_size > 0) {
-    const size_t alignment = info.value.workspace_alignment > 0 ? info.value.workspace_alignment : 64;
-    workspace = aligned_alloc(alignment, (info.value.workspace_size + alignment - 1) / alignment *
-                                             alignment);
+    const size_t alignment =
+        info.value.workspace_alignment > 0 ? info.value.workspace_alignment : 64;
+    workspace = aligned_alloc(alignment,
+                              (info.value.workspace_size + alignment - 1) / alignment * alignment);
     EXPECT(workspace != NULL, "no memory for a workspace of %zu bytes", info.value.workspace_size);
   }
   CALL(attnrt_plan_run(plan, inputs, ATTNRT_GQA_NUM_INPUTS, outputs, 3, workspace,
@@ -302,8 +302,7 @@ static int RunGqa(attnrt_runtime* runtime, unsigned seed) {
   attnrt_tensor tbad = Tensor(q, 3, bad_shape, ATTNRT_DTYPE_CODE_FLOAT, 32);
   inputs[ATTNRT_GQA_INPUT_QUERY] = &tbad;
   attnrt_plan* bad = NULL;
-  const attnrt_status status =
-      attnrt_op_plan(op, inputs, ATTNRT_GQA_NUM_INPUTS, outputs, 3, &bad);
+  const attnrt_status status = attnrt_op_plan(op, inputs, ATTNRT_GQA_NUM_INPUTS, outputs, 3, &bad);
   EXPECT(status == ATTNRT_ERROR_INVALID_ARGUMENT && bad == NULL,
          "a query of %d columns: %s, expected ATTNRT_ERROR_INVALID_ARGUMENT", (N + 1) * H,
          attnrt_status_name(status));
@@ -341,7 +340,8 @@ int main(void) {
   EXPECT(threads == 2, "num_threads %d, expected 2", threads);
   if (Introspect(runtime) != 0) return 1;
   const char* seed_env = getenv("ATTNRT_TEST_SEED");
-  const unsigned seed = seed_env != NULL ? (unsigned)strtoul(seed_env, NULL, 10) : (unsigned)time(NULL);
+  const unsigned seed =
+      seed_env != NULL ? (unsigned)strtoul(seed_env, NULL, 10) : (unsigned)time(NULL);
   printf("ABI 1.%d host against library ABI %u.%u, seed %u\n", ATTNRT_ABI_VERSION_MINOR,
          (unsigned)major, (unsigned)minor, seed);
   if (RunGqa(runtime, seed) != 0) return 1;

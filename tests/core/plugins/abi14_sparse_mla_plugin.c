@@ -1,5 +1,5 @@
 /*
- * A sparse MLA plugin built against the ABI 1.4 headers (tests/core/plugins/abi_1_4, copies of
+ * A sparse MLA plugin built against the ABI 1.4 headers (tests/abi/history/1_4, copies of
  * abi/attnrt as they were before ABI 1.6 appended the block strides and global slot ids to
  * attnrt_sparse_mla_problem and attnrt_sparse_mla_args), as a third party's plugin built then is:
  *
@@ -22,7 +22,7 @@
 
 #if ATTNRT_ABI_VERSION_MAJOR != 1 || ATTNRT_ABI_VERSION_MINOR != 4
 #error \
-    "abi14_sparse_mla_plugin.c must be built against the ABI 1.4 headers of tests/core/plugins/abi_1_4"
+    "abi14_sparse_mla_plugin.c must be built against the ABI 1.4 headers of tests/abi/history/1_4"
 #endif
 
 static int32_t Supports(void* context, const void* problem, char* reason, size_t capacity) {

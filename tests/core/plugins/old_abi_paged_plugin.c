@@ -1,9 +1,9 @@
 /*
  * A plugin built against older ABI headers, as a third party's plugin built then is: compiled once
- * against copies of the ABI 1.4 headers (tests/core/plugins/abi_1_4, before ABI 1.5 appended
+ * against copies of the ABI 1.4 headers (tests/abi/history/1_4, before ABI 1.5 appended
  * p_precision to attnrt_paged_gqa_problem) as plugin 'abi14paged', once against copies of the
- * ABI 1.7 headers (tests/core/plugins/abi_1_7, before ABI 1.8 appended v_head_size) as
- * 'abi17paged', and once against copies of the ABI 1.8 headers (tests/core/plugins/abi_1_8, before
+ * ABI 1.7 headers (tests/abi/history/1_7, before ABI 1.8 appended v_head_size) as
+ * 'abi17paged', and once against copies of the ABI 1.8 headers (tests/abi/history/1_8, before
  * ABI 1.9 appended value_cache_dtype and v_cache_bit_width) as 'abi18paged'. Its kernels read the
  * problem and args through that version's structs:
  *
@@ -34,7 +34,7 @@
 #define FIXTURE_ABI "ABI 1.8"
 #else
 #error \
-    "old_abi_paged_plugin.c must be built against the headers of tests/core/plugins/abi_1_4, abi_1_7 or abi_1_8"
+    "old_abi_paged_plugin.c must be built against the headers of tests/abi/history/1_4, 1_7 or 1_8"
 #endif
 
 /* The fields the fixture's version has: p_precision since ABI 1.5, v_head_size since ABI 1.8. */
